@@ -1,0 +1,3 @@
+from jaggedperf.cli import main
+
+raise SystemExit(main())

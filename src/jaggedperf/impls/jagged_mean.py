@@ -1,0 +1,90 @@
+"""Implementations of jagged_mean: out[b] = mean of values[offsets[b]:offsets[b+1]] over rows, (B, M).
+
+The first three are the ones timed in pytorch/pytorch#160355 (and tritonbench's jagged_mean),
+written the way the seed wrote them: they take a jagged NestedTensor and the padded ones pad to
+the case's nominal seqlen. An empty sequence gives NaN (0/0), as torch.mean does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from jaggedperf.batch import JaggedBatch
+from jaggedperf.impls.registry import Op, implementation, register_op
+
+
+def reference(batch: JaggedBatch) -> torch.Tensor:
+    """float64 on the CPU: per-sequence sums by index_add, divided by the lengths (0/0 -> NaN)."""
+    values = batch.values.detach().to("cpu", torch.float64)
+    offsets = batch.offsets.to("cpu", torch.int64)
+    lengths = offsets.diff()
+    segment = torch.repeat_interleave(torch.arange(batch.B), lengths, output_size=values.shape[0])
+    sums = torch.zeros(batch.B, batch.M, dtype=torch.float64).index_add_(0, segment, values)
+    return sums / lengths.unsqueeze(1).to(torch.float64)
+
+
+def must_move_bytes(batch: JaggedBatch) -> int:
+    """Read values and offsets once, write the (B, M) result once."""
+    return batch.nbytes() + batch.B * batch.M * batch.values.element_size()
+
+
+register_op(Op("jagged_mean", reference, must_move_bytes, "mean over each sequence's rows: (B, M)"))
+
+
+# --- the seed's three -----------------------------------------------------------------------
+
+
+def _padded(values, offsets, padded_len, padding_value=0.0):
+    return torch.ops.aten._jagged_to_padded_dense_forward(
+        values, [offsets], max_lengths=[padded_len], padding_value=padding_value
+    )
+
+
+def unbind_mean_plain(values, offsets, padded_len):
+    lengths = offsets.diff().tolist()  # one sync: the plain form has no cached lengths
+    return torch.cat([torch.mean(t, dim=0).unsqueeze(0) for t in torch.split(values, lengths)])
+
+
+@implementation("jagged_mean", "unbind_mean", takes="njt", plain=unbind_mean_plain,
+                description="seed #1: unbind the NJT, torch.mean each sequence, cat")
+def unbind_mean(nt):
+    return torch.cat([torch.mean(t, dim=0).unsqueeze(0) for t in nt.unbind()])
+
+
+def nanmean_padded_plain(values, offsets, padded_len):
+    return torch.nanmean(_padded(values, offsets, padded_len, float("nan")), dim=1)
+
+
+@implementation("jagged_mean", "nanmean_padded", takes="njt", pads=True, plain=nanmean_padded_plain,
+                description="seed #2: pad with NaN to seqlen, torch.nanmean")
+def nanmean_padded(nt, padded_len):
+    return torch.nanmean(_padded(nt.values(), nt.offsets(), padded_len, float("nan")), dim=1)
+
+
+def sum_padded_plain(values, offsets, padded_len):
+    return torch.sum(_padded(values, offsets, padded_len), dim=1) / offsets.diff().unsqueeze(1)
+
+
+@implementation("jagged_mean", "sum_padded", takes="njt", pads=True, plain=sum_padded_plain,
+                description="seed #3: pad with 0 to seqlen, torch.sum, divide by lengths")
+def sum_padded(nt, padded_len):
+    return torch.sum(_padded(nt.values(), nt.offsets(), padded_len), dim=1) / nt.offsets().diff().unsqueeze(1)
+
+
+# --- other torch ways -----------------------------------------------------------------------
+
+
+def njt_mean_plain(values, offsets, padded_len):
+    return torch.nested.nested_tensor_from_jagged(values, offsets).mean(dim=1)
+
+
+@implementation("jagged_mean", "njt_mean", takes="njt", plain=njt_mean_plain,
+                description="NestedTensor .mean(dim=1) over the ragged dim")
+def njt_mean(nt):
+    return nt.mean(dim=1)
+
+
+@implementation("jagged_mean", "segment_reduce", takes="dense",
+                description="torch.segment_reduce(values, 'mean', offsets=offsets)")
+def segment_reduce(values, offsets):
+    return torch.segment_reduce(values, "mean", offsets=offsets, axis=0)

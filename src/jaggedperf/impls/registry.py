@@ -1,0 +1,93 @@
+"""The contenders: implementations of each jagged op, registered by name with the input they take.
+
+An implementation takes either a jagged NestedTensor (``takes="njt"``) or plain
+``(values, offsets)`` tensors (``takes="dense"``). ``prepare`` turns a batch into the arguments the
+implementation is called with, once, outside any timed region. An NJT implementation may also name
+a ``plain`` twin: the same computation written on (values, offsets), which the doctor compiles to
+separate NestedTensor overhead from the computation itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from jaggedperf.batch import JaggedBatch
+
+TAKES = ("njt", "dense")
+
+
+@dataclass(frozen=True)
+class Implementation:
+    op: str
+    name: str
+    fn: Callable[..., torch.Tensor]
+    takes: str  # "njt" or "dense"
+    description: str
+    pads: bool = False  # materialises a (B, padded_len, M) tensor: subject to the lab's byte limit
+    plain: Callable[..., torch.Tensor] | None = None  # (values, offsets, padded_len) twin of an NJT implementation
+    devices: tuple[str, ...] = ("cpu", "cuda")
+
+    def prepare(self, batch: JaggedBatch) -> tuple:
+        """Arguments for ``fn``: (nt,) or (values, offsets), plus the padded length where it pads."""
+        extra = (batch.padded_len,) if self.pads else ()
+        if self.takes == "njt":
+            return (batch.to_nested(), *extra)
+        return (batch.values, batch.offsets, *extra)
+
+    def prepare_plain(self, batch: JaggedBatch) -> tuple:
+        return (batch.values, batch.offsets, batch.padded_len)
+
+
+@dataclass
+class Op:
+    name: str
+    reference: Callable[[JaggedBatch], torch.Tensor]  # float64 result on the CPU
+    must_move_bytes: Callable[[JaggedBatch], int]  # fewest bytes any implementation must move
+    description: str
+    implementations: dict[str, Implementation] = field(default_factory=dict)
+
+
+OPS: dict[str, Op] = {}
+
+
+def register_op(op: Op) -> Op:
+    OPS[op.name] = op
+    return op
+
+
+def implementation(op: str, name: str, *, takes: str, description: str, pads: bool = False, plain=None, devices=("cpu", "cuda")):
+    """Decorator: register ``fn`` as implementation ``name`` of ``op``."""
+    if takes not in TAKES:
+        raise ValueError(f"takes must be one of {TAKES}; got {takes!r}")
+
+    def register(fn):
+        OPS[op].implementations[name] = Implementation(op, name, fn, takes, description, pads, plain, tuple(devices))
+        return fn
+
+    return register
+
+
+def get_op(name: str) -> Op:
+    _load_builtin()
+    if name not in OPS:
+        raise KeyError(f"unknown op {name!r}; valid ops: {', '.join(sorted(OPS)) or '(none)'}")
+    return OPS[name]
+
+
+def get_implementation(op: str, name: str) -> Implementation:
+    impls = get_op(op).implementations
+    if name not in impls:
+        raise KeyError(f"unknown implementation {name!r} of {op}; valid: {', '.join(impls)}")
+    return impls[name]
+
+
+def implementation_names(op: str) -> list[str]:
+    return list(get_op(op).implementations)
+
+
+def _load_builtin() -> None:
+    # Importing the modules registers their ops and implementations.
+    from jaggedperf.impls import jagged_mean  # noqa: F401

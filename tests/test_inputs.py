@@ -1,0 +1,73 @@
+import math
+
+import pytest
+import torch
+
+from jaggedperf.inputs import Case, make_batch, make_lengths, tritonbench_bounds
+
+
+@pytest.mark.parametrize("seqlen,sparsity", [(100, 0.1), (500, 0.75), (1000, 0.5), (20000, 0.5), (10, 0.99)])
+def test_tritonbench_lengths_follow_the_rule(seqlen, sparsity):
+    case = Case(4096, 4, seqlen, sparsity)
+    lengths = make_lengths(case)
+    avg = math.floor(seqlen * (1 - sparsity))
+    margin = math.floor(0.3 * seqlen)
+    low, high = max(avg - margin, 1), min(avg + margin, seqlen)
+    assert (low, high) == tritonbench_bounds(seqlen, sparsity)
+    assert int(lengths.min()) >= low and int(lengths.max()) <= high
+    # Uniform over [low, high]: the sample mean is within 5 standard errors of the midpoint,
+    # and both ends are reached at this sample size.
+    width = high - low + 1
+    sd = math.sqrt((width**2 - 1) / 12)
+    assert abs(lengths.double().mean().item() - (low + high) / 2) < 5 * sd / math.sqrt(case.B) + 1e-9
+    if width <= 50:
+        assert int(lengths.min()) == low and int(lengths.max()) == high
+
+
+def test_heavy_tail_has_empties_and_a_long_tail():
+    case = Case(4096, 4, 32768, 0.0, "heavy")
+    lengths = make_lengths(case)
+    empty = (lengths == 0).double().mean().item()
+    assert 0.03 < empty < 0.07
+    assert int(lengths.max()) > 20 * lengths.double().median().item()
+    assert int(lengths.max()) <= 32768
+
+
+def test_fixed_lengths():
+    lengths = make_lengths(Case(7, 3, 40, 0.25, "fixed"))
+    assert lengths.tolist() == [30] * 7
+
+
+def test_same_seed_same_batch_and_other_seed_differs():
+    a, b = make_batch(Case(64, 8, 50, 0.2)), make_batch(Case(64, 8, 50, 0.2))
+    assert torch.equal(a.offsets, b.offsets) and torch.equal(a.values, b.values)
+    c = make_batch(Case(64, 8, 50, 0.2, seed=7))
+    assert not torch.equal(a.offsets, c.offsets)
+
+
+def test_batch_metadata_matches_offsets():
+    batch = make_batch(Case(33, 5, 80, 0.5, "heavy", "bf16"))
+    lengths = batch.lengths()
+    assert batch.offsets.dtype == torch.int64 and batch.offsets[0] == 0
+    assert batch.values.shape == (int(batch.offsets[-1]), 5) and batch.values.dtype == torch.bfloat16
+    assert batch.max_seqlen == int(lengths.max()) and batch.min_seqlen == int(lengths.min())
+    nt = batch.to_nested()
+    assert nt.is_nested and nt.size(0) == 33 and torch.equal(nt.offsets(), batch.offsets)
+    assert nt._metadata_cache.get("max_seqlen") is not None
+
+
+def test_values_are_random_not_constant():
+    batch = make_batch(Case(16, 4, 100, 0.1))
+    assert batch.values.std().item() == pytest.approx(1.0, rel=0.1)
+
+
+def test_empty_batch():
+    batch = make_batch(Case(0, 4, 100, 0.1))
+    assert batch.B == 0 and batch.values.shape == (0, 4) and batch.offsets.tolist() == [0]
+
+
+@pytest.mark.parametrize("bad", [dict(B=-1), dict(M=0), dict(sparsity=1.5), dict(distribution="zipf"), dict(dtype="int8")])
+def test_bad_case_is_refused_with_a_reason(bad):
+    kw = dict(B=4, M=4, seqlen=10, sparsity=0.5) | bad
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        Case(**kw)
