@@ -1,6 +1,156 @@
-"""repro | run | list (filled in with the lab)."""
+"""repro | run | list: plan cells, run them with a progress bar, print the tables, write JSON/CSV."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from jaggedperf.cli._args import (
+    SEED_CASES,
+    SEED_IMPLEMENTATIONS,
+    add_case_arguments,
+    add_run_arguments,
+    cases_from_args,
+    comma_list,
+    options_from_args,
+)
+from jaggedperf.impls.registry import get_op, implementation_names
+from jaggedperf.lab import modes as modes_mod
+from jaggedperf.lab import report, runner
+from jaggedperf.lab.result import RunRecord
+from jaggedperf.lab.store import write_csv, write_json
+
+OP = "jagged_mean"
 
 
 def register(sub) -> None:
+    p = sub.add_parser("repro", help="reproduce the pytorch/pytorch#160355 table (seed shapes, eager vs compiled)",
+                       description="The seed's two shapes × its three implementations (plus jaggedperf's op) × "
+                                   "eager and compile:max-autotune-no-cudagraphs, on the GPU when present.")
+    p.add_argument("--impls", type=comma_list, help="implementations (default: the seed's three + jaggedperf)")
+    p.add_argument("--modes", type=comma_list, help=f"modes (default: eager,{modes_mod.SEED_COMPILED_MODE})")
+    p.add_argument("--dtype", default="float32", help="values dtype (float32 | bfloat16 | float16)")
+    add_run_arguments(p)
+    p.set_defaults(handler=cmd_repro)
+
+    p = sub.add_parser("run", help="run any cells: implementations × modes × cases")
+    p.add_argument("--op", default=OP, help="the op (default jagged_mean)")
+    p.add_argument("--impls", type=comma_list, help="implementations, comma-separated (default: all)")
+    p.add_argument("--modes", type=comma_list, default=[modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE],
+                   help="modes, comma-separated (default: eager and the seed's compiled mode)")
+    add_case_arguments(p, required=True)
+    add_run_arguments(p)
+    p.set_defaults(handler=cmd_run)
+
     p = sub.add_parser("list", help="implementations and modes")
-    p.set_defaults(handler=lambda args: 0)
+    p.add_argument("--op", default=OP)
+    p.set_defaults(handler=cmd_list)
+
+
+def default_implementations(op: str) -> list[str]:
+    names = implementation_names(op)
+    return [n for n in (*SEED_IMPLEMENTATIONS, "jaggedperf") if n in names]
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    from jaggedperf.inputs import Case
+
+    impls = args.impls or default_implementations(OP)
+    modes = args.modes or [modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE]
+    cases = [Case(c.B, c.M, c.seqlen, c.sparsity, dtype=args.dtype) for c in SEED_CASES]
+    return execute(args, OP, cases, impls, modes, compiled_mode=_compiled_mode(modes))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    impls = args.impls or implementation_names(args.op)
+    return execute(args, args.op, cases_from_args(args), impls, args.modes, compiled_mode=_compiled_mode(args.modes))
+
+
+def _compiled_mode(modes: list[str]) -> str | None:
+    others = [m for m in modes if m != modes_mod.EAGER]
+    return modes_mod.SEED_COMPILED_MODE if modes_mod.SEED_COMPILED_MODE in others else (others[0] if others else None)
+
+
+def execute(args, op, cases, impls, modes, *, compiled_mode) -> int:
+    out, err = console(), Console(stderr=True)
+    try:
+        cells = runner.plan(op, cases, impls, modes)
+    except (KeyError, ValueError) as exc:
+        err.print(f"jaggedperf: error: {exc.args[0] if exc.args else exc}", markup=False, highlight=False)
+        return 2
+    options = options_from_args(args)
+    if options.device.type == "cpu":
+        err.print("[yellow]No CUDA GPU in use: running on the CPU. The seed's table was measured on a GPU; "
+                  "CPU numbers show the method, not the GPU finding.[/yellow]")
+    record = run_with_progress(cells, options, err)
+    if compiled_mode:
+        out.print(report.seed_table(record.results, compiled_mode))
+    out.print(report.cells_table(record.results))
+    for line in report.problems(record.results):
+        out.print(f"• {line}", markup=False, highlight=False, style="red")
+    if compiled_mode:
+        for line in report.findings(record.results, compiled_mode):
+            out.print(f"• {line}", markup=False, highlight=False)
+    _footer(out, record)
+    if args.json:
+        write_json(args.json, record)
+        err.print(f"wrote {args.json}")
+    if args.csv:
+        write_csv(args.csv, record.results)
+        err.print(f"wrote {args.csv}")
+    return 0
+
+
+def console() -> Console:
+    """stdout; at least 160 columns wide when it is not a terminal, so piped tables keep their columns."""
+    c = Console()
+    return c if c.is_terminal else Console(width=max(c.width, 160))
+
+
+def run_with_progress(cells, options, console: Console) -> RunRecord:
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TimeRemainingColumn()]
+    with Progress(*columns, console=console, transient=True, disable=len(cells) < 2) as progress:
+        task = progress.add_task("cells", total=len(cells))
+
+        def on_start(cell):
+            progress.update(task, description=f"{cell.implementation} · {cell.mode} · {cell.case.label}")
+
+        def on_result(_):
+            progress.advance(task)
+
+        return runner.run(cells, options, on_start=on_start, on_result=on_result)
+
+
+def _footer(console: Console, record: RunRecord) -> None:
+    env = record.environment
+    where = env.get("gpu") or f"CPU ({env.get('cpu_count')} cores)"
+    copy = f", copy bandwidth {record.copy_gbps:.0f} GB/s" if record.copy_gbps else ""
+    console.print(f"{where}, torch {env.get('torch')}, triton {env.get('triton')}, CUDA {env.get('cuda')}{copy}; "
+                  f"commit {str(env.get('git_commit'))[:12]}", markup=False, highlight=False)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    out = console()
+    try:
+        op = get_op(args.op)
+    except KeyError as exc:
+        print(f"jaggedperf: error: {exc.args[0]}", file=sys.stderr)
+        return 2
+    table = Table(title=f"{op.name}: {op.description}")
+    for col in ("implementation", "takes", "pads", "description"):
+        table.add_column(col)
+    for impl in op.implementations.values():
+        table.add_row(impl.name, impl.takes, "yes" if impl.pads else "", impl.description)
+    out.print(table)
+    modes = Table(title="modes")
+    modes.add_column("mode")
+    modes.add_column("what it does")
+    for name in modes_mod.MODES:
+        modes.add_row(name, modes_mod.DESCRIPTIONS[name])
+    out.print(modes)
+    return 0

@@ -1,0 +1,79 @@
+"""Argument groups shared by the subcommands that take cases (run, doctor, sweep)."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import re
+
+import torch
+
+from jaggedperf.inputs import DEFAULT_SEED, DISTRIBUTIONS, Case, canonical_dtype
+from jaggedperf.lab.runner import DEFAULT_BYTE_LIMIT, Options
+
+SEED_CASES = (Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75))
+SEED_IMPLEMENTATIONS = ("unbind_mean", "nanmean_padded", "sum_padded")
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def byte_size(text: str) -> int:
+    """'8GB', '512MiB', '1e9' -> bytes."""
+    m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"not a byte size: {text!r} (e.g. 8GB, 512MiB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def comma_list(text: str) -> list[str]:
+    return [part for part in (p.strip() for p in text.split(",")) if part]
+
+
+def add_case_arguments(p: argparse.ArgumentParser, *, required: bool = False) -> None:
+    g = p.add_argument_group("cases (lists give every combination)")
+    g.add_argument("--B", type=int, nargs="+", required=required, help="batch sizes")
+    g.add_argument("--M", type=int, nargs="+", required=required, help="feature widths")
+    g.add_argument("--seqlen", type=int, nargs="+", required=required, help="maximum (nominal) sequence lengths")
+    g.add_argument("--sparsity", type=float, nargs="+", required=required, help="sparsities in [0, 1]")
+    g.add_argument("--distribution", nargs="+", default=["tritonbench"], choices=DISTRIBUTIONS)
+    g.add_argument("--dtype", nargs="+", default=["float32"], type=canonical_dtype_arg,
+                   help="float32 | bfloat16 | float16 (fp32/bf16/fp16 accepted)")
+    g.add_argument("--seed", type=int, default=DEFAULT_SEED)
+
+
+def canonical_dtype_arg(text: str) -> str:
+    try:
+        return canonical_dtype(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def cases_from_args(args: argparse.Namespace) -> list[Case]:
+    grid = itertools.product(args.B, args.M, args.seqlen, args.sparsity, args.distribution, args.dtype)
+    return [Case(B, M, L, s, dist, dtype, args.seed) for B, M, L, s, dist, dtype in grid]
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("measurement")
+    g.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is present, else cpu")
+    g.add_argument("--warmup", type=int, default=50, help="warm-up calls before timing (seed: 50)")
+    g.add_argument("--iters", type=int, default=200, help="timed calls (seed: 200)")
+    g.add_argument("--byte-limit", type=byte_size, default=DEFAULT_BYTE_LIMIT,
+                   help="skip a cell whose largest tensor passes this (default 8GB)")
+    g.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between device-timed calls")
+    g.add_argument("--no-device-time", action="store_true", help="wall time only (no graph replay, no profiler)")
+    g.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
+    g.add_argument("--json", metavar="PATH", help="write every raw number and the environment as JSON")
+    g.add_argument("--csv", metavar="PATH", help="write one row per cell as CSV")
+
+
+def options_from_args(args: argparse.Namespace) -> Options:
+    device = torch.device(args.device) if args.device else None
+    if device is not None and device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("jaggedperf: error: --device cuda, but no CUDA GPU is available")
+    opts = Options(warmup=args.warmup, iters=args.iters, byte_limit=args.byte_limit,
+                   flush_l2=not args.no_flush_l2, device_time=not args.no_device_time,
+                   dynamic=True if args.dynamic else None)
+    if device is not None:
+        opts.device = device
+    return opts

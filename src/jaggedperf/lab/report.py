@@ -1,0 +1,115 @@
+"""Tables and sentences made from results (rich renderables; the CLI prints them)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from jaggedperf.lab.modes import EAGER
+from jaggedperf.lab.result import OK, Result
+
+
+def _fmt(value: float | None, spec: str, missing: str = "—") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def _by_key(results: list[Result]) -> dict[tuple, Result]:
+    return {(r.op, r.implementation, r.mode, r.case): r for r in results}
+
+
+def seed_rows(results: list[Result], compiled_mode: str) -> list[dict]:
+    """The seed's table: per case and implementation, eager vs ``compiled_mode`` wall medians."""
+    index = _by_key(results)
+    rows = []
+    seen = set()
+    for r in results:
+        key = (r.op, r.implementation, r.case)
+        if key in seen:
+            continue
+        seen.add(key)
+        eager = index.get((r.op, r.implementation, EAGER, r.case))
+        compiled = index.get((r.op, r.implementation, compiled_mode, r.case))
+        if eager is None and compiled is None:
+            continue
+        rows.append({
+            "case": r.case.label,
+            "implementation": r.implementation,
+            "eager": eager,
+            "compiled": compiled,
+            "speedup": compiled.speedup_vs_eager if compiled else None,
+        })
+    return rows
+
+
+def _wall_cell(r: Result | None) -> str:
+    if r is None:
+        return "—"
+    if r.status != OK or r.wall is None:
+        return r.status
+    return f"{r.wall.median_ms:.3f}"
+
+
+def seed_table(results: list[Result], compiled_mode: str, title: str | None = None) -> Table:
+    table = Table(title=title or f"jagged_mean: eager vs {compiled_mode} (wall per call, median of the seed's 200 calls)")
+    for name, justify in [("case", "left"), ("implementation", "left"), ("eager ms", "right"),
+                          ("compiled ms", "right"), ("speedup", "right"), ("eager dev µs", "right"),
+                          ("compiled dev µs", "right"), ("compiled host µs", "right"), ("kernels e→c", "right"),
+                          ("compile s", "right")]:
+        table.add_column(name, justify=justify)
+    for row in seed_rows(results, compiled_mode):
+        eager, compiled, speedup = row["eager"], row["compiled"], row["speedup"]
+        style = None if speedup is None else ("red" if speedup < 0.95 else "green" if speedup > 1.05 else None)
+        table.add_row(
+            row["case"], row["implementation"], _wall_cell(eager), _wall_cell(compiled),
+            _fmt(speedup, ".2f") + ("×" if speedup is not None else ""),
+            _fmt(eager.device_time.median_us if eager and eager.device_time else None, ".1f"),
+            _fmt(compiled.device_time.median_us if compiled and compiled.device_time else None, ".1f"),
+            _fmt(compiled.host_us if compiled else None, ".1f"),
+            f"{_fmt(eager.kernels_per_call if eager else None, '.0f')}→{_fmt(compiled.kernels_per_call if compiled else None, '.0f')}",
+            _fmt(compiled.compile_s if compiled else None, ".1f"),
+            style=style,
+        )
+    return table
+
+
+def cells_table(results: list[Result], title: str = "every cell") -> Table:
+    table = Table(title=title)
+    columns = ["case", "implementation", "mode", "wall ms", "± std", "speedup", "device µs", "host µs",
+               "kernels", "GB/s", "% copy", "first call s", "status"]
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("case", "implementation", "mode", "status") else "right")
+    for r in results:
+        table.add_row(
+            r.case.label, r.implementation, r.mode,
+            _fmt(r.wall.median_ms if r.wall else None, ".3f"),
+            _fmt(r.wall.std_ms if r.wall else None, ".3f"),
+            _fmt(r.speedup_vs_eager, ".2f"),
+            _fmt(r.device_time.median_us if r.device_time else None, ".1f"),
+            _fmt(r.host_us, ".1f"),
+            _fmt(r.kernels_per_call, ".1f"),
+            _fmt(r.gbps, ".0f"),
+            _fmt(r.pct_of_copy, ".0f"),
+            _fmt(r.compile_s, ".2f"),
+            r.status,
+            style="red" if r.status != OK else None,
+        )
+    return table
+
+
+def problems(results: list[Result]) -> list[str]:
+    """One line per cell that is not ok, with its reason."""
+    return [f"{r.status}: {r.implementation} · {r.mode} · {r.case.label}: {r.reason}" for r in results if r.status != OK]
+
+
+def findings(results: list[Result], compiled_mode: str) -> list[str]:
+    """One sentence per cell where the compiled mode is slower than eager, worst first."""
+    slower = [r for r in results if r.mode == compiled_mode and r.speedup_vs_eager is not None and r.speedup_vs_eager < 1]
+    slower.sort(key=lambda r: r.speedup_vs_eager)
+    index = _by_key(results)
+    lines = []
+    for r in slower:
+        eager = index[(r.op, r.implementation, EAGER, r.case)]
+        lines.append(
+            f"{r.implementation} at {r.case.label}: {compiled_mode} is {1 / r.speedup_vs_eager:.2f}× slower than eager "
+            f"({r.wall.median_ms:.3f} vs {eager.wall.median_ms:.3f} ms per call)"
+        )
+    return lines

@@ -1,0 +1,243 @@
+"""Plan -> cells -> results. A cell is implementation × mode × case; each is checked against the
+float64 reference, then timed. One cell's failure (exception, out of memory, failed compile) is
+recorded in its result and never stops the rest."""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import torch
+
+from jaggedperf.batch import JaggedBatch
+from jaggedperf.impls.registry import Implementation, get_implementation, get_op
+from jaggedperf.inputs import Case, make_batch, make_lengths
+from jaggedperf.lab import modes as modes_mod
+from jaggedperf.lab import timing
+from jaggedperf.lab.env import environment
+from jaggedperf.lab.result import ERROR, OK, SKIPPED, WRONG, Result, RunRecord
+from jaggedperf.ops._checks import check_layout, check_offsets
+
+# Relative error ‖out − ref‖/‖ref‖ allowed per dtype (accumulation order differs between implementations).
+TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}
+DEFAULT_BYTE_LIMIT = 8 * 10**9
+
+
+@dataclass(frozen=True)
+class Cell:
+    op: str
+    implementation: str
+    mode: str
+    case: Case
+
+
+@dataclass
+class Options:
+    device: torch.device = field(default_factory=lambda: default_device())
+    warmup: int = 50
+    iters: int = 200
+    byte_limit: int = DEFAULT_BYTE_LIMIT  # skip a cell whose largest tensor would pass this
+    flush_l2: bool = True
+    device_time: bool = True  # measure device time and kernels (CUDA only)
+    profile_calls: int = 10
+    dynamic: bool | None = None  # torch.compile(dynamic=...)
+    trace_dir: str | None = None  # write a chrome trace per cell here
+    cold_compile: bool = True  # turn off Inductor's on-disk caches so compile time is a cold compile
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def plan(op: str, cases: Iterable[Case], implementations: Iterable[str], modes: Iterable[str]) -> list[Cell]:
+    """Every implementation × mode × case, grouped by case (each case's batch is made once)."""
+    get_op(op)
+    implementations = list(implementations)
+    for name in implementations:
+        get_implementation(op, name)
+    modes = modes_mod.check_modes(list(modes))
+    return [Cell(op, impl, mode, case) for case in cases for impl in implementations for mode in modes]
+
+
+def run(
+    cells: list[Cell],
+    options: Options,
+    *,
+    on_start: Callable[[Cell], None] | None = None,
+    on_result: Callable[[Result], None] | None = None,
+) -> RunRecord:
+    if options.cold_compile:
+        modes_mod.disable_compile_caches()
+    copy_gbps = measure_copy_bandwidth(options.device)
+    results: list[Result] = []
+    case_data: tuple[Case, JaggedBatch | Exception, torch.Tensor | None] | None = None
+    for cell in cells:
+        if on_start:
+            on_start(cell)
+        if case_data is None or case_data[0] != cell.case:
+            case_data = None  # free the previous batch before making the next
+            case_data = (cell.case, *prepare_case(cell.op, cell.case, options))
+        _, batch, reference = case_data
+        if isinstance(batch, Exception):
+            result = Result(cell.op, cell.implementation, cell.mode, cell.case, options.device.type,
+                            status=SKIPPED if isinstance(batch, _TooLarge) else ERROR, reason=f"input: {batch}")
+        else:
+            result = run_cell(cell, batch, reference, options, copy_gbps)
+        results.append(result)
+        if on_result:
+            on_result(result)
+    attach_speedups(results)
+    return RunRecord(environment(), results, copy_gbps)
+
+
+def measure_copy_bandwidth(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    try:
+        return timing.copy_bandwidth_gbps(device)
+    except Exception:
+        return None
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def prepare_case(op: str, case: Case, options: Options) -> tuple[JaggedBatch | Exception, torch.Tensor | None]:
+    """The case's batch on the device and the op's float64 reference (or the reason there is none)."""
+    values_bytes = int(make_lengths(case).sum()) * case.M * torch.empty((), dtype=case.torch_dtype).element_size()
+    if values_bytes > options.byte_limit:
+        return _TooLarge(f"values would take {values_bytes / 1e9:.2f} GB > byte limit {options.byte_limit / 1e9:.2f} GB"), None
+    try:
+        batch = make_batch(case, options.device)
+        check_layout(batch.values, batch.offsets)
+        check_offsets(batch.values, batch.offsets)
+        return batch, get_op(op).reference(batch)
+    except torch.cuda.OutOfMemoryError as exc:
+        _release_memory(options.device)
+        return RuntimeError(f"out of memory making the batch: {_first_line(exc)}"), None
+    except Exception as exc:
+        return RuntimeError(f"{type(exc).__name__}: {_first_line(exc)}"), None
+
+
+def run_cell(cell: Cell, batch: JaggedBatch, reference: torch.Tensor, options: Options, copy_gbps: float | None) -> Result:
+    impl = get_implementation(cell.op, cell.implementation)
+    device = options.device
+    result = Result(cell.op, cell.implementation, cell.mode, cell.case, device.type)
+    result.bytes_moved = get_op(cell.op).must_move_bytes(batch)
+    skip = why_skip(impl, cell, batch, options)
+    if skip:
+        result.status, result.reason = SKIPPED, skip
+        return result
+    stage = "build"
+    try:
+        call = modes_mod.build(impl.fn, impl.prepare(batch), cell.mode, device, dynamic=options.dynamic)
+        stage = "first call"
+        sync = timing.synchronizer(device)
+        start = time.perf_counter()
+        out = call()
+        sync()
+        result.compile_s = time.perf_counter() - start
+        stage = "check"
+        ok, result.rel_error, reason = check_output(out, reference, cell.case.dtype)
+        if not ok:
+            result.status, result.reason = WRONG, reason
+            return result
+        del out
+        stage = "wall"
+        result.wall = timing.wall_stats(call, device, warmup=options.warmup, iters=options.iters)
+        if device.type == "cuda" and options.device_time:
+            stage = "device time"
+            measure_device(call, cell, result, options, copy_gbps)
+    except modes_mod.ModeUnavailable as exc:
+        result.status, result.reason = SKIPPED, str(exc)
+    except torch.cuda.OutOfMemoryError as exc:
+        result.status, result.reason = ERROR, f"{stage}: out of memory: {_first_line(exc)}"
+    except Exception as exc:  # a failing implementation is a finding, not a crash
+        result.status, result.reason = ERROR, f"{stage}: {type(exc).__name__}: {_first_line(exc)}"
+        result.extra["traceback"] = traceback.format_exc(limit=8)
+    finally:
+        call = None
+        _release_memory(device)
+    return result
+
+
+def why_skip(impl: Implementation, cell: Cell, batch: JaggedBatch, options: Options) -> str | None:
+    if options.device.type not in impl.devices:
+        return f"{impl.name} does not run on {options.device.type}"
+    if impl.pads and batch.padded_nbytes() > options.byte_limit:
+        return (f"padded tensor would take {batch.padded_nbytes() / 1e9:.2f} GB > byte limit "
+                f"{options.byte_limit / 1e9:.2f} GB")
+    if cell.mode == modes_mod.GRAPH and options.device.type != "cuda":
+        return "graph mode needs CUDA"
+    return None
+
+
+def measure_device(call: Callable, cell: Cell, result: Result, options: Options, copy_gbps: float | None) -> None:
+    device = options.device
+    trace = None
+    if options.trace_dir:
+        trace = f"{options.trace_dir}/{cell.implementation}__{cell.mode.replace(':', '-')}__{cell.case.label}.json"
+    profile = timing.profile_kernels(call, device, calls=options.profile_calls, flush=options.flush_l2, trace_path=trace)
+    result.kernels_per_call = profile.kernels_per_call
+    result.kernel_names = [k.name for k in profile.kernels]
+    result.extra["kernels"] = [vars(k) for k in profile.kernels]
+    result.extra["memory_ops_per_call"] = profile.memory_ops_per_call
+    result.device_time = device_time(call, cell.mode, device, options.flush_l2) or timing.profiler_device_time(profile, options.flush_l2)
+    result.host_us = result.wall.median_ms * 1e3 - result.device_time.median_us
+    if result.device_time.median_us > 0 and result.bytes_moved:
+        result.gbps = result.bytes_moved / (result.device_time.median_us * 1e-6) / 1e9
+        if copy_gbps:
+            result.pct_of_copy = 100 * result.gbps / copy_gbps
+
+
+def device_time(call: Callable, mode: str, device: torch.device, flush: bool):
+    """CUDA-graph replay time where the call can be captured, else None (the profiler sum is used)."""
+    if mode == modes_mod.GRAPH:  # the call already is a replay
+        return timing.replay_device_time(call, flush=flush)
+    if modes_mod.uses_cuda_graphs(mode):  # Inductor manages its own graphs: no nested capture
+        return None
+    graph = timing.capture_graph(call, device)
+    return None if graph is None else timing.replay_device_time(graph.replay, flush=flush)
+
+
+def check_output(out: torch.Tensor, reference: torch.Tensor, dtype: str) -> tuple[bool, float | None, str | None]:
+    """(ok, relative error, reason). NaN in the reference (empty sequences) must be NaN in the output."""
+    if not isinstance(out, torch.Tensor):
+        return False, None, f"returned {type(out).__name__}, not a tensor"
+    if tuple(out.shape) != tuple(reference.shape):
+        return False, None, f"shape {tuple(out.shape)} != expected {tuple(reference.shape)}"
+    got = out.detach().to("cpu", torch.float64)
+    expected_nan = torch.isnan(reference)
+    if not torch.equal(torch.isnan(got), expected_nan):
+        wrong = int((torch.isnan(got) != expected_nan).sum())
+        return False, None, f"{wrong} entries differ in NaN-ness from the reference (empty sequences give NaN)"
+    finite = ~expected_nan
+    diff = torch.linalg.vector_norm((got - reference)[finite])
+    norm = torch.linalg.vector_norm(reference[finite])
+    rel = float(diff / norm) if norm > 0 else float(diff)
+    if not math.isfinite(rel) or rel > TOLERANCE[dtype]:
+        return False, rel, f"relative error {rel:.3g} > {TOLERANCE[dtype]:g} for {dtype}"
+    return True, rel, None
+
+
+def attach_speedups(results: list[Result]) -> None:
+    """speedup_vs_eager = eager wall median / this wall median, same op, implementation and case."""
+    eager = {(r.op, r.implementation, r.case): r for r in results if r.mode == modes_mod.EAGER and r.wall}
+    for r in results:
+        base = eager.get((r.op, r.implementation, r.case))
+        if base and r.wall and r.wall.median_ms > 0:
+            r.speedup_vs_eager = base.wall.median_ms / r.wall.median_ms
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _release_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

@@ -1,0 +1,232 @@
+"""How the lab times a callable: wall per call (the seed's method), device time, kernels, bandwidth.
+
+- Wall: ``warmup`` calls, then ``iters`` calls each followed by a device sync, timed with
+  ``time.perf_counter`` (pytorch/pytorch#160355's method: 50 + 200, mean/std/median).
+- Device, preferred: capture the call in a CUDA graph and time its replays with
+  ``triton.testing.do_bench`` (CUDA events, L2 flushed before every replay). Replays leave the host
+  out, so this is the device's own time for the call.
+- Device, fallback (callables that cannot be captured: host syncs, compiled code that manages its
+  own graphs): run under ``torch.profiler`` and sum the device activity per call, with a flush
+  kernel (``bitwise_not`` on a buffer twice the L2, a name no jagged implementation uses) between
+  calls and taken out of the sums.
+- Kernels per call always come from the profiler.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from jaggedperf.lab.result import DeviceTime, WallStats
+
+FLUSH_KERNEL_MARK = "bitwise_not"
+_MEMORY_OP_PREFIXES = ("Memcpy", "Memset")
+
+
+def synchronizer(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def wall_stats(fn: Callable[[], object], device: torch.device, *, warmup: int = 50, iters: int = 200) -> WallStats:
+    sync = synchronizer(device)
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    return summarize_ms(times)
+
+
+def summarize_ms(times: list[float]) -> WallStats:
+    if not times:
+        raise ValueError("no timings to summarize")
+    return WallStats(
+        mean_ms=statistics.fmean(times),
+        std_ms=statistics.pstdev(times),
+        median_ms=statistics.median(times),
+        min_ms=min(times),
+        max_ms=max(times),
+        n=len(times),
+    )
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated percentile of an already sorted list, q in [0, 1]."""
+    if not sorted_values:
+        raise ValueError("percentile of nothing")
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+# --- L2 flush ----------------------------------------------------------------------------------
+
+_FLUSH_BUFFERS: dict[torch.device, torch.Tensor] = {}
+
+
+def flush_buffer(device: torch.device) -> torch.Tensor:
+    """A uint8 buffer twice the L2 (at least 64 MiB), kept for the process."""
+    if device not in _FLUSH_BUFFERS:
+        props = torch.cuda.get_device_properties(device)
+        nbytes = max(2 * getattr(props, "L2_cache_size", 0), 64 << 20)
+        _FLUSH_BUFFERS[device] = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return _FLUSH_BUFFERS[device]
+
+
+def flush_l2(device: torch.device) -> None:
+    flush_buffer(device).bitwise_not_()
+
+
+# --- device time -------------------------------------------------------------------------------
+
+
+def capture_graph(fn: Callable[[], object], device: torch.device) -> torch.cuda.CUDAGraph | None:
+    """The call captured in a CUDA graph, or None when it cannot be captured."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.stream(stream):
+            fn()  # warm-up on the capture stream: lazy init must not happen during capture
+        torch.cuda.current_stream(device).wait_stream(stream)
+        torch.cuda.synchronize(device)
+        with torch.cuda.graph(graph, stream=stream):
+            fn()
+        torch.cuda.synchronize(device)
+    except Exception:  # capture refused (host sync, graph-managing callable, ...)
+        _recover_after_failed_capture(device)
+        return None
+    return graph
+
+
+def _recover_after_failed_capture(device: torch.device) -> None:
+    try:
+        torch.cuda.synchronize(device)
+    except Exception:
+        pass
+    # A failed capture can leave the caching allocator's private pool referenced; clearing is safe.
+    torch.cuda.empty_cache()
+
+
+def replay_device_time(replay: Callable[[], object], *, flush: bool = True, rep_ms: int = 40) -> DeviceTime:
+    """Device time of a CUDA-graph replay (``graph.replay`` or a callable that only replays)."""
+    from triton.testing import do_bench
+
+    if flush:
+        times = do_bench(replay, warmup=10, rep=rep_ms, return_mode="all")
+    else:
+        times = _events_no_flush(replay, rep_ms)
+    times = sorted(t * 1e3 for t in times)
+    return DeviceTime(percentile(times, 0.5), percentile(times, 0.2), percentile(times, 0.8), "graph", flush)
+
+
+def _events_no_flush(fn: Callable[[], object], rep_ms: int) -> list[float]:
+    """Back-to-back replays with events, no flush: per-call ms (for --no-flush-l2)."""
+    times = []
+    deadline = time.perf_counter() + rep_ms / 1e3
+    while time.perf_counter() < deadline or len(times) < 10:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
+
+
+@dataclass
+class KernelStat:
+    name: str
+    calls_per_call: float  # launches of this kernel per call of the measured callable
+    us_per_call: float  # device time of this kernel per call
+
+
+@dataclass
+class KernelProfile:
+    calls: int  # how many calls were profiled
+    kernels_per_call: float  # device kernels (memcpy/memset excluded) per call
+    memory_ops_per_call: float  # memcpy/memset per call
+    device_us_per_call: list[float]  # device activity of each profiled call (flush excluded)
+    kernels: list[KernelStat] = field(default_factory=list)
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.device_us_per_call)
+
+
+def profile_kernels(
+    fn: Callable[[], object], device: torch.device, *, calls: int = 10, flush: bool = True, trace_path: str | None = None
+) -> KernelProfile:
+    """Run ``fn`` ``calls`` times under torch.profiler and attribute device activity to each call."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()  # nothing lazy inside the profiled window
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            if flush:
+                flush_l2(device)
+            fn()
+            torch.cuda.synchronize(device)
+    if trace_path:
+        prof.export_chrome_trace(trace_path)
+    device_events = sorted(
+        (e for e in prof.events() if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start
+    )
+    per_call: list[float] = []
+    by_name: dict[str, list[float]] = {}
+    n_kernels = n_memory = 0
+    current = None
+    for event in device_events:
+        duration = event.time_range.end - event.time_range.start
+        if FLUSH_KERNEL_MARK in event.name:
+            current = 0.0
+            per_call.append(current)
+            continue
+        if not flush and not per_call:
+            per_call.append(0.0)
+        if per_call:
+            per_call[-1] += duration
+        if event.name.startswith(_MEMORY_OP_PREFIXES):
+            n_memory += 1
+        else:
+            n_kernels += 1
+        by_name.setdefault(event.name, []).append(duration)
+    if not flush:
+        per_call = [sum(per_call) / calls] * calls if per_call else [0.0] * calls
+    stats = [
+        KernelStat(name, len(durations) / calls, sum(durations) / calls)
+        for name, durations in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))
+    ]
+    return KernelProfile(calls, n_kernels / calls, n_memory / calls, per_call or [0.0], stats)
+
+
+def profiler_device_time(profile: KernelProfile, flush: bool) -> DeviceTime:
+    times = sorted(profile.device_us_per_call)
+    return DeviceTime(percentile(times, 0.5), percentile(times, 0.2), percentile(times, 0.8), "profiler", flush)
+
+
+# --- bandwidth ---------------------------------------------------------------------------------
+
+
+def copy_bandwidth_gbps(device: torch.device, nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written."""
+    from triton.testing import do_bench
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    ms = do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
+    del src, dst
+    return 2 * nbytes / (ms * 1e-3) / 1e9

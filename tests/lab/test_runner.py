@@ -1,0 +1,137 @@
+import math
+
+import pytest
+import torch
+
+from jaggedperf.impls.registry import Implementation, get_op
+from jaggedperf.inputs import Case, make_batch
+from jaggedperf.lab import runner
+from jaggedperf.lab.result import ERROR, OK, SKIPPED, WRONG
+
+CPU = torch.device("cpu")
+SMALL = Case(16, 4, 30, 0.3)
+
+
+def quick(**kw):
+    return runner.Options(device=CPU, warmup=1, iters=3, **kw)
+
+
+@pytest.fixture
+def extra_impls():
+    """Register throw-away implementations of jagged_mean for one test."""
+    impls = get_op("jagged_mean").implementations
+    added = []
+
+    def add(name, fn, **kw):
+        impls[name] = Implementation("jagged_mean", name, fn, kw.pop("takes", "dense"), "test", **kw)
+        added.append(name)
+
+    yield add
+    for name in added:
+        del impls[name]
+
+
+def test_plan_is_the_product_grouped_by_case():
+    cells = runner.plan("jagged_mean", [SMALL, Case(8, 2, 10, 0.1)], ["sum_padded", "segment_reduce"], ["eager", "graph"])
+    assert len(cells) == 8
+    assert [c.case for c in cells[:4]] == [SMALL] * 4
+
+
+@pytest.mark.parametrize("kind,bad,valid", [
+    ("impls", ["nope"], "segment_reduce"),
+    ("modes", ["compile:fast"], "compile:max-autotune-no-cudagraphs"),
+])
+def test_unknown_names_list_the_valid_ones(kind, bad, valid):
+    impls, modes = (bad, ["eager"]) if kind == "impls" else (["sum_padded"], bad)
+    with pytest.raises((KeyError, ValueError), match=valid):
+        runner.plan("jagged_mean", [SMALL], impls, modes)
+
+
+def test_every_builtin_implementation_is_correct_on_cpu_with_an_empty_sequence():
+    case = Case(40, 3, 20, 0.5, "heavy")  # heavy: has empty sequences
+    batch = make_batch(case)
+    assert int((batch.lengths() == 0).sum()) > 0 or pytest.skip("draw has no empty sequence")
+    op = get_op("jagged_mean")
+    ref = op.reference(batch)
+    for impl in op.implementations.values():
+        ok, rel, reason = runner.check_output(impl.fn(*impl.prepare(batch)), ref, "float32")
+        assert ok, (impl.name, reason)
+
+
+def test_run_records_ok_cells_with_wall_stats_and_speedups():
+    cells = runner.plan("jagged_mean", [SMALL], ["sum_padded", "segment_reduce"], ["eager", "compile:default"])
+    record = runner.run(cells, quick())
+    assert [r.status for r in record.results] == [OK] * 4
+    for r in record.results:
+        assert r.wall.n == 3 and r.wall.median_ms > 0 and r.compile_s > 0
+        assert r.rel_error < 1e-5 and r.bytes_moved > 0
+        assert r.device_time is None  # no device time on the CPU
+        assert r.speedup_vs_eager == pytest.approx(
+            record.results[[x.implementation for x in record.results].index(r.implementation)].wall.median_ms
+            / r.wall.median_ms)
+    assert record.environment["torch"] == torch.__version__
+
+
+def test_a_raising_implementation_is_recorded_and_the_run_goes_on(extra_impls):
+    def boom(values, offsets):
+        raise RuntimeError("kaboom\nsecond line")
+
+    extra_impls("boom", boom)
+    record = runner.run(runner.plan("jagged_mean", [SMALL], ["boom", "segment_reduce"], ["eager"]), quick())
+    boom_result, other = record.results
+    assert boom_result.status == ERROR and "kaboom" in boom_result.reason and "second" not in boom_result.reason
+    assert other.status == OK
+
+
+def test_a_wrong_implementation_is_marked_and_not_timed(extra_impls):
+    extra_impls("off_by_a_bit", lambda v, o: torch.segment_reduce(v, "mean", offsets=o, axis=0) * 1.01)
+    (result,) = runner.run(runner.plan("jagged_mean", [SMALL], ["off_by_a_bit"], ["eager"]), quick()).results
+    assert result.status == WRONG and result.wall is None
+    assert result.rel_error == pytest.approx(0.01, rel=1e-3)
+
+
+def test_an_out_of_memory_is_recorded_as_error(extra_impls):
+    def oom(values, offsets):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 9 EiB")
+
+    extra_impls("oom", oom)
+    (result,) = runner.run(runner.plan("jagged_mean", [SMALL], ["oom"], ["eager"]), quick()).results
+    assert result.status == ERROR and "out of memory" in result.reason
+
+
+def test_byte_limit_skips_padded_implementations_with_the_reason():
+    case = Case(64, 64, 1000, 0.9)  # padded: 64·1000·64·4 = 16.4 MB; values ≈ 1.6 MB
+    record = runner.run(runner.plan("jagged_mean", [case], ["sum_padded", "segment_reduce"], ["eager"]),
+                        quick(byte_limit=10**7))
+    padded, plain = record.results
+    assert padded.status == SKIPPED and "byte limit" in padded.reason
+    assert plain.status == OK
+
+
+def test_byte_limit_skips_a_whole_case_whose_values_are_too_large():
+    (result,) = runner.run(runner.plan("jagged_mean", [Case(10**6, 1024, 10**4, 0.5)], ["segment_reduce"], ["eager"]),
+                           quick()).results
+    assert result.status == SKIPPED and "byte limit" in result.reason
+
+
+def test_graph_mode_is_skipped_on_cpu():
+    (result,) = runner.run(runner.plan("jagged_mean", [SMALL], ["segment_reduce"], ["graph"]), quick()).results
+    assert result.status == SKIPPED and "CUDA" in result.reason
+
+
+@pytest.mark.parametrize("out,reason", [
+    (torch.zeros(2, 3), "NaN"),
+    (torch.zeros(3, 3), "shape"),
+    ("not a tensor", "tensor"),
+])
+def test_check_output_rejects(out, reason):
+    ref = torch.tensor([[1.0, 2.0, 3.0], [math.nan] * 3], dtype=torch.float64)
+    ok, _, why = runner.check_output(out, ref, "float32")
+    assert not ok and reason in why
+
+
+def test_check_output_tolerance_depends_on_dtype():
+    ref = torch.ones(4, 4, dtype=torch.float64)
+    out = torch.full((4, 4), 1.004)
+    assert not runner.check_output(out, ref, "float32")[0]
+    assert runner.check_output(out.bfloat16(), ref, "bfloat16")[0]
