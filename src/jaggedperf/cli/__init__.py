@@ -22,8 +22,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_torch_noise() -> None:
+    """torch logs a few warnings on every compile that say nothing about the measurement."""
+    import logging
+
+    for name in ("torch.fx._symbolic_trace",):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _quiet_torch_noise()
     return int(args.handler(args) or 0)
 
 
