@@ -103,7 +103,7 @@ def heatmap_data(record: RunRecord) -> list[Heatmap]:
     speedup = speedups(record.results)
     versus = ours_vs_best(record.results)
     out = []
-    for shape in sorted(by_shape, key=lambda s: (s.op, s.distribution, s.dtype, s.B, s.M, s.seed)):
+    for shape in sorted(by_shape, key=lambda s: (s.op, s.distribution, s.B, s.M, s.dtype, s.seed)):
         rs = by_shape[shape]
         seqlens = sorted({r.case.seqlen for r in rs})
         sparsities = sorted({r.case.sparsity for r in rs})

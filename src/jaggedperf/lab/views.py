@@ -36,7 +36,7 @@ def impl_rank(name: str) -> tuple:
 
 
 def case_rank(case: Case) -> tuple:
-    return (case.distribution, case.dtype, case.B, case.M, case.seed, case.seqlen, case.sparsity)
+    return (case.distribution, case.B, case.M, case.dtype, case.seed, case.seqlen, case.sparsity)
 
 
 def result_rank(r: Result) -> tuple:
