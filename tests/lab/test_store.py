@@ -217,3 +217,26 @@ def test_append_serialises_before_touching_the_file(tmp_path):
     with pytest.raises(TypeError):
         append_result(path, bad)
     assert not path.exists() or path.read_text() == ""
+
+
+def test_append_refuses_a_json_document_and_foreign_tails(tmp_path, record):
+    doc = tmp_path / "run.json"
+    write_json(doc, RunRecord(record.environment, record.results[:2], None))
+    before = doc.read_bytes()
+    with pytest.raises(ResultsFileError, match=r"run\.json:1: not a JSON-lines results file"):
+        append_result(doc, record.results[2])
+    assert doc.read_bytes() == before
+    doc.write_bytes(before.rstrip(b"\n"))  # a document without its final newline is not cut either
+    with pytest.raises(ResultsFileError):
+        append_result(doc, record.results[2])
+    assert doc.read_bytes() == before.rstrip(b"\n")
+    sweep = tmp_path / "sweep.jsonl"
+    append_result(sweep, record.results[0])
+    with open(sweep, "a") as f:
+        f.write("hand-written note")
+    with pytest.raises(ResultsFileError, match=r"sweep\.jsonl:2: last line is not JSON"):
+        append_result(sweep, record.results[1])
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text('{"environment": {"gpu": "NVI')  # killed while writing the very first line
+    append_result(partial, record.results[0])
+    assert load_results(partial).results == record.results[:1]

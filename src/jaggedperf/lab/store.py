@@ -11,7 +11,7 @@ Two forms are read:
 
 A process killed while appending loses at most the line in flight: each line is written with one
 ``write`` and then flushed and fsync'ed. Such an unfinished last line (no newline, not JSON) is skipped
-with a warning; the next append cuts it off first so that the file stays one object per line.
+with a warning when reading; the next append cuts it off first so that the file stays one object per line.
 
 Every problem with a file's content raises ``ResultsFileError`` naming the file (and the line for JSON
 lines). Nothing here prints: warnings are returned to the caller.
@@ -241,7 +241,9 @@ def append_result(path: str | os.PathLike, result: Result) -> None:
     """Append ``result`` as one JSON line to ``path`` (created if missing), flushed and fsync'ed.
 
     If the file ends in an unfinished line (a writer killed mid-line), that line is cut off first; if it
-    is in fact a complete JSON object missing only its newline, the newline is added instead.
+    is in fact a complete JSON object missing only its newline, the newline is added instead. Raises
+    ``ResultsFileError``, leaving the file as it was, when it is not JSON lines (a pretty-printed
+    document, say) or ends in a line this module did not begin. One writer at a time.
     """
     _append_line(Path(path), result.to_dict())
 
@@ -251,7 +253,7 @@ def _append_line(path: Path, obj: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     created = not path.exists()
     with open(path, "ab") as f:
-        _end_on_a_line_boundary(f)
+        _end_on_a_line_boundary(path, f)
         f.write(line)
         f.flush()
         os.fsync(f.fileno())
@@ -259,12 +261,18 @@ def _append_line(path: Path, obj: dict) -> None:
         _fsync_dir(path.parent)
 
 
-def _end_on_a_line_boundary(f) -> None:
-    """Make the file (open for appending, binary) end with a newline or be empty."""
+def _end_on_a_line_boundary(path: Path, f) -> None:
+    """Before appending to ``f`` (``path`` open for appending, binary): make sure the file is JSON lines and
+    ends with a newline. An unfinished last line that this module began (a writer killed mid-line) is cut
+    off; a complete object missing only its newline gets one. Anything else is left alone and refused."""
     size = f.seek(0, os.SEEK_END)
     if size == 0:
         return
-    with open(f.name, "rb") as r:
+    with open(path, "rb") as r:
+        first = r.readline(1 << 20)
+        if first.endswith(b"\n") and not isinstance(_try_json(first.decode("utf-8", "replace")), dict):
+            raise ResultsFileError(f"{path}:1: not a JSON-lines results file (one JSON object per line); "
+                                   "not appending to it")
         r.seek(size - 1)
         if r.read(1) == b"\n":
             return
@@ -283,9 +291,24 @@ def _end_on_a_line_boundary(f) -> None:
         tail = r.read()
     if isinstance(_try_json(tail.decode("utf-8", "replace")), dict):
         f.write(b"\n")
-    else:
+    elif tail.startswith(tuple(m.encode() for m in _MARKERS)):
         f.truncate(start)
         f.seek(start)
+    else:
+        lineno = 1 + sum(chunk.count(b"\n") for chunk in _blocks(path, start))
+        raise ResultsFileError(f"{path}:{lineno}: last line is not JSON and not one this program began; "
+                               "fix or remove it before appending")
+
+
+def _blocks(path: Path, end: int, size: int = 1 << 20):
+    with open(path, "rb") as r:
+        pos = 0
+        while pos < end:
+            chunk = r.read(min(size, end - pos))
+            if not chunk:
+                return
+            pos += len(chunk)
+            yield chunk
 
 
 def _fsync_dir(directory: Path) -> None:
