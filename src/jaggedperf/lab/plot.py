@@ -90,7 +90,7 @@ class Heatmap:
     @property
     def title(self) -> str:
         if self.kind == "speedup":
-            return f"{self.mode} vs eager: speedup (eager wall / compiled wall), {self.shape.label}"
+            return f"{self.mode} vs eager: speedup = eager wall / {self.mode} wall, {self.shape.label}"
         return f"{OURS} vs best torch (any implementation, any mode): best torch wall / {OURS} wall, {self.shape.label}"
 
 
@@ -281,8 +281,12 @@ def _draw_heatmap(h: Heatmap, environment: dict) -> Figure:
                 ax.text(j, i, _times(v), ha="center", va="center", fontsize=fontsize, color="white" if dark else "black")
             else:
                 ax.text(j, i, "—", ha="center", va="center", fontsize=fontsize, color="#555555")
-    for ax in list(axes.flat)[n:]:
-        ax.set_axis_off()
+    for k, ax in enumerate(axes.flat):
+        if k >= n:
+            ax.set_axis_off()
+        elif k + ncols >= n:  # nothing drawn below this panel: it shows the x axis
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel("sparsity")
     if image is not None:
         bar = fig.colorbar(image, ax=axes, shrink=0.9)
         ticks = [t for t in _RATIO_TICKS if 1 / lim <= t <= lim]
