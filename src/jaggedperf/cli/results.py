@@ -1,0 +1,184 @@
+"""plot | compare | report: the subcommands that read results files.
+
+A results file that cannot be read, or an output that cannot be written, ends the command with one line
+on stderr (``jaggedperf: error: ...``) and exit code 2; warnings met while reading go to stderr too.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from jaggedperf.lab.compare import BROKEN, FIXED, IMPROVEMENT, K, MIN_REL, NOT_COMPARED, REGRESSION, VERDICTS, Change, compare
+from jaggedperf.lab.store import ResultsFileError, read_results, write_text_atomic
+
+EXIT_REGRESSION = 1
+EXIT_ERROR = 2
+_STYLE = {REGRESSION: "bold red", BROKEN: "bold red", IMPROVEMENT: "green", FIXED: "green", NOT_COMPARED: "dim"}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plot", help="draw speedup heatmaps, roofline and latency plots from a results file",
+                       description="Draw speedup heatmaps, a roofline and a latency plot (PNG and SVG).")
+    p.add_argument("results", metavar="RESULTS", help="results file (JSON document or JSON lines)")
+    p.add_argument("-o", "--out", metavar="DIR", type=Path,
+                   help="folder for the figures (default: RESULTS' name + '-plots', beside RESULTS)")
+    p.set_defaults(handler=_clean_errors(_plot))
+
+    p = sub.add_parser("compare", help="compare two results files cell by cell (B against baseline A)",
+                       description="Ratios B/A of wall and device medians per cell; a change counts when it is "
+                                   "beyond max(k·(σA+σB), min-rel·A).")
+    p.add_argument("a", metavar="A", help="baseline results file")
+    p.add_argument("b", metavar="B", help="results file to judge")
+    p.add_argument("--fail-on-regression", action="store_true", help="exit with code 1 when a cell regressed")
+    p.add_argument("--json", metavar="OUT", type=Path, help="also write the comparison as JSON to OUT")
+    p.add_argument("--k", type=float, default=K, help=f"standard deviations a change must exceed (default {K:g})")
+    p.add_argument("--min-rel", type=float, default=MIN_REL,
+                   help=f"smallest relative change that counts (default {MIN_REL:g})")
+    p.add_argument("--changed", action="store_true", help="list only cells that regressed, improved, broke or were fixed")
+    p.set_defaults(handler=_clean_errors(_compare))
+
+    p = sub.add_parser("report", help="write a Markdown report of a results file, with its plots",
+                       description="Write a Markdown report; the plots go to a folder beside it (REPORT's name + '-plots').")
+    p.add_argument("results", metavar="RESULTS", help="results file (JSON document or JSON lines)")
+    p.add_argument("-o", "--output", metavar="REPORT.md", type=Path, required=True, help="the report to write")
+    p.add_argument("--no-plots", action="store_true", help="tables only, no figures")
+    p.set_defaults(handler=_clean_errors(_report))
+
+
+# --- handlers -------------------------------------------------------------------------------------
+
+
+def _plot(args) -> int:
+    record = _load(args.results)
+    plot = _plot_module()
+    out = args.out if args.out is not None else _plots_dir(Path(args.results))
+    files = plot.plot_all(record, out)
+    console = Console()
+    if not files:
+        console.print(f"no figures: {escape(args.results)} has no results to plot", highlight=False)
+        return 0
+    for f in files:
+        console.print(f"{escape(str(f.png))}  [dim](+ .svg)[/dim]  {escape(f.title)}", highlight=False, soft_wrap=True)
+    console.print(f"wrote {len(files)} figures (PNG and SVG) to {escape(str(out))}", highlight=False)
+    return 0
+
+
+def _compare(args) -> int:
+    a, b = _load(args.a), _load(args.b)
+    result = compare(a, b, k=args.k, min_rel=args.min_rel)
+    if args.json is not None:
+        write_text_atomic(args.json, json.dumps(result.to_dict(), indent=1) + "\n")
+    console = Console(width=_width())
+    for key, (va, vb) in result.environment_changes.items():
+        console.print(f"[yellow]{key}[/yellow]: {escape(str(va))} → {escape(str(vb))}", highlight=False)
+    table = Table(title=escape(f"B / A   (A = {args.a}, B = {args.b})"), title_justify="left")
+    for name, justify in (("case", "left"), ("implementation", "left"), ("mode", "left"), ("wall A ms", "right"),
+                          ("wall B ms", "right"), ("wall B/A", "right"), ("device A µs", "right"),
+                          ("device B µs", "right"), ("device B/A", "right"), ("verdict", "left")):
+        table.add_column(name, justify=justify)
+    shown = [c for c in result.cells if not args.changed or c.verdict in (REGRESSION, BROKEN, IMPROVEMENT, FIXED)]
+    for c in shown:
+        style = _STYLE.get(c.verdict, "")
+        verdict = c.verdict if c.status_a == c.status_b else f"{c.verdict} ({c.status_a} → {c.status_b})"
+        table.add_row(c.case.label, c.implementation, c.mode, *_change_cells(c.wall, "{:.4g}"),
+                      *_change_cells(c.device, "{:.1f}"), Text(verdict, style=style))
+    if shown:
+        console.print(table)
+    for label, only in (("only in A", result.only_a), ("only in B", result.only_b)):
+        if only:
+            console.print(f"[yellow]{label}[/yellow] ({len(only)}): "
+                          + escape(", ".join(f"{r.implementation} {r.mode} {r.case.label}" for r in only[:20]))
+                          + (", ..." if len(only) > 20 else ""), highlight=False)
+    counts = result.counts()
+    summary = ", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v])
+    console.print(f"{len(result.cells)} cells compared: {summary or 'none'} "
+                  f"(k={result.k:g}, min-rel={result.min_rel:g})", highlight=False)
+    if result.has_regression:
+        console.print(f"[bold red]{len(result.regressions)} regression(s)[/bold red]")
+        return EXIT_REGRESSION if args.fail_on_regression else 0
+    return 0
+
+
+def _report(args) -> int:
+    from jaggedperf.lab.markdown import render_report
+
+    record = _load(args.results)
+    out: Path = args.output
+    plots = {}
+    if not args.no_plots:
+        plot = _plot_module()
+        for f in plot.plot_all(record, _plots_dir(out)):
+            plots[f.title] = Path(os.path.relpath(f.png, out.parent)).as_posix()
+    write_text_atomic(out, render_report(record, plots))
+    more = f" and {len(plots)} figures in {_plots_dir(out)}" if plots else ""
+    Console().print(escape(f"wrote {out}{more}"), highlight=False)
+    return 0
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+class _CommandError(Exception):
+    pass
+
+
+def _clean_errors(handler):
+    """Turn the errors a user can cause (bad results file, unwritable output, no matplotlib) into one line."""
+
+    @functools.wraps(handler)
+    def run(args) -> int:
+        try:
+            return handler(args)
+        except (ResultsFileError, _CommandError) as err:
+            message = str(err)
+        except OSError as err:
+            where = f"{err.filename}: {err.strerror}" if err.filename and err.strerror else str(err)
+            message = f"cannot write the output ({where})"
+        print(f"jaggedperf: error: {' '.join(message.split())}", file=sys.stderr)
+        return EXIT_ERROR
+
+    return run
+
+
+def _load(path: str):
+    record, warnings = read_results(path)
+    for w in warnings:
+        print(f"jaggedperf: warning: {w}", file=sys.stderr)
+    return record
+
+
+def _plot_module():
+    try:
+        from jaggedperf.lab import plot
+    except ImportError as err:
+        if (err.name or "").split(".")[0] == "matplotlib":
+            raise _CommandError("plots need matplotlib: pip install 'jaggedperf[plot]' "
+                                "('jaggedperf report --no-plots' writes the tables without them)") from None
+        raise
+    return plot
+
+
+def _plots_dir(path: Path) -> Path:
+    """Where the figures of ``path`` (a results file or a report) go: a folder beside it, ``<stem>-plots``."""
+    return path.parent / f"{path.stem}-plots"
+
+
+def _change_cells(change: Change | None, fmt: str) -> list:
+    if change is None:
+        return ["—", "—", "—"]
+    style = _STYLE.get(change.verdict, "")
+    return [fmt.format(change.a), fmt.format(change.b), Text(f"{change.ratio:.3f}", style=style)]
+
+
+def _width() -> int | None:
+    # Not a terminal (a log, a pipe): wide enough that rows stay on one line.
+    return None if sys.stdout.isatty() else 180

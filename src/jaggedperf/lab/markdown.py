@@ -1,0 +1,227 @@
+"""A run as a Markdown report: environment, statuses, the seed's table per case for each compiled mode,
+ours against the best torch contender, every cell, the failures and the plots.
+
+Plot paths are written as given: pass them relative to where the report will live.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Any, Iterable
+
+from jaggedperf.inputs import Case
+from jaggedperf.lab.result import OK, STATUSES, Result, RunRecord
+from jaggedperf.lab.views import (
+    EAGER,
+    OURS,
+    case_rank,
+    environment_line,
+    impl_rank,
+    mode_rank,
+    ordered,
+    ours_vs_best,
+    result_rank,
+    speedups,
+    status_counts,
+    wall_ms,
+)
+
+ENVIRONMENT_ORDER = ("gpu", "torch", "triton", "cuda", "driver", "python", "platform", "hostname", "git_commit",
+                     "command", "date")
+NONE = "—"
+
+
+def render_report(record: RunRecord, plots: dict[str, str | os.PathLike] | None = None) -> str:
+    """The report for ``record``; ``plots`` maps a caption to an image path (written as a relative link)."""
+    results = sorted(record.results, key=result_rank)
+    ops = ordered((r.op for r in results), str)
+    out: list[str] = [f"# jaggedperf results{': ' + ', '.join(ops) if ops else ''}", ""]
+    out += [f"{len(results)} cells on {environment_line(record.environment)}.", ""]
+    out += _environment(record)
+    out += _statuses(results)
+    out += _seed_tables(results)
+    out += _ours_vs_best(results)
+    out += _all_cells(results)
+    out += _failures(results)
+    out += _plots(plots or {})
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+# --- sections -------------------------------------------------------------------------------------
+
+
+def _environment(record: RunRecord) -> list[str]:
+    env = record.environment
+    keys = [k for k in ENVIRONMENT_ORDER if k in env] + sorted(k for k in env if k not in ENVIRONMENT_ORDER and k != "more")
+    rows = [[k, _code_if(k, env[k])] for k in keys]
+    rows.append(["copy bandwidth", f"{record.copy_gbps:.0f} GB/s" if record.copy_gbps is not None else "not measured"])
+    out = ["## Environment", ""] + _table(["", ""], rows)
+    more = env.get("more") or []
+    if more:
+        out += ["Later runs appended to the same file (a resumed sweep), where they differ from the first:", ""]
+        for i, later in enumerate(more, 1):
+            diff = {k: v for k, v in later.items() if env.get(k) != v} if isinstance(later, dict) else {}
+            text = ", ".join(f"{k} = {_code_if(k, v)}" for k, v in diff.items()) or "same as the first"
+            out.append(f"{i}. {_escape(text)}")
+        out.append("")
+    return out
+
+
+def _statuses(results: list[Result]) -> list[str]:
+    total = status_counts(results)
+    out = ["## Status", ""]
+    out += [" · ".join(f"{total[s]} {s}" for s in STATUSES) + f" of {len(results)} cells.", ""]
+    by_mode: dict[str, list[Result]] = defaultdict(list)
+    for r in results:
+        by_mode[r.mode].append(r)
+    rows = []
+    for mode in ordered(by_mode, mode_rank):
+        counts = status_counts(by_mode[mode])
+        rows.append([mode] + [str(counts[s]) for s in STATUSES])
+    return out + _table(["mode", *STATUSES], rows)
+
+
+def _seed_tables(results: list[Result]) -> list[str]:
+    """Per compiled mode, per case: implementation, eager ms, compiled ms, speedup (the seed's table)."""
+    modes = ordered((r.mode for r in results if r.mode != EAGER), mode_rank)
+    if not modes:
+        return []
+    speedup = speedups(results)
+    cell = {r.key: r for r in results}
+    out = ["## Speedup vs eager", "", "Wall median per call; speedup = eager / compiled (below 1, in bold: slower than eager).", ""]
+    for mode in modes:
+        out += [f"### {mode}", ""]
+        for op, case in _cases(r for r in results if r.mode == mode):
+            impls = ordered((r.implementation for r in results if r.op == op and r.case == case and r.mode == mode), impl_rank)
+            rows = []
+            for impl in impls:
+                eager, compiled = cell.get((op, impl, EAGER, case)), cell[(op, impl, mode, case)]
+                rows.append([impl, _ms_or_status(eager), _ms_or_status(compiled), _speedup(speedup.get(compiled.key))])
+            out += [f"#### {_case_title(op, case, results)}", ""]
+            out += _table(["implementation", "eager ms", f"{mode} ms", "speedup"], rows)
+    return out
+
+
+def _ours_vs_best(results: list[Result]) -> list[str]:
+    versus = ours_vs_best(results)
+    if not any(r.implementation == OURS for r in results):
+        return []
+    rows = []
+    for r in results:
+        if r.implementation != OURS:
+            continue
+        if r.key in versus:
+            ratio, best = versus[r.key]
+            rows.append([r.case.label, r.mode, _ms(wall_ms(r)), f"{best.implementation} ({best.mode})", _ms(best.wall_ms),
+                         _speedup(ratio)])
+        else:
+            rows.append([r.case.label, r.mode, _ms_or_status(r), NONE, NONE, NONE])
+    out = [f"## {OURS} vs the best torch contender", ""]
+    out += [f"Best torch = the fastest ok cell of any other implementation in any mode; ratio = best torch / {OURS}, "
+            f"wall median (below 1, in bold: {OURS} is slower).", ""]
+    return out + _table(["case", f"{OURS} mode", f"{OURS} ms", "best torch", "best torch ms", "ratio"], rows)
+
+
+def _all_cells(results: list[Result]) -> list[str]:
+    rows = []
+    for r in results:
+        ok = r.status == OK
+        wall = f"{_num(r.wall.median_ms)} ± {_num(r.wall.std_ms, 2)}" if ok and r.wall else NONE
+        rows.append([
+            r.case.label, r.implementation, r.mode, r.status if ok else f"**{r.status}**", wall,
+            _us(r.device_time.median_us) if ok and r.device_time else NONE,
+            _us(r.host_us) if ok else NONE,
+            f"{r.kernels_per_call:g}" if ok and r.kernels_per_call is not None else NONE,
+            f"{r.gbps:.0f}" if ok and r.gbps is not None else NONE,
+            f"{r.pct_of_copy:.1f}" if ok and r.pct_of_copy is not None else NONE,
+            f"{r.speedup_vs_eager:.2f}×" if ok and r.speedup_vs_eager is not None else NONE,
+            f"{r.compile_s:.1f}" if r.compile_s is not None else NONE,
+        ])
+    header = ["case", "implementation", "mode", "status", "wall ms (median ± std)", "device µs", "host µs",
+              "kernels/call", "GB/s", "% copy", "speedup", "compile s"]
+    multi_op = len({r.op for r in results}) > 1
+    if multi_op:
+        header.insert(0, "op")
+        rows = [[r.op, *row] for r, row in zip(results, rows)]
+    return ["## All cells", ""] + _table(header, rows)
+
+
+def _failures(results: list[Result]) -> list[str]:
+    bad = [r for r in results if r.status != OK]
+    out = ["## Failures", ""]
+    if not bad:
+        return out + ["None: every cell is ok.", ""]
+    rows = []
+    for r in sorted(bad, key=lambda r: (STATUSES.index(r.status) if r.status in STATUSES else 9, result_rank(r))):
+        reason = r.reason or NONE
+        if r.rel_error is not None and r.status != OK and "rel" not in reason:
+            reason = f"{reason} (rel. error {r.rel_error:.3g})"
+        rows.append([r.status, r.case.label, r.implementation, r.mode, reason])
+    return out + _table(["status", "case", "implementation", "mode", "reason"], rows)
+
+
+def _plots(plots: dict[str, str | os.PathLike]) -> list[str]:
+    if not plots:
+        return []
+    out = ["## Plots", ""]
+    for caption, path in plots.items():
+        link = os.fspath(path).replace(os.sep, "/")
+        if any(c in link for c in " ()<>"):
+            link = f"<{link}>"
+        out += [f"### {_escape(caption)}", "", f"![{_escape(caption)}]({link})", ""]
+    return out
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def _cases(results: Iterable[Result]) -> list[tuple[str, Case]]:
+    return sorted({(r.op, r.case) for r in results}, key=lambda oc: (oc[0], case_rank(oc[1])))
+
+
+def _case_title(op: str, case: Case, results: list[Result]) -> str:
+    multi_op = len({r.op for r in results}) > 1
+    return f"{op} {case.label}" if multi_op else case.label
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(_escape(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_escape(str(c)) for c in row) + " |" for row in rows]
+    return lines + [""]
+
+
+def _escape(text: str) -> str:
+    """Safe inside a Markdown table cell: one line, pipes escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _code_if(key: str, value: Any) -> str:
+    return f"`{value}`" if key in ("command", "git_commit") and value else str(value)
+
+
+def _num(x: float, digits: int = 4) -> str:
+    return f"{x:.{digits}g}"
+
+
+def _ms(x: float | None) -> str:
+    return NONE if x is None else _num(x)
+
+
+def _us(x: float | None) -> str:
+    if x is None:
+        return NONE
+    return f"{x:.1f}" if abs(x) < 1000 else f"{x:.0f}"
+
+
+def _ms_or_status(r: Result | None) -> str:
+    if r is None:
+        return NONE
+    w = wall_ms(r)
+    return _num(w) if w is not None else r.status
+
+
+def _speedup(x: float | None) -> str:
+    if x is None:
+        return NONE
+    return f"**{x:.2f}×**" if x < 1 else f"{x:.2f}×"

@@ -1,0 +1,383 @@
+"""Figures from results: speedup heatmaps, a roofline and a latency plot, each written as PNG and SVG.
+
+Drawing uses matplotlib's object API on the Agg canvas, never pyplot: nothing is left in a global
+figure list and the caller's backend is untouched. What each figure shows is worked out first, by
+``heatmap_data``, ``roofline_data`` and ``latency_data``, which draw nothing (and are what the tests
+check the numbers of). Cells that are not ok are left out of every figure and counted in a note on it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import EngFormatter
+
+from jaggedperf.lab.result import OK, Result, RunRecord
+from jaggedperf.lab.views import (
+    EAGER,
+    OURS,
+    Shape,
+    environment_line,
+    impl_rank,
+    mode_rank,
+    ordered,
+    ours_vs_best,
+    shape_of,
+    speedups,
+)
+
+DPI = 110
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">")
+_MISSING = "#d9d9d9"  # heatmap cells with no value
+
+
+@dataclass
+class PlotFile:
+    """One figure on disk."""
+
+    name: str  # file stem, e.g. ``speedup_jagged_mean-B512-M64-float32-tritonbench_compile-default``
+    title: str  # what it shows, one line
+    png: Path
+    svg: Path
+
+    @property
+    def paths(self) -> tuple[Path, Path]:
+        return (self.png, self.svg)
+
+
+# --- what the figures show ------------------------------------------------------------------------
+
+
+@dataclass
+class Panel:
+    name: str  # the implementation (speedup) or our mode (ours vs best torch)
+    values: np.ndarray  # (len(seqlens), len(sparsities)); NaN where there is no value
+
+
+@dataclass
+class Heatmap:
+    """One figure of heatmaps over seqlen (rows) × sparsity (columns), one panel per implementation.
+
+    ``kind == "speedup"``: eager wall median / ``mode``'s wall median, same implementation and case.
+    ``kind == "ours_vs_best"``: best torch wall median (any other implementation, any mode) / ours,
+    one panel per mode ours ran in; above 1 ours is faster.
+    """
+
+    kind: str
+    shape: Shape
+    mode: str | None
+    seqlens: list[int]
+    sparsities: list[float]
+    panels: list[Panel]
+    left_out: Counter  # status -> cells not ok that this figure would have used
+
+    @property
+    def name(self) -> str:
+        if self.kind == "speedup":
+            return f"speedup_{_slug(self.shape.label)}_{_slug(self.mode)}"
+        return f"ours-vs-best_{_slug(self.shape.label)}"
+
+    @property
+    def title(self) -> str:
+        if self.kind == "speedup":
+            return f"{self.mode} vs eager: speedup = eager wall / {self.mode} wall, {self.shape.label}"
+        return f"{OURS} vs best torch (any implementation, any mode): best torch wall / {OURS} wall, {self.shape.label}"
+
+
+def heatmap_data(record: RunRecord) -> list[Heatmap]:
+    """The heatmaps ``speedup_heatmaps`` draws: for each shape (op, B, M, dtype, distribution, seed), one
+    per mode other than eager, then one of ours vs the best torch contender where ours was measured."""
+    by_shape: dict[Shape, list[Result]] = defaultdict(list)
+    for r in record.results:
+        by_shape[shape_of(r)].append(r)
+    speedup = speedups(record.results)
+    versus = ours_vs_best(record.results)
+    out = []
+    for shape in sorted(by_shape, key=lambda s: (s.op, s.distribution, s.B, s.M, s.dtype, s.seed)):
+        rs = by_shape[shape]
+        seqlens = sorted({r.case.seqlen for r in rs})
+        sparsities = sorted({r.case.sparsity for r in rs})
+
+        def grid(cells: list[Result], values: dict) -> np.ndarray:
+            g = np.full((len(seqlens), len(sparsities)), np.nan)
+            for r in cells:
+                if r.key in values:
+                    v = values[r.key]
+                    g[seqlens.index(r.case.seqlen), sparsities.index(r.case.sparsity)] = v[0] if isinstance(v, tuple) else v
+            return g
+
+        for mode in ordered((r.mode for r in rs if r.mode != EAGER), mode_rank):
+            in_mode = [r for r in rs if r.mode == mode]
+            panels = [
+                Panel(impl, grid([r for r in in_mode if r.implementation == impl], speedup))
+                for impl in ordered((r.implementation for r in in_mode), impl_rank)
+            ]
+            left_out = Counter(r.status for r in rs if r.mode in (EAGER, mode) and r.status != OK)
+            out.append(Heatmap("speedup", shape, mode, seqlens, sparsities, panels, left_out))
+        ours = [r for r in rs if r.implementation == OURS]
+        if ours and any(r.implementation != OURS for r in rs):
+            panels = [
+                Panel(mode, grid([r for r in ours if r.mode == mode], versus))
+                for mode in ordered((r.mode for r in ours), mode_rank)
+            ]
+            left_out = Counter(r.status for r in ours if r.status != OK)
+            out.append(Heatmap("ours_vs_best", shape, None, seqlens, sparsities, panels, left_out))
+    return out
+
+
+@dataclass
+class Series:
+    implementation: str
+    mode: str
+    x: list[float]  # bytes moved
+    y: list[float]
+    cases: list[str]  # case labels, one per point
+
+
+@dataclass
+class Scatter:
+    """One op's points, one series per implementation × mode, against bytes moved."""
+
+    kind: str  # "roofline" or "latency"
+    op: str
+    metric: str  # roofline: "pct_of_copy" or "gbps"; latency: "device_us" or "wall_us"
+    series: list[Series]
+    left_out: Counter  # status -> cells not ok
+    unmeasured: int  # ok cells without the numbers this figure needs
+    copy_gbps: float | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}_{_slug(self.op)}"
+
+    @property
+    def ylabel(self) -> str:
+        return {
+            "pct_of_copy": "% of copy bandwidth",
+            "gbps": "GB/s (bytes moved / device time)",
+            "device_us": "device time per call (µs)",
+            "wall_us": "wall time per call, median (µs)",
+        }[self.metric]
+
+    @property
+    def title(self) -> str:
+        if self.kind == "roofline":
+            return f"{self.op}: {self.ylabel} against bytes moved"
+        return f"{self.op}: {self.ylabel.split(' (')[0]} against bytes moved"
+
+
+def roofline_data(record: RunRecord) -> list[Scatter]:
+    """Per op: % of copy bandwidth (GB/s where some cell lacks it) against bytes moved."""
+    out = []
+    for op, rs in _by_op(record.results).items():
+        ok = [r for r in rs if r.status == OK]
+        usable = [r for r in ok if r.bytes_moved and r.gbps is not None]
+        pct = bool(usable) and all(r.pct_of_copy is not None for r in usable)
+        metric = "pct_of_copy" if pct else "gbps"
+        series = _series(usable, lambda r: r.pct_of_copy if pct else r.gbps)
+        out.append(Scatter("roofline", op, metric, series, _not_ok(rs), len(ok) - len(usable), record.copy_gbps))
+    return out
+
+
+def latency_data(record: RunRecord) -> list[Scatter]:
+    """Per op: device time (wall median where some cell lacks device time) against bytes moved."""
+    out = []
+    for op, rs in _by_op(record.results).items():
+        ok = [r for r in rs if r.status == OK and r.bytes_moved and r.wall is not None]
+        device = bool(ok) and all(r.device_time is not None for r in ok)
+        metric = "device_us" if device else "wall_us"
+        series = _series(ok, lambda r: r.device_time.median_us if device else r.wall.median_ms * 1000)
+        unmeasured = sum(1 for r in rs if r.status == OK) - len(ok)
+        out.append(Scatter("latency", op, metric, series, _not_ok(rs), unmeasured, record.copy_gbps))
+    return out
+
+
+def _by_op(results: list[Result]) -> dict[str, list[Result]]:
+    out: dict[str, list[Result]] = defaultdict(list)
+    for r in results:
+        out[r.op].append(r)
+    return dict(sorted(out.items()))
+
+
+def _not_ok(results: list[Result]) -> Counter:
+    return Counter(r.status for r in results if r.status != OK)
+
+
+def _series(results: list[Result], y) -> list[Series]:
+    groups: dict[tuple[str, str], list[Result]] = defaultdict(list)
+    for r in results:
+        groups[(r.implementation, r.mode)].append(r)
+    out = []
+    for (impl, mode), rs in sorted(groups.items(), key=lambda kv: (impl_rank(kv[0][0]), mode_rank(kv[0][1]))):
+        rs = sorted(rs, key=lambda r: r.bytes_moved)
+        out.append(Series(impl, mode, [float(r.bytes_moved) for r in rs], [float(y(r)) for r in rs], [r.case.label for r in rs]))
+    return out
+
+
+# --- drawing --------------------------------------------------------------------------------------
+
+
+def speedup_heatmaps(record: RunRecord, out_dir: str | Path) -> list[PlotFile]:
+    """One figure per shape and non-eager mode (speedup vs eager per implementation), plus one per shape
+    of ours vs the best torch contender when ours was measured. Returns the files written."""
+    return [_save(_draw_heatmap(h, record.environment), out_dir, h.name, h.title) for h in heatmap_data(record)]
+
+
+def roofline(record: RunRecord, out_dir: str | Path) -> list[PlotFile]:
+    """Per op: % of copy bandwidth (or GB/s) against bytes moved, log x, one series per implementation × mode."""
+    return [_save(_draw_scatter(s, record.environment), out_dir, s.name, s.title) for s in roofline_data(record)]
+
+
+def latency(record: RunRecord, out_dir: str | Path) -> list[PlotFile]:
+    """Per op: device time (or wall median) against bytes moved, log-log, with the copy-bandwidth floor."""
+    return [_save(_draw_scatter(s, record.environment), out_dir, s.name, s.title) for s in latency_data(record)]
+
+
+def plot_all(record: RunRecord, out_dir: str | Path) -> list[PlotFile]:
+    """Every figure above, in the order heatmaps, roofline, latency."""
+    return speedup_heatmaps(record, out_dir) + roofline(record, out_dir) + latency(record, out_dir)
+
+
+def _draw_heatmap(h: Heatmap, environment: dict) -> Figure:
+    n = len(h.panels)
+    ncols = min(n, 3)
+    nrows = math.ceil(n / ncols)
+    cell_w, cell_h = max(0.75, 3.2 / len(h.sparsities)), max(0.45, 2.4 / len(h.seqlens))
+    fig = Figure(
+        figsize=(ncols * (len(h.sparsities) * cell_w + 1.3) + 1.2, nrows * (len(h.seqlens) * cell_h + 1.1) + 1.3),
+        layout="constrained",
+    )
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True)
+
+    finite = np.concatenate([p.values[np.isfinite(p.values) & (p.values > 0)] for p in h.panels])
+    spread = float(np.max(np.abs(np.log(finite)))) if finite.size else 0.0
+    lim = max(math.exp(spread) * 1.05, 1.25)
+    norm = LogNorm(vmin=1 / lim, vmax=lim)  # symmetric in log space: 1 sits in the middle of the colormap
+    cmap = colormaps["RdBu"].with_extremes(bad=_MISSING)  # red: slower than the baseline, blue: faster
+    fontsize = 9 if len(h.sparsities) <= 4 else 7
+    image = None
+    for ax, panel in zip(axes.flat, h.panels):
+        image = ax.imshow(np.ma.masked_invalid(panel.values), cmap=cmap, norm=norm, aspect="auto")
+        ax.set_title(panel.name, fontsize=10)
+        ax.set_xticks(range(len(h.sparsities)), [f"{s:g}" for s in h.sparsities])
+        ax.set_yticks(range(len(h.seqlens)), [str(L) for L in h.seqlens])
+        ax.set_xlabel("sparsity")
+        ax.set_ylabel("seqlen")
+        ax.label_outer()  # tick labels and axis names on the outer panels only
+        for (i, j), v in np.ndenumerate(panel.values):
+            if math.isfinite(v) and v > 0:
+                red, green, blue, _ = cmap(norm(v))
+                dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5
+                ax.text(j, i, _times(v), ha="center", va="center", fontsize=fontsize, color="white" if dark else "black")
+            else:
+                ax.text(j, i, "—", ha="center", va="center", fontsize=fontsize, color="#555555")
+    for k, ax in enumerate(axes.flat):
+        if k >= n:
+            ax.set_axis_off()
+        elif k + ncols >= n:  # nothing drawn below this panel: it shows the x axis
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel("sparsity")
+    if image is not None:
+        bar = fig.colorbar(image, ax=axes, shrink=0.9)
+        ticks = [t for t in _RATIO_TICKS if 1 / lim <= t <= lim]
+        bar.set_ticks(ticks, labels=[f"{t:g}×" for t in ticks])
+        bar.minorticks_off()
+        bar.set_label("speedup vs eager" if h.kind == "speedup" else f"best torch / {OURS}  (>1: {OURS} faster)")
+    fig.suptitle(f"{h.title}\n{environment_line(environment)}", fontsize=11)
+    fig.supxlabel(_note(h.left_out, 0, "") or "all cells ok", fontsize=8, color="#555555")
+    return fig
+
+
+_RATIO_TICKS = sorted({2.0**k for k in range(-10, 11)} | {0.8, 1.25})
+
+
+def _draw_scatter(s: Scatter, environment: dict) -> Figure:
+    fig = Figure(figsize=(10, 6), layout="constrained")
+    ax = fig.subplots()
+    impls = ordered((x.implementation for x in s.series), impl_rank)
+    modes = ordered((x.mode for x in s.series), mode_rank)
+    colors = colormaps["tab10"]
+    color = {name: colors(i % 10) for i, name in enumerate(impls)}
+    marker = {name: _MARKERS[i % len(_MARKERS)] for i, name in enumerate(modes)}
+    for x in s.series:
+        ax.plot(x.x, x.y, linestyle="none", marker=marker[x.mode], color=color[x.implementation],
+                markersize=6, alpha=0.85, markeredgewidth=0.5, markeredgecolor="white")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(EngFormatter(unit="B"))
+    ax.set_xlabel("bytes moved (the op's floor: read the input once, write the output once)")
+    ax.set_ylabel(s.ylabel)
+    ax.grid(True, which="major", alpha=0.3)
+    xs = [v for x in s.series for v in x.x]
+    if s.kind == "roofline":
+        if s.metric == "pct_of_copy":
+            ax.axhline(100, color="black", linestyle="--", linewidth=1)
+            ax.set_ylim(bottom=0)
+            label = f"copy bandwidth ({s.copy_gbps:.0f} GB/s)" if s.copy_gbps else "copy bandwidth"
+            ax.annotate(label, (0.01, 100), xycoords=("axes fraction", "data"), va="bottom", fontsize=8)
+        else:
+            ax.set_yscale("log")
+            if s.copy_gbps:
+                ax.axhline(s.copy_gbps, color="black", linestyle="--", linewidth=1, label="copy bandwidth")
+    else:
+        ax.set_yscale("log")
+        if s.copy_gbps and xs:
+            lo, hi = min(xs), max(xs)
+            floor = np.geomspace(lo, hi, 50) if hi > lo else np.array([lo])
+            ax.plot(floor, floor / (s.copy_gbps * 1e9) * 1e6, color="black", linestyle="--", linewidth=1)
+            ax.annotate(f"copy floor ({s.copy_gbps:.0f} GB/s)", (lo, lo / (s.copy_gbps * 1e9) * 1e6),
+                        xytext=(0, -4), textcoords="offset points", ha="left", va="top", fontsize=8)
+    impl_handles = [Line2D([], [], color=color[n], marker="o", linestyle="none", label=n) for n in impls]
+    mode_handles = [Line2D([], [], color="#444444", marker=marker[m], linestyle="none", label=m) for m in modes]
+    if impl_handles:
+        fig.legend(handles=impl_handles, title="implementation", loc="outside right upper", fontsize=8)
+        fig.legend(handles=mode_handles, title="mode", loc="outside right lower", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no ok cells to show", transform=ax.transAxes, ha="center", va="center")
+    fig.suptitle(f"{s.title}\n{environment_line(environment)}", fontsize=11)
+    missing = "without device time" if s.metric == "device_us" else "without the numbers"
+    fig.supxlabel(_note(s.left_out, s.unmeasured, missing) or "all cells ok", fontsize=8, color="#555555")
+    return fig
+
+
+def _note(left_out: Counter, unmeasured: int, why: str) -> str:
+    parts = []
+    if left_out:
+        n = sum(left_out.values())
+        detail = ", ".join(f"{c} {status}" for status, c in sorted(left_out.items()))
+        parts.append(f"{n} cell{'s' if n != 1 else ''} not ok left out ({detail})")
+    if unmeasured:
+        parts.append(f"{unmeasured} ok cell{'s' if unmeasured != 1 else ''} {why} left out")
+    return "; ".join(parts)
+
+
+def _save(fig: Figure, out_dir: str | Path, name: str, title: str) -> PlotFile:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    FigureCanvasAgg(fig)
+    png, svg = out / f"{name}.png", out / f"{name}.svg"
+    fig.savefig(png, dpi=DPI)
+    fig.set_layout_engine("none")  # keep the layout the PNG got: the SVG need not work it out again
+    fig.savefig(svg, metadata={"Date": None})  # no timestamp: the same results give the same file
+    return PlotFile(name, title, png, svg)
+
+
+def _times(v: float) -> str:
+    if v >= 10:
+        return f"{v:.0f}×"
+    if v >= 0.1:
+        return f"{v:.2f}×"
+    return f"{v:.2g}×"
+
+
+def _slug(s: str | None) -> str:
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", s or "").strip("-")

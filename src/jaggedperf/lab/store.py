@@ -1,0 +1,399 @@
+"""Results files: read either form into a ``RunRecord``, append to a sweep durably, write JSON and CSV.
+
+Two forms are read:
+
+- a JSON document, ``RunRecord.to_dict()``: ``{"environment": {...}, "copy_gbps": ..., "results": [...]}``;
+- JSON lines (sweeps, appended as cells finish). Each line is one JSON object, either an environment
+  header ``{"environment": {...}, "copy_gbps": ...}`` or one ``Result.to_dict()`` (a line holding a whole
+  document, with ``"results"``, is read as a header plus its results). A resumed sweep appends a new
+  header: the first environment wins and the later ones that differ from it are kept, in order, in
+  ``environment["more"]``. A cell written twice keeps its later line.
+
+A process killed while appending loses at most the line in flight: each line is written with one
+``write`` and then flushed and fsync'ed. Such an unfinished last line (no newline, not JSON) is skipped
+with a warning when reading; the next append cuts it off first so that the file stays one object per line.
+
+Every problem with a file's content raises ``ResultsFileError`` naming the file (and the line for JSON
+lines). Nothing here prints: warnings are returned to the caller.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Iterable
+
+from jaggedperf.inputs import Case
+from jaggedperf.lab.result import STATUSES, DeviceTime, Result, RunRecord, WallStats
+
+RESULT_KEYS = ("op", "implementation", "mode", "case", "device")  # a result line needs at least these
+CASE_KEYS = ("B", "M", "seqlen", "sparsity")  # a case needs at least these (the rest have defaults)
+_MARKERS = ('{"environment"', '{"op"')  # how the lines this module writes begin
+
+
+class ResultsFileError(Exception):
+    """A results file that cannot be read: missing, not JSON, or not shaped like results.
+
+    The message is one line that names the file (``path:line: ...`` where a line is known).
+    """
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+
+def load_results(path: str | os.PathLike) -> RunRecord:
+    """The ``RunRecord`` in ``path`` (either form). Raises ``ResultsFileError``; see ``read_results`` for warnings."""
+    return read_results(path)[0]
+
+
+def read_results(path: str | os.PathLike) -> tuple[RunRecord, list[str]]:
+    """The ``RunRecord`` in ``path`` and the warnings met while reading it (unfinished last line, repeated cells)."""
+    path = Path(path)
+    text = _read_text(path)
+    if not text.strip():
+        return RunRecord({}, [], None), [f"{path}: empty file, no results"]
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        first = next(line.strip() for line in text.splitlines() if line.strip())
+        if first.startswith(_MARKERS) or isinstance(_try_json(first), dict):
+            return _read_lines(path, text)
+        raise _error(path, err.lineno, f"not JSON ({err.msg}, column {err.colno})") from None
+    if not isinstance(doc, dict):
+        raise _error(path, None, f"expected a JSON object (a run record) or JSON lines, got a {_kind(doc)}")
+    if "results" in doc:
+        return _record_from_document(path, doc), []
+    # One JSON object that is not a document: a JSON-lines file of a single line.
+    return _read_lines(path, text)
+
+
+def finished_keys(path: str | os.PathLike) -> tuple[set[tuple], list[str]]:
+    """Keys (``Result.key``) of the cells already in ``path``, whatever their status, for a resumed sweep.
+
+    A missing file has none. Returns ``(keys, warnings)``; an unfinished last line is not a finished cell
+    and is reported in ``warnings``. Raises ``ResultsFileError`` for anything else wrong with the file.
+    """
+    path = Path(path)
+    if not path.exists():
+        return set(), []
+    record, warnings = read_results(path)
+    return {r.key for r in record.results}, warnings
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ResultsFileError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ResultsFileError(f"{path}: is a directory, not a results file") from None
+    except UnicodeDecodeError as err:
+        raise ResultsFileError(f"{path}: not a text file (byte {err.start} is not UTF-8)") from None
+    except OSError as err:
+        raise ResultsFileError(f"{path}: cannot read ({err.strerror or err})") from None
+
+
+def _read_lines(path: Path, text: str) -> tuple[RunRecord, list[str]]:
+    lines = text.split("\n")
+    unterminated = not text.endswith("\n")  # the last line is still being (or was never fully) written
+    last = max(i for i, line in enumerate(lines) if line.strip())
+    warnings: list[str] = []
+    environment: dict[str, Any] | None = None
+    copy_gbps: float | None = None
+    more: list[dict] = []
+    results: dict[tuple, Result] = {}  # by key, in first-seen order; a later line for a cell replaces it
+    seen_at: dict[tuple, int] = {}
+
+    def add_header(lineno: int, env: Any, gbps: Any) -> None:
+        nonlocal environment, copy_gbps
+        if not isinstance(env, dict):
+            raise _error(path, lineno, f'"environment" must be an object, got a {_kind(env)}')
+        gbps = _number_or_none(path, lineno, "copy_gbps", gbps)
+        if environment is None:
+            environment, copy_gbps = dict(env), gbps
+            return
+        if copy_gbps is None:
+            copy_gbps = gbps
+        later = dict(env)
+        if gbps is not None and gbps != copy_gbps:
+            later["copy_gbps"] = gbps
+        if later != {k: v for k, v in environment.items() if k != "more"} and later not in more:
+            more.append(later)
+
+    def add_result(lineno: int, d: dict, where: str) -> None:
+        result = _result_from_dict(path, lineno, d, where)
+        if result.key in results:
+            warnings.append(
+                f"{path}:{lineno}: repeats the cell of line {seen_at[result.key]} "
+                f"({result.implementation} {result.mode} {result.case.label}); the later line is kept"
+            )
+        results[result.key] = result
+        seen_at[result.key] = lineno
+
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        lineno = i + 1
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as err:
+            if i == last and unterminated:
+                warnings.append(f"{path}:{lineno}: unfinished last line (a run stopped while writing it?); skipped")
+                break
+            raise _error(path, lineno, f"not JSON ({err.msg}, column {err.colno})") from None
+        if not isinstance(d, dict):
+            raise _error(path, lineno, f"expected a JSON object, got a {_kind(d)}")
+        if "results" in d:  # a whole document on one line
+            rs = d["results"]
+            if not isinstance(rs, list):
+                raise _error(path, lineno, f'"results" must be a list, got a {_kind(rs)}')
+            add_header(lineno, d.get("environment", {}), d.get("copy_gbps"))
+            for j, r in enumerate(rs):
+                add_result(lineno, r, f"results[{j}]: ")
+        elif "environment" in d and "op" not in d:
+            add_header(lineno, d["environment"], d.get("copy_gbps"))
+        else:
+            add_result(lineno, d, "")
+
+    env = environment if environment is not None else {}
+    if more:
+        env["more"] = list(env.get("more", [])) + more
+    return RunRecord(env, list(results.values()), copy_gbps), warnings
+
+
+def _record_from_document(path: Path, doc: dict) -> RunRecord:
+    env = doc.get("environment", {})
+    if env is None:
+        env = {}
+    if not isinstance(env, dict):
+        raise _error(path, None, f'"environment" must be an object, got a {_kind(env)}')
+    rs = doc["results"]
+    if not isinstance(rs, list):
+        raise _error(path, None, f'"results" must be a list, got a {_kind(rs)}')
+    results = [_result_from_dict(path, None, r, f"results[{j}]: ") for j, r in enumerate(rs)]
+    return RunRecord(env, results, _number_or_none(path, None, "copy_gbps", doc.get("copy_gbps")))
+
+
+def _result_from_dict(path: Path, lineno: int | None, d: Any, where: str) -> Result:
+    if not isinstance(d, dict):
+        raise _error(path, lineno, f"{where}expected a result object, got a {_kind(d)}")
+    missing = [k for k in RESULT_KEYS if k not in d]
+    if missing:
+        what = "neither an environment header nor a result: " if not where and "environment" not in d else where
+        raise _error(path, lineno, f"{what}missing key{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}")
+    case = d["case"]
+    if not isinstance(case, dict):
+        raise _error(path, lineno, f'{where}"case" must be an object, got a {_kind(case)}')
+    missing = [k for k in CASE_KEYS if k not in case]
+    if missing:
+        raise _error(path, lineno, f"{where}case is missing {', '.join(map(repr, missing))}")
+    status = d.get("status", "ok")
+    if status not in STATUSES:
+        raise _error(path, lineno, f"{where}unknown status {status!r} (expected one of {', '.join(STATUSES)})")
+    try:
+        return Result.from_dict(d)
+    except (TypeError, ValueError, KeyError) as err:
+        raise _error(path, lineno, f"{where}not a valid result ({_one_line(err)})") from None
+
+
+def _number_or_none(path: Path, lineno: int | None, name: str, v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _error(path, lineno, f'"{name}" must be a number or null, got {v!r}')
+    return float(v)
+
+
+def _error(path: Path, lineno: int | None, msg: str) -> ResultsFileError:
+    where = f"{path}:{lineno}" if lineno is not None else f"{path}"
+    return ResultsFileError(_one_line(f"{where}: {msg}"))
+
+
+def _one_line(x: Any) -> str:
+    return " ".join(str(x).split())
+
+
+def _kind(v: Any) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(v), "number")
+
+
+def _try_json(s: str) -> Any:
+    try:
+        return json.loads(s)
+    except json.JSONDecodeError:
+        return None
+
+
+# --- appending (sweeps) ---------------------------------------------------------------------------
+
+
+def write_environment_header(path: str | os.PathLike, environment: dict[str, Any], copy_gbps: float | None) -> None:
+    """Append an environment header line to the JSON-lines file ``path`` (created if missing)."""
+    _append_line(Path(path), {"environment": environment, "copy_gbps": copy_gbps})
+
+
+def append_result(path: str | os.PathLike, result: Result) -> None:
+    """Append ``result`` as one JSON line to ``path`` (created if missing), flushed and fsync'ed.
+
+    If the file ends in an unfinished line (a writer killed mid-line), that line is cut off first; if it
+    is in fact a complete JSON object missing only its newline, the newline is added instead. Raises
+    ``ResultsFileError``, leaving the file as it was, when it is not JSON lines (a pretty-printed
+    document, say) or ends in a line this module did not begin. One writer at a time.
+    """
+    _append_line(Path(path), result.to_dict())
+
+
+def _append_line(path: Path, obj: dict) -> None:
+    line = (json.dumps(obj) + "\n").encode("utf-8")  # serialise first: a failure here leaves the file as it was
+    path.parent.mkdir(parents=True, exist_ok=True)
+    created = not path.exists()
+    with open(path, "ab") as f:
+        _end_on_a_line_boundary(path, f)
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+    if created:
+        _fsync_dir(path.parent)
+
+
+def _end_on_a_line_boundary(path: Path, f) -> None:
+    """Before appending to ``f`` (``path`` open for appending, binary): make sure the file is JSON lines and
+    ends with a newline. An unfinished last line that this module began (a writer killed mid-line) is cut
+    off; a complete object missing only its newline gets one. Anything else is left alone and refused."""
+    size = f.seek(0, os.SEEK_END)
+    if size == 0:
+        return
+    with open(path, "rb") as r:
+        first = r.readline(1 << 20)
+        if first.endswith(b"\n") and not isinstance(_try_json(first.decode("utf-8", "replace")), dict):
+            raise ResultsFileError(f"{path}:1: not a JSON-lines results file (one JSON object per line); "
+                                   "not appending to it")
+        r.seek(size - 1)
+        if r.read(1) == b"\n":
+            return
+        # Find the start of the unfinished line, reading backwards in blocks.
+        start, pos, block = 0, size, 1 << 16
+        while pos > 0:
+            step = min(block, pos)
+            pos -= step
+            r.seek(pos)
+            chunk = r.read(step)
+            nl = chunk.rfind(b"\n")
+            if nl >= 0:
+                start = pos + nl + 1
+                break
+        r.seek(start)
+        tail = r.read()
+    if isinstance(_try_json(tail.decode("utf-8", "replace")), dict):
+        f.write(b"\n")
+    elif tail.startswith(tuple(m.encode() for m in _MARKERS)):
+        f.truncate(start)
+        f.seek(start)
+    else:
+        lineno = 1 + sum(chunk.count(b"\n") for chunk in _blocks(path, start))
+        raise ResultsFileError(f"{path}:{lineno}: last line is not JSON and not one this program began; "
+                               "fix or remove it before appending")
+
+
+def _blocks(path: Path, end: int, size: int = 1 << 20):
+    with open(path, "rb") as r:
+        pos = 0
+        while pos < end:
+            chunk = r.read(min(size, end - pos))
+            if not chunk:
+                return
+            pos += len(chunk)
+            yield chunk
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # not possible on every platform; the data itself is already on disk
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# --- whole files ----------------------------------------------------------------------------------
+
+
+def write_json(path: str | os.PathLike, record: RunRecord) -> None:
+    """Write ``record`` as one JSON document, atomically: a reader sees the old file or the new one."""
+    write_text_atomic(path, json.dumps(record.to_dict(), indent=1) + "\n")
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def csv_row(result: Result) -> dict[str, Any]:
+    """One result as flat columns: scalar fields as they are, ``case``/``wall``/``device_time`` expanded
+    into ``case.B``, ``wall.median_ms``, ``device_time.median_us``, ..., kernel names joined by ``;``
+    and each ``extra`` entry as ``extra.<name>`` (JSON when it is not a scalar)."""
+    row: dict[str, Any] = {}
+    for f in fields(Result):
+        v = getattr(result, f.name)
+        if f.name == "case":
+            row["case_label"] = result.case.label
+            row.update({f"case.{k}": x for k, x in result.case.to_dict().items()})
+        elif f.name == "wall":
+            row.update(_expand("wall", WallStats, v))
+        elif f.name == "device_time":
+            row.update(_expand("device_time", DeviceTime, v))
+        elif f.name == "kernel_names":
+            row["kernel_names"] = ";".join(v)
+        elif f.name == "extra":
+            for k, x in v.items():
+                row[f"extra.{k}"] = x if x is None or isinstance(x, (str, int, float, bool)) else json.dumps(x)
+        else:
+            row[f.name] = v
+    return row
+
+
+def csv_columns(results: Iterable[Result]) -> list[str]:
+    """Column names for ``results``: the fixed ones in field order, then every ``extra.*`` seen, sorted."""
+    results = list(results)
+    fixed = list(csv_row(Result("", "", "", Case(0, 1, 0, 0.0), "")).keys())
+    extra = sorted({k for r in results for k in csv_row(r) if k.startswith("extra.")})
+    return fixed + extra
+
+
+def write_csv(path: str | os.PathLike, results: Iterable[Result]) -> None:
+    """Write ``results`` as CSV (one row per cell, the columns of ``csv_columns``), atomically."""
+    results = list(results)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=csv_columns(results), restval="", lineterminator="\n")
+    writer.writeheader()
+    for r in results:
+        writer.writerow({k: ("" if v is None else v) for k, v in csv_row(r).items()})
+    write_text_atomic(path, buf.getvalue())
+
+
+def _expand(prefix: str, cls, v) -> dict[str, Any]:
+    return {f"{prefix}.{f.name}": (getattr(v, f.name) if v is not None else None) for f in fields(cls)}

@@ -1,0 +1,102 @@
+import re
+
+import pytest
+
+from jaggedperf.lab.markdown import render_report
+from jaggedperf.lab.result import OK, RunRecord
+from lab.fake_results import ENVIRONMENT, MODES, make_record
+
+
+@pytest.fixture(scope="module")
+def record() -> RunRecord:
+    return make_record()
+
+
+@pytest.fixture(scope="module")
+def report(record) -> str:
+    return render_report(record, {"Roofline": "run-plots/roofline_jagged_mean.png", "A (b) c": "dir with space/x.png"})
+
+
+def section(report: str, title: str) -> str:
+    start = report.index(f"\n{title}\n")
+    nxt = report.find("\n## ", start + len(title) + 2)
+    return report[start: nxt if nxt >= 0 else None]
+
+
+def rows(text: str) -> list[list[str]]:
+    return [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("|---")]
+
+
+def test_environment_table(report):
+    env = rows(section(report, "## Environment"))
+    assert ["gpu", "NVIDIA H200"] in env and ["torch", "2.13.0+cu130"] in env and ["triton", "3.6.0"] in env
+    assert ["command", f"`{ENVIRONMENT['command']}`"] in env
+    assert ["copy bandwidth", "3900 GB/s"] in env
+
+
+def test_status_summary(report, record):
+    text = section(report, "## Status")
+    n = len(record.results)
+    assert f"375 ok · 1 wrong · 6 skipped · 14 error of {n} cells." in text
+    table = rows(text)
+    assert table[0] == ["mode", "ok", "wrong", "skipped", "error"]
+    assert ["graph", "54", "0", "1", "11"] in table
+
+
+def test_seed_style_table_per_case_and_mode(report, record):
+    text = section(report, "## Speedup vs eager")
+    for mode in MODES[1:]:
+        assert f"\n### {mode}\n" in text
+    # the first case under max-autotune-no-cudagraphs: sum_padded's eager and compiled wall and the speedup
+    block = text[text.index("### compile:max-autotune-no-cudagraphs"):]
+    block = block[block.index("#### B512-M64-L100-s0.1"):]
+    table = rows(block[: block.index("\n####", 5)])
+    assert table[0] == ["implementation", "eager ms", "compile:max-autotune-no-cudagraphs ms", "speedup"]
+    eager, compiled = [r for r in record.results if r.implementation == "sum_padded" and r.case.label == "B512-M64-L100-s0.1"
+                       and r.mode in ("eager", "compile:max-autotune-no-cudagraphs")]
+    row = next(r for r in table if r[0] == "sum_padded")
+    assert float(row[1]) == pytest.approx(eager.wall.median_ms, rel=1e-3)
+    assert float(row[2]) == pytest.approx(compiled.wall.median_ms, rel=1e-3)
+    ratio = eager.wall.median_ms / compiled.wall.median_ms
+    assert ratio < 1 and row[3] == f"**{ratio:.2f}×**"  # slower than eager stands out
+    # a failing cell shows its status instead of a time
+    block = text[text.index("### compile:max-autotune\n"):]
+    block = block[block.index("#### B512-M64-L10000-s0.1"):]
+    assert ["unbind_mean", next(r for r in rows(block) if r[0] == "unbind_mean")[1], "error", "—"] in rows(block)
+
+
+def test_full_table_and_failures(report, record):
+    table = rows(section(report, "## All cells"))
+    assert table[0] == ["case", "implementation", "mode", "status", "wall ms (median ± std)", "device µs", "host µs",
+                        "kernels/call", "GB/s", "% copy", "speedup", "compile s"]
+    assert len(table) == len(record.results) + 1
+    r = next(r for r in record.results if r.status == OK and r.implementation == "jaggedperf" and r.mode == "eager")
+    row = next(x for x in table if x[:3] == [r.case.label, "jaggedperf", "eager"])
+    assert row[4] == f"{r.wall.median_ms:.4g} ± {r.wall.std_ms:.2g}" and row[5] == f"{r.device_time.median_us:.1f}"
+    assert row[8] == f"{r.gbps:.0f}" and row[9] == f"{r.pct_of_copy:.1f}"
+    failures = rows(section(report, "## Failures"))
+    assert len(failures) == 1 + sum(r.status != OK for r in record.results)
+    assert failures[1][0] == "wrong" and "0.31" in failures[1][4]
+    # a reason with a pipe stays inside its cell
+    assert any(f[4] == r"RuntimeError: operation not permitted when stream is capturing \| capture failed" for f in failures)
+
+
+def test_plots_are_linked_relatively(report):
+    text = section(report, "## Plots")
+    assert "![Roofline](run-plots/roofline_jagged_mean.png)" in text
+    assert "![A (b) c](<dir with space/x.png>)" in text
+
+
+def test_without_plots_and_with_resumed_headers(record):
+    env = dict(record.environment, more=[dict(record.environment, date="2026-12-02T08:00:00+00:00")])
+    text = render_report(RunRecord(env, record.results[:40], record.copy_gbps))
+    assert "## Plots" not in text
+    assert "1. date = 2026-12-02T08:00:00+00:00" in text
+
+
+def test_empty_and_all_ok_runs_render():
+    text = render_report(RunRecord({}, [], None))
+    assert "0 cells on unknown GPU" in text and "None: every cell is ok." in text
+    ok = [r for r in make_record().results if r.status == OK][:10]
+    assert "None: every cell is ok." in render_report(RunRecord({}, ok, None))

@@ -1,0 +1,119 @@
+"""jaggedperf plot | compare | report, through jaggedperf.cli.main."""
+
+import json
+import re
+
+import pytest
+
+from jaggedperf.cli import main
+from jaggedperf.lab.result import RunRecord
+from jaggedperf.lab.store import append_result, write_environment_header, write_json
+from lab.fake_results import make_record, scaled
+
+
+@pytest.fixture(scope="module")
+def record() -> RunRecord:
+    return make_record()
+
+
+@pytest.fixture(scope="module")
+def small(record) -> RunRecord:
+    """Few figures: one bf16 case pair, eager and one compiled mode."""
+    keep = [r for r in record.results if r.case.dtype == "bfloat16" and r.mode in ("eager", "compile:default")]
+    return RunRecord(record.environment, keep, record.copy_gbps)
+
+
+def sweep_file(path, record):
+    write_environment_header(path, record.environment, record.copy_gbps)
+    for r in record.results:
+        append_result(path, r)
+    return path
+
+
+def is_target(r):
+    return (r.implementation, r.mode, r.case.seqlen) == ("sum_padded", "eager", 100)
+
+
+def test_compare_exit_code_only_fails_when_asked(tmp_path, record, capsys):
+    a = tmp_path / "a.json"
+    b = tmp_path / "b.jsonl"
+    write_json(a, record)
+    sweep_file(b, scaled(record, 1.5, is_target))
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "3 regression" in out and "B512-M64-L100-s0.1" in out
+    out_json = tmp_path / "cmp.json"
+    assert main(["compare", str(a), str(b), "--fail-on-regression", "--json", str(out_json)]) == 1
+    d = json.loads(out_json.read_text())
+    assert d["counts"]["regression"] == 3
+    assert {c["case_label"] for c in d["cells"] if c["verdict"] == "regression"} == {
+        "B512-M64-L100-s0.1", "B512-M64-L100-s0.5", "B512-M64-L100-s0.9"}
+    # within the spread: no regression, exit 0 even with the flag
+    c = tmp_path / "c.jsonl"
+    sweep_file(c, scaled(record, 1.02, is_target))
+    capsys.readouterr()
+    assert main(["compare", str(a), str(c), "--fail-on-regression", "--changed"]) == 0
+    assert "regression" not in capsys.readouterr().out
+
+
+def test_corrupt_file_is_one_clean_error_line(tmp_path, small, capsys):
+    path = sweep_file(tmp_path / "sweep.jsonl", small)
+    lines = path.read_text().splitlines()
+    lines[3] = "{not json"
+    path.write_text("\n".join(lines) + "\n")
+    good = tmp_path / "good.json"
+    write_json(good, small)
+    for argv in (["plot", str(path)], ["report", str(path), "-o", str(tmp_path / "r.md")], ["compare", str(good), str(path)]):
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        assert captured.err.count("\n") == 1 and "Traceback" not in captured.err + captured.out
+        assert re.fullmatch(r"jaggedperf: error: .*sweep\.jsonl:4: not JSON \(.*\)\n", captured.err)
+    assert not (tmp_path / "r.md").exists()
+
+
+def test_missing_file_and_unwritable_output(tmp_path, small, capsys):
+    assert main(["report", str(tmp_path / "nope.jsonl"), "-o", str(tmp_path / "r.md")]) == 2
+    assert capsys.readouterr().err == f"jaggedperf: error: {tmp_path / 'nope.jsonl'}: no such file\n"
+    good = tmp_path / "good.json"
+    write_json(good, small)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["report", str(good), "-o", str(blocker / "r.md"), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaggedperf: error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_truncated_sweep_still_plots_with_a_warning(tmp_path, small, capsys):
+    path = sweep_file(tmp_path / "sweep.jsonl", small)
+    with open(path, "a") as f:
+        f.write('{"op": "jagged_mean", "implem')
+    assert main(["plot", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "jaggedperf: warning:" in captured.err and "unfinished last line" in captured.err
+    folder = tmp_path / "sweep-plots"  # default: beside the results file
+    pngs = sorted(p.name for p in folder.glob("*.png"))
+    assert len(pngs) == len(list(folder.glob("*.svg"))) == 4  # speedup, ours vs best, roofline, latency
+    assert all((folder / p).stat().st_size > 0 for p in pngs)
+    assert "wrote 4 figures" in captured.out
+
+
+def test_report_with_and_without_plots(tmp_path, small):
+    results = tmp_path / "run.json"
+    write_json(results, small)
+    out = tmp_path / "reports" / "report.md"
+    assert main(["report", str(results), "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "## Speedup vs eager" in text and "## All cells" in text and "## Failures" in text
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert len(links) == 4 and all(link.startswith("report-plots/") for link in links)
+    assert all((out.parent / link).is_file() for link in links)  # relative to the report
+    bare = tmp_path / "bare.md"
+    assert main(["report", str(results), "-o", str(bare), "--no-plots"]) == 0
+    assert "## Plots" not in bare.read_text() and not (tmp_path / "bare-plots").exists()
+
+
+def test_plot_into_a_chosen_folder(tmp_path, small, capsys):
+    results = tmp_path / "run.json"
+    write_json(results, small)
+    assert main(["plot", str(results), "-o", str(tmp_path / "figs")]) == 0
+    assert len(list((tmp_path / "figs").glob("*.png"))) == 4 and not (tmp_path / "run-plots").exists()
