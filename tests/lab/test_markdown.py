@@ -97,6 +97,6 @@ def test_without_plots_and_with_resumed_headers(record):
 
 def test_empty_and_all_ok_runs_render():
     text = render_report(RunRecord({}, [], None))
-    assert "0 cells on unknown GPU" in text and "None: every cell is ok." in text
+    assert "0 cells on unknown device" in text and "None: every cell is ok." in text
     ok = [r for r in make_record().results if r.status == OK][:10]
     assert "None: every cell is ok." in render_report(RunRecord({}, ok, None))

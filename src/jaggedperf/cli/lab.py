@@ -86,7 +86,7 @@ def execute(args, op, cases, impls, modes, *, compiled_mode) -> int:
     if options.device.type == "cpu":
         err.print("[yellow]No CUDA GPU in use: running on the CPU. The seed's table was measured on a GPU; "
                   "CPU numbers show the method, not the GPU finding.[/yellow]")
-    record = run_with_progress(cells, options, err)
+    record = run_with_progress(cells, options, err, save_to=args.json)
     if compiled_mode:
         out.print(report.seed_table(record.results, compiled_mode))
     out.print(report.cells_table(record.results))
@@ -97,7 +97,6 @@ def execute(args, op, cases, impls, modes, *, compiled_mode) -> int:
             out.print(f"• {line}", markup=False, highlight=False)
     _footer(out, record)
     if args.json:
-        write_json(args.json, record)
         err.print(f"wrote {args.json}")
     if args.csv:
         write_csv(args.csv, record.results)
@@ -111,7 +110,8 @@ def console() -> Console:
     return c if c.is_terminal else Console(width=max(c.width, 160))
 
 
-def run_with_progress(cells, options, console: Console) -> RunRecord:
+def run_with_progress(cells, options, console: Console, save_to: str | None = None) -> RunRecord:
+    """Run with a progress bar; with ``save_to``, the JSON is rewritten (atomically) after every cell."""
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn()]
     with Progress(*columns, console=console, transient=True, disable=len(cells) < 2) as progress:
@@ -120,8 +120,10 @@ def run_with_progress(cells, options, console: Console) -> RunRecord:
         def on_start(cell):
             progress.update(task, description=f"{cell.implementation} · {cell.mode} · {cell.case.label}")
 
-        def on_result(_):
+        def on_result(_, record):
             progress.advance(task)
+            if save_to:
+                write_json(save_to, record)
 
         return runner.run(cells, options, on_start=on_start, on_result=on_result)
 

@@ -67,12 +67,13 @@ def run(
     options: Options,
     *,
     on_start: Callable[[Cell], None] | None = None,
-    on_result: Callable[[Result], None] | None = None,
+    on_result: Callable[[Result, RunRecord], None] | None = None,
 ) -> RunRecord:
+    """Run every cell. ``on_result(result, record)`` sees the record growing, so a caller can save it
+    after each cell (a killed run then keeps every finished result)."""
     if options.cold_compile:
         modes_mod.disable_compile_caches()
-    copy_gbps = measure_copy_bandwidth(options.device)
-    results: list[Result] = []
+    record = RunRecord(environment(), [], measure_copy_bandwidth(options.device))
     case_data: tuple[Case, JaggedBatch | Exception, torch.Tensor | None] | None = None
     for cell in cells:
         if on_start:
@@ -85,12 +86,12 @@ def run(
             result = Result(cell.op, cell.implementation, cell.mode, cell.case, options.device.type,
                             status=SKIPPED if isinstance(batch, _TooLarge) else ERROR, reason=f"input: {batch}")
         else:
-            result = run_cell(cell, batch, reference, options, copy_gbps)
-        results.append(result)
+            result = run_cell(cell, batch, reference, options, record.copy_gbps)
+        record.results.append(result)
+        attach_speedups(record.results)
         if on_result:
-            on_result(result)
-    attach_speedups(results)
-    return RunRecord(environment(), results, copy_gbps)
+            on_result(result, record)
+    return record
 
 
 def measure_copy_bandwidth(device: torch.device) -> float | None:

@@ -151,5 +151,5 @@ def shape_of(r: Result) -> Shape:
 
 def environment_line(environment: dict[str, Any]) -> str:
     """``NVIDIA H200 · torch 2.13.0 · triton 3.6.0`` from a run's environment (``?`` where unknown)."""
-    gpu = environment.get("gpu") or "unknown GPU"
+    gpu = environment.get("gpu") or ("CPU" if "torch" in environment else "unknown device")
     return f"{gpu} · torch {environment.get('torch') or '?'} · triton {environment.get('triton') or '?'}"
