@@ -54,3 +54,25 @@ def test_repro_eager_only_on_cpu_prints_the_seed_shapes(capsys):
     captured = capsys.readouterr()
     assert "B512-M64-L100-s0.1" in captured.out and "B512-M64-L500-s0.75" in captured.out
     assert "CPU" in captured.err
+
+
+def test_an_interrupted_run_keeps_the_finished_cells_in_its_json(tmp_path, monkeypatch):
+    from jaggedperf.lab import runner
+    from jaggedperf.lab.store import load_results
+
+    real = runner.run_cell
+    calls = []
+
+    def interrupt_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_cell", interrupt_second)
+    path = tmp_path / "r.json"
+    with pytest.raises(KeyboardInterrupt):
+        main(["run", *SMALL, "--impls", "sum_padded,segment_reduce", "--modes", "eager", "--device", "cpu",
+              "--json", str(path)])
+    (kept,) = load_results(path).results
+    assert kept.implementation == "sum_padded" and kept.status == "ok"
