@@ -6,7 +6,7 @@ import pytest
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 # Examples per interpreter property test (each one launches real kernels in the interpreter: ~0.1 s).
-INTERP_EXAMPLES = {"ci": 30, "dev": 400}.get(PROFILE, 30)
+INTERP_EXAMPLES = {"ci": 60, "dev": 600}.get(PROFILE, 60)
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 needs_interpreter = pytest.mark.skipif(

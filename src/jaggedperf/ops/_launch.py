@@ -12,7 +12,8 @@ int32. The caller builds it (cheaply: it knows its own arguments).
 
 Three tiers, tried in order; a tier is used only after it has *verified itself* on the second call
 for a key (the JIT launch and the tier's launch, each into outputs poisoned with a fixed byte
-pattern, must agree bitwise: one sync, once per key):
+pattern, must agree bitwise: one sync, once per key; a check in which the kernel wrote nothing
+counts only for a tier already proven by one in which it did):
 
 - ``run``: ``compiled.run(gx, gy, gz, stream, function, packed_metadata, ...)``, the launcher call
   the JIT itself makes in triton 3.3–3.7 (hooks and launch metadata filled in as the JIT does);
@@ -48,6 +49,7 @@ class _State:
     reasons: list[str] = field(default_factory=list)  # why tiers were dropped
     counts: dict[str, int] = field(default_factory=lambda: {t: 0 for t in TIERS})
     verifications: int = 0
+    trusted: set[str] = field(default_factory=set)  # tiers that passed a check in which the kernel wrote
 
 
 _state = _State()
@@ -63,6 +65,7 @@ def launch_path() -> dict:
         "forced": _forced,
         "verified_tier": _state.verified_tier,
         "verifications": _state.verifications,
+        "trusted": sorted(_state.trusted),
         "launches": dict(_state.counts),
         "compiled_kernels_cached": len(_cache),
         "dropped": list(_state.reasons),
@@ -109,10 +112,14 @@ def launch(kernel, grid: tuple, args: tuple, num_warps: int, key: tuple, written
             with _lock:
                 _cache[key] = _Entry(compiled)
         return
-    if tier == "jit" or torch.cuda.is_current_stream_capturing():
+    if tier == "jit" or _capturing():
         _jit(kernel, grid, args, num_warps)
         return
     _verify(kernel, grid, args, num_warps, entry, written)
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def _jit(kernel, grid, args, num_warps):
@@ -121,7 +128,14 @@ def _jit(kernel, grid, args, num_warps):
 
 
 def _verify(kernel, grid, args, num_warps, entry: _Entry, written: tuple) -> None:
+    """Check the best remaining tier on this call, then launch for real (outputs end up correct).
+
+    JIT and tier each run into outputs poisoned with POISON_BYTE; they must agree bitwise. A check in
+    which the kernel wrote nothing (all poison: e.g. a combine with no split segment) proves nothing
+    about a tier: it verifies the key only once the tier has passed a check that wrote something.
+    """
     _state.verifications += 1
+    before = [w.clone() for w in written]  # a kernel may write only part of a tensor another one filled
     while _state.tier != "jit":
         tier = _state.tier
         try:
@@ -131,16 +145,31 @@ def _verify(kernel, grid, args, num_warps, entry: _Entry, written: tuple) -> Non
             _poison(written)
             _FAST[tier](entry.compiled, grid, args)
             same = all(_bitwise_equal(a, b) for a, b in zip(expected, written))
+            wrote = any(bool((e.view(torch.uint8) != POISON_BYTE).any()) for e in expected)
         except Exception as exc:  # noqa: BLE001
             _drop(tier, f"{type(exc).__name__}: {exc}")
             continue
-        if same:
+        if not same:
+            _drop(tier, "output differs from the JIT launch")
+            continue
+        if wrote:
+            _state.trusted.add(tier)
+        _restore(written, before)
+        if tier in _state.trusted:
             entry.verified = True
             _state.verified_tier = tier
+            _FAST[tier](entry.compiled, grid, args)
             _state.counts[tier] += 1
-            return
-        _drop(tier, "output differs from the JIT launch")
-    _jit(kernel, grid, args, num_warps)  # leave correct outputs behind
+        else:
+            _jit(kernel, grid, args, num_warps)  # nothing proven yet: check again next call
+        return
+    _restore(written, before)
+    _jit(kernel, grid, args, num_warps)
+
+
+def _restore(written, before) -> None:
+    for w, b in zip(written, before):
+        w.copy_(b)
 
 
 def _drop(tier: str, reason: str) -> None:
@@ -150,6 +179,7 @@ def _drop(tier: str, reason: str) -> None:
         _state.reasons.append(f"{tier}: {reason}")
         _state.tier = TIERS[TIERS.index(tier) + 1]
         _state.verified_tier = None
+        _state.trusted.discard(tier)
         for e in _cache.values():
             e.verified = False
 
