@@ -219,3 +219,28 @@ def test_ops_do_not_import_the_lab():
             if isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
             assert not any(n.startswith(("jaggedperf.lab", "jaggedperf.impls")) for n in names), path
+
+
+@needs_interpreter
+def test_galloping_search_finds_the_first_segment_at_or_after_x_from_any_hint():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def probe(offsets_ptr, xs_ptr, hints_ptr, out_ptr, n_segments):
+        i = tl.program_id(0)
+        x = tl.load(xs_ptr + i)
+        hint = tl.load(hints_ptr + i)
+        tl.store(out_ptr + i, reduce._lower_bound(offsets_ptr, n_segments, x, hint))
+
+    gen = torch.Generator().manual_seed(0)
+    for lengths in ([], [0], [4], [0, 0, 3, 0, 2, 0, 0], [1] * 9, [0, 40, 1, 1, 0, 7, 0, 0, 2, 0, 0]):
+        offsets = lengths_to_offsets(lengths)
+        n = int(offsets[-1])
+        B = len(lengths)
+        xs = torch.randint(-1, n + 2, (40,), generator=gen)
+        hints = torch.randint(-3, B + 4, (40,), generator=gen)
+        out = torch.empty(40, dtype=torch.int64)
+        probe[(40,)](offsets, xs, hints, out, B)
+        expected = torch.searchsorted(offsets[:B].contiguous(), xs, side="left") if B else torch.zeros(40, dtype=torch.int64)
+        assert torch.equal(out, expected), (lengths, xs, hints, out, expected)

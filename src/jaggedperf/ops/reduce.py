@@ -9,18 +9,21 @@ Design (balanced whatever the lengths, and the host never reads them):
 - The flat row range [0, N) is cut into C equal *chunks* of R rows; R comes from N and a target
   program count only (``_chunking``), with plain integer arithmetic so that under
   ``torch.compile(dynamic=True)`` one graph serves every N and B. Grid = (C, cdiv(M, BLOCK_M)).
-- Each program binary-searches the offsets (log2 B cached scalar loads) for the first segment that
-  starts in its chunk, then walks the segments that start there, summing rows in BLOCK_L × BLOCK_M
-  tiles in fp32. A segment that ends inside the chunk is finished and written directly (mean divides
-  by the length; an empty segment gives 0, or NaN/0 for mean per ``empty``).
+- Each program finds the first segment that starts in its chunk by a galloping search of the
+  offsets from the guess lo·B/N (a few cached scalar loads when lengths are even, log2 B at worst),
+  then walks the segments that start there, summing rows in BLOCK_L × BLOCK_M tiles in fp32. A
+  segment that ends inside the chunk is finished and written directly (mean divides by the length;
+  an empty segment gives 0, or NaN/0 for mean per ``empty``).
 - Ownership: a segment belongs to the chunk holding row offsets[s]; segments starting at N (trailing
   empties) belong to the last chunk; with N == 0 there is still one chunk, which owns them all.
   So every output row is written by exactly one program.
 - A segment that runs past its chunk's end leaves partial sums in an fp32 workspace of 2·C rows:
   ``tail[c]`` (the piece at chunk c's end of a segment that goes on) and ``head[c]`` (the piece at
-  chunk c's start of a segment begun earlier). A second small kernel (grid (C, ·)) finishes each such
-  segment from its owner chunk: tail[c] + head[c+1] + … + head[last], summed in a fixed order and
-  tiling, so repeated calls are bitwise identical (no atomics).
+  chunk c's start of a segment begun earlier), and chunk c records that segment's index in an int32
+  slot (−1 when none). A second small kernel (grid (C, ·)) reads the slot and finishes the segment:
+  tail[c] + head[c+1] + … + head[last], summed in a fixed order and tiling, so repeated calls are
+  bitwise identical (no atomics). It costs one more launch; the host cannot know whether any segment
+  crosses without reading the offsets.
 - Many short segments share one program; a long one spreads over many programs; narrow rows get
   tall tiles so lanes are not wasted (``_config``).
 - Rows are addressed in int64 (row·M can pass 2^31).
@@ -57,11 +60,37 @@ from jaggedperf.ops._config import reduce_config, sm_count
 
 
 @triton.jit
-def _lower_bound(offsets_ptr, n_segments, x):
-    # First s in [0, n_segments) with offsets[s] >= x, n_segments when none: log2(B)+1 scalar loads.
-    lo = n_segments * 0
-    hi = n_segments + 0
-    while lo < hi:
+def _lower_bound(offsets_ptr, n_segments, x, hint):
+    # First s in [0, n_segments) with offsets[s] >= x (n_segments when none). Gallops from `hint`
+    # (a guess: lo·B/N) with doubling steps, then bisects: O(log |answer − hint|) dependent scalar
+    # loads, a handful when lengths are even, log2(B) at worst. Loads stay in [0, max(n_segments-1, 0)].
+    n = n_segments.to(tl.int64)
+    last = tl.maximum(n - 1, 0)
+    g = tl.minimum(tl.maximum(hint.to(tl.int64), 0), n)
+    right = (g < n) & (tl.load(offsets_ptr + tl.minimum(g, last)).to(tl.int64) < x)  # answer > g
+    lo = tl.where(right, g + 1, 0)  # invariant: answer in [lo, hi]
+    hi = tl.where(right, n, g)
+    step = g * 0 + 1
+    probe = lo
+    go = right
+    while go:  # gallop right: probe lo, lo+1, lo+3, lo+7, ...
+        below = tl.load(offsets_ptr + tl.minimum(probe, last)).to(tl.int64) < x
+        go = (probe < n) & below
+        lo = tl.where(go, probe + 1, lo)
+        hi = tl.where(go, hi, tl.minimum(probe, n))
+        step = step * 2
+        probe = lo + step - 1
+    step = g * 0 + 1
+    probe = hi - 1
+    go = (right == 0) & (hi > 0)
+    while go:  # gallop left from g (answer <= g)
+        at_or_above = tl.load(offsets_ptr + tl.maximum(probe, 0)).to(tl.int64) >= x
+        go = (probe >= 0) & at_or_above
+        hi = tl.where(go, probe, hi)
+        lo = tl.where(go, lo, tl.maximum(probe + 1, 0))
+        step = step * 2
+        probe = hi - step
+    while lo < hi:  # bisect the bracket
         mid = (lo + hi) // 2
         below = tl.load(offsets_ptr + mid).to(tl.int64) < x
         lo = tl.where(below, mid + 1, lo)
@@ -91,13 +120,13 @@ def _finish(acc, length, MEAN: tl.constexpr, EMPTY_ZERO: tl.constexpr):
     return acc
 
 
-# reads total_len·M·s bytes of values once (+ offsets), writes B·M·s of output + ≤ 2·C·M·4 of workspace
+# reads total_len·M·s bytes of values once (+ offsets), writes B·M·s of output + ≤ 2·C·M·4 (+ C·4) of workspace
 @triton.jit(do_not_specialize=["n_rows", "n_segments", "rows_per_chunk", "n_chunks"])
 def _reduce_kernel(
     values_ptr,  # (n_rows, n_cols) contiguous, fp32/bf16/fp16
     offsets_ptr,  # (n_segments + 1,) int32/int64: segment s is rows [offsets[s], offsets[s+1])
     out_ptr,  # (n_segments, n_cols) in values' dtype: this kernel writes every segment that ends in its owner chunk
-    ws_ptr,  # (2·n_chunks, n_cols) fp32: rows [0, C) head pieces, rows [C, 2C) tail pieces
+    ws_ptr,  # fp32 workspace: (2·C, M) pieces (rows [0, C) heads, [C, 2C) tails), then C int32 "crossing segment" slots
     n_rows,  # N = values.shape[0]
     n_cols,  # M = values.shape[1] (specialised: the fast path keys on it)
     n_segments,  # B
@@ -113,14 +142,14 @@ def _reduce_kernel(
     col_mask = cols < n_cols
     lo = chunk.to(tl.int64) * rows_per_chunk
     hi = tl.minimum(lo + rows_per_chunk, n_rows)
-    s = _lower_bound(offsets_ptr, n_segments, lo)
-    s_end = _lower_bound(offsets_ptr, n_segments, hi)
-    s_end = tl.where(chunk == n_chunks - 1, n_segments, s_end)  # the last chunk also owns segments starting at N
+    is_last = chunk == n_chunks - 1  # the last chunk also owns the segments starting at N
+    s = _lower_bound(offsets_ptr, n_segments, lo, lo * n_segments // tl.maximum(n_rows, 1))
     start = tl.load(offsets_ptr + s).to(tl.int64)
     if start > lo:  # rows [lo, start) belong to a segment begun in an earlier chunk: its head piece
         head = _sum_rows(values_ptr, lo, tl.minimum(start, hi), n_cols, cols, col_mask, BLOCK_L, BLOCK_M)
         tl.store(ws_ptr + chunk.to(tl.int64) * n_cols + cols, head, mask=col_mask)
-    while s < s_end:
+    crossing = s * 0 - 1  # the owned segment that goes on past this chunk, if any
+    while (s < n_segments) & ((start < hi) | is_last):  # segments starting in this chunk
         end = tl.load(offsets_ptr + s + 1).to(tl.int64)
         acc = _sum_rows(values_ptr, tl.maximum(start, lo), tl.minimum(end, hi), n_cols, cols, col_mask,
                         BLOCK_L, BLOCK_M)
@@ -129,18 +158,21 @@ def _reduce_kernel(
             tl.store(out_ptr + s.to(tl.int64) * n_cols + cols, res.to(out_ptr.dtype.element_ty), mask=col_mask)
         else:  # goes on past the chunk: the combine kernel finishes it
             tl.store(ws_ptr + (n_chunks + chunk).to(tl.int64) * n_cols + cols, acc, mask=col_mask)
+            crossing = s
         start = end
         s += 1
+    if tl.program_id(1) == 0:
+        cross_ptr = (ws_ptr + 2 * n_chunks.to(tl.int64) * n_cols).to(tl.pointer_type(tl.int32))
+        tl.store(cross_ptr + chunk, crossing.to(tl.int32))
 
 
-# reads ≤ 2·C·M·4 bytes of workspace (+ offsets), writes ≤ C·M·s (one row per segment that crosses a chunk end)
-@triton.jit(do_not_specialize=["n_segments", "rows_per_chunk", "n_chunks"])
+# reads ≤ 2·C·M·4 + C·4 bytes of workspace (+ offsets), writes ≤ C·M·s (one row per segment that crosses a chunk end)
+@triton.jit(do_not_specialize=["rows_per_chunk", "n_chunks"])
 def _combine_kernel(
-    offsets_ptr,  # (n_segments + 1,) int32/int64
-    out_ptr,  # (n_segments, n_cols) in values' dtype: written only for segments that cross a chunk end
-    ws_ptr,  # (2·n_chunks, n_cols) fp32 pieces written by _reduce_kernel
+    offsets_ptr,  # (B + 1,) int32/int64
+    out_ptr,  # (B, n_cols) in values' dtype: written only for segments that cross a chunk end
+    ws_ptr,  # workspace written by _reduce_kernel: (2·C, M) fp32 pieces, then C int32 crossing slots
     n_cols,  # M
-    n_segments,  # B
     rows_per_chunk,  # R, as in _reduce_kernel
     n_chunks,  # C = grid axis 0
     MEAN: tl.constexpr,  # divide by the length
@@ -151,26 +183,22 @@ def _combine_kernel(
     chunk = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < n_cols
-    lo = chunk.to(tl.int64) * rows_per_chunk
-    hi = lo + rows_per_chunk
-    if chunk < n_chunks - 1:  # the last chunk's segments all end by N
-        s_end = _lower_bound(offsets_ptr, n_segments, hi)
-        if s_end > 0:
-            start = tl.load(offsets_ptr + s_end - 1).to(tl.int64)
-            end = tl.load(offsets_ptr + s_end).to(tl.int64)
-            if (start >= lo) & (end > hi):  # chunk `chunk` owns segment s_end-1 and it goes on
-                acc = tl.load(ws_ptr + (n_chunks + chunk).to(tl.int64) * n_cols + cols, mask=col_mask, other=0.0)
-                last = tl.minimum((end - 1) // rows_per_chunk, n_chunks - 1)  # chunk holding its last row
-                part = tl.zeros([BLOCK_P, BLOCK_M], dtype=tl.float32)
-                for p in range(chunk + 1, last + 1, BLOCK_P):
-                    pieces = p + tl.arange(0, BLOCK_P)
-                    mask = (pieces <= last)[:, None] & col_mask[None, :]
-                    part += tl.load(ws_ptr + pieces.to(tl.int64)[:, None] * n_cols + cols[None, :], mask=mask,
-                                    other=0.0)
-                acc += tl.sum(part, axis=0)
-                res = _finish(acc, end - start, MEAN, EMPTY_ZERO)
-                tl.store(out_ptr + (s_end - 1).to(tl.int64) * n_cols + cols, res.to(out_ptr.dtype.element_ty),
-                         mask=col_mask)
+    cross_ptr = (ws_ptr + 2 * n_chunks.to(tl.int64) * n_cols).to(tl.pointer_type(tl.int32))
+    s = tl.load(cross_ptr + chunk)  # segment owned by this chunk that goes on past it, or -1
+    if s >= 0:
+        start = tl.load(offsets_ptr + s).to(tl.int64)
+        end = tl.load(offsets_ptr + s + 1).to(tl.int64)
+        acc = tl.load(ws_ptr + (n_chunks + chunk).to(tl.int64) * n_cols + cols, mask=col_mask, other=0.0)
+        first = chunk.to(tl.int64) + 1
+        last = tl.minimum((end - 1) // rows_per_chunk, n_chunks - 1)  # chunk holding its last row
+        part = tl.zeros([BLOCK_P, BLOCK_M], dtype=tl.float32)
+        for p in range(first, last + 1, BLOCK_P):
+            pieces = p + tl.arange(0, BLOCK_P)
+            mask = (pieces <= last)[:, None] & col_mask[None, :]
+            part += tl.load(ws_ptr + pieces[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
+        acc += tl.sum(part, axis=0)
+        res = _finish(acc, end - start, MEAN, EMPTY_ZERO)
+        tl.store(out_ptr + s.to(tl.int64) * n_cols + cols, res.to(out_ptr.dtype.element_ty), mask=col_mask)
 
 
 # reads B·M·s bytes of grad (+ offsets), writes total_len·M·s
@@ -192,7 +220,8 @@ def _expand_kernel(
     col_mask = cols < n_cols
     lo = chunk.to(tl.int64) * rows_per_chunk
     hi = tl.minimum(lo + rows_per_chunk, n_rows)
-    s = tl.maximum(_lower_bound(offsets_ptr, n_segments, lo + 1) - 1, 0)  # the segment holding row lo
+    hint = lo * n_segments // tl.maximum(n_rows, 1)
+    s = tl.maximum(_lower_bound(offsets_ptr, n_segments, lo + 1, hint) - 1, 0)  # the segment holding row lo
     pos = lo
     while (pos < hi) & (s < n_segments):
         start = tl.load(offsets_ptr + s).to(tl.int64)
@@ -240,11 +269,11 @@ def _chunking(n_rows, n_cols: int, cfg, device: torch.device, rows_per_chunk=Non
     return rows_per_chunk, n_chunks, col_blocks
 
 
-def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, rows_per_chunk=None, poison: bool = False):
+def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, rows_per_chunk=None, poison: float | None = None):
     """Allocate the output and workspace and describe the two launches of a jagged sum/mean.
 
     ``rows_per_chunk`` forces R (tests use tiny chunks to exercise the split/combine path);
-    ``poison`` fills output and workspace with NaN first, so an element nobody writes shows.
+    ``poison`` (a value, e.g. NaN) fills output and workspace first, so an element nobody writes shows.
     """
     n_rows, n_cols = values.shape
     n_segments = offsets.shape[0] - 1
@@ -252,29 +281,30 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, rows_per_chunk
     n_cols = int(n_cols)
     rows, chunks, col_blocks = _chunking(n_rows, n_cols, cfg, values.device, rows_per_chunk)
     out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
-    ws = torch.empty((2 * chunks, n_cols), dtype=torch.float32, device=values.device)
-    if poison:
-        out.fill_(float("nan"))
-        ws.fill_(float("nan"))
+    # (2·C, M) fp32 pieces + C int32 crossing slots, one allocation
+    ws = torch.empty((2 * chunks * n_cols + chunks,), dtype=torch.float32, device=values.device)
+    if poison is not None:
+        out.fill_(poison)
+        ws.fill_(poison)
     grid = (chunks, col_blocks, 1)
     reduce_args = (values, offsets, out, ws, n_rows, n_cols, n_segments, rows, chunks,
                    mean, empty_zero, cfg.block_l, cfg.block_m)
-    combine_args = (offsets, out, ws, n_cols, n_segments, rows, chunks, mean, empty_zero, cfg.block_p, cfg.block_m)
+    combine_args = (offsets, out, ws, n_cols, rows, chunks, mean, empty_zero, cfg.block_p, cfg.block_m)
     return out, (
         Launch(_reduce_kernel, grid, reduce_args, cfg.num_warps, (out, ws), ("reduce", *reduce_args[-4:])),
         Launch(_combine_kernel, grid, combine_args, cfg.num_warps, (out,), ("combine", *combine_args[-4:])),
     )
 
 
-def plan_expand(grad, offsets, n_rows, *, mean: bool, rows_per_chunk=None, poison: bool = False):
+def plan_expand(grad, offsets, n_rows, *, mean: bool, rows_per_chunk=None, poison: float | None = None):
     """Allocate grad_values (n_rows, M) and describe the launch that fills it."""
     n_segments, n_cols = grad.shape
     cfg = reduce_config(n_cols, grad.dtype, grad.device)
     n_cols = int(n_cols)
     rows, chunks, col_blocks = _chunking(n_rows, n_cols, cfg, grad.device, rows_per_chunk)
     out = torch.empty((n_rows, n_cols), dtype=grad.dtype, device=grad.device)
-    if poison:
-        out.fill_(float("nan"))
+    if poison is not None:
+        out.fill_(poison)
     args = (grad, offsets, out, n_rows, n_cols, n_segments, rows, mean, cfg.block_l, cfg.block_m)
     return out, (Launch(_expand_kernel, (chunks, col_blocks, 1), args, cfg.num_warps, (out,), ("expand", *args[-3:])),)
 
@@ -285,7 +315,7 @@ def run_direct(launches) -> None:
         launch.kernel[launch.grid](*launch.args, num_warps=launch.num_warps)
 
 
-def launch_reduce(values, offsets, *, mean=False, empty_zero=False, rows_per_chunk=None, poison=False):
+def launch_reduce(values, offsets, *, mean=False, empty_zero=False, rows_per_chunk=None, poison=None):
     """Run the sum/mean kernels directly (no operator, no checks). Tests call it under TRITON_INTERPRET=1."""
     out, launches = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, rows_per_chunk=rows_per_chunk,
                                 poison=poison)
@@ -293,7 +323,7 @@ def launch_reduce(values, offsets, *, mean=False, empty_zero=False, rows_per_chu
     return out
 
 
-def launch_expand(grad, offsets, n_rows, *, mean=False, rows_per_chunk=None, poison=False):
+def launch_expand(grad, offsets, n_rows, *, mean=False, rows_per_chunk=None, poison=None):
     """Run the backward kernel directly (no operator, no checks)."""
     out, launches = plan_expand(grad, offsets, n_rows, mean=mean, rows_per_chunk=rows_per_chunk, poison=poison)
     run_direct(launches)
