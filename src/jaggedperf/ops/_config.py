@@ -57,18 +57,23 @@ def sm_count(device: torch.device) -> int:
 
 
 def _bucket(n_cols: int, element_size: int) -> ReduceConfig:
-    # Tiles of ~1-4K elements; narrow rows get tall tiles so no lanes idle; 2-byte types get
-    # twice the rows for the same bytes per tile. Many small programs per SM hide load latency
-    # where a program walks many short segments one after another.
+    # Tiles of ~1-8K elements; narrow rows get tall tiles so no lanes idle; 2-byte types get twice
+    # the rows for the same bytes per tile. Many small programs per SM hide load latency where a
+    # program walks many short segments one after another. Tiles of >= 4K elements get 8 warps:
+    # with 4, the fp32 accumulator and the loaded tile take ~124 registers a thread (ptxas, sm_90),
+    # which caps residency at 4 programs per SM; 8 warps need ~80.
     wide = 2 if element_size <= 2 else 1
     if n_cols <= 16:
-        block_m, block_l, warps, per_sm = next_pow2(n_cols), 64, 2, 32
+        block_m = next_pow2(n_cols)
+        block_l, per_sm = max(64, 512 // block_m), 32
     elif n_cols <= 64:
-        block_m, block_l, warps, per_sm = next_pow2(n_cols), 32 * wide, 4, 16
+        block_m, block_l, per_sm = next_pow2(n_cols), 32 * wide, 16
     elif n_cols <= 256:
-        block_m, block_l, warps, per_sm = next_pow2(n_cols), 16 * wide, 4, 16
+        block_m, block_l, per_sm = next_pow2(n_cols), 16 * wide, 16
     else:
-        block_m, block_l, warps, per_sm = 256, 16 * wide, 4, 8
+        block_m, block_l, per_sm = 256, 16 * wide, 8
+    tile = block_l * block_m
+    warps = 2 if tile <= 1024 else (4 if tile < 4096 else 8)
     return ReduceConfig(block_l, block_m, warps, per_sm, min_chunk_rows=4 * block_l)
 
 
