@@ -108,6 +108,8 @@ def launch(kernel, grid: tuple, args: tuple, num_warps: int, key: tuple, written
             return
     if entry is None:
         compiled = _jit(kernel, grid, args, num_warps)
+        if not hasattr(compiled, "run") and hasattr(compiled, "result"):  # versions that compile asynchronously
+            compiled = compiled.result()
         if hasattr(compiled, "run"):  # a CompiledKernel (the interpreter returns none)
             with _lock:
                 _cache[key] = _Entry(compiled)
