@@ -2,6 +2,7 @@
 
 from jaggedperf.batch import JaggedBatch
 from jaggedperf.inputs import Case, make_batch
+from jaggedperf.ops import jagged_mean, jagged_sum
 
 __version__ = "0.1.0"
-__all__ = ["Case", "JaggedBatch", "make_batch", "__version__"]
+__all__ = ["Case", "JaggedBatch", "jagged_mean", "jagged_sum", "make_batch", "__version__"]

@@ -88,3 +88,14 @@ def njt_mean(nt):
                 description="torch.segment_reduce(values, 'mean', offsets=offsets)")
 def segment_reduce(values, offsets):
     return torch.segment_reduce(values, "mean", offsets=offsets, axis=0)
+
+
+# --- ours -----------------------------------------------------------------------------------
+
+
+@implementation("jagged_mean", "jaggedperf", takes="dense",
+                description="jaggedperf.ops.jagged_mean: balanced Triton kernels (pure torch on the CPU)")
+def jaggedperf_mean(values, offsets):
+    import jaggedperf.ops
+
+    return jaggedperf.ops.jagged_mean(values, offsets)

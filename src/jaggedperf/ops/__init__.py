@@ -1,0 +1,11 @@
+"""The fast half: jagged reductions as Triton kernels registered as PyTorch operators.
+
+Knows nothing of the lab. ``jagged_sum`` / ``jagged_mean`` are the public functions; the operators
+are ``torch.ops.jaggedperf.jagged_sum``, ``jagged_mean`` and ``jagged_expand`` (their backward).
+``launch_path()`` tells which eager launch path is active (see ``_launch``).
+"""
+
+from jaggedperf.ops._launch import launch_path
+from jaggedperf.ops.reduce import jagged_mean, jagged_sum
+
+__all__ = ["jagged_mean", "jagged_sum", "launch_path"]

@@ -1,0 +1,456 @@
+#!/usr/bin/env python3
+"""GPU benchmark of jaggedperf.ops (jagged_sum / jagged_mean): one run on the H200 answers
+
+1. copy bandwidth (large device-to-device copy, bytes read + written, triton.testing.do_bench);
+2. per bar shape: correctness vs float64 first, then device time by CUDA-graph replay with L2
+   flushed (median, p20, p80), the floor (must-move bytes / copy bandwidth) and the ratio to it;
+   fp32 for every shape, bf16 too for the two largest; backward (jagged_expand) vs its floor;
+3. a small grid of alternative configs per shape (through ``_config.override``), best reported;
+4. host overhead: wall per call (50 warm-up, 200 calls, sync after each; median) for the fast path,
+   the normal JIT path, the operator through torch.ops, and torch.segment_reduce;
+5. which launch path was active, torch/triton/CUDA/GPU versions.
+
+Run:  PYTHONPATH=src python3 benchmarks/ops_bench.py --out $OUT/ops_bench.json
+Each section records its own error and the run goes on; the JSON holds every raw number; a short
+table is printed last. Budget: < 6 minutes (the config grid stops itself at --grid-seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+
+import torch
+
+T0 = time.time()
+DEVICE = "cuda"  # "cpu" only with --cpu-smoke (checks this script's plumbing on a machine without a GPU)
+RESULTS: dict = {"meta": {}, "errors": {}, "copy": None, "forward": [], "backward": [], "grid": [],
+                 "grid_best": [], "host": [], "launch_path": None}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
+
+
+def section(name):
+    """Run the decorated function now; record (not raise) its error under RESULTS['errors'][name]."""
+
+    def run(fn):
+        log(f"section {name}")
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - one failure never loses the rest
+            RESULTS["errors"][name] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+            log(f"  {name} failed: {type(exc).__name__}: {exc}")
+        return fn
+
+    return run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="ops_bench.json")
+    parser.add_argument("--grid-seconds", type=float, default=160.0, help="time box of the config grid")
+    parser.add_argument("--quick", action="store_true", help="fewer shapes and configs (smoke run)")
+    parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on the CPU: exercises the script only")
+    args = parser.parse_args()
+    global DEVICE
+    if args.cpu_smoke:
+        DEVICE, args.quick = "cpu", True
+
+    meta = RESULTS["meta"]
+    meta["command"] = " ".join([sys.executable, *sys.argv])
+    meta["python"] = platform.python_version()
+    meta["torch"] = torch.__version__
+    meta["cuda_available"] = torch.cuda.is_available()
+    try:
+        import triton
+
+        meta["triton"] = triton.__version__
+    except Exception as exc:  # noqa: BLE001
+        meta["triton"] = f"unavailable: {exc}"
+    meta["cuda"] = torch.version.cuda
+    meta["git_commit"] = _cmd(["git", "rev-parse", "HEAD"])
+    meta["driver"] = _cmd(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+                           "--format=csv,noheader"])
+    if not torch.cuda.is_available() and DEVICE == "cuda":
+        log("no CUDA device: nothing to measure")
+        _write(args.out)
+        return 1
+    if DEVICE == "cuda":
+        meta["gpu"] = torch.cuda.get_device_name()
+        meta["sm_count"] = torch.cuda.get_device_properties(0).multi_processor_count
+    log(f"torch {meta['torch']} triton {meta['triton']} cuda {meta['cuda']} gpu {meta.get('gpu')}")
+
+    import jaggedperf
+    from jaggedperf.inputs import Case, make_batch
+    from jaggedperf.ops import _config, _launch
+
+    shapes = [
+        Case(512, 64, 100, 0.1),
+        Case(512, 64, 500, 0.75),
+        Case(1024, 256, 1000, 0.5),
+        Case(4096, 512, 512, 0.2),
+        Case(256, 64, 20000, 0.5),
+        Case(4096, 128, 32768, 0.0, "heavy"),
+        Case(8, 4096, 4000, 0.0, "fixed"),
+        Case(65536, 16, 64, 0.2),
+    ]
+    if args.quick:
+        shapes = shapes[:2] + shapes[5:6]
+    if args.cpu_smoke:
+        shapes = [Case(16, 8, 20, 0.1), Case(8, 3, 30, 0.5, "heavy"), Case(4, 5, 12, 0.0, "fixed")]
+    batches: dict = {}
+
+    def get(case, dtype=torch.float32):
+        key = (case, dtype)
+        if key not in batches:
+            b = make_batch(case, DEVICE)
+            batches[key] = (b.values.to(dtype).contiguous(), b.offsets)
+        return batches[key]
+
+    # ---- 1. copy bandwidth ------------------------------------------------------------------
+    @section("copy")
+    def _copy():
+        n = 1 << 28 if DEVICE == "cuda" else 1 << 20  # 1 GiB of fp32
+        x = torch.randn(n, device=DEVICE)
+        y = torch.empty_like(x)
+        ms = _bench(lambda: y.copy_(x), warmup=25, rep=200)
+        nbytes = 2 * x.numel() * x.element_size()
+        RESULTS["copy"] = {"bytes": nbytes, "median_us": ms[0] * 1e3, "p20_us": ms[1] * 1e3, "p80_us": ms[2] * 1e3,
+                           "gbps": nbytes / (ms[0] * 1e-3) / 1e9}
+        del x, y
+        _empty_cache()
+        log(f"  copy bandwidth {RESULTS['copy']['gbps']:.0f} GB/s")
+
+    copy_gbps = (RESULTS["copy"] or {}).get("gbps") or 4300.0
+
+    # ---- 2. forward and backward per shape ----------------------------------------------------
+    by_bytes = sorted(shapes, key=lambda c: _nbytes(get(c)))
+    largest_two = set(by_bytes[-2:])
+
+    for case in shapes:
+        for dtype in ([torch.float32, torch.bfloat16] if case in largest_two else [torch.float32]):
+            @section(f"forward {case.label} {_dt(dtype)}")
+            def _fwd(case=case, dtype=dtype):
+                values, offsets = get(case, dtype)
+                row = _shape_row(case, values, offsets, copy_gbps)
+                row["rel_error_mean"] = _rel_error(jaggedperf.jagged_mean(values, offsets),
+                                                   _reference(values, offsets, mean=True))
+                row["rel_error_sum"] = _rel_error(jaggedperf.jagged_sum(values, offsets),
+                                                  _reference(values, offsets, mean=False))
+                tol = 1e-5 if dtype == torch.float32 else 1e-2
+                row["correct"] = row["rel_error_mean"] <= tol and row["rel_error_sum"] <= tol
+                row["config"] = _config.reduce_config(values.shape[1], dtype, values.device).to_dict()
+                if row["correct"]:
+                    row["device"] = _graph_time(lambda: jaggedperf.jagged_mean(values, offsets))
+                    row["ratio_to_floor"] = row["device"]["median_us"] / row["floor_us"]
+                    try:
+                        off64 = offsets.long()
+                        row["segment_reduce_device"] = _graph_time(
+                            lambda: torch.segment_reduce(values, "mean", offsets=off64, axis=0))
+                    except Exception as exc:  # noqa: BLE001
+                        row["segment_reduce_device"] = f"{type(exc).__name__}: {exc}"
+                RESULTS["forward"].append(row)
+                log(f"  {row['case']} {row['dtype']}: rel err {row['rel_error_mean']:.2e}, "
+                    f"{_us(row.get('device'))} us, floor {row['floor_us']:.1f} us")
+
+        @section(f"backward {case.label}")
+        def _bwd(case=case):
+            values, offsets = get(case)
+            B, M = offsets.numel() - 1, values.shape[1]
+            grad = torch.randn(B, M, device=DEVICE)
+            n_rows = values.shape[0]
+            out = torch.ops.jaggedperf.jagged_expand(grad, offsets, n_rows, True)
+            lengths = offsets.diff()
+            ref = (grad.double() / lengths.clamp_min(1).unsqueeze(1).double()).repeat_interleave(
+                lengths, dim=0, output_size=n_rows)
+            must = B * M * 4 + offsets.numel() * offsets.element_size() + n_rows * M * 4
+            row = {"case": case.label, "dtype": "fp32", "must_move_bytes": must,
+                   "floor_us": must / (copy_gbps * 1e9) * 1e6,
+                   "rel_error": _rel_error(out, ref)}
+            del ref
+            row["device"] = _graph_time(lambda: torch.ops.jaggedperf.jagged_expand(grad, offsets, n_rows, True))
+            row["ratio_to_floor"] = row["device"]["median_us"] / row["floor_us"]
+            RESULTS["backward"].append(row)
+            log(f"  backward {case.label}: {row['device']['median_us']:.1f} us, floor {row['floor_us']:.1f} us")
+
+    # ---- 3. config grid ------------------------------------------------------------------------
+    @section("grid")
+    def _grid():
+        deadline = time.time() + args.grid_seconds
+        order = sorted(shapes, key=lambda c: _nbytes(get(c)))  # cheap shapes first
+        for case in order:
+            if time.time() > deadline:
+                RESULTS["grid_truncated"] = True
+                break
+            values, offsets = get(case)
+            base = _config.reduce_config(values.shape[1], values.dtype, values.device)
+            floor = _nbytes_must(values, offsets) / (copy_gbps * 1e9) * 1e6
+            ref = _reference(values, offsets, mean=True)
+            tried: dict = {}
+
+            def measure(fields, case=case, values=values, offsets=offsets, floor=floor, tried=tried, ref=ref):
+                cfg = {**base.to_dict(), **fields}
+                if cfg["min_chunk_rows"] % cfg["block_l"]:
+                    cfg["min_chunk_rows"] = cfg["block_l"] * max(1, cfg["min_chunk_rows"] // cfg["block_l"])
+                key = tuple(sorted(cfg.items()))
+                if key in tried or time.time() > deadline:
+                    return tried.get(key)
+                try:
+                    with _config.override(_config.ReduceConfig(**cfg)):
+                        out = jaggedperf.jagged_mean(values, offsets)
+                        err = _rel_error(out, ref)
+                        t = _graph_time(lambda: jaggedperf.jagged_mean(values, offsets), rep=30)
+                    row = {"case": case.label, "config": cfg, "rel_error": err, "device": t,
+                           "ratio_to_floor": t["median_us"] / floor, "ok": err <= 1e-5}
+                except Exception as exc:  # noqa: BLE001
+                    row = {"case": case.label, "config": cfg, "error": f"{type(exc).__name__}: {exc}", "ok": False}
+                tried[key] = row
+                RESULTS["grid"].append(row)
+                return row
+
+            measure({})
+            axes = {
+                "programs_per_sm": [2, 4, 8, 16, 32],
+                "block_l": [8, 16, 32, 64, 128],
+                "num_warps": [1, 2, 4, 8],
+                "block_m": sorted({max(1, base.block_m // 2), base.block_m, min(512, base.block_m * 2)}),
+                "min_chunk_rows": [1, 4, 16],  # in tiles (× block_l)
+            }
+            if args.quick:
+                axes = {k: v[:2] for k, v in axes.items()}
+            best_fields: dict = {}
+            for axis, choices in axes.items():  # one coordinate at a time around the bucket choice
+                scored = []
+                for choice in choices:
+                    fields = {axis: choice}
+                    if axis == "min_chunk_rows":
+                        fields = {axis: choice * base.block_l}
+                    if axis == "block_l":
+                        fields["min_chunk_rows"] = 4 * choice
+                    if axis == "block_m" and choice * base.block_l > 16384:
+                        continue
+                    row = measure(fields)
+                    if row and row.get("ok"):
+                        scored.append((row["device"]["median_us"], fields))
+                if scored:
+                    best_fields.update(min(scored, key=lambda x: x[0])[1])
+            combined = measure(best_fields) if best_fields else None
+            rows = [r for r in tried.values() if r and r.get("ok")]
+            if rows:
+                best = min(rows, key=lambda r: r["device"]["median_us"])
+                RESULTS["grid_best"].append({"case": case.label, "bucket": base.to_dict(), "best": best["config"],
+                                             "best_us": best["device"]["median_us"],
+                                             "bucket_us": (tried.get(tuple(sorted(base.to_dict().items()))) or {})
+                                             .get("device", {}).get("median_us"),
+                                             "combined": combined and combined.get("config"),
+                                             "floor_us": floor, "tried": len(tried)})
+                log(f"  grid {case.label}: best {best['device']['median_us']:.1f} us of {len(tried)} "
+                    f"({best['config']})")
+
+    # ---- 4. host overhead ----------------------------------------------------------------------
+    for case in shapes[:2]:
+        @section(f"host {case.label}")
+        def _host(case=case):
+            values, offsets = get(case)
+            off64 = offsets.long()
+            calls = {
+                "fast_path": lambda: jaggedperf.jagged_mean(values, offsets),
+                "op_torch_ops": lambda: torch.ops.jaggedperf.jagged_mean(values, offsets, False),
+                "segment_reduce": lambda: torch.segment_reduce(values, "mean", offsets=off64, axis=0),
+            }
+            row = {"case": case.label, "wall_us": {}, "launch_path": _launch.launch_path()}
+            for name, fn in calls.items():
+                row["wall_us"][name] = _wall(fn)
+            for tier in ("jit", "getitem", "run"):
+                _launch.force_tier(tier)
+                try:
+                    row["wall_us"][f"tier_{tier}"] = _wall(lambda: jaggedperf.jagged_mean(values, offsets))
+                except Exception as exc:  # noqa: BLE001
+                    row["wall_us"][f"tier_{tier}"] = f"{type(exc).__name__}: {exc}"
+                finally:
+                    _launch.force_tier(None)
+            row["device_us"] = _graph_time(lambda: jaggedperf.jagged_mean(values, offsets))["median_us"]
+            RESULTS["host"].append(row)
+            log(f"  host {case.label}: " + ", ".join(
+                f"{k} {v['median_us']:.1f}" for k, v in row["wall_us"].items() if isinstance(v, dict)))
+
+    # ---- 5. launch path ------------------------------------------------------------------------
+    RESULTS["launch_path"] = _launch.launch_path()
+    log(f"launch path: {RESULTS['launch_path']}")
+    _write(args.out)
+    _table()
+    return 0
+
+
+# ============================================================================================
+# helpers
+# ============================================================================================
+
+
+def _cmd(argv):
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception as exc:  # noqa: BLE001
+        return f"unavailable: {exc}"
+
+
+def _dt(dtype):
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+
+
+def _nbytes(vo):
+    values, offsets = vo
+    return values.numel() * values.element_size()
+
+
+def _nbytes_must(values, offsets):
+    B = offsets.numel() - 1
+    return values.numel() * values.element_size() + offsets.numel() * offsets.element_size() + \
+        B * values.shape[1] * values.element_size()
+
+
+def _shape_row(case, values, offsets, copy_gbps):
+    must = _nbytes_must(values, offsets)
+    return {"case": case.label, "dtype": _dt(values.dtype), "B": offsets.numel() - 1, "M": values.shape[1],
+            "total_len": values.shape[0], "must_move_bytes": must, "copy_gbps": copy_gbps,
+            "floor_us": must / (copy_gbps * 1e9) * 1e6}
+
+
+def _reference(values, offsets, *, mean):
+    """(B, M) float64 on the device by index_add over segment ids."""
+    offsets = offsets.long()
+    lengths = offsets.diff()
+    seg = torch.repeat_interleave(torch.arange(lengths.numel(), device=values.device), lengths,
+                                  output_size=values.shape[0])
+    out = torch.zeros(lengths.numel(), values.shape[1], dtype=torch.float64, device=values.device)
+    out.index_add_(0, seg, values.double())
+    return out / lengths.unsqueeze(1).double() if mean else out
+
+
+def _rel_error(out, ref):
+    out = out.double()
+    finite = torch.isfinite(ref)
+    nan_ok = bool(torch.equal(torch.isnan(out), torch.isnan(ref)))
+    if not nan_ok:
+        return float("inf")
+    den = ref[finite].norm()
+    num = (out[finite] - ref[finite]).norm()
+    return float(num / den) if float(den) > 0 else float(num)
+
+
+def _bench(fn, warmup=10, rep=100):
+    """[median, p20, p80] in ms: triton's do_bench on the GPU (L2 flushed before each call)."""
+    if DEVICE == "cpu":
+        times = sorted(_timed(fn) for _ in range(20))
+        return [times[10] * 1e3, times[4] * 1e3, times[16] * 1e3]
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=warmup, rep=rep, quantiles=[0.5, 0.2, 0.8])
+
+
+def _timed(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def _sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def _empty_cache():
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _graph_time(fn, rep=100):
+    """Device time of fn (µs): capture in a CUDA graph, replay under do_bench (which flushes L2)."""
+    for _ in range(3):  # compile, verify the fast path, settle
+        fn()
+    _sync()
+    if DEVICE == "cpu":
+        ms = _bench(fn)
+        return {"median_us": ms[0] * 1e3, "p20_us": ms[1] * 1e3, "p80_us": ms[2] * 1e3, "method": "cpu-wall",
+                "l2_flushed": False}
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    ms = _bench(graph.replay, warmup=10, rep=rep)
+    del graph
+    return {"median_us": ms[0] * 1e3, "p20_us": ms[1] * 1e3, "p80_us": ms[2] * 1e3, "method": "graph", "l2_flushed": True}
+
+
+def _wall(fn, warmup=50, calls=200):
+    """The seed's method: warm-up, then timed calls with a sync after each; µs."""
+    for _ in range(warmup):
+        fn()
+        _sync()
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        fn()
+        _sync()
+        times.append((time.perf_counter() - t) * 1e6)
+    times.sort()
+    mean = sum(times) / len(times)
+    return {"median_us": times[len(times) // 2], "mean_us": mean, "min_us": times[0], "max_us": times[-1], "n": calls}
+
+
+def _us(device):
+    return f"{device['median_us']:.1f}" if isinstance(device, dict) else "-"
+
+
+def _write(path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    RESULTS["meta"]["elapsed_s"] = time.time() - T0
+    with open(path, "w") as f:
+        json.dump(RESULTS, f, indent=1, default=str)
+    log(f"wrote {path}")
+
+
+def _table():
+    print()
+    print(f"torch {RESULTS['meta'].get('torch')}  triton {RESULTS['meta'].get('triton')}  "
+          f"gpu {RESULTS['meta'].get('gpu')}  copy {((RESULTS['copy'] or {}).get('gbps') or 0):.0f} GB/s  "
+          f"launch tier {(RESULTS['launch_path'] or {}).get('tier')} (verified {(RESULTS['launch_path'] or {}).get('verified_tier')})")
+    print(f"{'case':34} {'dt':4} {'ok':3} {'dev us':>8} {'p20-p80':>13} {'floor':>7} {'x floor':>7} {'segred':>8} "
+          f"{'bwd us':>8} {'bwd x':>6} {'grid best':>9}")
+    bwd = {r["case"]: r for r in RESULTS["backward"]}
+    best = {r["case"]: r for r in RESULTS["grid_best"]}
+    for r in RESULTS["forward"]:
+        d = r.get("device") if isinstance(r.get("device"), dict) else None
+        sr = r.get("segment_reduce_device")
+        b = bwd.get(r["case"]) if r["dtype"] == "fp32" else None
+        g = best.get(r["case"]) if r["dtype"] == "fp32" else None
+        spread = f"{d['p20_us']:.1f}-{d['p80_us']:.1f}" if d else "-"
+        print(f"{r['case']:34} {r['dtype']:4} {'y' if r.get('correct') else 'NO':3} "
+              f"{(d['median_us'] if d else float('nan')):8.1f} "
+              f"{spread:>13} "
+              f"{r['floor_us']:7.1f} {r.get('ratio_to_floor', float('nan')):7.2f} "
+              f"{(sr['median_us'] if isinstance(sr, dict) else float('nan')):8.1f} "
+              f"{(b['device']['median_us'] if b and isinstance(b.get('device'), dict) else float('nan')):8.1f} "
+              f"{(b['ratio_to_floor'] if b and 'ratio_to_floor' in b else float('nan')):6.2f} "
+              f"{(g['best_us'] if g else float('nan')):9.1f}")
+    for h in RESULTS["host"]:
+        walls = ", ".join(f"{k} {v['median_us']:.1f}" for k, v in h["wall_us"].items() if isinstance(v, dict))
+        print(f"host wall us (median) {h['case']}: {walls}; device {h.get('device_us', float('nan')):.1f}")
+    if RESULTS["errors"]:
+        print(f"ERRORS in {len(RESULTS['errors'])} sections: {', '.join(RESULTS['errors'])}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Block and warp choice for the jagged reduction kernels, from coarse buckets.
+
+A config depends only on the row width M, the element size and the device's SM count (read once per
+device and cached). It never depends on the total length N or the batch size B, so a new N or B
+never triggers a recompile, an autotune pause or a guard under ``torch.compile(dynamic=True)``.
+
+``override`` replaces the bucket table (benchmarks use it to try alternatives); it is a plain
+process-wide setting, not meant for concurrent use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+import torch
+
+# SM count assumed for devices that report none (the CPU, where the kernels run in the interpreter).
+DEFAULT_SM_COUNT = 4
+
+
+@dataclass(frozen=True)
+class ReduceConfig:
+    block_l: int  # rows per tile (power of two)
+    block_m: int  # columns per tile (power of two); the grid's second axis is cdiv(M, block_m)
+    num_warps: int
+    programs_per_sm: int  # target programs over the whole grid ≈ SM count × this
+    min_chunk_rows: int  # a chunk holds at least this many rows (multiple of block_l)
+    block_p: int = 32  # workspace pieces summed per tile by the combine kernel (power of two)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_override: ReduceConfig | dict | None = None
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_type: str, index: int) -> int:
+    if device_type == "cuda":
+        return torch.cuda.get_device_properties(index).multi_processor_count
+    return DEFAULT_SM_COUNT
+
+
+def sm_count(device: torch.device) -> int:
+    """SMs of ``device`` (cached per device); DEFAULT_SM_COUNT off CUDA."""
+    if device.type != "cuda":
+        return DEFAULT_SM_COUNT
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _sm_count("cuda", index)
+
+
+def _bucket(n_cols: int, element_size: int) -> ReduceConfig:
+    # Tiles of ~1-8K elements; narrow rows get tall tiles so no lanes idle; 2-byte types get twice
+    # the rows for the same bytes per tile. Many small programs per SM hide load latency where a
+    # program walks many short segments one after another. Tiles of >= 4K elements get 8 warps:
+    # with 4, the fp32 accumulator and the loaded tile take ~124 registers a thread (ptxas, sm_90),
+    # which caps residency at 4 programs per SM; 8 warps need ~80.
+    wide = 2 if element_size <= 2 else 1
+    if n_cols <= 16:
+        block_m = next_pow2(n_cols)
+        block_l, per_sm = max(64, 512 // block_m), 32
+    elif n_cols <= 64:
+        block_m, block_l, per_sm = next_pow2(n_cols), 32 * wide, 16
+    elif n_cols <= 256:
+        block_m, block_l, per_sm = next_pow2(n_cols), 16 * wide, 16
+    else:
+        block_m, block_l, per_sm = 256, 16 * wide, 8
+    tile = block_l * block_m
+    warps = 2 if tile <= 1024 else (4 if tile < 4096 else 8)
+    return ReduceConfig(block_l, block_m, warps, per_sm, min_chunk_rows=4 * block_l)
+
+
+def reduce_config(n_cols: int, dtype: torch.dtype, device: torch.device) -> ReduceConfig:
+    """The config for rows of ``n_cols`` elements of ``dtype`` on ``device``."""
+    n_cols = int(n_cols)  # under torch.compile this specialises M (the feature width), never N or B
+    if isinstance(_override, ReduceConfig):
+        return _override
+    cfg = _cached_bucket(n_cols, dtype.itemsize)
+    if _override:
+        cfg = dataclasses.replace(cfg, **_override)
+        if "min_chunk_rows" not in _override:
+            cfg = dataclasses.replace(cfg, min_chunk_rows=4 * cfg.block_l)
+    return cfg
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_bucket(n_cols: int, element_size: int) -> ReduceConfig:
+    return _bucket(n_cols, element_size)
+
+
+def set_override(cfg: ReduceConfig | dict | None) -> None:
+    """Use ``cfg`` (a whole config, or fields replacing the bucket's) for every call; None restores."""
+    global _override
+    if isinstance(cfg, dict):
+        unknown = set(cfg) - {f.name for f in dataclasses.fields(ReduceConfig)}
+        if unknown:
+            raise ValueError(f"override: unknown config fields {sorted(unknown)}")
+    _override = cfg
+
+
+@contextlib.contextmanager
+def override(cfg: ReduceConfig | dict | None = None, **fields):
+    """``with override(block_l=64, num_warps=2): ...`` — temporarily replace the bucket choice."""
+    previous = _override
+    set_override(cfg if cfg is not None else (fields or None))
+    try:
+        yield
+    finally:
+        set_override(previous)

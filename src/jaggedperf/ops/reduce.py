@@ -1,0 +1,588 @@
+"""jagged_sum / jagged_mean: Triton kernels balanced over rows, registered as PyTorch operators.
+
+Input: ``values (N, M)`` (N = total_len) and ``offsets (B+1,)``; output ``(B, M)`` in values' dtype,
+accumulated in fp32. The layout of this file: kernels → launcher → triton_op → autograd → CPU kernel
+→ public functions.
+
+Design (balanced whatever the lengths, and the host never reads them):
+
+- The flat row range [0, N) is cut into C equal *chunks* of R rows; R comes from N and a target
+  program count only (``_chunking``), with plain integer arithmetic so that under
+  ``torch.compile(dynamic=True)`` one graph serves every N and B. Grid = (C, cdiv(M, BLOCK_M)).
+- Each program finds the first segment that starts in its chunk by a galloping search of the
+  offsets from the guess lo·B/N (a few cached scalar loads when lengths are even, log2 B at worst),
+  then walks the segments that start there, summing rows in BLOCK_L × BLOCK_M tiles in fp32. A
+  segment that ends inside the chunk is finished and written directly (mean divides by the length;
+  an empty segment gives 0, or NaN/0 for mean per ``empty``).
+- Ownership: a segment belongs to the chunk holding row offsets[s]; segments starting at N (trailing
+  empties) belong to the last chunk; with N == 0 there is still one chunk, which owns them all.
+  So every output row is written by exactly one program.
+- A segment that runs past its chunk's end leaves partial sums in an fp32 workspace of 2·C rows:
+  ``tail[c]`` (the piece at chunk c's end of a segment that goes on) and ``head[c]`` (the piece at
+  chunk c's start of a segment begun earlier), and chunk c records that segment's index in an int32
+  slot (−1 when none). A second small kernel (grid (C, ·)) reads the slot and finishes the segment:
+  tail[c] + head[c+1] + … + head[last], summed in a fixed order and tiling, so repeated calls are
+  bitwise identical (no atomics). It costs one more launch; the host cannot know whether any segment
+  crosses without reading the offsets.
+- Many short segments share one program; a long one spreads over many programs; narrow rows get
+  tall tiles so lanes are not wasted (``_config``).
+- Rows are addressed in int64 (row·M can pass 2^31).
+- Memory safety does not depend on the offsets being valid: every offsets load is in [0, B], every
+  row touched is inside the program's chunk, every output row index is in [0, B). Invalid offsets
+  (not checked unless ``validate``) give unspecified values, never out-of-bounds accesses.
+
+Backward (``jaggedperf::jagged_expand``): grad (B, M) broadcast to every row of its segment (divided
+by the length for mean), by the same chunking: each program writes the rows of its chunk, looking up
+the segment holding its first row and walking forward.
+
+Eager CUDA calls with no input requiring grad skip the dispatcher and the JIT binder (``_launch``);
+compiled code goes through the ``triton_op``, whose body branches on device: CUDA launches the
+kernels through ``wrap_triton``, anything else runs the pure-torch CPU kernel (traceable, so
+``torch.compile`` works on the CPU too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+from jaggedperf.ops import _launch
+from jaggedperf.ops._checks import check_layout, check_offsets, validation_requested
+from jaggedperf.ops._config import reduce_config, sm_count
+
+# ============================================================================================
+# kernels
+# ============================================================================================
+
+
+@triton.jit
+def _lower_bound(offsets_ptr, n_segments, x, hint):
+    # First s in [0, n_segments) with offsets[s] >= x (n_segments when none). Gallops from `hint`
+    # (a guess: lo·B/N) with doubling steps, then bisects: O(log |answer − hint|) dependent scalar
+    # loads, a handful when lengths are even, log2(B) at worst. Loads stay in [0, max(n_segments-1, 0)].
+    n = n_segments.to(tl.int64)
+    last = tl.maximum(n - 1, 0)
+    g = tl.minimum(tl.maximum(hint.to(tl.int64), 0), n)
+    right = (g < n) & (tl.load(offsets_ptr + tl.minimum(g, last)).to(tl.int64) < x)  # answer > g
+    lo = tl.where(right, g + 1, 0)  # invariant: answer in [lo, hi]
+    hi = tl.where(right, n, g)
+    step = g * 0 + 1
+    probe = lo
+    go = right
+    while go:  # gallop right: probe lo, lo+1, lo+3, lo+7, ...
+        below = tl.load(offsets_ptr + tl.minimum(probe, last)).to(tl.int64) < x
+        go = (probe < n) & below
+        lo = tl.where(go, probe + 1, lo)
+        hi = tl.where(go, hi, tl.minimum(probe, n))
+        step = step * 2
+        probe = lo + step - 1
+    step = g * 0 + 1
+    probe = hi - 1
+    go = (right == 0) & (hi > 0)
+    while go:  # gallop left from g (answer <= g)
+        at_or_above = tl.load(offsets_ptr + tl.maximum(probe, 0)).to(tl.int64) >= x
+        go = (probe >= 0) & at_or_above
+        hi = tl.where(go, probe, hi)
+        lo = tl.where(go, lo, tl.maximum(probe + 1, 0))
+        step = step * 2
+        probe = hi - step
+    while lo < hi:  # bisect the bracket
+        mid = (lo + hi) // 2
+        below = tl.load(offsets_ptr + mid).to(tl.int64) < x
+        lo = tl.where(below, mid + 1, lo)
+        hi = tl.where(below, hi, mid)
+    return lo
+
+
+@triton.jit
+def _sum_rows(values_ptr, r0, r1, n_cols, cols, col_mask, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
+    # fp32 sum over rows [r0, r1) of the columns `cols`; (BLOCK_M,). Fixed tiling: deterministic.
+    acc = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
+    for r in range(r0, r1, BLOCK_L):
+        rows = r + tl.arange(0, BLOCK_L)
+        mask = (rows < r1)[:, None] & col_mask[None, :]
+        ptrs = values_ptr + rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+        acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
+def _finish(acc, length, MEAN: tl.constexpr, EMPTY_ZERO: tl.constexpr):
+    # A finished segment's value from its fp32 sum: sum, or mean (empty: 0/0 = NaN, or 0).
+    if MEAN:
+        acc = acc / length.to(tl.float32)
+        if EMPTY_ZERO:
+            acc = tl.where(length == 0, 0.0, acc)
+    return acc
+
+
+# reads total_len·M·s bytes of values once (+ offsets), writes B·M·s of output + ≤ 2·C·M·4 (+ C·4) of workspace
+@triton.jit(do_not_specialize=["n_rows", "n_segments", "rows_per_chunk", "n_chunks"])
+def _reduce_kernel(
+    values_ptr,  # (n_rows, n_cols) contiguous, fp32/bf16/fp16
+    offsets_ptr,  # (n_segments + 1,) int32/int64: segment s is rows [offsets[s], offsets[s+1])
+    out_ptr,  # (n_segments, n_cols) in values' dtype: this kernel writes every segment that ends in its owner chunk
+    ws_ptr,  # fp32 workspace: (2·C, M) pieces (rows [0, C) heads, [C, 2C) tails), then C int32 "crossing segment" slots
+    n_rows,  # N = values.shape[0]
+    n_cols,  # M = values.shape[1] (specialised: the fast path keys on it)
+    n_segments,  # B
+    rows_per_chunk,  # R: chunk c is rows [c·R, min((c+1)·R, N))
+    n_chunks,  # C = max(cdiv(N, R), 1) = grid axis 0
+    MEAN: tl.constexpr,  # divide by the length
+    EMPTY_ZERO: tl.constexpr,  # mean of an empty segment is 0 (else NaN)
+    BLOCK_L: tl.constexpr,  # rows per tile
+    BLOCK_M: tl.constexpr,  # columns per tile = columns per program (grid axis 1)
+):
+    chunk = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < n_cols
+    lo = chunk.to(tl.int64) * rows_per_chunk
+    hi = tl.minimum(lo + rows_per_chunk, n_rows)
+    is_last = chunk == n_chunks - 1  # the last chunk also owns the segments starting at N
+    s = _lower_bound(offsets_ptr, n_segments, lo, lo * n_segments // tl.maximum(n_rows, 1))
+    start = tl.load(offsets_ptr + s).to(tl.int64)
+    if start > lo:  # rows [lo, start) belong to a segment begun in an earlier chunk: its head piece
+        head = _sum_rows(values_ptr, lo, tl.minimum(start, hi), n_cols, cols, col_mask, BLOCK_L, BLOCK_M)
+        tl.store(ws_ptr + chunk.to(tl.int64) * n_cols + cols, head, mask=col_mask)
+    crossing = s * 0 - 1  # the owned segment that goes on past this chunk, if any
+    while (s < n_segments) & ((start < hi) | is_last):  # segments starting in this chunk
+        end = tl.load(offsets_ptr + s + 1).to(tl.int64)
+        acc = _sum_rows(values_ptr, tl.maximum(start, lo), tl.minimum(end, hi), n_cols, cols, col_mask,
+                        BLOCK_L, BLOCK_M)
+        if end <= hi:  # finished here
+            res = _finish(acc, end - start, MEAN, EMPTY_ZERO)
+            tl.store(out_ptr + s.to(tl.int64) * n_cols + cols, res.to(out_ptr.dtype.element_ty), mask=col_mask)
+        else:  # goes on past the chunk: the combine kernel finishes it
+            tl.store(ws_ptr + (n_chunks + chunk).to(tl.int64) * n_cols + cols, acc, mask=col_mask)
+            crossing = s
+        start = end
+        s += 1
+    if tl.program_id(1) == 0:
+        cross_ptr = (ws_ptr + 2 * n_chunks.to(tl.int64) * n_cols).to(tl.pointer_type(tl.int32))
+        tl.store(cross_ptr + chunk, crossing.to(tl.int32))
+
+
+# reads ≤ 2·C·M·4 + C·4 bytes of workspace (+ offsets), writes ≤ C·M·s (one row per segment that crosses a chunk end)
+@triton.jit(do_not_specialize=["rows_per_chunk", "n_chunks"])
+def _combine_kernel(
+    offsets_ptr,  # (B + 1,) int32/int64
+    out_ptr,  # (B, n_cols) in values' dtype: written only for segments that cross a chunk end
+    ws_ptr,  # workspace written by _reduce_kernel: (2·C, M) fp32 pieces, then C int32 crossing slots
+    n_cols,  # M
+    rows_per_chunk,  # R, as in _reduce_kernel
+    n_chunks,  # C = grid axis 0
+    MEAN: tl.constexpr,  # divide by the length
+    EMPTY_ZERO: tl.constexpr,  # (kept for symmetry: a crossing segment is never empty)
+    BLOCK_P: tl.constexpr,  # head pieces summed per tile
+    BLOCK_M: tl.constexpr,  # columns per program (grid axis 1)
+):
+    chunk = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < n_cols
+    cross_ptr = (ws_ptr + 2 * n_chunks.to(tl.int64) * n_cols).to(tl.pointer_type(tl.int32))
+    s = tl.load(cross_ptr + chunk)  # segment owned by this chunk that goes on past it, or -1
+    if s >= 0:
+        start = tl.load(offsets_ptr + s).to(tl.int64)
+        end = tl.load(offsets_ptr + s + 1).to(tl.int64)
+        acc = tl.load(ws_ptr + (n_chunks + chunk).to(tl.int64) * n_cols + cols, mask=col_mask, other=0.0)
+        first = chunk.to(tl.int64) + 1
+        last = tl.minimum((end - 1) // rows_per_chunk, n_chunks - 1)  # chunk holding its last row
+        part = tl.zeros([BLOCK_P, BLOCK_M], dtype=tl.float32)
+        for p in range(first, last + 1, BLOCK_P):
+            pieces = p + tl.arange(0, BLOCK_P)
+            mask = (pieces <= last)[:, None] & col_mask[None, :]
+            part += tl.load(ws_ptr + pieces[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
+        acc += tl.sum(part, axis=0)
+        res = _finish(acc, end - start, MEAN, EMPTY_ZERO)
+        tl.store(out_ptr + s.to(tl.int64) * n_cols + cols, res.to(out_ptr.dtype.element_ty), mask=col_mask)
+
+
+# reads B·M·s bytes of grad (+ offsets), writes total_len·M·s
+@triton.jit(do_not_specialize=["n_rows", "n_segments", "rows_per_chunk"])
+def _expand_kernel(
+    grad_ptr,  # (n_segments, n_cols) contiguous, fp32/bf16/fp16
+    offsets_ptr,  # (n_segments + 1,) int32/int64
+    out_ptr,  # (n_rows, n_cols) in grad's dtype: row r gets grad[segment of r] (/ its length for mean)
+    n_rows,  # N
+    n_cols,  # M (specialised)
+    n_segments,  # B
+    rows_per_chunk,  # R: this program writes rows [c·R, min((c+1)·R, N))
+    MEAN: tl.constexpr,  # divide by the segment's length
+    BLOCK_L: tl.constexpr,  # rows per tile
+    BLOCK_M: tl.constexpr,  # columns per program (grid axis 1)
+):
+    chunk = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < n_cols
+    lo = chunk.to(tl.int64) * rows_per_chunk
+    hi = tl.minimum(lo + rows_per_chunk, n_rows)
+    hint = lo * n_segments // tl.maximum(n_rows, 1)
+    s = tl.maximum(_lower_bound(offsets_ptr, n_segments, lo + 1, hint) - 1, 0)  # the segment holding row lo
+    pos = lo
+    while (pos < hi) & (s < n_segments):
+        start = tl.load(offsets_ptr + s).to(tl.int64)
+        end = tl.load(offsets_ptr + s + 1).to(tl.int64)
+        r1 = tl.minimum(end, hi)
+        if r1 > pos:
+            g = tl.load(grad_ptr + s.to(tl.int64) * n_cols + cols, mask=col_mask, other=0.0).to(tl.float32)
+            if MEAN:
+                g = g / (end - start).to(tl.float32)
+            tile = (tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32) + g[None, :]).to(out_ptr.dtype.element_ty)
+            for r in range(pos, r1, BLOCK_L):
+                rows = r + tl.arange(0, BLOCK_L)
+                mask = (rows < r1)[:, None] & col_mask[None, :]
+                tl.store(out_ptr + rows.to(tl.int64)[:, None] * n_cols + cols[None, :], tile, mask=mask)
+            pos = r1
+        s += 1
+
+
+# ============================================================================================
+# launcher
+# ============================================================================================
+
+
+@dataclass
+class Launch:
+    """One kernel launch: what ``kernel[grid](*args, num_warps=num_warps)`` needs, and what it writes."""
+
+    kernel: object
+    grid: tuple
+    args: tuple  # positional, constexprs included (the order of the kernel's signature)
+    num_warps: int
+    written: tuple  # tensors the kernel writes (the fast path's self-check compares them)
+    key: tuple  # kernel name + constexprs: with the caller's dtypes/alignment, what the JIT specialises on
+
+
+def _chunking(n_rows, n_cols: int, cfg, device: torch.device, rows_per_chunk=None):
+    """(R, C, column blocks). R from N and the target program count only; sym-friendly (no branch on N)."""
+    col_blocks = -(-n_cols // cfg.block_m)
+    if rows_per_chunk is None:
+        target_chunks = max(1, -(-(sm_count(device) * cfg.programs_per_sm) // col_blocks))
+        per = (n_rows + target_chunks - 1) // target_chunks
+        per = (per + cfg.block_l - 1) // cfg.block_l * cfg.block_l
+        rows_per_chunk = _max(per, cfg.min_chunk_rows)
+    n_chunks = _max((n_rows + rows_per_chunk - 1) // rows_per_chunk, 1)
+    return rows_per_chunk, n_chunks, col_blocks
+
+
+def _max(a, b):
+    # builtin max on ints (eager: ~20x cheaper); torch.sym_max on SymInts (no guard under torch.compile)
+    if type(a) is int and type(b) is int:
+        return a if a > b else b
+    return torch.sym_max(a, b)
+
+
+def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, rows_per_chunk=None, poison: float | None = None):
+    """Allocate the output and workspace and describe the two launches of a jagged sum/mean.
+
+    ``rows_per_chunk`` forces R (tests use tiny chunks to exercise the split/combine path);
+    ``poison`` (a value, e.g. NaN) fills output and workspace first, so an element nobody writes shows.
+    """
+    n_rows, n_cols = values.shape
+    n_segments = offsets.shape[0] - 1
+    cfg = reduce_config(n_cols, values.dtype, values.device)
+    n_cols = int(n_cols)
+    rows, chunks, col_blocks = _chunking(n_rows, n_cols, cfg, values.device, rows_per_chunk)
+    out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
+    # (2·C, M) fp32 pieces + C int32 crossing slots, one allocation
+    ws = torch.empty((2 * chunks * n_cols + chunks,), dtype=torch.float32, device=values.device)
+    if poison is not None:
+        out.fill_(poison)
+        ws.fill_(poison)
+    grid = (chunks, col_blocks, 1)
+    reduce_args = (values, offsets, out, ws, n_rows, n_cols, n_segments, rows, chunks,
+                   mean, empty_zero, cfg.block_l, cfg.block_m)
+    combine_args = (offsets, out, ws, n_cols, rows, chunks, mean, empty_zero, cfg.block_p, cfg.block_m)
+    return out, (
+        Launch(_reduce_kernel, grid, reduce_args, cfg.num_warps, (out, ws), ("reduce", *reduce_args[-4:])),
+        Launch(_combine_kernel, grid, combine_args, cfg.num_warps, (out,), ("combine", *combine_args[-4:])),
+    )
+
+
+def plan_expand(grad, offsets, n_rows, *, mean: bool, rows_per_chunk=None, poison: float | None = None):
+    """Allocate grad_values (n_rows, M) and describe the launch that fills it."""
+    n_segments, n_cols = grad.shape
+    cfg = reduce_config(n_cols, grad.dtype, grad.device)
+    n_cols = int(n_cols)
+    rows, chunks, col_blocks = _chunking(n_rows, n_cols, cfg, grad.device, rows_per_chunk)
+    out = torch.empty((n_rows, n_cols), dtype=grad.dtype, device=grad.device)
+    if poison is not None:
+        out.fill_(poison)
+    args = (grad, offsets, out, n_rows, n_cols, n_segments, rows, mean, cfg.block_l, cfg.block_m)
+    return out, (Launch(_expand_kernel, (chunks, col_blocks, 1), args, cfg.num_warps, (out,), ("expand", *args[-3:])),)
+
+
+def run_direct(launches) -> None:
+    """Launch through the JIT (``kernel[grid](...)``): the normal path, and the interpreter's."""
+    for launch in launches:
+        launch.kernel[launch.grid](*launch.args, num_warps=launch.num_warps)
+
+
+def launch_reduce(values, offsets, *, mean=False, empty_zero=False, rows_per_chunk=None, poison=None):
+    """Run the sum/mean kernels directly (no operator, no checks). Tests call it under TRITON_INTERPRET=1."""
+    out, launches = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, rows_per_chunk=rows_per_chunk,
+                                poison=poison)
+    run_direct(launches)
+    return out
+
+
+def launch_expand(grad, offsets, n_rows, *, mean=False, rows_per_chunk=None, poison=None):
+    """Run the backward kernel directly (no operator, no checks)."""
+    out, launches = plan_expand(grad, offsets, n_rows, mean=mean, rows_per_chunk=rows_per_chunk, poison=poison)
+    run_direct(launches)
+    return out
+
+
+def _run_wrapped(launches) -> None:
+    # Inside a triton_op body: wrap_triton makes the launch traceable under torch.compile.
+    for launch in launches:
+        kernel = launch.kernel
+        wrap_triton(kernel)[launch.grid](*launch.args, num_warps=launch.num_warps)
+
+
+def _run_fast(launches, device: torch.device, key_extra: tuple) -> None:
+    # Eager CUDA: cached compiled kernels, keyed on everything the JIT specialises on.
+    if device.index is not None and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            return _run_fast(launches, device, key_extra)
+    for launch in launches:
+        key = (launch.key, launch.num_warps, device.index, key_extra)
+        _launch.launch(launch.kernel, launch.grid, launch.args, launch.num_warps, key, launch.written)
+
+
+def _fast_key(*tensors) -> tuple:
+    # dtypes, 16-byte alignment of the inputs (the JIT specialises on it), the row width (specialised) and
+    # whether the varying integers fit in int32 (their type in the compiled signature).
+    first = tensors[0]
+    return (
+        tuple(t.dtype for t in tensors),
+        tuple(t.data_ptr() % 16 == 0 for t in tensors),
+        first.shape[1],
+        max(first.shape[0], tensors[1].shape[0]) < 2**31 - 1,
+    )
+
+
+# ============================================================================================
+# operators
+# ============================================================================================
+
+
+@triton_op("jaggedperf::jagged_sum", mutates_args=())
+def _jagged_sum_op(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    if values.device.type != "cuda":  # CPU (also what torch.compile traces on the CPU)
+        return _reduce_cpu(values, offsets, mean=False, empty_zero=False)
+    out, launches = plan_reduce(values, offsets, mean=False, empty_zero=False)
+    _run_wrapped(launches)
+    return out
+
+
+@triton_op("jaggedperf::jagged_mean", mutates_args=())
+def _jagged_mean_op(values: torch.Tensor, offsets: torch.Tensor, empty_zero: bool) -> torch.Tensor:
+    if values.device.type != "cuda":
+        return _reduce_cpu(values, offsets, mean=True, empty_zero=empty_zero)
+    out, launches = plan_reduce(values, offsets, mean=True, empty_zero=empty_zero)
+    _run_wrapped(launches)
+    return out
+
+
+@triton_op("jaggedperf::jagged_expand", mutates_args=())
+def _jagged_expand_op(grad: torch.Tensor, offsets: torch.Tensor, n_rows: int, mean: bool) -> torch.Tensor:
+    """Backward of sum/mean: (B, M) → (n_rows, M), row r = grad[its segment] (/ length for mean)."""
+    if grad.device.type != "cuda":
+        return _expand_cpu(grad, offsets, n_rows, mean=mean)
+    out, launches = plan_expand(grad, offsets, n_rows, mean=mean)
+    _run_wrapped(launches)
+    return out
+
+
+# ============================================================================================
+# autograd
+# ============================================================================================
+
+
+def _save_reduce(ctx, inputs, output):
+    values, offsets = inputs[0], inputs[1]
+    ctx.save_for_backward(offsets)
+    ctx.n_rows = values.shape[0]
+
+
+def _sum_backward(ctx, grad):
+    (offsets,) = ctx.saved_tensors
+    return torch.ops.jaggedperf.jagged_expand(grad.contiguous(), offsets, ctx.n_rows, False), None
+
+
+def _mean_backward(ctx, grad):
+    (offsets,) = ctx.saved_tensors
+    return torch.ops.jaggedperf.jagged_expand(grad.contiguous(), offsets, ctx.n_rows, True), None, None
+
+
+def _save_expand(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1])
+    ctx.mean = inputs[3]
+
+
+def _expand_backward(ctx, grad):
+    # expand is linear: its adjoint is the sum (or, for mean, the mean with empty segments 0).
+    (offsets,) = ctx.saved_tensors
+    grad = grad.contiguous()
+    if ctx.mean:
+        back = torch.ops.jaggedperf.jagged_mean(grad, offsets, True)
+    else:
+        back = torch.ops.jaggedperf.jagged_sum(grad, offsets)
+    return back, None, None, None
+
+
+_jagged_sum_op.register_autograd(_sum_backward, setup_context=_save_reduce)
+_jagged_mean_op.register_autograd(_mean_backward, setup_context=_save_reduce)
+_jagged_expand_op.register_autograd(_expand_backward, setup_context=_save_expand)
+
+
+# ============================================================================================
+# CPU kernel (pure torch: eager CPU dispatch, and what torch.compile traces on the CPU)
+# ============================================================================================
+
+
+def _segment_ids(offsets: torch.Tensor, n_rows) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = (offsets[1:] - offsets[:-1]).to(torch.int64)
+    ids = torch.arange(lengths.shape[0], device=offsets.device)
+    return torch.repeat_interleave(ids, lengths, output_size=n_rows), lengths
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    # fp32 for the supported dtypes; float64 stays float64 (the operators accept it on the CPU, for gradcheck).
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _reduce_cpu(values, offsets, *, mean: bool, empty_zero: bool) -> torch.Tensor:
+    n_rows, n_cols = values.shape
+    seg, lengths = _segment_ids(offsets, n_rows)
+    acc = _acc_dtype(values.dtype)
+    sums = torch.zeros((lengths.shape[0], n_cols), dtype=acc, device=values.device)
+    sums.index_add_(0, seg, values.to(acc))
+    if mean:
+        sums = sums / lengths.unsqueeze(1).to(acc)
+        if empty_zero:
+            sums = torch.where(lengths.unsqueeze(1) == 0, 0.0, sums)
+    return sums.to(values.dtype)
+
+
+def _expand_cpu(grad, offsets, n_rows, *, mean: bool) -> torch.Tensor:
+    seg, lengths = _segment_ids(offsets, n_rows)
+    acc = _acc_dtype(grad.dtype)
+    g = grad.to(acc)
+    if mean:
+        g = g / lengths.clamp_min(1).unsqueeze(1).to(acc)  # empty segments own no rows
+    return g.index_select(0, seg).to(grad.dtype)
+
+
+@_jagged_sum_op.register_kernel("cpu")
+def _jagged_sum_cpu(values, offsets):
+    return _reduce_cpu(values, offsets, mean=False, empty_zero=False)
+
+
+@_jagged_mean_op.register_kernel("cpu")
+def _jagged_mean_cpu(values, offsets, empty_zero):
+    return _reduce_cpu(values, offsets, mean=True, empty_zero=empty_zero)
+
+
+@_jagged_expand_op.register_kernel("cpu")
+def _jagged_expand_cpu(grad, offsets, n_rows, mean):
+    return _expand_cpu(grad, offsets, n_rows, mean=mean)
+
+
+# ============================================================================================
+# public functions
+# ============================================================================================
+
+EMPTY_MODES = ("nan", "zero")
+
+
+def jagged_sum(values, offsets=None, *, max_seqlen=None, validate=None) -> torch.Tensor:
+    """Sum over each sequence's rows: ``out[b] = values[offsets[b]:offsets[b+1]].sum(0)``, (B, M).
+
+    ``values (total_len, M)`` float32/bfloat16/float16 (made contiguous if it is not: one copy),
+    ``offsets (B+1,)`` int32/int64 on the same device; or a jagged NestedTensor ``(B, j, M)`` alone.
+    The result has values' dtype; sums accumulate in fp32; an empty sequence sums to 0; NaN/Inf
+    propagate. ``max_seqlen`` is accepted for API compatibility and not needed (the kernels balance
+    work without knowing lengths). Shape/dtype/device checks always run; the checks that read the
+    offsets (a device sync) run with ``validate=True`` or ``JAGGEDPERF_VALIDATE=1`` (never inside
+    ``torch.compile``, where they would break the graph). Unchecked invalid offsets give unspecified
+    values (the CUDA kernels never access out of bounds; the CPU kernel may raise a RuntimeError).
+    A NestedTensor's ``_values``/``_offsets`` are read directly (the accessors cost ≈45 µs each),
+    except when it requires grad or under ``torch.compile``.
+    """
+    values, offsets = _inputs(values, offsets, "jagged_sum", max_seqlen, validate)
+    if _fast_ok(values, offsets):
+        out, launches = plan_reduce(values, offsets, mean=False, empty_zero=False)
+        _run_fast(launches, values.device, _fast_key(values, offsets))
+        return out
+    return torch.ops.jaggedperf.jagged_sum(values, offsets)
+
+
+def jagged_mean(values, offsets=None, *, max_seqlen=None, empty="nan", validate=None) -> torch.Tensor:
+    """Mean over each sequence's rows, (B, M); as ``jagged_sum`` divided by the lengths.
+
+    ``empty="nan"`` gives NaN for an empty sequence (like ``torch.mean`` of nothing); ``"zero"`` gives 0.
+    """
+    if empty not in EMPTY_MODES:
+        raise ValueError(f"jagged_mean: empty must be 'nan' or 'zero'; got {empty!r}")
+    values, offsets = _inputs(values, offsets, "jagged_mean", max_seqlen, validate)
+    empty_zero = empty == "zero"
+    if _fast_ok(values, offsets):
+        out, launches = plan_reduce(values, offsets, mean=True, empty_zero=empty_zero)
+        _run_fast(launches, values.device, _fast_key(values, offsets))
+        return out
+    return torch.ops.jaggedperf.jagged_mean(values, offsets, empty_zero)
+
+
+def _inputs(values, offsets, name: str, max_seqlen, validate):
+    if isinstance(values, torch.Tensor) and values.is_nested:
+        if offsets is not None:
+            raise TypeError(f"{name}: pass a NestedTensor alone or (values, offsets), not both")
+        values, offsets = _from_nested(values, name)
+    elif offsets is None:
+        raise TypeError(f"{name}: offsets is required unless values is a jagged NestedTensor")
+    check_layout(values, offsets)
+    if max_seqlen is not None and not (isinstance(max_seqlen, int) and max_seqlen >= 0):
+        raise ValueError(f"{name}: max_seqlen must be None or an int >= 0; got {max_seqlen!r}")
+    if validation_requested(validate) and not torch.compiler.is_compiling():
+        check_offsets(values, offsets)
+    if not values.is_contiguous():
+        values = values.contiguous()
+    if not offsets.is_contiguous():
+        offsets = offsets.contiguous()
+    return values, offsets
+
+
+def _from_nested(nt: torch.Tensor, name: str):
+    if nt.layout != torch.jagged:
+        raise ValueError(f"{name}: a NestedTensor argument must have layout=torch.jagged; got {nt.layout}")
+    if nt.dim() != 3:
+        raise ValueError(f"{name}: a NestedTensor argument must be (B, j, M); got {nt.dim()} dims")
+    if getattr(nt, "_ragged_idx", 1) != 1:
+        raise ValueError(f"{name}: the NestedTensor's ragged dimension must be 1; got {nt._ragged_idx}")
+    if getattr(nt, "_lengths", None) is not None:
+        raise ValueError(f"{name}: a NestedTensor with lengths (holes between sequences) is not supported")
+    # nt._values / nt._offsets are plain attributes; nt.values() / nt.offsets() cost ≈45 µs each on the
+    # host. The accessors are still needed where autograd must flow into nt, and under torch.compile.
+    if not torch.compiler.is_compiling() and not (nt.requires_grad and torch.is_grad_enabled()):
+        values, offsets = getattr(nt, "_values", None), getattr(nt, "_offsets", None)
+        if isinstance(values, torch.Tensor) and isinstance(offsets, torch.Tensor):
+            return values, offsets
+    return nt.values(), nt.offsets()
+
+
+def _fast_ok(values, offsets) -> bool:
+    # eager, CUDA, plain tensors, no autograd, no dispatch mode (fake/functional/user modes see the op)
+    return (
+        not torch.compiler.is_compiling()
+        and values.is_cuda
+        and type(values) is torch.Tensor
+        and type(offsets) is torch.Tensor
+        and not (values.requires_grad and torch.is_grad_enabled())
+        and not torch._C._len_torch_dispatch_stack()
+    )

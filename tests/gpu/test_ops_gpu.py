@@ -1,0 +1,227 @@
+"""jagged_sum / jagged_mean on the GPU: large and heavy-tailed cases against float64, every dtype,
+int32 offsets, determinism, the fast launch path (taken, and equal to the normal one), CUDA-graph
+capture, torch.compile (fullgraph, dynamic, no recompile), backward, and values.numel() >= 2^31.
+
+Run on the GPU machine: ``PYTHONPATH=src python -m pytest -q -m gpu tests/gpu``.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+from ops_reference import assert_matches  # noqa: E402
+
+import jaggedperf  # noqa: E402
+from jaggedperf.inputs import Case, make_batch  # noqa: E402
+from jaggedperf.ops import _launch  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+SHAPES = [
+    Case(512, 64, 100, 0.1),
+    Case(1024, 256, 1000, 0.5),
+    Case(256, 64, 20000, 0.5),
+    Case(4096, 128, 32768, 0.0, "heavy"),
+    Case(8, 4096, 4000, 0.0, "fixed"),
+    Case(65536, 16, 64, 0.2),
+    Case(7, 3, 50, 0.5, "heavy"),
+    Case(3, 129, 5000, 0.0, "heavy"),
+]
+
+
+def gpu_reference(values, offsets, *, mean, empty_zero=False, absolute=False):
+    """(B, M) float64 on the device: index_add over segment ids (not the kernels' method)."""
+    v = values.double().abs() if absolute else values.double()
+    offsets = offsets.long()
+    lengths = offsets.diff()
+    seg = torch.repeat_interleave(torch.arange(lengths.numel(), device=v.device), lengths, output_size=v.shape[0])
+    out = torch.zeros(lengths.numel(), v.shape[1], dtype=torch.float64, device=v.device).index_add_(0, seg, v)
+    if mean:
+        out = out / lengths.unsqueeze(1).double()
+        if empty_zero:
+            out = torch.where(lengths.unsqueeze(1) == 0, 0.0, out)
+    return out
+
+
+def check(out, values, offsets, *, mean, empty_zero=False, what="output"):
+    ref = gpu_reference(values, offsets, mean=mean, empty_zero=empty_zero)
+    scale = gpu_reference(values, offsets, mean=mean, empty_zero=True, absolute=True)
+    assert_matches(out, ref.cpu(), values.dtype, scale=scale.cpu(), what=what)
+
+
+def batch(case, dtype, offsets_dtype=torch.int64):
+    b = make_batch(case, "cuda")
+    return b.values.to(dtype), b.offsets.to(offsets_dtype)
+
+
+@pytest.mark.parametrize("case", SHAPES, ids=[c.label for c in SHAPES])
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_large_cases_match_float64(case, dtype):
+    values, offsets = batch(case, dtype)
+    check(jaggedperf.jagged_sum(values, offsets), values, offsets, mean=False, what="sum")
+    check(jaggedperf.jagged_mean(values, offsets), values, offsets, mean=True, what="mean")
+    check(jaggedperf.jagged_mean(values, offsets, empty="zero"), values, offsets, mean=True, empty_zero=True,
+          what="mean zero")
+    # the operator (dispatcher + JIT launch) agrees bitwise with the fast path
+    via_op = torch.ops.jaggedperf.jagged_mean(values, offsets, False)
+    assert torch.equal(via_op.view(torch.uint8), jaggedperf.jagged_mean(values, offsets).view(torch.uint8))
+
+
+@pytest.mark.parametrize("case", [SHAPES[0], SHAPES[3], SHAPES[6]], ids=lambda c: c.label)
+def test_int32_offsets(case):
+    values, offsets = batch(case, torch.bfloat16, torch.int32)
+    check(jaggedperf.jagged_mean(values, offsets), values, offsets, mean=True)
+
+
+def test_deterministic_bitwise():
+    values, offsets = batch(SHAPES[3], torch.float32)
+    first = jaggedperf.jagged_mean(values, offsets)
+    for _ in range(5):
+        assert torch.equal(first.view(torch.int32), jaggedperf.jagged_mean(values, offsets).view(torch.int32))
+    grads = set()
+    for _ in range(3):
+        v = values.clone().requires_grad_(True)
+        jaggedperf.jagged_mean(v, offsets).sum().backward()
+        grads.add(hash(v.grad.view(torch.int32).cpu().numpy().tobytes()))
+    assert len(grads) == 1
+
+
+def test_fast_path_is_taken_and_equals_the_normal_path():
+    values, offsets = batch(SHAPES[0], torch.float32)
+    normal = torch.ops.jaggedperf.jagged_mean(values, offsets, False)
+    for _ in range(5):
+        fast = jaggedperf.jagged_mean(values, offsets)
+        assert torch.equal(fast.view(torch.int32), normal.view(torch.int32))
+    state = jaggedperf.ops.launch_path()
+    print("launch path:", state)
+    assert state["verified_tier"] in ("run", "getitem"), state
+    before = dict(state["launches"])
+    jaggedperf.jagged_mean(values, offsets)
+    after = jaggedperf.ops.launch_path()["launches"]
+    assert after[state["verified_tier"]] == before[state["verified_tier"]] + 2  # reduce + combine
+    assert after["jit"] == before["jit"]
+    # a new N (same M, dtype) reuses the compiled kernels: still no JIT launch
+    values2, offsets2 = batch(Case(700, 64, 90, 0.3), torch.float32)
+    jaggedperf.jagged_mean(values2, offsets2)
+    check(jaggedperf.jagged_mean(values2, offsets2), values2, offsets2, mean=True)
+    assert jaggedperf.ops.launch_path()["launches"]["jit"] == before["jit"]
+
+
+def test_misaligned_values_get_their_own_compiled_kernel():
+    values, offsets = batch(Case(64, 64, 50, 0.2), torch.float32)
+    for _ in range(3):
+        jaggedperf.jagged_sum(values, offsets)
+    storage = torch.empty(values.numel() + 1, device="cuda")
+    shifted = storage[1:].view_as(values)  # 4-byte aligned only
+    shifted.copy_(values)
+    for _ in range(3):
+        out = jaggedperf.jagged_sum(shifted, offsets)
+    check(out, values, offsets, mean=False)
+
+
+def test_fast_path_inside_cuda_graph_capture():
+    values, offsets = batch(SHAPES[0], torch.bfloat16)
+    for _ in range(3):
+        jaggedperf.jagged_mean(values, offsets)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = jaggedperf.jagged_mean(values, offsets)
+    graph.replay()
+    torch.cuda.synchronize()
+    check(out, values, offsets, mean=True)
+
+
+def test_jit_tier_forced_matches():
+    values, offsets = batch(SHAPES[2], torch.float16)
+    fast = jaggedperf.jagged_sum(values, offsets)
+    _launch.force_tier("jit")
+    try:
+        slow = jaggedperf.jagged_sum(values, offsets)
+    finally:
+        _launch.force_tier(None)
+    assert torch.equal(fast.view(torch.int16), slow.view(torch.int16))
+
+
+def test_nested_tensor_input():
+    values, offsets = batch(SHAPES[0], torch.float32)
+    nt = torch.nested.nested_tensor_from_jagged(values, offsets)
+    check(jaggedperf.jagged_mean(nt), values, offsets, mean=True)
+
+
+def test_compile_fullgraph_dynamic_no_recompile():
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend("inductor")
+
+    @torch.compile(fullgraph=True, dynamic=True, backend=counter)
+    def f(v, o):
+        return jaggedperf.jagged_mean(v, o) + 1
+
+    for case in (Case(512, 96, 100, 0.1), Case(333, 96, 500, 0.5), Case(2048, 96, 50, 0.2, "heavy")):
+        values, offsets = batch(case, torch.float32)
+        out = f(values, offsets)
+        ref = gpu_reference(values, offsets, mean=True) + 1
+        assert_matches(out, ref.cpu(), torch.float32, scale=ref.abs().cpu() + 1)
+    assert counter.frame_count == 1
+
+
+def test_compile_default_mode_matches_eager():
+    values, offsets = batch(SHAPES[3], torch.bfloat16)
+    f = torch.compile(lambda v, o: jaggedperf.jagged_sum(v, o), fullgraph=True)
+    assert torch.equal(f(values, offsets).view(torch.int16), jaggedperf.jagged_sum(values, offsets).view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+@pytest.mark.parametrize("case", [SHAPES[0], SHAPES[3], SHAPES[6]], ids=lambda c: c.label)
+def test_backward(case, dtype):
+    values, offsets = batch(case, dtype)
+    for mean in (False, True):
+        v = values.clone().requires_grad_(True)
+        out = jaggedperf.jagged_mean(v, offsets, empty="zero") if mean else jaggedperf.jagged_sum(v, offsets)
+        grad = torch.randn_like(out)
+        out.backward(grad)
+        lengths = offsets.diff()
+        seg = torch.repeat_interleave(torch.arange(lengths.numel(), device="cuda"), lengths, output_size=v.shape[0])
+        g = grad.double()
+        if mean:
+            g = g / lengths.clamp_min(1).unsqueeze(1).double()
+        ref = g.index_select(0, seg)
+        assert_matches(v.grad, ref.cpu(), dtype, what=f"grad mean={mean}")
+
+
+def test_compiled_backward():
+    values, offsets = batch(SHAPES[0], torch.float32)
+    v = values.clone().requires_grad_(True)
+    f = torch.compile(lambda v, o: jaggedperf.jagged_mean(v, o).square().sum(), fullgraph=True)
+    f(v, offsets).backward()
+    e = values.clone().requires_grad_(True)
+    jaggedperf.jagged_mean(e, offsets).square().sum().backward()
+    torch.testing.assert_close(v.grad, e.grad)
+
+
+def test_more_than_2_pow_31_elements():
+    M = 64
+    n_rows = 2**31 // M + 1000
+    gen = torch.Generator().manual_seed(0)
+    cuts = torch.randint(0, n_rows, (298,), generator=gen).sort().values
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), cuts, torch.tensor([n_rows, n_rows])])  # last one empty
+    lengths = offsets.diff()
+    offsets = offsets.cuda()
+    values = torch.empty(n_rows, M, dtype=torch.bfloat16, device="cuda").normal_()
+    assert values.numel() >= 2**31
+    out = jaggedperf.jagged_mean(values, offsets)
+    check(out, values, offsets, mean=True)
+    # the rows past element 2^31 feed the last non-empty segment: check it on its own too
+    last = values[int(offsets[-3]):].double().mean(0)
+    torch.testing.assert_close(out[-2].double(), last, rtol=1e-2, atol=1e-3)
+    grad = torch.ones(300, M, dtype=torch.bfloat16, device="cuda")
+    gv = torch.ops.jaggedperf.jagged_expand(grad, offsets, n_rows, True)
+    tail = gv[-5:].float()
+    expected = 1.0 / float(lengths[-2])
+    assert torch.allclose(tail, torch.full_like(tail, expected), rtol=1e-2)
+    del values, gv
+    torch.cuda.empty_cache()

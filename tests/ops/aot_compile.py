@@ -1,0 +1,56 @@
+"""Compile the ops' Triton kernels for sm_90 without a GPU (the real compiler, not the interpreter).
+
+Run as a script (TRITON_INTERPRET unset): prints one line per kernel, exits non-zero on failure.
+Used by test_aot_compile.py so CPU CI catches what only the compiler rejects (types in loops, ...).
+"""
+
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from jaggedperf.ops import _config, reduce
+
+TARGET = GPUTarget("cuda", 90, 32)
+ALIGNED = [["tt.divisibility", 16]]
+
+
+def compile_one(fn, signature, constexprs, aligned, num_warps):
+    attrs = {(i,): ALIGNED for i in aligned}
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=TARGET, options={"num_warps": num_warps})
+
+
+def main() -> int:
+    import torch
+
+    for vdt, odt, dtype, M in [("fp32", "i64", torch.float32, 64), ("bf16", "i32", torch.bfloat16, 256),
+                               ("fp16", "i64", torch.float16, 16)]:
+        cfg = _config.reduce_config(M, dtype, torch.device("cpu"))
+        sig = {"values_ptr": f"*{vdt}", "offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "ws_ptr": "*fp32",
+               "n_rows": "i32", "n_cols": "i32", "n_segments": "i32", "rows_per_chunk": "i32", "n_chunks": "i32",
+               "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
+        k = compile_one(reduce._reduce_kernel, sig, {"MEAN": True, "EMPTY_ZERO": False, "BLOCK_L": cfg.block_l,
+                                                     "BLOCK_M": cfg.block_m}, (0, 1, 2, 3, 5), cfg.num_warps)
+        vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
+        print(f"reduce {vdt} {odt} M={M}: cubin {len(k.asm['cubin'])} B, 128-bit loads {vector}")
+        if not vector:
+            return 2
+        sig = {"offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "ws_ptr": "*fp32", "n_cols": "i32",
+               "rows_per_chunk": "i32", "n_chunks": "i32", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr",
+               "BLOCK_P": "constexpr", "BLOCK_M": "constexpr"}
+        compile_one(reduce._combine_kernel, sig, {"MEAN": True, "EMPTY_ZERO": True, "BLOCK_P": cfg.block_p,
+                                                  "BLOCK_M": cfg.block_m}, (0, 1, 2, 3), cfg.num_warps)
+        print(f"combine {vdt} {odt}: ok")
+        sig = {"grad_ptr": f"*{vdt}", "offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "n_rows": "i64",
+               "n_cols": "i32", "n_segments": "i32", "rows_per_chunk": "i64", "MEAN": "constexpr",
+               "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
+        compile_one(reduce._expand_kernel, sig, {"MEAN": False, "BLOCK_L": cfg.block_l, "BLOCK_M": cfg.block_m},
+                    (0, 1, 2, 4), cfg.num_warps)
+        print(f"expand {vdt} {odt} (i64 rows): ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

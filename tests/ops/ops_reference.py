@@ -1,0 +1,100 @@
+"""float64 references for the jagged ops, and the comparison the tests use.
+
+Kept beside the kernels' tests: a plain loop over segments in float64 on the CPU, deliberately
+unlike the kernels (no index_add, no tiles), so a shared mistake is unlikely.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Relative tolerance on each element, by output dtype (the output's own rounding dominates for 16-bit
+# types). Accumulation is fp32 everywhere: its error is bounded by ACC_TOL · Σ|x| (see bound()).
+RTOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-2, torch.float64: 1e-12}
+ACC_TOL = 2e-5
+
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
+
+
+def lengths_to_offsets(lengths, dtype=torch.int64, device="cpu") -> torch.Tensor:
+    offsets = [0]
+    for n in lengths:
+        offsets.append(offsets[-1] + int(n))
+    return torch.tensor(offsets, dtype=dtype, device=device)
+
+
+def reference_reduce(values, offsets, *, mean: bool, empty_zero: bool = False, absolute: bool = False):
+    """(B, M) float64: sum (or mean) of each segment's rows; ``absolute`` sums |x| (the error scale)."""
+    v = values.detach().to("cpu", torch.float64)
+    if absolute:
+        v = v.abs()
+    o = [int(x) for x in offsets.to("cpu", torch.int64)]
+    rows = []
+    for b in range(len(o) - 1):
+        seg = v[o[b]:o[b + 1]]
+        total = seg.sum(0)
+        if mean:
+            n = seg.shape[0]
+            total = torch.zeros_like(total) if (n == 0 and empty_zero) else total / n
+        rows.append(total)
+    if not rows:
+        return torch.zeros((0, values.shape[1]), dtype=torch.float64)
+    return torch.stack(rows)
+
+
+def reference_expand(grad, offsets, n_rows: int, *, mean: bool):
+    """(n_rows, M) float64: each row gets its segment's grad (/ length for mean)."""
+    g = grad.detach().to("cpu", torch.float64)
+    o = [int(x) for x in offsets.to("cpu", torch.int64)]
+    out = torch.zeros((n_rows, g.shape[1]), dtype=torch.float64)
+    for b in range(len(o) - 1):
+        n = o[b + 1] - o[b]
+        if n:
+            out[o[b]:o[b + 1]] = g[b] / n if mean else g[b]
+    return out
+
+
+def rel_error(out, ref) -> float:
+    """‖out − ref‖ / ‖ref‖ over entries where the reference is finite (0 when there are none)."""
+    out = out.detach().to("cpu", torch.float64)
+    finite = torch.isfinite(ref)
+    if not bool(finite.any()):
+        return 0.0
+    num = (out[finite] - ref[finite]).norm()
+    den = ref[finite].norm()
+    return float(num / den) if float(den) > 0 else float(num)
+
+
+def assert_matches(out, ref, dtype, *, scale=None, what="output"):
+    """``out`` has ``dtype``, NaN/±Inf exactly where ``ref`` has them, and each finite element within
+    RTOL[dtype]·|ref| + ACC_TOL·scale (scale: Σ|x| per element, the fp32 accumulation's error scale)."""
+    assert out.dtype == dtype, f"{what}: dtype {out.dtype}, expected {dtype}"
+    assert tuple(out.shape) == tuple(ref.shape), f"{what}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+    got = out.detach().to("cpu", torch.float64)
+    nan_got, nan_ref = torch.isnan(got), torch.isnan(ref)
+    assert torch.equal(nan_got, nan_ref), f"{what}: NaN at {torch.nonzero(nan_got != nan_ref)[:5].tolist()} differs"
+    inf_ref = torch.isinf(ref)
+    assert torch.equal(got[inf_ref], ref[inf_ref]), f"{what}: ±Inf entries differ"
+    finite = torch.isfinite(ref)
+    if scale is None:
+        scale = ref.abs()
+    bound = RTOL[dtype] * ref.abs() + ACC_TOL * scale + 1e-30
+    err = (got - ref).abs()
+    bad = finite & ~(err <= bound)
+    assert not bool(bad.any()), (
+        f"{what}: {int(bad.sum())} elements off, first at {torch.nonzero(bad)[0].tolist()}: "
+        f"got {got[bad][0].item()!r}, expected {ref[bad][0].item()!r}; rel error {rel_error(out, ref):.3g}"
+    )
+
+
+def case_id(lengths, M, dtype, offsets_dtype=torch.int64, empty="nan", extra="") -> str:
+    parts = [f"B{len(lengths)}", f"M{M}", DTYPE_NAMES[dtype]]
+    if any(n == 0 for n in lengths):
+        parts.append("empty")
+    if offsets_dtype == torch.int32:
+        parts.append("i32")
+    if empty == "zero":
+        parts.append("zero")
+    if extra:
+        parts.append(extra)
+    return "-".join(parts)

@@ -1,0 +1,46 @@
+"""Config buckets: depend on M, dtype and device only; chunking is sym-friendly and covers every row."""
+
+import pytest
+import torch
+
+from jaggedperf.ops import _config
+from jaggedperf.ops.reduce import _chunking
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("M", [1, 3, 16, 17, 64, 129, 256, 257, 4096])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_buckets_are_powers_of_two_and_cover_the_row(M, dtype):
+    cfg = _config.reduce_config(M, dtype, CPU)
+    for n in (cfg.block_l, cfg.block_m, cfg.block_p):
+        assert n & (n - 1) == 0
+    assert cfg.block_m >= min(M, 256) and cfg.block_m <= 256
+    assert cfg.min_chunk_rows % cfg.block_l == 0
+    assert cfg.block_l * cfg.block_m <= 8192
+
+
+@pytest.mark.parametrize("n_rows", [0, 1, 15, 16, 17, 1000, 123457, 2**31 + 5])
+@pytest.mark.parametrize("M", [1, 64, 300])
+def test_chunks_cover_all_rows_at_least_one_chunk(n_rows, M):
+    cfg = _config.reduce_config(M, torch.float32, CPU)
+    rows, chunks, col_blocks = _chunking(n_rows, M, cfg, CPU)
+    assert chunks >= 1 and rows >= cfg.min_chunk_rows and rows % cfg.block_l == 0
+    assert rows * chunks >= n_rows and rows * (chunks - 1) < max(n_rows, 1)
+    assert col_blocks * cfg.block_m >= M
+    if n_rows > 10**6:  # large N: about the target number of programs
+        target = _config.sm_count(CPU) * cfg.programs_per_sm
+        assert chunks * col_blocks <= 2 * target
+
+
+def test_override_replaces_fields_and_restores():
+    base = _config.reduce_config(64, torch.float32, CPU)
+    with _config.override(block_l=8, num_warps=1):
+        cfg = _config.reduce_config(64, torch.float32, CPU)
+        assert (cfg.block_l, cfg.num_warps, cfg.min_chunk_rows) == (8, 1, 32)
+    assert _config.reduce_config(64, torch.float32, CPU) == base
+    whole = _config.ReduceConfig(16, 64, 2, 4, 16)
+    with _config.override(whole):
+        assert _config.reduce_config(3, torch.float16, CPU) is whole
+    with pytest.raises(ValueError, match="unknown config fields"):
+        _config.set_override({"blockl": 3})

@@ -1,0 +1,162 @@
+"""The fast eager launch path's bookkeeping, with stand-in kernels (the real one needs a GPU):
+first call through the JIT, self-check on the second, permanent fallback when a tier fails."""
+
+import pytest
+import torch
+
+from jaggedperf.ops import _launch
+
+
+class FakeCompiled:
+    """Stands in for a triton CompiledKernel: `run` (launcher) and `[grid]` (runner)."""
+
+    function = "fn"
+    packed_metadata = "meta"
+
+    def __init__(self, body, run_ok=True, getitem_body=None):
+        self.body, self.run_ok, self.getitem_body = body, run_ok, getitem_body or body
+        self.calls = []
+
+    def launch_metadata(self, grid, stream, *args):
+        return None
+
+    def run(self, gx, gy, gz, stream, function, packed, metadata, enter, leave, *args):
+        if not self.run_ok:
+            raise TypeError("launcher signature changed")
+        self.calls.append("run")
+        self.body(*args)
+
+    def __getitem__(self, grid):
+        def runner(*args):
+            self.calls.append("getitem")
+            self.getitem_body(*args)
+
+        return runner
+
+
+class FakeKernel:
+    """Stands in for a JITFunction: kernel[grid](*args, num_warps=...) runs `body`, returns the compiled one."""
+
+    def __init__(self, compiled):
+        self.compiled, self.launches = compiled, 0
+
+    def __getitem__(self, grid):
+        def call(*args, num_warps):
+            self.launches += 1
+            self.compiled.body(*args)
+            return self.compiled
+
+        return call
+
+
+def double(src, dst, scale):
+    dst.copy_(src * 2 * scale)
+
+
+class FakeDriver:
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device):
+        return 0
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch):
+    _launch.reset()
+    _launch.force_tier(None)
+    monkeypatch.setattr(_launch, "_driver", lambda: FakeDriver())
+    yield
+    _launch.reset()
+    _launch.force_tier(None)
+
+
+def call(kernel, src, key=("k",)):
+    dst = torch.empty_like(src)
+    _launch.launch(kernel, (1, 1, 1), (src, dst, 1), 4, key, (dst,))
+    return dst
+
+
+def test_jit_then_verified_fast_run_tier():
+    compiled = FakeCompiled(double)
+    kernel = FakeKernel(compiled)
+    src = torch.arange(6.0)
+    for _ in range(4):
+        assert torch.equal(call(kernel, src), src * 2)
+    state = _launch.launch_path()
+    assert state["tier"] == "run" and state["verified_tier"] == "run" and state["verifications"] == 1
+    # call 1: JIT; call 2: JIT (check) + run (check) + run (real); calls 3, 4: run only
+    assert kernel.launches == 2 and compiled.calls == ["run"] * 4
+    assert state["launches"]["run"] == 3
+
+
+def test_raising_tier_falls_back_to_the_next_for_good():
+    compiled = FakeCompiled(double, run_ok=False)
+    kernel = FakeKernel(compiled)
+    src = torch.arange(5.0)
+    for _ in range(3):
+        assert torch.equal(call(kernel, src), src * 2)
+    state = _launch.launch_path()
+    assert state["tier"] == "getitem" and state["dropped"][0].startswith("run: TypeError")
+    assert compiled.calls[-1] == "getitem"
+
+
+def test_wrong_output_drops_every_fast_tier_and_results_stay_right():
+    wrong = lambda src, dst, scale: dst.copy_(src)  # noqa: E731
+    compiled = FakeCompiled(double, run_ok=False, getitem_body=wrong)
+    kernel = FakeKernel(compiled)
+    src = torch.arange(5.0) + 1
+    for _ in range(3):
+        assert torch.equal(call(kernel, src), src * 2)
+    state = _launch.launch_path()
+    assert state["tier"] == "jit"
+    assert any("differs" in r for r in state["dropped"])
+
+
+def test_a_check_where_nothing_was_written_does_not_trust_a_tier():
+    nothing = lambda src, dst, scale: None  # noqa: E731  (like a combine with no split segment)
+    compiled = FakeCompiled(nothing)
+    kernel = FakeKernel(compiled)
+    src = torch.arange(3.0)
+    call(kernel, src, key=("empty",))
+    call(kernel, src, key=("empty",))
+    assert _launch.launch_path()["verified_tier"] is None and compiled.calls == ["run"]
+    # once the tier has proven itself on a kernel that writes, the silent one is accepted too
+    writer = FakeKernel(FakeCompiled(double))
+    call(writer, src, key=("writer",))
+    call(writer, src, key=("writer",))
+    assert "run" in _launch.launch_path()["trusted"]
+    call(kernel, src, key=("empty",))
+    call(kernel, src, key=("empty",))
+    assert compiled.calls[-1] == "run" and compiled.calls.count("run") >= 3
+
+
+def test_partially_written_outputs_keep_what_was_there():
+    def half(src, dst, scale):
+        dst[: dst.shape[0] // 2] = src[: dst.shape[0] // 2] * 2
+
+    kernel = FakeKernel(FakeCompiled(half))
+    src = torch.arange(6.0)
+    for _ in range(3):
+        dst = torch.full_like(src, 7.0)
+        _launch.launch(kernel, (1, 1, 1), (src, dst, 1), 4, ("half",), (dst,))
+        assert torch.equal(dst, torch.tensor([0.0, 2.0, 4.0, 7.0, 7.0, 7.0]))
+
+
+def test_forced_tier_and_bad_tier_name():
+    _launch.force_tier("jit")
+    kernel = FakeKernel(FakeCompiled(double))
+    for _ in range(3):
+        call(kernel, torch.ones(2))
+    assert kernel.launches == 3 and _launch.launch_path()["forced"] == "jit"
+    with pytest.raises(ValueError, match="tier must be one of"):
+        _launch.force_tier("warp")
+
+
+def test_interpreter_kernels_are_not_cached():
+    class Interpreted:
+        def __getitem__(self, grid):
+            return lambda *args, num_warps: None
+
+    _launch.launch(Interpreted(), (1, 1, 1), (), 4, ("i",), ())
+    assert _launch.launch_path()["compiled_kernels_cached"] == 0

@@ -1,0 +1,246 @@
+"""jagged_sum / jagged_mean against the float64 reference: the CPU operator path and, under
+TRITON_INTERPRET=1, the Triton kernels themselves (default chunking and tiny forced chunks, so the
+split/combine path runs), with outputs and workspace poisoned so an unwritten element fails."""
+
+import pytest
+import torch
+from ops_env import needs_interpreter
+from ops_reference import (
+    assert_matches,
+    case_id,
+    lengths_to_offsets,
+    reference_expand,
+    reference_reduce,
+)
+
+import jaggedperf
+from jaggedperf.ops import reduce
+
+FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
+
+# (lengths, M, dtype, offsets dtype, empty mode, note)
+CASES = [
+    ([], 3, FP32, torch.int64, "nan", "none"),
+    ([], 129, BF16, torch.int32, "zero", "none"),
+    ([7], 1, FP32, torch.int64, "nan", "one"),
+    ([0], 3, FP32, torch.int64, "nan", "one"),
+    ([0], 3, FP16, torch.int64, "zero", "one"),
+    ([4, 0, 5], 129, BF16, torch.int64, "nan", ""),
+    ([4, 0, 5], 129, FP32, torch.int32, "zero", ""),
+    ([0, 0, 3, 1, 0, 0], 3, FP32, torch.int64, "nan", "lead-trail"),
+    ([0, 0, 3, 1, 0, 0], 3, FP16, torch.int32, "zero", "lead-trail"),
+    ([0, 0, 23, 0, 0], 3, FP32, torch.int64, "nan", "one-holds-all"),
+    ([0, 0, 0], 5, FP32, torch.int64, "nan", "all-empty"),
+    ([0, 0, 0], 5, BF16, torch.int64, "zero", "all-empty"),
+    ([1, 30, 2, 0, 9, 1, 1, 12], 1, FP32, torch.int64, "nan", "long"),
+    ([1, 30, 2, 0, 9, 1, 1, 12], 16, BF16, torch.int32, "zero", "long"),
+    ([3, 5, 2], 300, FP32, torch.int64, "nan", "two-col-blocks"),
+    ([2, 70, 1, 0], 64, FP16, torch.int64, "nan", "long"),
+]
+IDS = [case_id(ls, M, dt, od, em, note) for ls, M, dt, od, em, note in CASES]
+
+
+def make(lengths, M, dtype, offsets_dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    offsets = lengths_to_offsets(lengths, offsets_dtype)
+    values = torch.randn(int(offsets[-1]), M, generator=gen).to(dtype)
+    return values, offsets
+
+
+def expected(values, offsets, mean, empty_zero):
+    ref = reference_reduce(values, offsets, mean=mean, empty_zero=empty_zero)
+    scale = reference_reduce(values, offsets, mean=mean, empty_zero=True, absolute=True)
+    return ref, scale
+
+
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,note", CASES, ids=IDS)
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_cpu_operator_matches_reference(op, lengths, M, dtype, offsets_dtype, empty, note):
+    values, offsets = make(lengths, M, dtype, offsets_dtype)
+    mean, empty_zero = op == "mean", empty == "zero"
+    out = jaggedperf.jagged_mean(values, offsets, empty=empty) if mean else jaggedperf.jagged_sum(values, offsets)
+    ref, scale = expected(values, offsets, mean, empty_zero)
+    assert_matches(out, ref, dtype, scale=scale)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,note", CASES, ids=IDS)
+@pytest.mark.parametrize("chunk", [None, 1, 4], ids=["chunk-auto", "chunk1", "chunk4"])
+def test_triton_kernels_match_reference(chunk, lengths, M, dtype, offsets_dtype, empty, note):
+    values, offsets = make(lengths, M, dtype, offsets_dtype)
+    for mean in (False, True):
+        empty_zero = empty == "zero"
+        # poison with NaN where a NaN answer is impossible, else with a wrong finite value
+        poison = 12345.0 if (mean and not empty_zero) else float("nan")
+        out = reduce.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, rows_per_chunk=chunk,
+                                   poison=poison)
+        ref, scale = expected(values, offsets, mean, empty_zero)
+        assert_matches(out, ref, dtype, scale=scale, what=f"{'mean' if mean else 'sum'} chunk={chunk}")
+
+
+@needs_interpreter
+@pytest.mark.parametrize("chunk", [None, 3], ids=["chunk-auto", "chunk3"])
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,note", CASES[::2], ids=IDS[::2])
+def test_triton_backward_kernel_matches_reference(chunk, lengths, M, dtype, offsets_dtype, empty, note):
+    _, offsets = make(lengths, M, dtype, offsets_dtype)
+    n_rows = int(offsets[-1])
+    grad = torch.randn(len(lengths), M).to(dtype)
+    for mean in (False, True):
+        out = reduce.launch_expand(grad, offsets, n_rows, mean=mean, rows_per_chunk=chunk, poison=float("nan"))
+        ref = reference_expand(grad, offsets, n_rows, mean=mean)
+        assert_matches(out, ref, dtype, what=f"expand mean={mean}")
+
+
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,note", CASES[::2], ids=IDS[::2])
+def test_cpu_backward_matches_reference(lengths, M, dtype, offsets_dtype, empty, note):
+    values, offsets = make(lengths, M, dtype, offsets_dtype)
+    grad = torch.randn(len(lengths), M).to(dtype)
+    for mean in (False, True):
+        v = values.clone().requires_grad_(True)
+        out = jaggedperf.jagged_mean(v, offsets, empty="zero") if mean else jaggedperf.jagged_sum(v, offsets)
+        out.backward(grad)
+        ref = reference_expand(grad, offsets, values.shape[0], mean=mean)
+        assert_matches(v.grad, ref, dtype, what=f"grad mean={mean}")
+
+
+@needs_interpreter
+def test_many_chunks_inside_one_segment_and_many_segments_per_chunk():
+    # one segment spanning > BLOCK_P (32) chunks forces several combine tiles; short ones share chunks
+    lengths = [2, 1, 0, 3, 70, 1, 1, 0, 2]
+    values, offsets = make(lengths, 2, FP32, torch.int64, seed=3)
+    for chunk in (1, 2):
+        out = reduce.launch_reduce(values, offsets, mean=True, empty_zero=True, rows_per_chunk=chunk, poison=float("nan"))
+        ref, scale = expected(values, offsets, True, True)
+        assert_matches(out, ref, FP32, scale=scale)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("chunk", [None, 2])
+def test_triton_kernels_are_deterministic(chunk):
+    values, offsets = make([5, 0, 17, 3, 9], 33, FP32, torch.int64, seed=5)
+    first = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk)
+    for _ in range(2):
+        again = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk)
+        assert torch.equal(first.view(torch.int32), again.view(torch.int32))
+
+
+def test_cpu_operator_is_deterministic():
+    values, offsets = make([50, 0, 170, 3, 900], 33, BF16, torch.int64, seed=5)
+    first = jaggedperf.jagged_sum(values, offsets)
+    for _ in range(3):
+        assert torch.equal(first.view(torch.int16), jaggedperf.jagged_sum(values, offsets).view(torch.int16))
+
+
+@pytest.mark.parametrize("where", ["cpu", pytest.param("interp", marks=needs_interpreter)])
+def test_nan_and_inf_propagate_like_torch_mean(where):
+    values, offsets = make([3, 4, 2, 0], 4, FP32, torch.int64)
+    values[1, 0] = float("nan")  # segment 0
+    values[4, 2] = float("inf")  # segment 1
+    if where == "cpu":
+        out = jaggedperf.jagged_mean(values, offsets)
+    else:
+        out = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=2)
+    torch_mean = torch.stack([values[int(a):int(b)].mean(0) for a, b in zip(offsets[:-1], offsets[1:])])
+    assert torch.equal(torch.isnan(out), torch.isnan(torch_mean))
+    assert torch.equal(torch.isinf(out), torch.isinf(torch_mean))
+    assert out[1, 2] == float("inf")
+
+
+def test_non_contiguous_values_are_made_contiguous():
+    values, offsets = make([3, 0, 5], 6, FP32, torch.int64)
+    wide = torch.randn(values.shape[0], 12)
+    wide[:, ::2] = values
+    view = wide[:, ::2]
+    assert not view.is_contiguous()
+    ref, scale = expected(values, offsets, True, False)
+    assert_matches(jaggedperf.jagged_mean(view, offsets), ref, FP32, scale=scale)
+
+
+def test_nested_tensor_input_reads_values_and_offsets_directly(monkeypatch):
+    values, offsets = make([3, 1, 5], 6, FP32, torch.int64)
+    nt = torch.nested.nested_tensor_from_jagged(values, offsets)
+    # the cheap attributes are used: the accessors are never called
+    monkeypatch.setattr(type(nt), "values", lambda self: pytest.fail("nt.values() called"))
+    monkeypatch.setattr(type(nt), "offsets", lambda self: pytest.fail("nt.offsets() called"))
+    ref, scale = expected(values, offsets, True, False)
+    assert_matches(jaggedperf.jagged_mean(nt), ref, FP32, scale=scale)
+    ref, scale = expected(values, offsets, False, False)
+    assert_matches(jaggedperf.jagged_sum(nt), ref, FP32, scale=scale)
+
+
+def test_nested_tensor_falls_back_to_accessors_when_attributes_are_absent():
+    values, offsets = make([3, 1, 5], 6, FP32, torch.int64)
+
+    class Stripped:  # looks like a jagged NJT without the private attributes
+        is_nested, layout = True, torch.jagged
+        requires_grad = False
+
+        def dim(self):
+            return 3
+
+        def values(self):
+            return values
+
+        def offsets(self):
+            return offsets
+
+    values_out, offsets_out = reduce._from_nested(Stripped(), "jagged_mean")
+    assert values_out is values and offsets_out is offsets
+
+
+def test_nested_tensor_requiring_grad_gets_its_gradient():
+    values, offsets = make([3, 1, 5], 4, FP32, torch.int64)
+    nt = torch.nested.nested_tensor_from_jagged(values, offsets).requires_grad_(True)
+    jaggedperf.jagged_mean(nt).sum().backward()
+    assert nt.grad is not None
+    ref = reference_expand(torch.ones(3, 4), offsets, values.shape[0], mean=True)
+    assert_matches(nt.grad.values(), ref, FP32)
+
+
+def test_lab_implementation_is_registered():
+    from jaggedperf.impls import get_implementation
+    from jaggedperf.inputs import Case, make_batch
+
+    impl = get_implementation("jagged_mean", "jaggedperf")
+    batch = make_batch(Case(6, 5, 20, 0.3, "heavy"))
+    out = impl.fn(*impl.prepare(batch))
+    ref, scale = expected(batch.values, batch.offsets, True, False)
+    assert impl.takes == "dense"
+    assert_matches(out, ref, FP32, scale=scale)
+
+
+def test_ops_do_not_import_the_lab():
+    import ast
+    import pathlib
+
+    for path in pathlib.Path(reduce.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            assert not any(n.startswith(("jaggedperf.lab", "jaggedperf.impls")) for n in names), path
+
+
+@needs_interpreter
+def test_galloping_search_finds_the_first_segment_at_or_after_x_from_any_hint():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def probe(offsets_ptr, xs_ptr, hints_ptr, out_ptr, n_segments):
+        i = tl.program_id(0)
+        x = tl.load(xs_ptr + i)
+        hint = tl.load(hints_ptr + i)
+        tl.store(out_ptr + i, reduce._lower_bound(offsets_ptr, n_segments, x, hint))
+
+    gen = torch.Generator().manual_seed(0)
+    for lengths in ([], [0], [4], [0, 0, 3, 0, 2, 0, 0], [1] * 9, [0, 40, 1, 1, 0, 7, 0, 0, 2, 0, 0]):
+        offsets = lengths_to_offsets(lengths)
+        n = int(offsets[-1])
+        B = len(lengths)
+        xs = torch.randint(-1, n + 2, (40,), generator=gen)
+        hints = torch.randint(-3, B + 4, (40,), generator=gen)
+        out = torch.empty(40, dtype=torch.int64)
+        probe[(40,)](offsets, xs, hints, out, B)
+        expected = torch.searchsorted(offsets[:B].contiguous(), xs, side="left") if B else torch.zeros(40, dtype=torch.int64)
+        assert torch.equal(out, expected), (lengths, xs, hints, out, expected)
