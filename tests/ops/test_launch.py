@@ -53,19 +53,11 @@ def double(src, dst, scale):
     dst.copy_(src * 2 * scale)
 
 
-class FakeDriver:
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device):
-        return 0
-
-
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
     _launch.reset()
     _launch.force_tier(None)
-    monkeypatch.setattr(_launch, "_driver", lambda: FakeDriver())
+    monkeypatch.setattr(_launch, "_current_stream", lambda: 0)
     yield
     _launch.reset()
     _launch.force_tier(None)

@@ -65,17 +65,34 @@ def test_cpu_operator_matches_reference(op, lengths, M, dtype, offsets_dtype, em
 
 @needs_interpreter
 @pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,note", CASES, ids=IDS)
-@pytest.mark.parametrize("chunk", [None, 1, 4], ids=["chunk-auto", "chunk1", "chunk4"])
-def test_triton_kernels_match_reference(chunk, lengths, M, dtype, offsets_dtype, empty, note):
+@pytest.mark.parametrize("chunk,split", [(None, None), (1, True), (4, True), (1, False), (4, False)],
+                         ids=["chunk-auto", "chunk1", "chunk4", "chunk1-whole", "chunk4-whole"])
+def test_triton_kernels_match_reference(chunk, split, lengths, M, dtype, offsets_dtype, empty, note):
+    # split=False: each chunk's owner reads its segments to their end (one launch), even past its chunk
     values, offsets = make(lengths, M, dtype, offsets_dtype)
     for mean in (False, True):
         empty_zero = empty == "zero"
         # poison with NaN where a NaN answer is impossible, else with a wrong finite value
         poison = 12345.0 if (mean and not empty_zero) else float("nan")
         out = reduce.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, rows_per_chunk=chunk,
-                                   poison=poison)
+                                   split=split, poison=poison)
         ref, scale = expected(values, offsets, mean, empty_zero)
-        assert_matches(out, ref, dtype, scale=scale, what=f"{'mean' if mean else 'sum'} chunk={chunk}")
+        assert_matches(out, ref, dtype, scale=scale, what=f"{'mean' if mean else 'sum'} chunk={chunk} split={split}")
+
+
+@needs_interpreter
+def test_known_max_seqlen_takes_the_one_launch_path_and_stays_correct():
+    lengths = [3, 0, 7, 1, 0, 5, 2]
+    values, offsets = make(lengths, 5, FP32, torch.int64, seed=11)
+    _, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=max(lengths))
+    assert [launch.kernel for launch in launches] == [reduce._reduce_kernel]
+    _, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False)
+    assert [launch.kernel for launch in launches] == [reduce._reduce_kernel, reduce._combine_kernel]
+    # a max_seqlen that understates the truth costs balance, never correctness
+    for hint in (max(lengths), 1):
+        out = reduce.launch_reduce(values, offsets, mean=True, max_seqlen=hint, poison=float("nan"))
+        ref, scale = expected(values, offsets, True, False)
+        assert_matches(out, ref, FP32, scale=scale, what=f"max_seqlen={hint}")
 
 
 @needs_interpreter
@@ -115,12 +132,12 @@ def test_many_chunks_inside_one_segment_and_many_segments_per_chunk():
 
 
 @needs_interpreter
-@pytest.mark.parametrize("chunk", [None, 2])
-def test_triton_kernels_are_deterministic(chunk):
+@pytest.mark.parametrize("chunk,split", [(None, None), (2, True), (2, False)])
+def test_triton_kernels_are_deterministic(chunk, split):
     values, offsets = make([5, 0, 17, 3, 9], 33, FP32, torch.int64, seed=5)
-    first = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk)
+    first = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk, split=split)
     for _ in range(2):
-        again = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk)
+        again = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk, split=split)
         assert torch.equal(first.view(torch.int32), again.view(torch.int32))
 
 

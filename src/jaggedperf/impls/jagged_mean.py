@@ -93,9 +93,24 @@ def segment_reduce(values, offsets):
 # --- ours -----------------------------------------------------------------------------------
 
 
-@implementation("jagged_mean", "jaggedperf", takes="dense",
-                description="jaggedperf.ops.jagged_mean: balanced Triton kernels (pure torch on the CPU)")
-def jaggedperf_mean(values, offsets):
+def jaggedperf_plain(values, offsets, padded_len):
     import jaggedperf.ops
 
     return jaggedperf.ops.jagged_mean(values, offsets)
+
+
+@implementation("jagged_mean", "jaggedperf", takes="dense", takes_max_seqlen=True,
+                description="jaggedperf.ops.jagged_mean(values, offsets, max_seqlen=…): balanced Triton "
+                            "kernels (pure torch on the CPU)")
+def jaggedperf_mean(values, offsets, max_seqlen):
+    import jaggedperf.ops
+
+    return jaggedperf.ops.jagged_mean(values, offsets, max_seqlen=max_seqlen)
+
+
+@implementation("jagged_mean", "jaggedperf_njt", takes="njt", plain=jaggedperf_plain,
+                description="jaggedperf.ops.jagged_mean(nt): the same op on the seed's NestedTensor input")
+def jaggedperf_mean_njt(nt):
+    import jaggedperf.ops
+
+    return jaggedperf.ops.jagged_mean(nt)

@@ -29,10 +29,14 @@ class Implementation:
     pads: bool = False  # materialises a (B, padded_len, M) tensor: subject to the lab's byte limit
     plain: Callable[..., torch.Tensor] | None = None  # (values, offsets, padded_len) twin of an NJT implementation
     devices: tuple[str, ...] = ("cpu", "cuda")
+    takes_max_seqlen: bool = False  # a dense implementation that takes the batch's max_seqlen (a host int)
 
     def prepare(self, batch: JaggedBatch) -> tuple:
-        """Arguments for ``fn``: (nt,) or (values, offsets), plus the padded length where it pads."""
+        """Arguments for ``fn``: (nt,) or (values, offsets), plus the padded length where it pads, plus
+        max_seqlen where it takes one (an NJT carries its own)."""
         extra = (batch.padded_len,) if self.pads else ()
+        if self.takes_max_seqlen:
+            extra += (batch.max_seqlen,)
         if self.takes == "njt":
             return (batch.to_nested(), *extra)
         return (batch.values, batch.offsets, *extra)
@@ -58,13 +62,15 @@ def register_op(op: Op) -> Op:
     return op
 
 
-def implementation(op: str, name: str, *, takes: str, description: str, pads: bool = False, plain=None, devices=("cpu", "cuda")):
+def implementation(op: str, name: str, *, takes: str, description: str, pads: bool = False, plain=None,
+                   devices=("cpu", "cuda"), takes_max_seqlen: bool = False):
     """Decorator: register ``fn`` as implementation ``name`` of ``op``."""
     if takes not in TAKES:
         raise ValueError(f"takes must be one of {TAKES}; got {takes!r}")
 
     def register(fn):
-        OPS[op].implementations[name] = Implementation(op, name, fn, takes, description, pads, plain, tuple(devices))
+        OPS[op].implementations[name] = Implementation(op, name, fn, takes, description, pads, plain, tuple(devices),
+                                                       takes_max_seqlen)
         return fn
 
     return register

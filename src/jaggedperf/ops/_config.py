@@ -29,6 +29,7 @@ class ReduceConfig:
     programs_per_sm: int  # target programs over the whole grid ≈ SM count × this
     min_chunk_rows: int  # a chunk holds at least this many rows (multiple of block_l)
     block_p: int = 32  # workspace pieces summed per tile by the combine kernel (power of two)
+    min_programs_per_sm: int = 2  # one-launch (max_seqlen-sized) chunks only while the grid keeps this many
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -27,6 +27,7 @@ being captured (the JIT launches instead), and nothing on the fast path syncs.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass, field
 
@@ -198,31 +199,32 @@ def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 # --- the tiers -------------------------------------------------------------------------------
 
 
-def _driver():
-    from triton.runtime import driver
-
-    return driver.active
-
-
-def _hooks():
+@functools.lru_cache(maxsize=1)
+def _hook_holder():
+    # where this triton keeps the launch hooks: triton.knobs.runtime (3.4+) or CompiledKernel (older)
     import triton
 
     knobs = getattr(triton, "knobs", None)
     if knobs is not None:
-        return knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        return knobs.runtime
     from triton.compiler.compiler import CompiledKernel
 
-    return CompiledKernel.launch_enter_hook, CompiledKernel.launch_exit_hook
+    return CompiledKernel
 
 
 def _hook_active(hook) -> bool:
     return bool(getattr(hook, "calls", hook))
 
 
+def _current_stream() -> int:
+    # torch's raw stream handle is what triton's own driver returns, at a fraction of the cost
+    return torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+
+
 def _run_tier(compiled, grid, args) -> None:
-    drv = _driver()
-    stream = drv.get_current_stream(drv.get_current_device())
-    enter, leave = _hooks()
+    stream = _current_stream()
+    holder = _hook_holder()
+    enter, leave = holder.launch_enter_hook, holder.launch_exit_hook
     metadata = compiled.launch_metadata(grid, stream, *args) if _hook_active(enter) else None
     compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, metadata,
                  enter, leave, *args)

@@ -99,15 +99,10 @@ def _lower_bound(offsets_ptr, n_segments, x, hint):
 
 
 @triton.jit
-def _sum_rows(values_ptr, r0, r1, n_cols, cols, col_mask, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
-    # fp32 sum over rows [r0, r1) of the columns `cols`; (BLOCK_M,). Fixed tiling: deterministic.
-    acc = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
-    for r in range(r0, r1, BLOCK_L):
-        rows = r + tl.arange(0, BLOCK_L)
-        mask = (rows < r1)[:, None] & col_mask[None, :]
-        ptrs = values_ptr + rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
-        acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-    return tl.sum(acc, axis=0)
+def _part(tile, rows, a, b):
+    # fp32 column sums of the tile rows whose index is in [a, b): (BLOCK_M,)
+    keep = (rows >= a) & (rows < b)
+    return tl.sum(tl.where(keep[:, None], tile, 0.0), axis=0)
 
 
 @triton.jit
@@ -125,45 +120,97 @@ def _finish(acc, length, MEAN: tl.constexpr, EMPTY_ZERO: tl.constexpr):
 def _reduce_kernel(
     values_ptr,  # (n_rows, n_cols) contiguous, fp32/bf16/fp16
     offsets_ptr,  # (n_segments + 1,) int32/int64: segment s is rows [offsets[s], offsets[s+1])
-    out_ptr,  # (n_segments, n_cols) in values' dtype: this kernel writes every segment that ends in its owner chunk
-    ws_ptr,  # fp32 workspace: (2·C, M) pieces (rows [0, C) heads, [C, 2C) tails), then C int32 "crossing segment" slots
+    out_ptr,  # (n_segments, n_cols) in values' dtype: every segment finished by its owner chunk
+    ws_ptr,  # SPLIT only: fp32 (2·C, M) pieces (rows [0, C) heads, [C, 2C) tails), then C int32 crossing slots
     n_rows,  # N = values.shape[0]
     n_cols,  # M = values.shape[1] (specialised: the fast path keys on it)
     n_segments,  # B
-    rows_per_chunk,  # R: chunk c is rows [c·R, min((c+1)·R, N))
+    rows_per_chunk,  # R: chunk c is rows [c·R, min((c+1)·R, N)); it owns the segments that start there
     n_chunks,  # C = max(cdiv(N, R), 1) = grid axis 0
     MEAN: tl.constexpr,  # divide by the length
     EMPTY_ZERO: tl.constexpr,  # mean of an empty segment is 0 (else NaN)
+    SPLIT: tl.constexpr,  # True: stop at the chunk end, leave pieces for _combine_kernel. False (the host
+    #                       knows max_seqlen <= R): the owner reads its segments to their end, one launch
     BLOCK_L: tl.constexpr,  # rows per tile
     BLOCK_M: tl.constexpr,  # columns per tile = columns per program (grid axis 1)
 ):
+    # The program streams its rows in BLOCK_L × BLOCK_M tiles (the next tile's load is in flight while
+    # the current one is reduced) and splits each tile among the segments it touches in registers.
     chunk = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < n_cols
     lo = chunk.to(tl.int64) * rows_per_chunk
     hi = tl.minimum(lo + rows_per_chunk, n_rows)
+    if SPLIT:
+        stop = hi
+    else:
+        stop = n_rows.to(tl.int64)
+    span = tl.arange(0, BLOCK_L)
+    rows = lo + span
+    # the first tile goes out before the offsets are searched: its address needs no offsets
+    nxt = tl.load(values_ptr + rows.to(tl.int64)[:, None] * n_cols + cols[None, :],
+                  mask=(rows < stop)[:, None] & col_mask[None, :], other=0.0)
     is_last = chunk == n_chunks - 1  # the last chunk also owns the segments starting at N
     s = _lower_bound(offsets_ptr, n_segments, lo, lo * n_segments // tl.maximum(n_rows, 1))
-    start = tl.load(offsets_ptr + s).to(tl.int64)
-    if start > lo:  # rows [lo, start) belong to a segment begun in an earlier chunk: its head piece
-        head = _sum_rows(values_ptr, lo, tl.minimum(start, hi), n_cols, cols, col_mask, BLOCK_L, BLOCK_M)
-        tl.store(ws_ptr + chunk.to(tl.int64) * n_cols + cols, head, mask=col_mask)
-    crossing = s * 0 - 1  # the owned segment that goes on past this chunk, if any
-    while (s < n_segments) & ((start < hi) | is_last):  # segments starting in this chunk
-        end = tl.load(offsets_ptr + s + 1).to(tl.int64)
-        acc = _sum_rows(values_ptr, tl.maximum(start, lo), tl.minimum(end, hi), n_cols, cols, col_mask,
-                        BLOCK_L, BLOCK_M)
-        if end <= hi:  # finished here
-            res = _finish(acc, end - start, MEAN, EMPTY_ZERO)
-            tl.store(out_ptr + s.to(tl.int64) * n_cols + cols, res.to(out_ptr.dtype.element_ty), mask=col_mask)
-        else:  # goes on past the chunk: the combine kernel finishes it
-            tl.store(ws_ptr + (n_chunks + chunk).to(tl.int64) * n_cols + cols, acc, mask=col_mask)
-            crossing = s
-        start = end
-        s += 1
-    if tl.program_id(1) == 0:
-        cross_ptr = (ws_ptr + 2 * n_chunks.to(tl.int64) * n_cols).to(tl.pointer_type(tl.int32))
-        tl.store(cross_ptr + chunk, crossing.to(tl.int32))
+    first = tl.load(offsets_ptr + s).to(tl.int64)  # start of the first segment starting at or after lo
+    in_head = (s > 0) & (first > lo)  # rows [lo, first) belong to segment s-1, begun in an earlier chunk
+    if SPLIT:
+        cur = tl.where(in_head, s - 1, s)
+        start = tl.where(in_head, lo, first)
+        end = tl.where(in_head, first, tl.load(offsets_ptr + tl.minimum(s + 1, n_segments)).to(tl.int64))
+    else:  # the previous chunk's owner reads those rows
+        in_head = in_head & False
+        cur = s
+        start = first
+        end = tl.load(offsets_ptr + tl.minimum(s + 1, n_segments)).to(tl.int64)
+    mine = in_head | (start < hi) | is_last
+    crossing = s * 0 - 1  # SPLIT: the owned segment that goes on past this chunk, if any
+    acc = tl.zeros([BLOCK_M], dtype=tl.float32)
+    t = lo
+    go = (t < stop) & (cur < n_segments) & mine
+    while go:
+        tile = nxt.to(tl.float32)
+        t_next = t + BLOCK_L
+        rows_next = t_next + span
+        nxt = tl.load(values_ptr + rows_next.to(tl.int64)[:, None] * n_cols + cols[None, :],
+                      mask=(rows_next < stop)[:, None] & col_mask[None, :], other=0.0)
+        t_end = tl.minimum(t_next, stop)
+        rows = t + span
+        fin = (cur < n_segments) & (end <= t_end) & mine
+        while fin:  # every segment that ends in this tile (empty ones included)
+            acc += _part(tile, rows, tl.maximum(start, t), end)
+            if in_head:
+                tl.store(ws_ptr + chunk.to(tl.int64) * n_cols + cols, acc, mask=col_mask)
+            else:
+                res = _finish(acc, end - start, MEAN, EMPTY_ZERO)
+                tl.store(out_ptr + cur.to(tl.int64) * n_cols + cols, res.to(out_ptr.dtype.element_ty),
+                         mask=col_mask)
+            acc = tl.zeros([BLOCK_M], dtype=tl.float32)
+            in_head = in_head & False
+            cur += 1
+            start = end
+            end = tl.load(offsets_ptr + tl.minimum(cur + 1, n_segments)).to(tl.int64)
+            mine = (start < hi) | is_last
+            fin = (cur < n_segments) & (end <= t_end) & mine
+        if (cur < n_segments) & mine:  # the segment that goes on past this tile
+            acc += _part(tile, rows, tl.maximum(start, t), t_end)
+        t = t_next
+        go = (t < stop) & (cur < n_segments) & mine
+    if SPLIT:
+        if (cur < n_segments) & mine & (end > hi) & (hi > lo):  # goes on past the chunk: a piece for the combine
+            if in_head:  # begun before this chunk, ends after it
+                tl.store(ws_ptr + chunk.to(tl.int64) * n_cols + cols, acc, mask=col_mask)
+            else:
+                tl.store(ws_ptr + (n_chunks + chunk).to(tl.int64) * n_cols + cols, acc, mask=col_mask)
+                crossing = cur
+        if tl.program_id(1) == 0:
+            cross_ptr = (ws_ptr + 2 * n_chunks.to(tl.int64) * n_cols).to(tl.pointer_type(tl.int32))
+            tl.store(cross_ptr + chunk, crossing.to(tl.int32))
+    if n_rows == 0:  # no rows, so no tile: every segment is empty and chunk 0 writes them all
+        while cur < n_segments:
+            res = _finish(acc, cur * 0, MEAN, EMPTY_ZERO)
+            tl.store(out_ptr + cur.to(tl.int64) * n_cols + cols, res.to(out_ptr.dtype.element_ty), mask=col_mask)
+            cur += 1
 
 
 # reads ≤ 2·C·M·4 + C·4 bytes of workspace (+ offsets), writes ≤ C·M·s (one row per segment that crosses a chunk end)
@@ -276,10 +323,15 @@ def _max(a, b):
     return torch.sym_max(a, b)
 
 
-def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, rows_per_chunk=None, poison: float | None = None):
-    """Allocate the output and workspace and describe the two launches of a jagged sum/mean.
+def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=None, rows_per_chunk=None,
+                split: bool | None = None, poison: float | None = None):
+    """Allocate the output (and workspace) and describe the launches of a jagged sum/mean.
 
-    ``rows_per_chunk`` forces R (tests use tiny chunks to exercise the split/combine path);
+    With ``max_seqlen`` known (a host int) and no longer than a chunk can absorb, each chunk's owner
+    reads its segments to their end: one launch, no workspace (``SPLIT=False``). Otherwise chunks stop
+    at their end and a second launch combines the pieces of the segments that cross one.
+    ``rows_per_chunk`` forces R and ``split`` the mode (tests use tiny chunks to exercise both paths:
+    either is correct whatever the lengths; ``max_seqlen`` only decides the balance);
     ``poison`` (a value, e.g. NaN) fills output and workspace first, so an element nobody writes shows.
     """
     n_rows, n_cols = values.shape
@@ -287,20 +339,41 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, rows_per_chunk
     cfg = reduce_config(n_cols, values.dtype, values.device)
     n_cols = int(n_cols)
     rows, chunks, col_blocks = _chunking(n_rows, n_cols, cfg, values.device, rows_per_chunk)
+    if split is None:
+        split = True
+    elif not split or rows_per_chunk is not None:
+        max_seqlen = None  # forced: no automatic choice
+    if max_seqlen is not None and rows_per_chunk is None and type(n_rows) is int:
+        # one launch when chunks of >= max_seqlen rows still give enough programs
+        whole = _round_up(max(max_seqlen, 1), cfg.block_l)
+        if whole <= rows:
+            split = False
+        elif -(-n_rows // whole) * col_blocks >= cfg.min_programs_per_sm * sm_count(values.device):
+            rows, chunks, col_blocks = _chunking(n_rows, n_cols, cfg, values.device, whole)
+            split = False
     out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
-    # (2·C, M) fp32 pieces + C int32 crossing slots, one allocation
-    ws = torch.empty((2 * chunks * n_cols + chunks,), dtype=torch.float32, device=values.device)
+    grid = (chunks, col_blocks, 1)
+    if split:
+        # (2·C, M) fp32 pieces + C int32 crossing slots, one allocation
+        ws = torch.empty((2 * chunks * n_cols + chunks,), dtype=torch.float32, device=values.device)
+    else:
+        ws = out  # not read or written without SPLIT
     if poison is not None:
         out.fill_(poison)
         ws.fill_(poison)
-    grid = (chunks, col_blocks, 1)
     reduce_args = (values, offsets, out, ws, n_rows, n_cols, n_segments, rows, chunks,
-                   mean, empty_zero, cfg.block_l, cfg.block_m)
+                   mean, empty_zero, split, cfg.block_l, cfg.block_m)
+    reduce = Launch(_reduce_kernel, grid, reduce_args, cfg.num_warps, (out, ws) if split else (out,),
+                    ("reduce", *reduce_args[-5:]))
+    if not split:
+        return out, (reduce,)
     combine_args = (offsets, out, ws, n_cols, rows, chunks, mean, empty_zero, cfg.block_p, cfg.block_m)
-    return out, (
-        Launch(_reduce_kernel, grid, reduce_args, cfg.num_warps, (out, ws), ("reduce", *reduce_args[-4:])),
-        Launch(_combine_kernel, grid, combine_args, cfg.num_warps, (out,), ("combine", *combine_args[-4:])),
-    )
+    return out, (reduce, Launch(_combine_kernel, grid, combine_args, cfg.num_warps, (out,),
+                                ("combine", *combine_args[-4:])))
+
+
+def _round_up(n: int, k: int) -> int:
+    return -(-n // k) * k
 
 
 def plan_expand(grad, offsets, n_rows, *, mean: bool, rows_per_chunk=None, poison: float | None = None):
@@ -322,10 +395,11 @@ def run_direct(launches) -> None:
         launch.kernel[launch.grid](*launch.args, num_warps=launch.num_warps)
 
 
-def launch_reduce(values, offsets, *, mean=False, empty_zero=False, rows_per_chunk=None, poison=None):
+def launch_reduce(values, offsets, *, mean=False, empty_zero=False, max_seqlen=None, rows_per_chunk=None,
+                  split=None, poison=None):
     """Run the sum/mean kernels directly (no operator, no checks). Tests call it under TRITON_INTERPRET=1."""
-    out, launches = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, rows_per_chunk=rows_per_chunk,
-                                poison=poison)
+    out, launches = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen,
+                                rows_per_chunk=rows_per_chunk, split=split, poison=poison)
     run_direct(launches)
     return out
 
@@ -350,20 +424,16 @@ def _run_fast(launches, device: torch.device, key_extra: tuple) -> None:
         with torch.cuda.device(device):
             return _run_fast(launches, device, key_extra)
     for launch in launches:
-        key = (launch.key, launch.num_warps, device.index, key_extra)
-        _launch.launch(launch.kernel, launch.grid, launch.args, launch.num_warps, key, launch.written)
+        _launch.launch(launch.kernel, launch.grid, launch.args, launch.num_warps, (launch.key, launch.num_warps,
+                       key_extra), launch.written)
 
 
-def _fast_key(*tensors) -> tuple:
-    # dtypes, 16-byte alignment of the inputs (the JIT specialises on it), the row width (specialised) and
-    # whether the varying integers fit in int32 (their type in the compiled signature).
-    first = tensors[0]
-    return (
-        tuple(t.dtype for t in tensors),
-        tuple(t.data_ptr() % 16 == 0 for t in tensors),
-        first.shape[1],
-        max(first.shape[0], tensors[1].shape[0]) < 2**31 - 1,
-    )
+def _fast_key(values, offsets) -> tuple:
+    # dtypes, 16-byte alignment of the inputs (the JIT specialises on it), the row width (specialised),
+    # whether the varying integers fit in int32 (their type in the compiled signature) and the device.
+    n_rows, n_cols = values.shape
+    return (values.dtype, offsets.dtype, values.data_ptr() % 16 == 0, offsets.data_ptr() % 16 == 0, n_cols,
+            max(n_rows, offsets.shape[0]) < 2**31 - 1, values.get_device())
 
 
 # ============================================================================================
@@ -507,17 +577,19 @@ def jagged_sum(values, offsets=None, *, max_seqlen=None, validate=None) -> torch
     ``values (total_len, M)`` float32/bfloat16/float16 (made contiguous if it is not: one copy),
     ``offsets (B+1,)`` int32/int64 on the same device; or a jagged NestedTensor ``(B, j, M)`` alone.
     The result has values' dtype; sums accumulate in fp32; an empty sequence sums to 0; NaN/Inf
-    propagate. ``max_seqlen`` is accepted for API compatibility and not needed (the kernels balance
-    work without knowing lengths). Shape/dtype/device checks always run; the checks that read the
+    propagate. ``max_seqlen`` (an upper bound on the lengths; a jagged NestedTensor's cached one is used
+    when it has it) is optional: without it the kernels still balance the work whatever the lengths, in
+    two launches; with it, eager CUDA calls take one launch when chunks of max_seqlen rows still fill
+    the GPU. An understated max_seqlen costs balance, never correctness. Shape/dtype/device checks always run; the checks that read the
     offsets (a device sync) run with ``validate=True`` or ``JAGGEDPERF_VALIDATE=1`` (never inside
     ``torch.compile``, where they would break the graph). Unchecked invalid offsets give unspecified
     values (the CUDA kernels never access out of bounds; the CPU kernel may raise a RuntimeError).
     A NestedTensor's ``_values``/``_offsets`` are read directly (the accessors cost ≈45 µs each),
     except when it requires grad or under ``torch.compile``.
     """
-    values, offsets = _inputs(values, offsets, "jagged_sum", max_seqlen, validate)
+    values, offsets, max_seqlen = _inputs(values, offsets, "jagged_sum", max_seqlen, validate)
     if _fast_ok(values, offsets):
-        out, launches = plan_reduce(values, offsets, mean=False, empty_zero=False)
+        out, launches = plan_reduce(values, offsets, mean=False, empty_zero=False, max_seqlen=max_seqlen)
         _run_fast(launches, values.device, _fast_key(values, offsets))
         return out
     return torch.ops.jaggedperf.jagged_sum(values, offsets)
@@ -530,10 +602,10 @@ def jagged_mean(values, offsets=None, *, max_seqlen=None, empty="nan", validate=
     """
     if empty not in EMPTY_MODES:
         raise ValueError(f"jagged_mean: empty must be 'nan' or 'zero'; got {empty!r}")
-    values, offsets = _inputs(values, offsets, "jagged_mean", max_seqlen, validate)
+    values, offsets, max_seqlen = _inputs(values, offsets, "jagged_mean", max_seqlen, validate)
     empty_zero = empty == "zero"
     if _fast_ok(values, offsets):
-        out, launches = plan_reduce(values, offsets, mean=True, empty_zero=empty_zero)
+        out, launches = plan_reduce(values, offsets, mean=True, empty_zero=empty_zero, max_seqlen=max_seqlen)
         _run_fast(launches, values.device, _fast_key(values, offsets))
         return out
     return torch.ops.jaggedperf.jagged_mean(values, offsets, empty_zero)
@@ -543,6 +615,8 @@ def _inputs(values, offsets, name: str, max_seqlen, validate):
     if isinstance(values, torch.Tensor) and values.is_nested:
         if offsets is not None:
             raise TypeError(f"{name}: pass a NestedTensor alone or (values, offsets), not both")
+        if max_seqlen is None:
+            max_seqlen = _cached_max_seqlen(values)
         values, offsets = _from_nested(values, name)
     elif offsets is None:
         raise TypeError(f"{name}: offsets is required unless values is a jagged NestedTensor")
@@ -555,7 +629,21 @@ def _inputs(values, offsets, name: str, max_seqlen, validate):
         values = values.contiguous()
     if not offsets.is_contiguous():
         offsets = offsets.contiguous()
-    return values, offsets
+    return values, offsets, max_seqlen
+
+
+def _cached_max_seqlen(nt: torch.Tensor):
+    # the NJT's cached max_seqlen as a host int (no sync), or None when it has none or is symbolic
+    if torch.compiler.is_compiling():
+        return None
+    cache = getattr(nt, "_metadata_cache", None) or {}
+    if "max_seqlen" not in cache:
+        return None
+    try:
+        value = nt._max_seqlen
+    except Exception:  # noqa: BLE001 - private API: no hint is always safe
+        return None
+    return value if type(value) is int else None
 
 
 def _from_nested(nt: torch.Tensor, name: str):
