@@ -1,9 +1,13 @@
 import json
 import logging
+import math
 
 import pytest
 import torch
 
+from jaggedperf.cli import main
+from jaggedperf.cli.doctor import doctor_cases
+from jaggedperf.cli._args import SEED_CASES
 from jaggedperf.inputs import Case, make_batch
 from jaggedperf.impls.registry import get_op
 from jaggedperf.lab import doctor, evidence, modes, runner
@@ -287,3 +291,51 @@ def test_gather_refuses_a_mode_that_is_not_compiled():
     batch, ref = runner.prepare_case("jagged_mean", case, opts)
     with pytest.raises(ValueError, match="compiled mode"):
         evidence.gather("jagged_mean", "sum_padded", "eager", case, batch, ref, opts, None)
+
+
+# --- CLI -----------------------------------------------------------------------------------------
+
+
+TINY = ["--B", "8", "--M", "4", "--seqlen", "20", "--sparsity", "0.5", "--impls", "sum_padded", "--warmup", "1",
+        "--iters", "5", "--device", "cpu"]
+
+
+def test_cli_doctor_end_to_end_on_cpu(tmp_path, capsys):
+    path = tmp_path / "doctor.json"
+    assert main(["doctor", *TINY, "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "verdict:" in out and "B8-M4-L20-s0.5" in out and "NestedTensor input overhead" in out
+    data = json.loads(path.read_text())
+    assert data["environment"]["torch"] == torch.__version__
+    (cell,) = data["cells"]
+    ev, diagnosis = cell["evidence"], cell["diagnosis"]
+    assert ev["implementation"] == "sum_padded" and ev["mode"] == MODE and ev["case_label"] == "B8-M4-L20-s0.5"
+    for section in ("host", "input_form", "kernels", "jagged", "cudagraphs", "compile_cost"):
+        assert ev[section] is not None, section
+    # the plain twin is what "input form" compiled
+    assert ev["input_form"]["available"] and ev["input_form"]["plain"]["extra"]["input_form"] == "plain"
+    assert ev["input_form"]["guards"]["function"] == "sum_padded_plain"
+    assert ev["host"]["guards"]["function"] == "sum_padded" and ev["host"]["guards"]["guards"] > 0
+    assert ev["host"]["dynamo"]["graphs"] >= 1 and ev["host"]["dynamo"]["recompiles"] == 0
+    # GPU-only sections: unavailable, with the reason
+    for section in ("kernels", "cudagraphs"):
+        assert ev[section]["available"] is False and "needs CUDA" in ev[section]["reason"]
+    assert ev["host"]["device_time"] is False and "needs CUDA" in ev["host"]["reason"]
+    assert ev["jagged"]["pads"] and ev["jagged"]["waste_bytes"] > 0
+    assert ev["compile_cost"]["compile_s"] > 0
+    assert diagnosis["available"] and diagnosis["sums_ok"]
+    assert math.isclose(sum(p["us"] for p in diagnosis["contributions"]), diagnosis["delta_us"], abs_tol=1e-6)
+
+
+def test_cli_doctor_needs_all_case_flags_or_none(capsys):
+    assert main(["doctor", "--B", "8", "--device", "cpu"]) == 2
+    assert "--seqlen" in capsys.readouterr().err
+
+
+def test_doctor_defaults_to_the_seed_shapes():
+    from jaggedperf.cli import build_parser
+
+    args = build_parser().parse_args(["doctor"])
+    assert [(c.B, c.M, c.seqlen, c.sparsity) for c in doctor_cases(args)] == [
+        (c.B, c.M, c.seqlen, c.sparsity) for c in SEED_CASES]
+    assert args.impls is None and args.mode == MODE and (args.warmup, args.iters) == (50, 200)

@@ -8,7 +8,7 @@ import importlib
 import sys
 
 # Modules that contribute subcommands, in the order `jaggedperf --help` lists them.
-COMMAND_MODULES = ("lab",)
+COMMAND_MODULES = ("lab", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:
