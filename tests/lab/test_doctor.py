@@ -172,6 +172,38 @@ def test_on_par_wording():
     assert d.verdict.startswith("on par with eager")
 
 
+def test_cudagraph_findings_from_recorded_numbers():
+    ev = make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30, plain_guard_us=4)
+    ev.cudagraphs = evidence.CudaGraphs(True, None, "test", MODE, "compile:max-autotune",
+                                        eager_graph=_result("graph", 25, 20),
+                                        counterpart=_result("compile:max-autotune", 280, 6),
+                                        skip_reason="cpu device (arg3_1)")
+    line = next(f for f in doctor.diagnose(ev).findings if f.startswith("CUDA graphs"))
+    assert "compile:max-autotune 280 µs per call (vs compile:max-autotune-no-cudagraphs 290 µs)" in line
+    assert "eager in a CUDA graph 25 µs (vs eager 112 µs)" in line
+    assert "Inductor skipped cudagraphs in compile:max-autotune: cpu device (arg3_1)" in line
+
+
+def test_kernel_and_padding_findings_from_recorded_numbers():
+    ev = make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30, plain_guard_us=4)
+    must = ev.jagged.must_move_bytes
+    ev.eager.extra["kernels"] = [{"name": "pad_kernel", "calls_per_call": 1.0, "us_per_call": 12.0},
+                                 {"name": "reduce_kernel", "calls_per_call": 1.0, "us_per_call": 8.0}]
+    ev.compiled.extra["kernels"] = [{"name": "triton_red_fused_div_sum_0", "calls_per_call": 1.0, "us_per_call": 6.0}]
+    ev.kernels = evidence.Kernels(True, None, "test", 4000.0, must,
+                                  evidence.kernel_infos(ev.eager, must, 4000.0),
+                                  evidence.kernel_infos(ev.compiled, must, 4000.0), [], 4, 1, None,
+                                  ["triton_red_fused_div_sum_0"])
+    assert ev.kernels.compiled[0].inductor and not ev.kernels.eager[0].inductor
+    assert ev.kernels.compiled[0].gbps == pytest.approx(must / 6e-6 / 1e9)
+    assert ev.kernels.compiled[0].pct_of_copy == pytest.approx(100 * must / 6e-6 / 1e9 / 4000)
+    found = doctor.diagnose(ev).findings
+    kline = next(f for f in found if f.startswith("kernels per call"))
+    assert "eager 4 (20.0 µs" in kline and "compiled 1 (6.0 µs" in kline and "Inductor generated 1" in kline
+    pline = next(f for f in found if f.startswith("padding"))
+    assert "does not materialise the padded tensor" in pline  # 38 MB in 6 µs would need > 4000 GB/s
+
+
 def test_a_failed_cell_cannot_be_attributed():
     ev = make_evidence(eager=(100, 20), compiled=(200, 10), plain=(50, 10), njt_guard_us=3, plain_guard_us=1)
     ev.compiled = _result(MODE, 0, status=ERROR)
@@ -283,6 +315,20 @@ def test_gather_a_dense_implementation_on_cpu():
     assert not ev.host.device_time and ev.host.compiled_host_us == pytest.approx(ev.compiled.wall.median_ms * 1e3)
     assert ev.jagged is not None and not ev.jagged.pads
     assert doctor.diagnose(ev).sums_ok
+
+
+def test_gather_skips_the_extra_compiles_over_the_compile_budget():
+    case = Case(8, 3, 12, 0.3)
+    opts = runner.Options(device=CPU, warmup=1, iters=3)
+    batch, ref = runner.prepare_case("jagged_mean", case, opts)
+    ev = evidence.gather("jagged_mean", "sum_padded", "compile:default", case, batch, ref, opts, None,
+                         compile_budget_s=0.0)
+    assert ev.compiled.status == OK and ev.input_form.plain is None
+    assert not ev.input_form.available and "compile budget" in ev.input_form.reason
+    assert set(ev.stage_s) >= {"eager", "compile:default", "guards"} and all(v >= 0 for v in ev.stage_s.values())
+    d = doctor.diagnose(ev)
+    assert d.sums_ok and doctor.NJT not in {p.key for p in d.contributions}
+    assert {p.key for p in d.contributions} >= {doctor.GUARDS, doctor.OTHER}
 
 
 def test_gather_refuses_a_mode_that_is_not_compiled():

@@ -56,6 +56,10 @@ def register(sub) -> None:
                    help="flush L2 between device-timed calls (default: no flush, as in the wall loop, so that "
                         "host = wall − device compares like with like)")
     g.add_argument("--no-cudagraphs", action="store_true", help="skip the CUDA-graph comparison (saves two cells)")
+    g.add_argument("--compile-budget", type=float, default=evidence.DEFAULT_COMPILE_BUDGET_S, metavar="S",
+                   help="when a compiled cell takes longer than S seconds to compile, skip its two extra compiles "
+                        "(plain twin, CUDA-graph counterpart); a negative S means no limit "
+                        f"(default {evidence.DEFAULT_COMPILE_BUDGET_S:g})")
     g.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
     g.add_argument("--json", metavar="PATH", help="write every piece of evidence, the diagnoses and the environment")
     g.add_argument("--trace", metavar="DIR", help="write a chrome trace per profiled callable (CUDA)")
@@ -105,7 +109,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         os.makedirs(options.trace_dir, exist_ok=True)
     started = time.perf_counter()
     try:
-        run = gather_with_progress(args.op, cases, impls, args.mode, options, not args.no_cudagraphs, err)
+        budget = None if args.compile_budget < 0 else args.compile_budget
+        run = gather_with_progress(args.op, cases, impls, args.mode, options, not args.no_cudagraphs, budget, err)
     except (KeyError, ValueError) as exc:
         err.print(f"jaggedperf: error: {exc.args[0] if exc.args else exc}", markup=False, highlight=False)
         return 2
@@ -130,7 +135,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def gather_with_progress(op, cases, impls, mode, options, cudagraphs, console: Console) -> evidence.EvidenceRun:
+def gather_with_progress(op, cases, impls, mode, options, cudagraphs, compile_budget_s,
+                         console: Console) -> evidence.EvidenceRun:
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     total = len(cases) * len(impls)
     with Progress(*columns, console=console, transient=True, disable=total < 2) as progress:
@@ -147,8 +153,9 @@ def gather_with_progress(op, cases, impls, mode, options, cudagraphs, console: C
         def on_evidence(_):
             progress.advance(task)
 
-        return evidence.gather_all(op, cases, impls, mode, options, cudagraphs=cudagraphs, on_start=on_start,
-                                   on_stage=on_stage, on_evidence=on_evidence)
+        return evidence.gather_all(op, cases, impls, mode, options, cudagraphs=cudagraphs,
+                                   compile_budget_s=compile_budget_s, on_start=on_start, on_stage=on_stage,
+                                   on_evidence=on_evidence)
 
 
 # --- tables --------------------------------------------------------------------------------------

@@ -278,11 +278,13 @@ def _cudagraphs_line(e: Evidence) -> str:
                      f"(vs {e.mode} {_result_wall(e.compiled)})")
     if g.eager_graph is not None:
         parts.append(f"eager in a CUDA graph {_result_wall(g.eager_graph)} (vs eager {_result_wall(e.eager)})")
+    if g.reason:
+        parts.append(g.reason)
     text = "CUDA graphs: " + "; ".join(parts)
     with_graphs = g.counterpart_mode if modes_mod.uses_cuda_graphs(g.counterpart_mode or "") else e.mode
     if g.skip_reason:
         text += f"; Inductor skipped cudagraphs in {with_graphs}: {g.skip_reason}"
-    else:
+    elif g.counterpart is not None:
         text += f"; Inductor gave no reason to skip cudagraphs in {with_graphs}"
     return text
 

@@ -121,7 +121,8 @@ class CompileStats:
     available: bool
     reason: str | None = None
     method: str = DYNAMO_METHOD
-    frames: int | None = None  # frames Dynamo converted (resume functions and recompiles included)
+    frames: int | None = None  # frames Dynamo was called on (counters["frames"]["total"]; skipped ones included)
+    compiled_frames: int | None = None  # frames it compiled: resume functions after breaks and recompiles included
     graphs: int | None = None  # FX graphs handed to the backend
     graph_breaks: int | None = None
     break_reasons: list[str] = field(default_factory=list)
@@ -248,6 +249,7 @@ class Evidence:
     cudagraphs: CudaGraphs
     compile_cost: CompileCost
     notes: list[str] = field(default_factory=list)
+    stage_s: dict[str, float] = field(default_factory=dict)  # seconds spent per stage of gathering this cell
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -420,6 +422,7 @@ def watch_dynamo() -> Iterator[CompileStats]:
             stats.reason = _not_exposed("torch._dynamo.utils.get_compilation_metrics") + ": recompiles unknown"
         else:
             new = [m for m in metrics_after if id(m) not in seen]
+            stats.compiled_frames = len(new)
             stats.recompiles = sum(1 for m in new if _is_recompile(m))
             stats.recompile_reasons = [_one_line(m.recompile_reason) for m in new
                                        if getattr(m, "recompile_reason", None)]
@@ -648,16 +651,35 @@ def skip_reason(messages: Iterable[str]) -> str | None:
 # --- gathering -----------------------------------------------------------------------------------
 
 
+DEFAULT_COMPILE_BUDGET_S = 30.0
+
+
 def gather(op: str, implementation: str, mode: str, case: Case, batch: JaggedBatch, reference: torch.Tensor,
            options: runner.Options, copy_gbps: float | None, *, cudagraphs: bool = True,
+           compile_budget_s: float | None = DEFAULT_COMPILE_BUDGET_S,
            on_stage: Callable[[str], None] | None = None) -> Evidence:
-    """Measure one compiled cell and its eager twin (see the module docstring for what runs)."""
+    """Measure one compiled cell and its eager twin (see the module docstring for what runs).
+
+    Frugality: when the compiled call's first call (its compile) took longer than
+    ``compile_budget_s``, the two extra compiles (plain twin, CUDA-graph counterpart) are skipped
+    and the sections say so (None: no limit). Eager is put in a CUDA graph only when the lab could
+    capture it for its device time (``device_time.method == "graph"``).
+    """
     if not modes_mod.is_compiled(mode):
         raise ValueError(f"the doctor explains a compiled mode; got {mode!r}")
     impl = get_implementation(op, implementation)
-    stage = on_stage or (lambda _: None)
     cuda = options.device.type == "cuda"
     notes: list[str] = []
+    stage_s: dict[str, float] = {}
+    clock = {"name": None, "at": time.perf_counter()}
+
+    def stage(name: str | None) -> None:
+        now = time.perf_counter()
+        if clock["name"] is not None:
+            stage_s[clock["name"]] = stage_s.get(clock["name"], 0.0) + now - clock["at"]
+        clock["name"], clock["at"] = name, now
+        if name is not None and on_stage:
+            on_stage(name)
 
     def cell(m: str) -> runner.Cell:
         return runner.Cell(op, implementation, m, case)
@@ -668,14 +690,29 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: JaggedBat
     stage(mode)
     with watch_dynamo() as dynamo, catch_cudagraph_messages() as compiled_messages:
         compiled = runner.run_cell(cell(mode), batch, reference, options, copy_gbps)
+    stage("guards")
     guards = (guard_cost(impl.fn, impl.prepare(batch)) if compiled.status == OK
               else GuardCost(False, f"compiled call {compiled.status}: {compiled.reason}"))
     _fill_recompiles(dynamo, guards)
+    over_budget = None
+    if compile_budget_s is not None and compiled.compile_s is not None and compiled.compile_s > compile_budget_s:
+        over_budget = (f"skipped to stay frugal: the compiled call took {compiled.compile_s:.0f} s to compile "
+                       f"(> compile budget {compile_budget_s:g} s; raise --compile-budget to run it)")
+        notes.append(over_budget)
 
-    if impl.takes == "njt" and impl.plain is not None:
+    if impl.takes == "dense":
+        input_form = InputForm(False, "not applicable: the implementation already takes (values, offsets) tensors",
+                               "")
+    elif impl.plain is None:
+        input_form = InputForm(False, f"{implementation} has no plain twin: NestedTensor overhead cannot be "
+                                      "separated", "")
+    elif over_budget:
+        input_form = InputForm(False, f"plain twin {over_budget}", "")
+    else:
         stage(f"{mode} · plain twin")
         with watch_dynamo() as plain_dynamo:
             plain = runner.run_cell(cell(mode), batch, reference, options, copy_gbps, plain=True)
+        stage("guards")
         plain_guards = (guard_cost(impl.plain, impl.prepare_plain(batch)) if plain.status == OK
                         else GuardCost(False, f"plain twin {plain.status}: {plain.reason}"))
         _fill_recompiles(plain_dynamo, plain_guards)
@@ -684,12 +721,6 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: JaggedBat
                                plain_dynamo)
         if plain.status != OK:
             input_form.available, input_form.reason = False, f"plain twin {plain.status}: {plain.reason}"
-    elif impl.takes == "dense":
-        input_form = InputForm(False, "not applicable: the implementation already takes (values, offsets) tensors",
-                               "")
-    else:
-        input_form = InputForm(False, f"{implementation} has no plain twin: NestedTensor overhead cannot be "
-                                      "separated", "")
 
     graphs = CudaGraphs(False, None, CUDAGRAPH_METHOD, mode, CUDAGRAPH_COUNTERPART.get(mode))
     if not cuda:
@@ -697,18 +728,30 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: JaggedBat
     elif not cudagraphs:
         graphs.reason = "not asked for (--no-cudagraphs)"
     else:
-        stage("graph")
-        graphs.eager_graph = runner.run_cell(cell(modes_mod.GRAPH), batch, reference, options, copy_gbps)
-        stage(graphs.counterpart_mode)
-        with watch_dynamo() as cg_dynamo, catch_cudagraph_messages() as cg_messages:
-            graphs.counterpart = runner.run_cell(cell(graphs.counterpart_mode), batch, reference, options, copy_gbps)
-        graphs.available = True
-        with_graphs = cg_messages if modes_mod.uses_cuda_graphs(graphs.counterpart_mode) else compiled_messages
-        with_dynamo = cg_dynamo if modes_mod.uses_cuda_graphs(graphs.counterpart_mode) else dynamo
-        graphs.skip_messages = list(with_graphs)
-        graphs.skip_reason = skip_reason(with_graphs) or (with_dynamo.cudagraph_skip_reasons[0]
-                                                          if with_dynamo.cudagraph_skip_reasons else None)
-        graphs.skips_counted = with_dynamo.cudagraph_skips
+        reasons = []
+        if eager.device_time is not None and eager.device_time.method == "graph":
+            stage("graph")
+            graphs.eager_graph = runner.run_cell(cell(modes_mod.GRAPH), batch, reference, options, copy_gbps)
+        else:
+            reasons.append("eager could not be captured in a CUDA graph (timing.capture_graph refused it: a host "
+                           "sync or a CPU op), so mode 'graph' was not run")
+        if over_budget:
+            reasons.append(f"{graphs.counterpart_mode} {over_budget}")
+        else:
+            stage(graphs.counterpart_mode)
+            with watch_dynamo() as cg_dynamo, catch_cudagraph_messages() as cg_messages:
+                graphs.counterpart = runner.run_cell(cell(graphs.counterpart_mode), batch, reference, options,
+                                                     copy_gbps)
+            with_graphs = modes_mod.uses_cuda_graphs(graphs.counterpart_mode)
+            messages = cg_messages if with_graphs else compiled_messages
+            watched = cg_dynamo if with_graphs else dynamo
+            graphs.skip_messages = list(messages)
+            graphs.skip_reason = skip_reason(messages) or (watched.cudagraph_skip_reasons[0]
+                                                           if watched.cudagraph_skip_reasons else None)
+            graphs.skips_counted = watched.cudagraph_skips
+        graphs.available = graphs.eager_graph is not None or graphs.counterpart is not None
+        graphs.reason = "; ".join(reasons) or None
+    stage(None)
 
     wall_only, why = _wall_only(options, eager, compiled)
     host = HostOverhead(not wall_only, why, HOST_METHOD_WALL_ONLY if wall_only else HOST_METHOD,
@@ -722,7 +765,8 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: JaggedBat
     if options.device_time and cuda and not options.flush_l2:
         notes.append("device time measured without an L2 flush, as the wall loop runs (warm L2)")
     return Evidence(op, implementation, mode, case, options.device.type, impl.takes, eager, compiled, host, input_form,
-                    kernels, batch_padding_model(batch, pads=impl.pads), graphs, cost, notes)
+                    kernels, batch_padding_model(batch, pads=impl.pads), graphs, cost, notes,
+                    {k: round(v, 3) for k, v in stage_s.items()})
 
 
 def _fill_recompiles(stats: CompileStats, guards: GuardCost) -> None:
@@ -783,7 +827,8 @@ def unavailable_evidence(op: str, implementation: str, mode: str, case: Case, de
 
 
 def gather_all(op: str, cases: Iterable[Case], implementations: list[str], mode: str, options: runner.Options, *,
-               cudagraphs: bool = True, on_start: Callable[[str, Case], None] | None = None,
+               cudagraphs: bool = True, compile_budget_s: float | None = DEFAULT_COMPILE_BUDGET_S,
+               on_start: Callable[[str, Case], None] | None = None,
                on_stage: Callable[[str], None] | None = None,
                on_evidence: Callable[[Evidence], None] | None = None) -> EvidenceRun:
     """Evidence for every implementation × case (each case's batch made once), with the run's environment."""
@@ -805,7 +850,7 @@ def gather_all(op: str, cases: Iterable[Case], implementations: list[str], mode:
                 ev = unavailable_evidence(op, name, mode, case, options.device.type, status, f"input: {batch}")
             else:
                 ev = gather(op, name, mode, case, batch, reference, options, copy_gbps, cudagraphs=cudagraphs,
-                            on_stage=on_stage)
+                            compile_budget_s=compile_budget_s, on_stage=on_stage)
             out.append(ev)
             if on_evidence:
                 on_evidence(ev)
