@@ -139,19 +139,22 @@ def gather_with_progress(op, cases, impls, mode, options, cudagraphs, compile_bu
                          console: Console) -> evidence.EvidenceRun:
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     total = len(cases) * len(impls)
-    with Progress(*columns, console=console, transient=True, disable=total < 2) as progress:
+    # No auto-refresh: a refresh thread would compete with the timed calls for the GIL (and on a small CPU
+    # for a core); the bar is redrawn when a stage starts, between measurements.
+    with Progress(*columns, console=console, transient=True, disable=total < 2, auto_refresh=False) as progress:
         task = progress.add_task("cells", total=total)
         current = {"cell": ""}
 
         def on_start(name, case):
             current["cell"] = f"{name} · {case.label}"
-            progress.update(task, description=current["cell"])
+            progress.update(task, description=current["cell"], refresh=True)
 
         def on_stage(stage):
-            progress.update(task, description=f"{current['cell']} · {stage}")
+            progress.update(task, description=f"{current['cell']} · {stage}", refresh=True)
 
         def on_evidence(_):
             progress.advance(task)
+            progress.refresh()
 
         return evidence.gather_all(op, cases, impls, mode, options, cudagraphs=cudagraphs,
                                    compile_budget_s=compile_budget_s, on_start=on_start, on_stage=on_stage,
