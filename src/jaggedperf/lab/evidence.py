@@ -22,11 +22,23 @@ jagged handling (the padding model, from shapes), CUDA graphs and compile cost. 
 cannot be measured here carries ``available=False`` and the reason (on the CPU: no device time,
 kernels or CUDA graphs — "needs CUDA"), so that every JSON has every section.
 
-Torch internals used, each behind a fallback that records "not exposed in torch X" instead of
-failing: ``torch._dynamo.eval_frame._debug_get_cache_entry_list`` and ``CacheEntry.guard_manager``
-(guard count and check time), ``torch._dynamo.utils.counters`` and ``get_compilation_metrics``
-(graphs, breaks, recompiles), the Inductor loggers ``*.__cudagraphs`` / ``*.__perf_hints`` (the
-cudagraph skip message; torch ≥ 2.7 logs it on the first, older torch on the second).
+Frugality: when the compiled call takes longer than ``compile_budget_s`` to compile, the two
+extra compiles (plain twin, CUDA-graph counterpart) are skipped and their sections say so.
+
+Torch internals used (checked against the sources of torch 2.11 and 2.13), each behind a fallback
+that records "not exposed in torch X" (or leaves the field None) instead of failing:
+
+- ``torch._dynamo.eval_frame._debug_get_cache_entry_list`` and ``CacheEntry.guard_manager``
+  (``GuardManagerWrapper.check``, ``root.get_leaf_guards / get_child_managers /
+  get_epilogue_lambda_guards``): guard count and check time; per-guard times call the leaf guards
+  themselves on the values their ``get_source()`` names (best effort: left out when not callable);
+- ``torch._dynamo.utils.counters`` and ``torch._dynamo.utils.get_compilation_metrics``: frames,
+  graphs, graph breaks, recompiles and their reasons, Dynamo's guard count, compile time, its
+  one-call guard-latency profile and ``cudagraph_skip_reason``; recompiles fall back to the number
+  of cache entries − 1;
+- the Inductor artifact loggers ``torch._inductor.*.__cudagraphs`` (where 2.11 and 2.13 log
+  "skipping cudagraphs due to …" from ``log_cudagraph_skip_and_bump_counter``) and
+  ``*.__perf_hints`` (where older releases logged it), plus ``counters["inductor"]["cudagraph_skips"]``.
 """
 
 from __future__ import annotations
@@ -280,7 +292,8 @@ def padding_model(B: int, M: int, padded_len: int, total_len: int, itemsize: int
 
     The waste is the difference: 2·B·padded_len·M·s. The model counts what the written program asks
     for, eager's kernels one by one; small intermediates (lengths, the (B, M) sums before the
-    division) are left out. A compiled program may fuse the pad into the reduction and never
+    division) are left out, and a reduction that reads the padded tensor more than once (nanmean:
+    a NaN-masked sum and a count) moves more than the model says. A compiled program may fuse the pad into the reduction and never
     materialise the padded tensor: the kernels section (time and %-of-copy of each kernel) shows
     whether it did.
     """
