@@ -10,7 +10,7 @@ from jaggedperf.cli.doctor import doctor_cases
 from jaggedperf.cli._args import SEED_CASES
 from jaggedperf.inputs import Case, make_batch
 from jaggedperf.impls.registry import get_op
-from jaggedperf.lab import doctor, evidence, modes, runner
+from jaggedperf.lab import doctor, evidence, modes, probes, runner
 from jaggedperf.lab.result import ERROR, OK, DeviceTime, Result, WallStats
 
 CPU = torch.device("cpu")
@@ -38,7 +38,7 @@ def _result(mode, wall_us, device_us=None, kernels=None, compile_s=None, status=
 
 
 def _guards(us, count):
-    return evidence.GuardCost(True, None, "test", "f", 1, 0, count, {}, us)
+    return probes.GuardCost(True, None, "test", "f", 1, 0, count, {}, us)
 
 
 def make_evidence(*, eager, compiled, plain=None, njt_guard_us=None, plain_guard_us=None, compile_s=5.0,
@@ -48,14 +48,14 @@ def make_evidence(*, eager, compiled, plain=None, njt_guard_us=None, plain_guard
     e = _result("eager", eager[0], eager[1], None if wall_only else eager_kernels, 0.001)
     c = _result(MODE, compiled[0], compiled[1], None if wall_only else compiled_kernels, compile_s)
     p = _result(MODE, plain[0], plain[1], None if wall_only else 1, 1.0, form="plain") if plain else None
-    g = _guards(njt_guard_us, 33) if njt_guard_us is not None else evidence.GuardCost(False, "not measured")
+    g = _guards(njt_guard_us, 33) if njt_guard_us is not None else probes.GuardCost(False, "not measured")
     pg = _guards(plain_guard_us, 21) if plain_guard_us is not None else None
     host = evidence.HostOverhead(not wall_only, "needs CUDA" if wall_only else None, "test",
                                  evidence.host_us(e, wall_only=wall_only), evidence.host_us(c, wall_only=wall_only),
-                                 g, evidence.CompileStats(True, graphs=1, graph_breaks=0, recompiles=0))
+                                 g, probes.CompileStats(True, graphs=1, graph_breaks=0, recompiles=0))
     if plain:
         form = evidence.InputForm(True, None, "test", p, evidence.host_us(p, wall_only=wall_only), pg,
-                                  evidence.CompileStats(True))
+                                  probes.CompileStats(True))
     else:
         form = evidence.InputForm(False, "not applicable: the implementation already takes (values, offsets)", "")
     kernels = evidence.Kernels(False, "needs CUDA", "test")
@@ -250,7 +250,7 @@ def _scaled(x, n):
 
 def test_watch_dynamo_counts_a_forced_graph_break():
     torch._dynamo.reset()
-    with evidence.watch_dynamo() as stats:
+    with probes.watch_dynamo() as stats:
         torch.compile(_breaks, backend="eager")(torch.randn(4))
     assert stats.available
     assert stats.graph_breaks >= 1 and stats.graphs == 2 and stats.frames == 2
@@ -262,12 +262,12 @@ def test_watch_dynamo_counts_a_recompile_and_its_reason():
     torch._dynamo.reset()
     compiled = torch.compile(_scaled, backend="eager")
     x = torch.randn(4)
-    with evidence.watch_dynamo() as stats:
+    with probes.watch_dynamo() as stats:
         compiled(x, 2)
         compiled(x, 3)  # a new int constant: Dynamo recompiles (then treats n as dynamic)
     assert stats.recompiles >= 1 and stats.graph_breaks == 0
     assert stats.recompile_reasons and "n" in stats.recompile_reasons[0]
-    cost = evidence.guard_cost(_scaled, (x, 3))
+    cost = probes.guard_cost(_scaled, (x, 3))
     assert cost.available and cost.cache_entries >= 2
 
 
@@ -275,28 +275,28 @@ def test_guard_cost_counts_and_times_the_guards_of_the_hit_entry():
     torch._dynamo.reset()
     x = torch.randn(8)
     torch.compile(_scaled, backend="eager")(x, 2)
-    cost = evidence.guard_cost(_scaled, (x, 2), repeats=3, number=20)
+    cost = probes.guard_cost(_scaled, (x, 2), repeats=3, number=20)
     assert cost.available and cost.cache_entries == 1 and cost.entry_index == 0
     assert cost.guards > 0 and cost.kinds.get("TENSOR_MATCH", 0) >= 1
     assert 0 < cost.check_us < 10_000
     assert cost.slowest and all(g.us >= 0 for g in cost.slowest)
     torch._dynamo.reset()
-    missing = evidence.guard_cost(_scaled, (x, 2))
+    missing = probes.guard_cost(_scaled, (x, 2))
     assert not missing.available and "no cache entry" in missing.reason
 
 
 def test_catch_cudagraph_messages_gets_inductors_skip_reason_and_restores_the_loggers():
     from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
 
-    loggers = evidence._cudagraph_loggers()
+    loggers = probes._cudagraph_loggers()
     assert loggers, "no Inductor cudagraph/perf_hints logger found"
     before = [(lg.level, lg.propagate, list(lg.handlers)) for lg in loggers]
-    with evidence.catch_cudagraph_messages() as messages:
+    with probes.catch_cudagraph_messages() as messages:
         log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to a test reason")
         logging.getLogger("torch._inductor").warning("unrelated")
     assert messages == ["skipping cudagraphs due to a test reason"]
-    assert evidence.skip_reason(messages) == "a test reason"
-    assert evidence.skip_reason(["cudagraphs fine"]) is None
+    assert probes.skip_reason(messages) == "a test reason"
+    assert probes.skip_reason(["cudagraphs fine"]) is None
     assert [(lg.level, lg.propagate, list(lg.handlers)) for lg in loggers] == before
 
 
