@@ -135,3 +135,13 @@ def test_check_output_tolerance_depends_on_dtype():
     out = torch.full((4, 4), 1.004)
     assert not runner.check_output(out, ref, "float32")[0]
     assert runner.check_output(out.bfloat16(), ref, "bfloat16")[0]
+
+
+def test_run_cell_runs_the_plain_twin_when_asked():
+    batch, ref = runner.prepare_case("jagged_mean", SMALL, quick())
+    cell = runner.Cell("jagged_mean", "sum_padded", "eager", SMALL)
+    result = runner.run_cell(cell, batch, ref, quick(), None, plain=True)
+    assert result.status == OK and result.extra["input_form"] == "plain" and result.wall.n == 3
+    no_twin = runner.run_cell(runner.Cell("jagged_mean", "segment_reduce", "eager", SMALL), batch, ref, quick(), None,
+                              plain=True)
+    assert no_twin.status == SKIPPED and "no plain twin" in no_twin.reason

@@ -124,18 +124,27 @@ def prepare_case(op: str, case: Case, options: Options) -> tuple[JaggedBatch | E
         return RuntimeError(f"{type(exc).__name__}: {_first_line(exc)}"), None
 
 
-def run_cell(cell: Cell, batch: JaggedBatch, reference: torch.Tensor, options: Options, copy_gbps: float | None) -> Result:
+def run_cell(cell: Cell, batch: JaggedBatch, reference: torch.Tensor, options: Options, copy_gbps: float | None,
+             *, plain: bool = False) -> Result:
+    """Check and time one cell. ``plain=True`` runs the implementation's ``plain`` twin on
+    (values, offsets, padded_len) instead (the doctor's input-form check); the result says so in
+    ``extra["input_form"]``."""
     impl = get_implementation(cell.op, cell.implementation)
     device = options.device
     result = Result(cell.op, cell.implementation, cell.mode, cell.case, device.type)
     result.bytes_moved = get_op(cell.op).must_move_bytes(batch)
+    if plain:
+        result.extra["input_form"] = "plain"
     skip = why_skip(impl, cell, batch, options)
+    if plain and impl.plain is None:
+        skip = f"{impl.name} has no plain twin"
     if skip:
         result.status, result.reason = SKIPPED, skip
         return result
+    fn, args = (impl.plain, impl.prepare_plain(batch)) if plain else (impl.fn, impl.prepare(batch))
     stage = "build"
     try:
-        call = modes_mod.build(impl.fn, impl.prepare(batch), cell.mode, device, dynamic=options.dynamic)
+        call = modes_mod.build(fn, args, cell.mode, device, dynamic=options.dynamic)
         stage = "first call"
         sync = timing.synchronizer(device)
         start = time.perf_counter()
@@ -152,7 +161,7 @@ def run_cell(cell: Cell, batch: JaggedBatch, reference: torch.Tensor, options: O
         result.wall = timing.wall_stats(call, device, warmup=options.warmup, iters=options.iters)
         if device.type == "cuda" and options.device_time:
             stage = "device time"
-            measure_device(call, cell, result, options, copy_gbps)
+            measure_device(call, cell, result, options, copy_gbps, tag=".plain" if plain else "")
     except modes_mod.ModeUnavailable as exc:
         result.status, result.reason = SKIPPED, str(exc)
     except torch.cuda.OutOfMemoryError as exc:
@@ -177,11 +186,12 @@ def why_skip(impl: Implementation, cell: Cell, batch: JaggedBatch, options: Opti
     return None
 
 
-def measure_device(call: Callable, cell: Cell, result: Result, options: Options, copy_gbps: float | None) -> None:
+def measure_device(call: Callable, cell: Cell, result: Result, options: Options, copy_gbps: float | None,
+                   *, tag: str = "") -> None:
     device = options.device
     trace = None
     if options.trace_dir:
-        trace = f"{options.trace_dir}/{cell.implementation}__{cell.mode.replace(':', '-')}__{cell.case.label}.json"
+        trace = f"{options.trace_dir}/{cell.implementation}{tag}__{cell.mode.replace(':', '-')}__{cell.case.label}.json"
     profile = timing.profile_kernels(call, device, calls=options.profile_calls, flush=options.flush_l2, trace_path=trace)
     result.kernels_per_call = profile.kernels_per_call
     result.kernel_names = [k.name for k in profile.kernels]

@@ -1,0 +1,228 @@
+"""doctor: measure why a compiled cell is slower (or faster) than its eager twin, and say which cause explains it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from jaggedperf.cli._args import (
+    SEED_CASES,
+    SEED_IMPLEMENTATIONS,
+    add_case_arguments,
+    byte_size,
+    cases_from_args,
+    comma_list,
+)
+from jaggedperf.cli.lab import _footer, console
+from jaggedperf.inputs import Case
+from jaggedperf.lab import doctor, evidence
+from jaggedperf.lab import modes as modes_mod
+from jaggedperf.lab.result import OK
+from jaggedperf.lab.runner import DEFAULT_BYTE_LIMIT, Options
+from jaggedperf.lab.store import write_json
+
+OP = "jagged_mean"
+CASE_FLAGS = ("B", "M", "seqlen", "sparsity")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "doctor", help="explain a compiled cell against eager: host overhead, input form, kernels, padding, "
+                       "CUDA graphs, compile cost",
+        description="For each implementation × case, time eager and the compiled mode, the same computation "
+                    "compiled on plain (values, offsets) tensors, and (on CUDA) both under CUDA graphs; then split "
+                    "compiled − eager into device time, NestedTensor input overhead, guard evaluation and other host "
+                    "work, and print a verdict. Without case flags: the seed's two shapes.")
+    p.add_argument("--op", default=OP, help="the op (default jagged_mean)")
+    p.add_argument("--impls", type=comma_list,
+                   help=f"implementations, comma-separated (default: the seed's three: {','.join(SEED_IMPLEMENTATIONS)})")
+    p.add_argument("--mode", default=modes_mod.SEED_COMPILED_MODE,
+                   choices=list(modes_mod.COMPILE_MODES), help=f"the compiled mode to explain (default {modes_mod.SEED_COMPILED_MODE})")
+    add_case_arguments(p, required=False)
+    g = p.add_argument_group("measurement")
+    g.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is present, else cpu")
+    g.add_argument("--warmup", type=int, default=50, help="warm-up calls before timing (seed: 50)")
+    g.add_argument("--iters", type=int, default=200, help="timed calls (seed: 200)")
+    g.add_argument("--profile-calls", type=int, default=10, help="calls profiled for kernels (default 10)")
+    g.add_argument("--byte-limit", type=byte_size, default=DEFAULT_BYTE_LIMIT,
+                   help="skip a cell whose largest tensor passes this (default 8GB)")
+    g.add_argument("--flush-l2", action="store_true",
+                   help="flush L2 between device-timed calls (default: no flush, as in the wall loop, so that "
+                        "host = wall − device compares like with like)")
+    g.add_argument("--no-cudagraphs", action="store_true", help="skip the CUDA-graph comparison (saves two cells)")
+    g.add_argument("--compile-budget", type=float, default=evidence.DEFAULT_COMPILE_BUDGET_S, metavar="S",
+                   help="when a compiled cell takes longer than S seconds to compile, skip its two extra compiles "
+                        "(plain twin, CUDA-graph counterpart); a negative S means no limit "
+                        f"(default {evidence.DEFAULT_COMPILE_BUDGET_S:g})")
+    g.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
+    g.add_argument("--json", metavar="PATH", help="write every piece of evidence, the diagnoses and the environment")
+    g.add_argument("--trace", metavar="DIR", help="write a chrome trace per profiled callable (CUDA)")
+    p.set_defaults(handler=cmd_doctor)
+
+
+def doctor_cases(args: argparse.Namespace) -> list[Case]:
+    """The case flags' product, or the seed's two shapes (with --distribution/--dtype/--seed) when none is given."""
+    given = [name for name in CASE_FLAGS if getattr(args, name) is not None]
+    if not given:
+        return [Case(c.B, c.M, c.seqlen, c.sparsity, dist, dtype, args.seed)
+                for c in SEED_CASES for dist in args.distribution for dtype in args.dtype]
+    if len(given) != len(CASE_FLAGS):
+        missing = [f"--{n}" for n in CASE_FLAGS if n not in given]
+        raise ValueError(f"give all of --B --M --seqlen --sparsity, or none for the seed's two shapes "
+                         f"(missing {' '.join(missing)})")
+    return cases_from_args(args)
+
+
+def doctor_options(args: argparse.Namespace) -> Options:
+    device = torch.device(args.device) if args.device else None
+    if device is not None and device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("jaggedperf: error: --device cuda, but no CUDA GPU is available")
+    opts = Options(warmup=args.warmup, iters=args.iters, byte_limit=args.byte_limit, flush_l2=args.flush_l2,
+                   profile_calls=args.profile_calls, dynamic=True if args.dynamic else None, trace_dir=args.trace)
+    if device is not None:
+        opts.device = device
+    return opts
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    out, err = console(), Console(stderr=True)
+    impls = args.impls or list(SEED_IMPLEMENTATIONS)
+    try:
+        cases = doctor_cases(args)
+    except ValueError as exc:
+        err.print(f"jaggedperf: error: {exc}", markup=False, highlight=False)
+        return 2
+    options = doctor_options(args)
+    if options.device.type == "cpu":
+        err.print("[yellow]No CUDA GPU in use: running on the CPU. Wall time only: device time, kernels and the "
+                  "CUDA-graph comparison need CUDA.[/yellow]")
+        if args.trace:
+            err.print("[yellow]--trace: traces need CUDA (torch.profiler device activity); none written.[/yellow]")
+            options.trace_dir = None
+    if options.trace_dir:
+        os.makedirs(options.trace_dir, exist_ok=True)
+    started = time.perf_counter()
+    try:
+        budget = None if args.compile_budget < 0 else args.compile_budget
+        run = gather_with_progress(args.op, cases, impls, args.mode, options, not args.no_cudagraphs, budget, err)
+    except (KeyError, ValueError) as exc:
+        err.print(f"jaggedperf: error: {exc.args[0] if exc.args else exc}", markup=False, highlight=False)
+        return 2
+    record = doctor.diagnose_run(run)
+    for ev, diagnosis in zip(record.evidence, record.diagnoses):
+        out.print(measurements_table(ev))
+        out.print(attribution_table(ev, diagnosis))
+        out.print(f"verdict: {diagnosis.verdict}", markup=False, highlight=False, style="bold")
+        for line in diagnosis.findings:
+            out.print(f"• {line}", markup=False, highlight=False)
+        for line in ev.notes:
+            out.print(f"  note: {line}", markup=False, highlight=False, style="dim")
+        out.print()
+    out.print(verdicts_table(record))
+    _footer(out, record)
+    err.print(f"doctor took {time.perf_counter() - started:.0f} s")
+    if args.json:
+        write_json(args.json, record)
+        err.print(f"wrote {args.json}")
+    if options.trace_dir:
+        err.print(f"traces in {options.trace_dir}")
+    return 0
+
+
+def gather_with_progress(op, cases, impls, mode, options, cudagraphs, compile_budget_s,
+                         console: Console) -> evidence.EvidenceRun:
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    total = len(cases) * len(impls)
+    # No auto-refresh: a refresh thread would compete with the timed calls for the GIL (and on a small CPU
+    # for a core); the bar is redrawn when a stage starts, between measurements.
+    with Progress(*columns, console=console, transient=True, disable=total < 2, auto_refresh=False) as progress:
+        task = progress.add_task("cells", total=total)
+        current = {"cell": ""}
+
+        def on_start(name, case):
+            current["cell"] = f"{name} · {case.label}"
+            progress.update(task, description=current["cell"], refresh=True)
+
+        def on_stage(stage):
+            progress.update(task, description=f"{current['cell']} · {stage}", refresh=True)
+
+        def on_evidence(_):
+            progress.advance(task)
+            progress.refresh()
+
+        return evidence.gather_all(op, cases, impls, mode, options, cudagraphs=cudagraphs,
+                                   compile_budget_s=compile_budget_s, on_start=on_start, on_stage=on_stage,
+                                   on_evidence=on_evidence)
+
+
+# --- tables --------------------------------------------------------------------------------------
+
+
+def _f(value: float | None, spec: str = ".1f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def measurements_table(ev: evidence.Evidence) -> Table:
+    wall_only = not ev.host.device_time
+    table = Table(title=f"{ev.implementation} · {ev.mode} vs eager · {ev.case.label}: what was measured "
+                        f"(µs per call{', wall only' if wall_only else ''})")
+    for name in ("callable", "input", "wall µs", "device µs", "host µs", "kernels", "guards", "guard µs",
+                 "first call s", "status"):
+        table.add_column(name, justify="left" if name in ("callable", "input", "status") else "right")
+    rows = [("eager", ev.takes, ev.eager, None), (ev.mode, ev.takes, ev.compiled, ev.host.guards)]
+    if ev.input_form.plain is not None:
+        rows.append((f"{ev.mode} (plain twin)", "plain", ev.input_form.plain, ev.input_form.guards))
+    if ev.cudagraphs.eager_graph is not None:
+        rows.append(("graph (eager in a CUDA graph)", ev.takes, ev.cudagraphs.eager_graph, None))
+    if ev.cudagraphs.counterpart is not None:
+        rows.append((ev.cudagraphs.counterpart_mode, ev.takes, ev.cudagraphs.counterpart, None))
+    for label, form, r, guards in rows:
+        ok = r.status == OK and r.wall is not None
+        g_ok = guards is not None and guards.available
+        table.add_row(
+            label, form,
+            _f(r.wall.median_ms * 1e3 if ok else None),
+            _f(r.device_time.median_us if r.device_time else None),
+            _f(evidence.host_us(r, wall_only=wall_only) if ok else None),
+            _f(r.kernels_per_call, ".0f"),
+            _f(guards.guards if g_ok else None, "d"),
+            _f(guards.check_us if g_ok else None),
+            _f(r.compile_s, ".2f"),
+            r.status if r.status == OK else f"{r.status}: {r.reason}",
+            style=None if r.status == OK else "red",
+        )
+    return table
+
+
+def attribution_table(ev: evidence.Evidence, d: doctor.Diagnosis) -> Table:
+    table = Table(title=f"{ev.implementation} · {ev.case.label}: compiled − eager, part by part")
+    for name in ("part", "µs per call", "share of Δ", "how it is measured"):
+        table.add_column(name, justify="right" if name in ("µs per call", "share of Δ") else "left")
+    if not d.available:
+        table.add_row("—", "—", "—", d.reason or "", style="red")
+        return table
+    for p in d.contributions:
+        table.add_row(p.label, f"{p.us:+.1f}", _f(p.share * 100 if p.share is not None else None, "+.0f") + "%",
+                      p.method + (f" — {p.detail}" if p.detail else ""))
+    table.add_section()
+    table.add_row("Δ = compiled wall − eager wall", f"{d.delta_us:+.1f}", "100%",
+                  f"{d.compiled_wall_us:.1f} − {d.eager_wall_us:.1f} (wall medians)", style="bold")
+    table.add_row("Σ parts (residual)", f"{d.parts_sum_us:+.1f}", f"({d.residual_us:+.2f} µs)",
+                  "within 10% of Δ" if d.sums_ok else "MISSES Δ by more than 10%",
+                  style=None if d.sums_ok else "red")
+    return table
+
+
+def verdicts_table(record: doctor.DoctorRecord) -> Table:
+    table = Table(title="verdicts")
+    for name in ("case", "implementation", "mode", "verdict"):
+        table.add_column(name)
+    for d in record.diagnoses:
+        table.add_row(d.case_label, d.implementation, d.mode, d.verdict, style=None if d.available else "red")
+    return table

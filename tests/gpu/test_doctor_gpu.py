@@ -1,0 +1,72 @@
+"""The doctor on the GPU at the first seed shape (run on the GPU machine: pytest -m gpu tests/gpu)."""
+
+import json
+
+import pytest
+import torch
+
+from jaggedperf.cli import main
+from jaggedperf.inputs import Case
+from jaggedperf.lab import doctor, evidence, modes, runner
+from jaggedperf.lab.result import OK
+
+pytestmark = pytest.mark.gpu
+
+SEED = Case(512, 64, 100, 0.1)
+
+
+@pytest.fixture(scope="module")
+def sum_padded_evidence():
+    device = torch.device("cuda")
+    opts = runner.Options(device=device, warmup=20, iters=100, flush_l2=False)
+    modes.disable_compile_caches()
+    batch, reference = runner.prepare_case("jagged_mean", SEED, opts)
+    ev = evidence.gather("jagged_mean", "sum_padded", modes.SEED_COMPILED_MODE, SEED, batch, reference, opts,
+                         runner.measure_copy_bandwidth(device), compile_budget_s=None)
+    return ev, doctor.diagnose(ev)
+
+
+def test_parts_add_up_to_the_measured_delta(sum_padded_evidence):
+    ev, d = sum_padded_evidence
+    assert ev.eager.status == OK and ev.compiled.status == OK, (ev.eager.reason, ev.compiled.reason)
+    assert ev.host.device_time, ev.host.reason
+    assert d.available and d.sums_ok
+    assert abs(sum(p.us for p in d.contributions) - d.delta_us) <= 0.10 * abs(d.delta_us)
+    assert {doctor.DEVICE, doctor.NJT, doctor.GUARDS, doctor.OTHER} <= {p.key for p in d.contributions}
+
+
+def test_kernels_per_call(sum_padded_evidence):
+    ev, _ = sum_padded_evidence
+    assert ev.kernels.available, ev.kernels.reason
+    assert ev.kernels.eager_per_call >= 2
+    assert ev.kernels.compiled_per_call >= 1
+    assert ev.kernels.copy_gbps and ev.kernels.copy_gbps > 100
+
+
+def test_input_form_and_guards(sum_padded_evidence):
+    ev, _ = sum_padded_evidence
+    assert ev.input_form.available and ev.input_form.plain.status == OK
+    assert ev.input_form.plain.device_time is not None
+    assert ev.host.guards.available and ev.host.guards.guards > 0 and ev.host.guards.check_us > 0
+    assert ev.input_form.guards.available
+
+
+def test_cudagraph_comparison_present(sum_padded_evidence):
+    ev, _ = sum_padded_evidence
+    g = ev.cudagraphs
+    assert g.available, g.reason
+    assert g.counterpart_mode == "compile:max-autotune"
+    assert g.counterpart is not None and g.counterpart.status == OK, g.counterpart and g.counterpart.reason
+    assert g.eager_graph is not None and g.eager_graph.status == OK, g.eager_graph and g.eager_graph.reason
+    assert g.skip_reason is None or isinstance(g.skip_reason, str)
+
+
+def test_cli_on_the_gpu_writes_json_and_traces(tmp_path):
+    path, traces = tmp_path / "doctor.json", tmp_path / "traces"
+    args = ["doctor", "--B", "512", "--M", "64", "--seqlen", "100", "--sparsity", "0.1", "--impls", "sum_padded",
+            "--warmup", "10", "--iters", "50", "--json", str(path), "--trace", str(traces)]
+    assert main(args) == 0
+    (cell,) = json.loads(path.read_text())["cells"]
+    assert cell["evidence"]["kernels"]["available"] and cell["diagnosis"]["sums_ok"]
+    assert cell["evidence"]["host"]["device_time"]
+    assert len(list(traces.glob("*.json"))) >= 3  # eager, compiled, plain twin (+ graph and counterpart)

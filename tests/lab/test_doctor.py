@@ -1,0 +1,387 @@
+import json
+import logging
+import math
+
+import pytest
+import torch
+
+from jaggedperf.cli import main
+from jaggedperf.cli.doctor import doctor_cases
+from jaggedperf.cli._args import SEED_CASES
+from jaggedperf.inputs import Case, make_batch
+from jaggedperf.impls.registry import get_op
+from jaggedperf.lab import doctor, evidence, modes, probes, runner
+from jaggedperf.lab.result import ERROR, OK, DeviceTime, Result, WallStats
+
+CPU = torch.device("cpu")
+SEED = Case(512, 64, 100, 0.1)
+MODE = modes.SEED_COMPILED_MODE
+
+
+# --- hand-built evidence -------------------------------------------------------------------------
+
+
+def _result(mode, wall_us, device_us=None, kernels=None, compile_s=None, status=OK, form=None):
+    r = Result("jagged_mean", "sum_padded", mode, SEED, "cuda" if device_us is not None else "cpu", status=status)
+    if status == OK:
+        r.wall = WallStats(wall_us / 1e3, 0.0, wall_us / 1e3, wall_us / 1e3, wall_us / 1e3, 200)
+    else:
+        r.reason = "boom"
+    if device_us is not None:
+        r.device_time = DeviceTime(device_us, device_us, device_us, "graph", False)
+        r.host_us = wall_us - device_us
+    r.kernels_per_call = kernels
+    r.compile_s = compile_s
+    if form:
+        r.extra["input_form"] = form
+    return r
+
+
+def _guards(us, count):
+    return probes.GuardCost(True, None, "test", "f", 1, 0, count, {}, us)
+
+
+def make_evidence(*, eager, compiled, plain=None, njt_guard_us=None, plain_guard_us=None, compile_s=5.0,
+                  takes="njt", eager_kernels=4, compiled_kernels=1):
+    """eager/compiled/plain: (wall µs, device µs or None)."""
+    wall_only = eager[1] is None
+    e = _result("eager", eager[0], eager[1], None if wall_only else eager_kernels, 0.001)
+    c = _result(MODE, compiled[0], compiled[1], None if wall_only else compiled_kernels, compile_s)
+    p = _result(MODE, plain[0], plain[1], None if wall_only else 1, 1.0, form="plain") if plain else None
+    g = _guards(njt_guard_us, 33) if njt_guard_us is not None else probes.GuardCost(False, "not measured")
+    pg = _guards(plain_guard_us, 21) if plain_guard_us is not None else None
+    host = evidence.HostOverhead(not wall_only, "needs CUDA" if wall_only else None, "test",
+                                 evidence.host_us(e, wall_only=wall_only), evidence.host_us(c, wall_only=wall_only),
+                                 g, probes.CompileStats(True, graphs=1, graph_breaks=0, recompiles=0))
+    if plain:
+        form = evidence.InputForm(True, None, "test", p, evidence.host_us(p, wall_only=wall_only), pg,
+                                  probes.CompileStats(True))
+    else:
+        form = evidence.InputForm(False, "not applicable: the implementation already takes (values, offsets)", "")
+    kernels = evidence.Kernels(False, "needs CUDA", "test")
+    graphs = evidence.CudaGraphs(False, "needs CUDA", "test", MODE, "compile:max-autotune")
+    pad = evidence.padding_model(512, 64, 100, 46000, 4)
+    return evidence.Evidence("jagged_mean", "sum_padded", MODE, SEED, "cuda", takes, e, c, host, form, kernels, pad,
+                             graphs, evidence.compile_cost(e, c))
+
+
+def _assert_adds_up_and_ordered(d: doctor.Diagnosis):
+    assert d.available and d.sums_ok
+    assert sum(p.us for p in d.contributions) == pytest.approx(d.delta_us, abs=1e-6)
+    assert abs(d.residual_us) < 1e-6
+    sizes = [abs(p.us) for p in d.contributions]
+    assert sizes == sorted(sizes, reverse=True)
+    assert sum(p.share for p in d.contributions) == pytest.approx(1.0)
+
+
+# --- padding model -------------------------------------------------------------------------------
+
+
+def test_padding_model_arithmetic():
+    m = evidence.padding_model(B=4, M=2, padded_len=10, total_len=25, itemsize=4, offsets_itemsize=8)
+    assert m.must_move_bytes == 25 * 2 * 4 + 5 * 8 + 4 * 2 * 4 == 272
+    assert m.padded_bytes == 4 * 10 * 2 * 4 == 320
+    assert m.padded_path_bytes == 272 + 2 * 320
+    assert m.waste_bytes == 640
+    assert m.ratio == pytest.approx(912 / 272)
+    assert m.pad_fraction == pytest.approx(1 - 25 / 40)
+
+
+def test_padding_model_of_a_batch_agrees_with_the_ops_floor():
+    batch = make_batch(Case(16, 3, 30, 0.4))
+    m = evidence.batch_padding_model(batch, pads=True)
+    assert m.must_move_bytes == get_op("jagged_mean").must_move_bytes(batch)
+    assert m.padded_bytes == batch.padded_nbytes()
+    assert m.total_len == batch.total_len and m.padded_len == batch.padded_len
+
+
+def test_padding_model_at_the_first_seed_shape():
+    m = evidence.padding_model(512, 64, 100, 46080, 4)
+    assert m.padded_bytes == 13_107_200
+    assert 3.0 < m.ratio < 3.4
+
+
+# --- attribution and verdicts --------------------------------------------------------------------
+
+
+def test_njt_host_overhead_dominates():
+    # The team's H200 numbers at the first seed shape: eager 112 µs (4 kernels, 20 µs), compiled 290 µs (1 kernel, 6 µs).
+    ev = make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30, plain_guard_us=4)
+    d = doctor.diagnose(ev)
+    _assert_adds_up_and_ordered(d)
+    assert d.delta_us == pytest.approx(178)
+    parts = {p.key: p.us for p in d.contributions}
+    assert parts[doctor.DEVICE] == pytest.approx(-14)
+    assert parts[doctor.NJT] == pytest.approx(284 - 34)
+    assert parts[doctor.GUARDS] == pytest.approx(4)
+    assert parts[doctor.OTHER] == pytest.approx(178 + 14 - 250 - 4)
+    assert d.contributions[0].key == doctor.NJT
+    assert d.verdict.startswith("slower by 178 µs")
+    assert "250 µs host overhead on NJT inputs" in d.verdict
+    assert "its kernel is 14 µs faster than eager's" in d.verdict
+    njt = next(p for p in d.contributions if p.key == doctor.NJT)
+    assert "26.0 µs is extra guard evaluation" in njt.detail
+    assert any("never repaid" in f for f in d.findings)
+
+
+def test_slower_kernel_dominates():
+    ev = make_evidence(eager=(100, 20), compiled=(180, 100), plain=(170, 100), njt_guard_us=3, plain_guard_us=2,
+                       compiled_kernels=3)
+    d = doctor.diagnose(ev)
+    _assert_adds_up_and_ordered(d)
+    assert d.contributions[0].key == doctor.DEVICE and d.contributions[0].us == pytest.approx(80)
+    assert d.verdict.startswith("slower by 80 µs")
+    assert "its kernels are 80 µs slower than eager's" in d.verdict
+    assert "NJT" not in d.verdict.split(":")[1].split(";")[0]
+
+
+def test_compiled_faster_repays_its_compile_in_a_finite_number_of_calls():
+    ev = make_evidence(eager=(500, 450), compiled=(300, 260), plain=(290, 260), njt_guard_us=8, plain_guard_us=2,
+                       compile_s=2.0)
+    d = doctor.diagnose(ev)
+    _assert_adds_up_and_ordered(d)
+    assert ev.compile_cost.saving_us == pytest.approx(200)
+    assert ev.compile_cost.repay_calls == 10_000 and ev.compile_cost.repay == "after 10000 calls"
+    assert d.verdict.startswith("faster by 200 µs")
+    assert "its kernel is 190 µs faster than eager's" in d.verdict
+    assert "repaid after 10,000 calls" in d.verdict
+    assert any("repaid after 10000 calls" in f for f in d.findings)
+
+
+def test_wall_only_evidence_still_adds_up_and_says_so():
+    ev = make_evidence(eager=(170, None), compiled=(200, None), plain=(100, None), njt_guard_us=47, plain_guard_us=3)
+    d = doctor.diagnose(ev)
+    _assert_adds_up_and_ordered(d)
+    assert d.wall_only and doctor.DEVICE not in {p.key for p in d.contributions}
+    assert {p.key: p.us for p in d.contributions}[doctor.NJT] == pytest.approx(100)
+    assert "wall only" in d.verdict and "100 µs overhead on NJT inputs" in d.verdict
+
+
+def test_dense_implementation_has_no_njt_part_and_uses_its_own_guards():
+    ev = make_evidence(eager=(50, 10), compiled=(60, 8), njt_guard_us=2, takes="dense")
+    d = doctor.diagnose(ev)
+    _assert_adds_up_and_ordered(d)
+    keys = {p.key for p in d.contributions}
+    assert doctor.NJT not in keys and doctor.GUARDS in keys
+    assert {p.key: p.us for p in d.contributions}[doctor.GUARDS] == pytest.approx(2)
+
+
+def test_on_par_wording():
+    d = doctor.diagnose(make_evidence(eager=(100, 20), compiled=(101, 20), plain=(99, 20), njt_guard_us=3,
+                                      plain_guard_us=2))
+    assert d.verdict.startswith("on par with eager")
+
+
+def test_cudagraph_findings_from_recorded_numbers():
+    ev = make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30, plain_guard_us=4)
+    ev.cudagraphs = evidence.CudaGraphs(True, None, "test", MODE, "compile:max-autotune",
+                                        eager_graph=_result("graph", 25, 20),
+                                        counterpart=_result("compile:max-autotune", 280, 6),
+                                        skip_reason="cpu device (arg3_1)")
+    line = next(f for f in doctor.diagnose(ev).findings if f.startswith("CUDA graphs"))
+    assert "compile:max-autotune 280 µs per call (vs compile:max-autotune-no-cudagraphs 290 µs)" in line
+    assert "eager in a CUDA graph 25 µs (vs eager 112 µs)" in line
+    assert "Inductor skipped cudagraphs in compile:max-autotune: cpu device (arg3_1)" in line
+
+
+def test_kernel_and_padding_findings_from_recorded_numbers():
+    ev = make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30, plain_guard_us=4)
+    must = ev.jagged.must_move_bytes
+    ev.eager.extra["kernels"] = [{"name": "pad_kernel", "calls_per_call": 1.0, "us_per_call": 12.0},
+                                 {"name": "reduce_kernel", "calls_per_call": 1.0, "us_per_call": 8.0}]
+    ev.compiled.extra["kernels"] = [{"name": "triton_red_fused_div_sum_0", "calls_per_call": 1.0, "us_per_call": 6.0}]
+    ev.kernels = evidence.Kernels(True, None, "test", 4000.0, must,
+                                  evidence.kernel_infos(ev.eager, must, 4000.0),
+                                  evidence.kernel_infos(ev.compiled, must, 4000.0), [], 4, 1, None,
+                                  ["triton_red_fused_div_sum_0"])
+    assert ev.kernels.compiled[0].inductor and not ev.kernels.eager[0].inductor
+    assert ev.kernels.compiled[0].gbps == pytest.approx(must / 6e-6 / 1e9)
+    assert ev.kernels.compiled[0].pct_of_copy == pytest.approx(100 * must / 6e-6 / 1e9 / 4000)
+    found = doctor.diagnose(ev).findings
+    kline = next(f for f in found if f.startswith("kernels per call"))
+    assert "eager 4 (20.0 µs" in kline and "compiled 1 (6.0 µs" in kline and "Inductor generated 1" in kline
+    pline = next(f for f in found if f.startswith("padding"))
+    assert "does not materialise the padded tensor" in pline  # 38 MB in 6 µs would need > 4000 GB/s
+
+
+def test_a_failed_cell_cannot_be_attributed():
+    ev = make_evidence(eager=(100, 20), compiled=(200, 10), plain=(50, 10), njt_guard_us=3, plain_guard_us=1)
+    ev.compiled = _result(MODE, 0, status=ERROR)
+    d = doctor.diagnose(ev)
+    assert not d.available and d.verdict.startswith("cannot attribute") and "boom" in d.verdict
+
+
+def test_check_sum_flags_parts_that_miss_delta():
+    parts = [doctor.Contribution("a", "a", 50.0, None, ""), doctor.Contribution("b", "b", 30.0, None, "")]
+    total, residual, ok = doctor.check_sum(100.0, parts)
+    assert (total, residual, ok) == (80.0, 20.0, False)
+    assert doctor.check_sum(100.0, parts + [doctor.Contribution("c", "c", 15.0, None, "")])[2]
+
+
+def test_compile_cost_never_and_unknown():
+    e, c = _result("eager", 100, 20), _result(MODE, 150, 10, compile_s=3.0)
+    assert evidence.compile_cost(e, c).repay == "never" and evidence.compile_cost(e, c).repay_calls is None
+    c.compile_s = None
+    assert evidence.compile_cost(e, c).repay == "unknown"
+
+
+def test_doctor_record_serialises_every_section():
+    ev = make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30, plain_guard_us=4)
+    record = doctor.DoctorRecord({"torch": "x"}, None, [ev], [doctor.diagnose(ev)])
+    data = json.loads(json.dumps(record.to_dict()))
+    cell = data["cells"][0]
+    for section in ("host", "input_form", "kernels", "jagged", "cudagraphs", "compile_cost"):
+        assert section in cell["evidence"]
+    assert cell["diagnosis"]["contributions"][0]["key"] == doctor.NJT
+
+
+# --- Dynamo counters, guards, cudagraph messages (real torch) ------------------------------------
+
+
+def _breaks(x):
+    y = x + 1
+    torch._dynamo.graph_break()
+    return y * 2
+
+
+def _scaled(x, n):
+    return x * n
+
+
+def test_watch_dynamo_counts_a_forced_graph_break():
+    torch._dynamo.reset()
+    with probes.watch_dynamo() as stats:
+        torch.compile(_breaks, backend="eager")(torch.randn(4))
+    assert stats.available
+    assert stats.graph_breaks >= 1 and stats.graphs == 2 and stats.frames == 2
+    assert any("graph_break" in r for r in stats.break_reasons)
+    assert stats.recompiles == 0
+
+
+def test_watch_dynamo_counts_a_recompile_and_its_reason():
+    torch._dynamo.reset()
+    compiled = torch.compile(_scaled, backend="eager")
+    x = torch.randn(4)
+    with probes.watch_dynamo() as stats:
+        compiled(x, 2)
+        compiled(x, 3)  # a new int constant: Dynamo recompiles (then treats n as dynamic)
+    assert stats.recompiles >= 1 and stats.graph_breaks == 0
+    assert stats.recompile_reasons and "n" in stats.recompile_reasons[0]
+    cost = probes.guard_cost(_scaled, (x, 3))
+    assert cost.available and cost.cache_entries >= 2
+
+
+def test_guard_cost_counts_and_times_the_guards_of_the_hit_entry():
+    torch._dynamo.reset()
+    x = torch.randn(8)
+    torch.compile(_scaled, backend="eager")(x, 2)
+    cost = probes.guard_cost(_scaled, (x, 2), repeats=3, number=20)
+    assert cost.available and cost.cache_entries == 1 and cost.entry_index == 0
+    assert cost.guards > 0 and cost.kinds.get("TENSOR_MATCH", 0) >= 1
+    assert 0 < cost.check_us < 10_000
+    assert cost.slowest and all(g.us >= 0 for g in cost.slowest)
+    torch._dynamo.reset()
+    missing = probes.guard_cost(_scaled, (x, 2))
+    assert not missing.available and "no cache entry" in missing.reason
+
+
+def test_catch_cudagraph_messages_gets_inductors_skip_reason_and_restores_the_loggers():
+    from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
+
+    loggers = probes._cudagraph_loggers()
+    assert loggers, "no Inductor cudagraph/perf_hints logger found"
+    before = [(lg.level, lg.propagate, list(lg.handlers)) for lg in loggers]
+    with probes.catch_cudagraph_messages() as messages:
+        log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to a test reason")
+        logging.getLogger("torch._inductor").warning("unrelated")
+    assert messages == ["skipping cudagraphs due to a test reason"]
+    assert probes.skip_reason(messages) == "a test reason"
+    assert probes.skip_reason(["cudagraphs fine"]) is None
+    assert [(lg.level, lg.propagate, list(lg.handlers)) for lg in loggers] == before
+
+
+# --- gathering on the CPU ------------------------------------------------------------------------
+
+
+def test_gather_a_dense_implementation_on_cpu():
+    case = Case(8, 3, 12, 0.3)
+    opts = runner.Options(device=CPU, warmup=1, iters=3)
+    batch, ref = runner.prepare_case("jagged_mean", case, opts)
+    ev = evidence.gather("jagged_mean", "segment_reduce", "compile:default", case, batch, ref, opts, None)
+    assert ev.eager.status == OK and ev.compiled.status == OK
+    assert not ev.input_form.available and "already takes" in ev.input_form.reason
+    assert not ev.kernels.available and "needs CUDA" in ev.kernels.reason
+    assert not ev.cudagraphs.available and "needs CUDA" in ev.cudagraphs.reason
+    assert not ev.host.device_time and ev.host.compiled_host_us == pytest.approx(ev.compiled.wall.median_ms * 1e3)
+    assert ev.jagged is not None and not ev.jagged.pads
+    assert doctor.diagnose(ev).sums_ok
+
+
+def test_gather_skips_the_extra_compiles_over_the_compile_budget():
+    case = Case(8, 3, 12, 0.3)
+    opts = runner.Options(device=CPU, warmup=1, iters=3)
+    batch, ref = runner.prepare_case("jagged_mean", case, opts)
+    ev = evidence.gather("jagged_mean", "sum_padded", "compile:default", case, batch, ref, opts, None,
+                         compile_budget_s=0.0)
+    assert ev.compiled.status == OK and ev.input_form.plain is None
+    assert not ev.input_form.available and "compile budget" in ev.input_form.reason
+    assert set(ev.stage_s) >= {"eager", "compile:default", "guards"} and all(v >= 0 for v in ev.stage_s.values())
+    d = doctor.diagnose(ev)
+    assert d.sums_ok and doctor.NJT not in {p.key for p in d.contributions}
+    assert {p.key for p in d.contributions} >= {doctor.GUARDS, doctor.OTHER}
+
+
+def test_gather_refuses_a_mode_that_is_not_compiled():
+    case = Case(4, 2, 5, 0.2)
+    opts = runner.Options(device=CPU, warmup=1, iters=2)
+    batch, ref = runner.prepare_case("jagged_mean", case, opts)
+    with pytest.raises(ValueError, match="compiled mode"):
+        evidence.gather("jagged_mean", "sum_padded", "eager", case, batch, ref, opts, None)
+
+
+# --- CLI -----------------------------------------------------------------------------------------
+
+
+TINY = ["--B", "8", "--M", "4", "--seqlen", "20", "--sparsity", "0.5", "--impls", "sum_padded", "--warmup", "1",
+        "--iters", "5", "--device", "cpu"]
+
+
+def test_cli_doctor_end_to_end_on_cpu(tmp_path, capsys):
+    path = tmp_path / "doctor.json"
+    assert main(["doctor", *TINY, "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "verdict:" in out and "B8-M4-L20-s0.5" in out and "NestedTensor input overhead" in out
+    data = json.loads(path.read_text())
+    assert data["environment"]["torch"] == torch.__version__
+    (cell,) = data["cells"]
+    ev, diagnosis = cell["evidence"], cell["diagnosis"]
+    assert ev["implementation"] == "sum_padded" and ev["mode"] == MODE and ev["case_label"] == "B8-M4-L20-s0.5"
+    for section in ("host", "input_form", "kernels", "jagged", "cudagraphs", "compile_cost"):
+        assert ev[section] is not None, section
+    # the plain twin is what "input form" compiled
+    assert ev["input_form"]["available"] and ev["input_form"]["plain"]["extra"]["input_form"] == "plain"
+    assert ev["input_form"]["guards"]["function"] == "sum_padded_plain"
+    assert ev["host"]["guards"]["function"] == "sum_padded" and ev["host"]["guards"]["guards"] > 0
+    assert ev["host"]["dynamo"]["graphs"] >= 1 and ev["host"]["dynamo"]["recompiles"] == 0
+    # GPU-only sections: unavailable, with the reason
+    for section in ("kernels", "cudagraphs"):
+        assert ev[section]["available"] is False and "needs CUDA" in ev[section]["reason"]
+    assert ev["host"]["device_time"] is False and "needs CUDA" in ev["host"]["reason"]
+    assert ev["jagged"]["pads"] and ev["jagged"]["waste_bytes"] > 0
+    assert ev["compile_cost"]["compile_s"] > 0
+    assert diagnosis["available"] and diagnosis["sums_ok"]
+    assert math.isclose(sum(p["us"] for p in diagnosis["contributions"]), diagnosis["delta_us"], abs_tol=1e-6)
+
+
+def test_cli_doctor_needs_all_case_flags_or_none(capsys):
+    assert main(["doctor", "--B", "8", "--device", "cpu"]) == 2
+    assert "--seqlen" in capsys.readouterr().err
+
+
+def test_doctor_defaults_to_the_seed_shapes():
+    from jaggedperf.cli import build_parser
+
+    args = build_parser().parse_args(["doctor"])
+    assert [(c.B, c.M, c.seqlen, c.sparsity) for c in doctor_cases(args)] == [
+        (c.B, c.M, c.seqlen, c.sparsity) for c in SEED_CASES]
+    assert args.impls is None and args.mode == MODE and (args.warmup, args.iters) == (50, 200)
