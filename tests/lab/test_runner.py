@@ -135,3 +135,12 @@ def test_check_output_tolerance_depends_on_dtype():
     out = torch.full((4, 4), 1.004)
     assert not runner.check_output(out, ref, "float32")[0]
     assert runner.check_output(out.bfloat16(), ref, "bfloat16")[0]
+
+
+def test_a_case_over_the_byte_limit_is_skipped_before_its_batch_is_made():
+    case = Case(16, 4, 30, 0.3)
+    limit = case.values_nbytes() - 1
+    assert runner.input_too_large(case, limit) is not None and runner.input_too_large(case, limit + 1) is None
+    record = runner.run(runner.plan("jagged_mean", [case], ["segment_reduce"], ["eager"]), quick(byte_limit=limit))
+    (r,) = record.results
+    assert r.status == SKIPPED and r.reason.startswith("input: values would take")
