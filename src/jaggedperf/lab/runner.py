@@ -33,6 +33,11 @@ class Cell:
     mode: str
     case: Case
 
+    @property
+    def key(self) -> tuple:
+        """The ``Result.key`` of this cell's result."""
+        return (self.op, self.implementation, self.mode, self.case)
+
 
 @dataclass
 class Options:
@@ -69,8 +74,6 @@ def run(
     on_start: Callable[[Cell], None] | None = None,
     on_result: Callable[[Result], None] | None = None,
 ) -> RunRecord:
-    if options.cold_compile:
-        modes_mod.disable_compile_caches()
     copy_gbps = measure_copy_bandwidth(options.device)
     run_one = CellRunner(options, copy_gbps)
     results: list[Result] = []
@@ -87,7 +90,8 @@ def run(
 
 class CellRunner:
     """Runs one cell at a time, keeping the current case's batch and reference: cells grouped by case
-    (as ``plan`` orders them) make each batch once."""
+    (as ``plan`` orders them) make each batch once. Turns the compile caches off before the first
+    compiled cell when ``options.cold_compile`` (not before: importing Inductor takes a while)."""
 
     def __init__(self, options: Options, copy_gbps: float | None) -> None:
         self.options = options
@@ -95,6 +99,8 @@ class CellRunner:
         self._case: tuple[Case, JaggedBatch | Exception, torch.Tensor | None] | None = None
 
     def __call__(self, cell: Cell) -> Result:
+        if self.options.cold_compile and modes_mod.is_compiled(cell.mode):
+            modes_mod.disable_compile_caches()
         if self._case is None or self._case[0] != cell.case:
             self._case = None  # free the previous batch before making the next
             self._case = (cell.case, *prepare_case(cell.op, cell.case, self.options))
