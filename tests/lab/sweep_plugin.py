@@ -1,0 +1,39 @@
+"""A plugin for the sweep's tests (``--plugin lab.sweep_plugin``): implementations of jagged_mean that hang,
+kill their process, raise, or are merely slow. Importing it registers them; ``unregister`` takes them out."""
+
+import os
+import time
+
+from jaggedperf.impls.jagged_mean import segment_reduce
+from jaggedperf.impls.registry import get_op, implementation
+
+HANGS, EXITS, RAISES, SLOW = "test_hangs", "test_exits", "test_raises", "test_slow"
+NAMES = (HANGS, EXITS, RAISES, SLOW)
+SLOW_CALL_S = 0.2
+
+
+@implementation("jagged_mean", HANGS, takes="dense", description="test: sleeps for an hour")
+def hangs(values, offsets):
+    time.sleep(3600)
+
+
+@implementation("jagged_mean", EXITS, takes="dense", description="test: ends its process with exit code 3")
+def exits(values, offsets):
+    os._exit(3)
+
+
+@implementation("jagged_mean", RAISES, takes="dense", description="test: raises")
+def raises(values, offsets):
+    raise ValueError("plugin refuses this batch")
+
+
+@implementation("jagged_mean", SLOW, takes="dense", description=f"test: segment_reduce after {SLOW_CALL_S} s")
+def slow(values, offsets):
+    time.sleep(SLOW_CALL_S)
+    return segment_reduce(values, offsets)
+
+
+def unregister():
+    impls = get_op("jagged_mean").implementations
+    for name in NAMES:
+        impls.pop(name, None)

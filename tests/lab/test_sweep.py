@@ -1,0 +1,142 @@
+"""The sweep's scheduler and workers, on the CPU. Worker processes import torch (seconds each), so each
+test starts few; GPUs are simulated by CPU slots that carry their own CUDA_VISIBLE_DEVICES."""
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from jaggedperf.inputs import Case
+from jaggedperf.lab import runner, store, sweep
+from jaggedperf.lab.plugins import import_plugins, plugin_names
+from jaggedperf.lab.result import ERROR, OK, SKIPPED, Result, WallStats
+
+ROOT = Path(__file__).resolve().parents[2]
+OPTIONS = runner.Options(device=torch.device("cpu"), warmup=1, iters=2)
+CPU = [sweep.WorkerSlot("cpu", "cpu")]
+C1, C2 = Case(8, 3, 20, 0.5), Case(6, 2, 10, 0.3)
+
+
+def plan(out, cases, impls, modes, byte_limit=runner.DEFAULT_BYTE_LIMIT):
+    return sweep.plan_sweep(out, "jagged_mean", cases, impls, modes, byte_limit=byte_limit, device="cpu")
+
+
+def lines(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+# --- slots and planning (no workers) --------------------------------------------------------------
+
+
+def test_one_slot_per_gpu_each_seeing_only_its_gpu():
+    slots = sweep.worker_slots("all", None, device_count=2, visible=None)
+    assert [(s.name, s.device, dict(s.env)) for s in slots] == [
+        ("cuda:0", "cuda", {"CUDA_VISIBLE_DEVICES": "0"}), ("cuda:1", "cuda", {"CUDA_VISIBLE_DEVICES": "1"})]
+    slots = sweep.worker_slots("all", None, device_count=2, visible="3,5")  # the parent's own restriction
+    assert [dict(s.env)["CUDA_VISIBLE_DEVICES"] for s in slots] == ["3", "5"]
+    assert [s.name for s in sweep.worker_slots(1, "cuda", device_count=2, visible=None)] == ["cuda:0"]
+
+
+def test_cpu_gets_one_slot_and_impossible_gpu_counts_are_refused():
+    assert sweep.worker_slots("all", None, device_count=0) == CPU
+    assert sweep.worker_slots("all", "cpu", device_count=2) == CPU
+    with pytest.raises(ValueError, match="host has 2 GPUs"):
+        sweep.worker_slots(3, None, device_count=2)
+    with pytest.raises(ValueError, match="--gpus 2: no CUDA GPU"):
+        sweep.worker_slots(2, None, device_count=0)
+    with pytest.raises(ValueError, match="--device cuda: no CUDA GPU"):
+        sweep.worker_slots("all", "cuda", device_count=0)
+    with pytest.raises(ValueError, match="one worker"):
+        sweep.worker_slots(2, "cpu", device_count=2)
+
+
+def test_plan_groups_by_case_eager_first_and_skips_what_is_done_or_too_large(tmp_path):
+    out = tmp_path / "r.jsonl"
+    big = Case(64, 256, 1000, 0.1)
+    done = Result("jagged_mean", "sum_padded", "eager", C1, "cpu")
+    store.append_result(out, done)
+    p = plan(out, [C1, big, C2], ["sum_padded", "segment_reduce"], ["compile:default", "eager"],
+             byte_limit=big.values_nbytes() - 1)
+    assert len(p.cells) == 12 and p.done == 1
+    assert [(c.implementation, c.mode) for c in p.units[0]] == [
+        ("segment_reduce", "eager"), ("sum_padded", "compile:default"), ("segment_reduce", "compile:default")]
+    assert [u[0].case for u in p.units] == [C1, C2] and p.to_run == 3 + 4
+    assert len(p.too_large) == 4 and {r.case for r in p.too_large} == {big}
+    assert all(r.status == SKIPPED and "byte limit" in r.reason for r in p.too_large)
+
+
+def test_plugins_come_from_flags_and_the_environment():
+    assert plugin_names(["a", "b"], {"JAGGEDPERF_PLUGINS": " b, c ,,"}) == ["a", "b", "c"]
+    assert plugin_names([], {}) == []
+
+
+# --- runs (worker processes) ----------------------------------------------------------------------
+
+
+def test_sweep_appends_a_header_and_a_line_per_cell_and_resumes_a_partial_file(tmp_path):
+    out = tmp_path / "r.jsonl"
+    # A partial file: a header, one finished eager cell, and a line a killed writer left unfinished.
+    store.write_environment_header(out, {"torch": "earlier"}, None)
+    earlier = Result("jagged_mean", "segment_reduce", "eager", C1, "cpu", wall=WallStats(2.0, 0.1, 2.0, 1.9, 2.2, 3))
+    store.append_result(out, earlier)
+    with open(out, "a") as f:
+        f.write('{"op": "jagged_mean", "implementation": "segm')
+    p = plan(out, [C1, C2], ["segment_reduce"], ["eager", "compile:default"])
+    assert (p.done, p.to_run) == (1, 3)
+    started = []
+    outcome = sweep.run_sweep(p, CPU, OPTIONS, sweep.Settings(log_path=str(tmp_path / "w.log")),
+                              on_start=lambda w, c: started.append(c))
+    assert [(r.mode, r.case) for r in outcome.results] == [
+        ("compile:default", C1), ("eager", C2), ("compile:default", C2)]  # only the missing cells ran
+    assert started == [p.units[0][0], None, *p.units[1], None]
+    record, warnings = store.read_results(out)
+    assert warnings == []  # the unfinished line was cut off, no cell repeats
+    assert len(record.results) == 4 and {r.status for r in record.results} == {OK}
+    assert record.environment["torch"] == "earlier" and record.environment["more"][0]["workers"][0]["name"] == "cpu"
+    compiled = {r.case: r for r in record.results if r.mode == "compile:default"}
+    assert compiled[C1].speedup_vs_eager == pytest.approx(2.0 / compiled[C1].wall.median_ms)  # twin from the file
+    eager_c2 = next(r for r in record.results if r.mode == "eager" and r.case == C2)
+    assert compiled[C2].speedup_vs_eager == pytest.approx(eager_c2.wall.median_ms / compiled[C2].wall.median_ms)
+    assert {r.extra.get("worker") for r in outcome.results} == {"cpu"}
+    assert "worker cpu" in (tmp_path / "w.log").read_text()
+
+    # The same sweep again: nothing to run, no worker started, the file untouched.
+    before = out.read_bytes()
+    again = plan(out, [C1, C2], ["segment_reduce"], ["eager", "compile:default"])
+    assert (again.done, again.to_run) == (4, 0)
+    assert sweep.run_sweep(again, CPU, OPTIONS).results == []
+    assert out.read_bytes() == before
+
+
+def test_hang_exit_and_raise_are_recorded_and_the_other_cells_finish(tmp_path, sweep_plugin):
+    from lab import sweep_plugin as sp  # noqa: F401  (imported by name below, as --plugin does)
+
+    import_plugins([sweep_plugin])
+    from lab.sweep_plugin import EXITS, HANGS, RAISES
+
+    out = tmp_path / "r.jsonl"
+    slots = [sweep.WorkerSlot(f"sim{i}", "cpu", (("CUDA_VISIBLE_DEVICES", str(i)),)) for i in range(2)]
+    p = plan(out, [C1], [HANGS, EXITS, RAISES, "segment_reduce"], ["eager"])
+    notes, started = [], set()
+    outcome = sweep.run_sweep(p, slots, OPTIONS, sweep.Settings(timeout_s=3, plugins=(sweep_plugin,)),
+                              on_note=notes.append, on_start=lambda w, c: started.add(w))
+    by_impl = {r.implementation: r for r in store.load_results(out).results}
+    assert len(by_impl) == 4 and len(lines(out)) == 5  # one header, one line per cell
+    assert (by_impl[HANGS].status, by_impl[HANGS].reason) == (ERROR, "timed out after 3 s")
+    assert (by_impl[EXITS].status, by_impl[EXITS].reason) == (ERROR, "worker died (exit code 3)")
+    assert by_impl[RAISES].status == ERROR and "ValueError: plugin refuses this batch" in by_impl[RAISES].reason
+    assert by_impl["segment_reduce"].status == OK
+    # The unit went to sim0; the rest of it to sim1, the only worker ready when sim0 was killed.
+    assert by_impl[HANGS].extra["worker"] == "sim0" and by_impl[EXITS].extra["worker"] == "sim1"
+    assert started == {"sim0", "sim1"}
+    assert any("timed out" in n for n in notes) and any("worker died" in n for n in notes)
+    workers = outcome.environment["workers"]
+    assert [(w["name"], w["CUDA_VISIBLE_DEVICES"]) for w in workers] == [("sim0", "0"), ("sim1", "1")]
+    assert multiprocessing.active_children() == []  # every worker stopped or killed
