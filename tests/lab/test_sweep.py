@@ -140,3 +140,66 @@ def test_hang_exit_and_raise_are_recorded_and_the_other_cells_finish(tmp_path, s
     workers = outcome.environment["workers"]
     assert [(w["name"], w["CUDA_VISIBLE_DEVICES"]) for w in workers] == [("sim0", "0"), ("sim1", "1")]
     assert multiprocessing.active_children() == []  # every worker stopped or killed
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(entry.name))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the workers through /proc")
+def test_killing_the_sweep_keeps_finished_lines_leaves_no_orphans_and_resumes(tmp_path, sweep_plugin):
+    from jaggedperf.cli import main
+
+    out = tmp_path / "r.jsonl"
+    args = ["sweep", "--out", str(out), "--B", "4", "--M", "2", "--seqlen", "10:80:10", "--sparsity", "0.5",
+            "--impls", "test_slow", "--modes", "eager", "--plugin", sweep_plugin, "--warmup", "1", "--iters", "1",
+            "--device", "cpu"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]))
+    proc = subprocess.Popen([sys.executable, "-m", "jaggedperf", *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            if out.exists() and out.read_text().count("\n") >= 2:  # the header and a first cell
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        workers = _children(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert workers
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in workers), "a worker outlived its sweep"
+
+    text = out.read_text()
+    finished = text[: text.rfind("\n") + 1]
+    assert all(json.loads(line) for line in finished.splitlines())  # every finished line is whole
+    done = len(store.load_results(out).results)
+    assert 1 <= done < 8
+
+    assert main(args) == 0  # the same command resumes
+    record, warnings = store.read_results(out)
+    assert warnings == [] and len(record.results) == 8 and {r.status for r in record.results} == {OK}
+    assert out.read_text().startswith(finished)  # what was written before the kill is kept as it was
