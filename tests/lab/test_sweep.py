@@ -35,13 +35,14 @@ def lines(path):
 # --- slots and planning (no workers) --------------------------------------------------------------
 
 
-def test_one_slot_per_gpu_each_seeing_only_its_gpu():
-    slots = sweep.worker_slots("all", None, device_count=2, visible=None)
-    assert [(s.name, s.device, dict(s.env)) for s in slots] == [
-        ("cuda:0", "cuda", {"CUDA_VISIBLE_DEVICES": "0"}), ("cuda:1", "cuda", {"CUDA_VISIBLE_DEVICES": "1"})]
-    slots = sweep.worker_slots("all", None, device_count=2, visible="3,5")  # the parent's own restriction
-    assert [dict(s.env)["CUDA_VISIBLE_DEVICES"] for s in slots] == ["3", "5"]
-    assert [s.name for s in sweep.worker_slots(1, "cuda", device_count=2, visible=None)] == ["cuda:0"]
+def test_one_slot_per_gpu_each_seeing_only_its_gpu_on_its_own_cores():
+    slots = sweep.worker_slots("all", None, device_count=2, visible=None, cpus=range(9))
+    assert [(s.name, s.device, dict(s.env), s.cpus) for s in slots] == [
+        ("cuda:0", "cuda", {"CUDA_VISIBLE_DEVICES": "0"}, (0, 1, 2, 3)),
+        ("cuda:1", "cuda", {"CUDA_VISIBLE_DEVICES": "1"}, (4, 5, 6, 7))]
+    slots = sweep.worker_slots("all", None, device_count=2, visible="3,5", cpus=[8])  # the parent's restriction
+    assert [(dict(s.env)["CUDA_VISIBLE_DEVICES"], s.cpus) for s in slots] == [("3", ()), ("5", ())]  # 1 core: no pinning
+    assert [(s.name, s.cpus) for s in sweep.worker_slots(1, "cuda", device_count=2, cpus=[2, 3])] == [("cuda:0", (2, 3))]
 
 
 def test_cpu_gets_one_slot_and_impossible_gpu_counts_are_refused():
@@ -122,7 +123,9 @@ def test_hang_exit_and_raise_are_recorded_and_the_other_cells_finish(tmp_path, s
     from lab.sweep_plugin import EXITS, HANGS, RAISES
 
     out = tmp_path / "r.jsonl"
-    slots = [sweep.WorkerSlot(f"sim{i}", "cpu", (("CUDA_VISIBLE_DEVICES", str(i)),)) for i in range(2)]
+    cores = sorted(os.sched_getaffinity(0))[:2] if hasattr(os, "sched_getaffinity") else []
+    pins = [(c,) for c in cores] if len(cores) == 2 else [(), ()]
+    slots = [sweep.WorkerSlot(f"sim{i}", "cpu", (("CUDA_VISIBLE_DEVICES", str(i)),), pins[i]) for i in range(2)]
     p = plan(out, [C1], [HANGS, EXITS, RAISES, "segment_reduce"], ["eager"])
     notes, started = [], set()
     outcome = sweep.run_sweep(p, slots, OPTIONS, sweep.Settings(timeout_s=3, plugins=(sweep_plugin,)),
@@ -139,6 +142,8 @@ def test_hang_exit_and_raise_are_recorded_and_the_other_cells_finish(tmp_path, s
     assert any("timed out" in n for n in notes) and any("worker died" in n for n in notes)
     workers = outcome.environment["workers"]
     assert [(w["name"], w["CUDA_VISIBLE_DEVICES"]) for w in workers] == [("sim0", "0"), ("sim1", "1")]
+    if pins[0]:
+        assert [(tuple(w["cpus"]), w["threads"]) for w in workers] == [(pins[0], 1), (pins[1], 1)]
     assert multiprocessing.active_children() == []  # every worker stopped or killed
 
 

@@ -119,6 +119,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         err.print(f"jaggedperf: error: {exc} (the workers' output is in {log_path}); the finished cells are in "
                   f"{args.out}: run the same command to resume", markup=False, highlight=False)
         return 1
+    except (ResultsFileError, OSError) as exc:  # the results file changed under the sweep, or a full disk
+        err.print(f"jaggedperf: error: cannot append to {args.out}: {exc}", markup=False, highlight=False)
+        return 2
     _summary(out, plan, outcome, log_path)
     return 0
 

@@ -68,23 +68,30 @@ class SweepError(Exception):
 @dataclass(frozen=True)
 class WorkerSlot:
     """Where one worker runs: ``name`` as the parent sees it (``cuda:1``, ``cpu``), ``device`` as the
-    worker sees it (``cuda`` or ``cpu``), and the environment variables the worker starts with."""
+    worker sees it (``cuda`` or ``cpu``), the environment variables it starts with, and the CPU cores
+    it is pinned to (none: not pinned)."""
 
     name: str
     device: str
     env: tuple[tuple[str, str], ...] = ()
+    cpus: tuple[int, ...] = ()
 
 
-def worker_slots(gpus: int | str | None = "all", device: str | None = None, *,
-                 device_count: int | None = None, visible: str | None = None) -> list[WorkerSlot]:
-    """One slot per GPU used, each seeing only its GPU through ``CUDA_VISIBLE_DEVICES``; one CPU slot
-    when there is no GPU or ``device`` is ``"cpu"`` (more than one CPU worker would share the cores
-    and skew the times). ``gpus``: a count or ``"all"``. ``device_count`` and ``visible`` default to
-    this host's (``torch.cuda.device_count()``, ``$CUDA_VISIBLE_DEVICES``). Raises ``ValueError``."""
+def worker_slots(gpus: int | str | None = "all", device: str | None = None, *, device_count: int | None = None,
+                 visible: str | None = None, cpus: Iterable[int] | None = None) -> list[WorkerSlot]:
+    """One slot per GPU used, each seeing only its GPU through ``CUDA_VISIBLE_DEVICES`` and pinned to its
+    own share of the cores, so that one worker's host work (a float64 reference, a compile) does not
+    disturb another's wall times; one CPU slot, not pinned, when there is no GPU or ``device`` is
+    ``"cpu"`` (more than one CPU worker would share the cores and skew the times). ``gpus``: a count or
+    ``"all"``. ``device_count``, ``visible`` and ``cpus`` default to this host's
+    (``torch.cuda.device_count()``, ``$CUDA_VISIBLE_DEVICES``, this process's CPU affinity).
+    Raises ``ValueError``."""
     if device_count is None:
         device_count = torch.cuda.device_count()
     if visible is None:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cpus is None:
+        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ()
     count = None if gpus in (None, "all") else int(gpus)
     if device == "cpu":
         if count is not None:
@@ -98,7 +105,10 @@ def worker_slots(gpus: int | str | None = "all", device: str | None = None, *,
     if not 1 <= count <= device_count:
         raise ValueError(f"--gpus {count}: this host has {device_count} GPU{'s' if device_count > 1 else ''}")
     ids = [v.strip() for v in visible.split(",")] if visible else [str(i) for i in range(device_count)]
-    return [WorkerSlot(f"cuda:{i}", "cuda", (("CUDA_VISIBLE_DEVICES", ids[i]),)) for i in range(count)]
+    cores = sorted(cpus)
+    share = len(cores) // count  # contiguous blocks (0 when there are fewer cores than workers: no pinning)
+    return [WorkerSlot(f"cuda:{i}", "cuda", (("CUDA_VISIBLE_DEVICES", ids[i]),), tuple(cores[i * share:(i + 1) * share]))
+            for i in range(count)]
 
 
 # --- planning -------------------------------------------------------------------------------------
@@ -363,6 +373,7 @@ class _Worker:
         self.unit: list[runner.Cell] = []  # sent and not yet resulted; unit[0] is in flight
         self.deadline: float | None = None
         self.info: dict = {}
+        self.leads_group = False  # it has made its own process group (it says so by being ready)
         self.start_failures = 0
         self.last_failure: str | None = None
 
@@ -379,6 +390,7 @@ class _Worker:
 
     def ready(self, info: dict) -> None:
         self.info, self.state, self.deadline, self.start_failures = info, _IDLE, None, 0
+        self.leads_group = hasattr(os, "killpg")
 
     def send_unit(self, unit: list[runner.Cell], timeout_s: float) -> None:
         self.conn.send(unit)
@@ -394,15 +406,15 @@ class _Worker:
         return messages
 
     def kill(self) -> None:
-        """Kill the worker and its process group (it leads one: Inductor's compile workers go too)."""
+        """Kill the worker and, once it leads its own process group, the group: Inductor's compile
+        workers go too, even when the worker itself has already exited."""
         process = self.process
         if process is None:
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if hasattr(os, "killpg") and os.getpgid(process.pid) == process.pid:
+        if self.leads_group:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
-            else:
-                process.kill()
+        process.kill()  # a no-op on a process already reaped
         process.join(10)
         self._forget()
 
@@ -413,13 +425,14 @@ class _Worker:
         if self.state == _IDLE:
             with contextlib.suppress(OSError, ValueError):
                 self.conn.send(_STOP)
-            self.process.join(10)
+            # Wait for it to exit without reaping it: until kill() reaps it, its pid still names its group.
+            multiprocessing.connection.wait([self.process.sentinel], timeout=10)
         self.kill()
 
     def _forget(self) -> None:
         if self.conn is not None:
             self.conn.close()
-        self.process, self.conn, self.deadline = None, None, None
+        self.process, self.conn, self.deadline, self.leads_group = None, None, None, False
 
 
 @contextlib.contextmanager
@@ -447,12 +460,17 @@ def _worker_main(conn, slot: WorkerSlot, options: runner.Options, plugins: tuple
         os.setpgrp()  # its own process group: a kill on timeout takes its children with it
     _exit_with_parent()
     try:
+        if slot.cpus:
+            os.sched_setaffinity(0, slot.cpus)
+            torch.set_num_threads(len(slot.cpus))
         import_plugins(plugins)
         device = torch.device(slot.device)
         options = replace(options, device=device)
         copy_gbps = runner.measure_copy_bandwidth(device)
         info = {"device": slot.device, "copy_gbps": copy_gbps,
                 "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+                "threads": torch.get_num_threads(),
                 "gpu_facts": gpu_facts(device) if device.type == "cuda" else None}
     except BaseException as exc:
         conn.send(("failed", f"{type(exc).__name__}: {' '.join(str(exc).split())}"))
