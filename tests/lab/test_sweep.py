@@ -147,6 +147,17 @@ def test_hang_exit_and_raise_are_recorded_and_the_other_cells_finish(tmp_path, s
     assert multiprocessing.active_children() == []  # every worker stopped or killed
 
 
+def test_a_worker_that_cannot_start_ends_the_sweep_with_its_reason(tmp_path):
+    out = tmp_path / "r.jsonl"
+    p = plan(out, [C1], ["segment_reduce"], ["eager"])
+    notes = []
+    settings = sweep.Settings(plugins=("no_such_plugin_module",), start_attempts=1)  # imported only by the worker
+    with pytest.raises(sweep.SweepError, match="no worker could start: .*plugin 'no_such_plugin_module' could not be imported"):
+        sweep.run_sweep(p, CPU, OPTIONS, settings, on_note=notes.append)
+    assert notes and "slot given up" in notes[0]
+    assert not out.exists() and multiprocessing.active_children() == []
+
+
 def _children(pid: int) -> list[int]:
     kids = []
     for entry in Path("/proc").iterdir():

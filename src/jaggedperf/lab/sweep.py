@@ -20,8 +20,9 @@ unit is sent or the previous result arrives (the first cell's time includes maki
 Past the timeout the parent kills the worker with its process group (Inductor's compile workers go
 too), records the cell as an error "timed out after N s", puts the unit's other cells back at the head
 of the queue and starts a fresh worker on that slot. A worker that dies (a segfault, ``os._exit``, the
-OOM killer) is handled the same way, the cell recorded as "worker died (exit code N)". A worker that
-cannot start ``MAX_START_FAILURES`` times in a row loses its slot; with no slot left, ``SweepError``.
+OOM killer) is handled the same way, the cell recorded as "worker died (exit code N)". A slot whose
+worker fails to start (or dies with no cell in flight) ``Settings.start_attempts`` times with no result
+in between is given up; with no slot left, ``SweepError``.
 A worker whose parent dies exits by itself (a watchdog thread), so a killed sweep leaves no orphans.
 
 Nothing here prints: progress goes to the ``on_start`` / ``on_result`` / ``on_note`` callbacks.
@@ -54,7 +55,6 @@ from jaggedperf.lab.plugins import import_plugins
 from jaggedperf.lab.result import ERROR, Result
 
 DEFAULT_TIMEOUT_S = 600.0
-MAX_START_FAILURES = 3  # a slot whose worker fails to start this many times in a row is given up
 _STOP = None  # the message that tells an idle worker to exit
 
 
@@ -153,6 +153,7 @@ def plan_sweep(out: str | os.PathLike, op: str, cases: Iterable[Case], implement
 class Settings:
     timeout_s: float = DEFAULT_TIMEOUT_S  # per cell, compile included
     start_timeout_s: float = DEFAULT_TIMEOUT_S  # for a worker to import torch, the plugins, and measure bandwidth
+    start_attempts: int = 3  # failed starts (with no result in between) before a slot is given up
     plugins: tuple[str, ...] = ()  # modules every worker imports before it runs anything
     log_path: str | None = None  # the workers' stdout and stderr are appended here (None: this process's)
 
@@ -266,6 +267,7 @@ class _Sweep:
             w.last_failure = payload
         elif kind == "result":
             w.unit = [c for c in w.unit if c.key != payload.key]  # the first: a worker runs its unit in order
+            w.start_failures = 0  # it has done useful work
             self._record(payload, w.slot.name)
             if w.unit:
                 w.deadline = time.monotonic() + self.settings.timeout_s
@@ -288,9 +290,8 @@ class _Sweep:
             self._start_failed(w, w.last_failure or f"exited during start-up (exit code {_exit_code(code)})")
         elif w.unit:
             self._lose_cell(w, f"worker died (exit code {_exit_code(code)})")
-        else:
-            self.on_note(f"{w.slot.name}: worker exited between cells (exit code {_exit_code(code)}); starting a fresh one")
-            self._start(w)
+        else:  # counted as a failed start: a worker that keeps dying with no cell must not loop for ever
+            self._start_failed(w, f"exited while idle (exit code {_exit_code(code)})")
 
     def _lose_cell(self, w: _Worker, reason: str) -> None:
         """Record the cell in flight on ``w`` (already killed) as an error, requeue the rest, restart."""
@@ -305,9 +306,11 @@ class _Sweep:
         self._start(w)
 
     def _start_failed(self, w: _Worker, reason: str) -> None:
+        """A worker that died or hung with no cell in flight: try again, or give the slot up after
+        ``Settings.start_attempts`` such failures with no result in between."""
         w.start_failures += 1
         w.last_failure = reason
-        if w.start_failures >= MAX_START_FAILURES:
+        if w.start_failures >= self.settings.start_attempts:
             w.state, w.unit = _GONE, []
             self.on_note(f"{w.slot.name}: worker failed to start {w.start_failures} times ({reason}); slot given up")
         else:
@@ -385,11 +388,11 @@ class _Worker:
         with _environ(dict(self.slot.env)):
             process.start()
         child_end.close()
-        self.process, self.conn, self.state, self.unit = process, parent_end, _STARTING, []
+        self.process, self.conn, self.state, self.unit, self.last_failure = process, parent_end, _STARTING, [], None
         self.deadline = time.monotonic() + settings.start_timeout_s
 
     def ready(self, info: dict) -> None:
-        self.info, self.state, self.deadline, self.start_failures = info, _IDLE, None, 0
+        self.info, self.state, self.deadline = info, _IDLE, None
         self.leads_group = hasattr(os, "killpg")
 
     def send_unit(self, unit: list[runner.Cell], timeout_s: float) -> None:
