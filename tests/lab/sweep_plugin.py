@@ -1,5 +1,5 @@
 """A plugin for the sweep's tests (``--plugin lab.sweep_plugin``): implementations of jagged_mean that hang,
-kill their process, raise, or are merely slow. Importing it registers them; ``unregister`` takes them out."""
+kill their process, raise, break their device, or are merely slow. Importing it registers them; ``unregister`` takes them out."""
 
 import os
 import time
@@ -7,8 +7,8 @@ import time
 from jaggedperf.impls.jagged_mean import segment_reduce
 from jaggedperf.impls.registry import get_op, implementation
 
-HANGS, EXITS, RAISES, SLOW = "test_hangs", "test_exits", "test_raises", "test_slow"
-NAMES = (HANGS, EXITS, RAISES, SLOW)
+HANGS, EXITS, RAISES, POISONS, SLOW = "test_hangs", "test_exits", "test_raises", "test_poisons", "test_slow"
+NAMES = (HANGS, EXITS, RAISES, POISONS, SLOW)
 SLOW_CALL_S = 0.2
 
 
@@ -25,6 +25,15 @@ def exits(values, offsets):
 @implementation("jagged_mean", RAISES, takes="dense", description="test: raises")
 def raises(values, offsets):
     raise ValueError("plugin refuses this batch")
+
+
+@implementation("jagged_mean", POISONS, takes="dense", description="test: fails and leaves its device unusable")
+def poisons(values, offsets):
+    # What a sticky CUDA error does, simulated on any device: from now on, this worker's device check fails.
+    from jaggedperf.lab import sweep
+
+    sweep._device_unusable = lambda device: "simulated sticky error"
+    raise RuntimeError("simulated illegal memory access")
 
 
 @implementation("jagged_mean", SLOW, takes="dense", description=f"test: segment_reduce after {SLOW_CALL_S} s")

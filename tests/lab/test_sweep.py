@@ -116,30 +116,33 @@ def test_sweep_appends_a_header_and_a_line_per_cell_and_resumes_a_partial_file(t
     assert out.read_bytes() == before
 
 
-def test_hang_exit_and_raise_are_recorded_and_the_other_cells_finish(tmp_path, sweep_plugin):
+def test_hang_exit_raise_and_a_broken_device_are_recorded_and_the_other_cells_finish(tmp_path, sweep_plugin):
     from lab import sweep_plugin as sp  # noqa: F401  (imported by name below, as --plugin does)
 
     import_plugins([sweep_plugin])
-    from lab.sweep_plugin import EXITS, HANGS, RAISES
+    from lab.sweep_plugin import EXITS, HANGS, POISONS, RAISES
 
     out = tmp_path / "r.jsonl"
     cores = sorted(os.sched_getaffinity(0))[:2] if hasattr(os, "sched_getaffinity") else []
     pins = [(c,) for c in cores] if len(cores) == 2 else [(), ()]
     slots = [sweep.WorkerSlot(f"sim{i}", "cpu", (("CUDA_VISIBLE_DEVICES", str(i)),), pins[i]) for i in range(2)]
-    p = plan(out, [C1], [HANGS, EXITS, RAISES, "segment_reduce"], ["eager"])
+    p = plan(out, [C1], [HANGS, EXITS, POISONS, RAISES, "segment_reduce"], ["eager"])
     notes, started = [], set()
     outcome = sweep.run_sweep(p, slots, OPTIONS, sweep.Settings(timeout_s=3, plugins=(sweep_plugin,)),
                               on_note=notes.append, on_start=lambda w, c: started.add(w))
     by_impl = {r.implementation: r for r in store.load_results(out).results}
-    assert len(by_impl) == 4 and len(lines(out)) == 5  # one header, one line per cell
+    assert len(by_impl) == 5 and len(lines(out)) == 6  # one header, one line per cell
     assert (by_impl[HANGS].status, by_impl[HANGS].reason) == (ERROR, "timed out after 3 s")
     assert (by_impl[EXITS].status, by_impl[EXITS].reason) == (ERROR, "worker died (exit code 3)")
     assert by_impl[RAISES].status == ERROR and "ValueError: plugin refuses this batch" in by_impl[RAISES].reason
+    assert by_impl[POISONS].status == ERROR and "simulated illegal memory access" in by_impl[POISONS].reason
     assert by_impl["segment_reduce"].status == OK
     # The unit went to sim0; the rest of it to sim1, the only worker ready when sim0 was killed.
     assert by_impl[HANGS].extra["worker"] == "sim0" and by_impl[EXITS].extra["worker"] == "sim1"
     assert started == {"sim0", "sim1"}
     assert any("timed out" in n for n in notes) and any("worker died" in n for n in notes)
+    # Once: the cells after it ran in a fresh worker, whose check (not patched by test_poisons) passed.
+    assert sum("unusable after an error (simulated sticky error)" in n for n in notes) == 1
     workers = outcome.environment["workers"]
     assert [(w["name"], w["CUDA_VISIBLE_DEVICES"]) for w in workers] == [("sim0", "0"), ("sim1", "1")]
     if pins[0]:

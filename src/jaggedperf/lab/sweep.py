@@ -23,7 +23,10 @@ of the queue and starts a fresh worker on that slot. A worker that dies (a segfa
 OOM killer) is handled the same way, the cell recorded as "worker died (exit code N)". A slot whose
 worker fails to start (or dies with no cell in flight) ``Settings.start_attempts`` times with no result
 in between is given up; with no slot left, ``SweepError``.
-A worker whose parent dies exits by itself (a watchdog thread), so a killed sweep leaves no orphans.
+A worker whose cell failed checks that its device still works; a sticky CUDA error (an illegal memory
+access in a kernel, say) would fail every later cell in that process, so the worker says so and the
+parent replaces it, its unit's other cells requeued. A worker whose parent dies exits by itself (a
+watchdog thread), so a killed sweep leaves no orphans.
 
 Nothing here prints: progress goes to the ``on_start`` / ``on_result`` / ``on_note`` callbacks.
 """
@@ -250,12 +253,16 @@ class _Sweep:
         waitables = [o for w in live for o in (w.conn, w.process.sentinel)]
         multiprocessing.connection.wait(waitables, timeout=None if timeout is None else min(timeout, 5.0))
         for w in live:
+            process = w.process
             for message in w.receive():
                 self._handle(w, message)
-            if not w.process.is_alive():
+            if w.process is not process:  # replaced while its messages were handled
+                continue
+            if not process.is_alive():
                 for message in w.receive():  # what it sent before it died
                     self._handle(w, message)
-                self._died(w)
+                if w.process is process:
+                    self._died(w)
             elif w.deadline is not None and time.monotonic() >= w.deadline and not w.conn.poll():
                 self._timed_out(w)
 
@@ -275,6 +282,14 @@ class _Sweep:
             else:
                 w.state, w.deadline = _IDLE, None
                 self.on_start(w.slot.name, None)
+        elif kind == "unusable":  # its device no longer works after the cell just recorded
+            rest = w.unit
+            w.kill()
+            if rest:
+                self.queue.appendleft(rest)
+            self.on_note(f"{w.slot.name}: the device is unusable after an error ({payload}); starting a fresh worker")
+            self.on_start(w.slot.name, None)
+            self._start(w)
 
     def _timed_out(self, w: _Worker) -> None:
         w.kill()
@@ -496,6 +511,24 @@ def _worker_main(conn, slot: WorkerSlot, options: runner.Options, plugins: tuple
                                 reason=f"worker: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
                 result.extra["traceback"] = traceback.format_exc(limit=8)
                 conn.send(("result", result))
+            if result.status == ERROR:
+                problem = _device_unusable(device)
+                if problem:
+                    conn.send(("unusable", problem))
+                    return
+
+
+def _device_unusable(device: torch.device) -> str | None:
+    """Why ``device`` can no longer run anything in this process (a sticky CUDA error), or None."""
+    if device.type != "cuda":
+        return None
+    try:
+        torch.cuda.synchronize(device)
+        torch.ones(1, device=device).add_(1).cpu()
+        torch.cuda.synchronize(device)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+    return None
 
 
 def _exit_with_parent() -> None:
