@@ -41,6 +41,7 @@ def register(sub) -> None:
     p.add_argument("--impls", type=comma_list, help="implementations, comma-separated (default: all)")
     p.add_argument("--modes", type=comma_list, default=[modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE],
                    help="modes, comma-separated (default: eager and the seed's compiled mode)")
+    p.add_argument("--plan", action="store_true", help="print how many cells would run, and run nothing")
     g = p.add_argument_group("grid (every combination of the axes)")
     g.add_argument("--preset", choices=sorted(grid.PRESETS),
                    help="seed: the two shapes of pytorch/pytorch#160355; tritonbench: its default jagged sweep")
@@ -58,7 +59,6 @@ def register(sub) -> None:
     g.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                    help=f"import MODULE first, here and in every worker, e.g. to register implementations "
                         f"(repeatable; also ${PLUGINS_ENV}, comma-separated)")
-    g.add_argument("--plan", action="store_true", help="print how many cells would run, and run nothing")
     add_measurement_arguments(p)
     p.set_defaults(handler=cmd_sweep)
 
