@@ -4,11 +4,14 @@ kill their process, raise, break their device, or are merely slow. Importing it 
 import os
 import time
 
+import torch
+
 from jaggedperf.impls.jagged_mean import segment_reduce
 from jaggedperf.impls.registry import get_op, implementation
 
 HANGS, EXITS, RAISES, POISONS, SLOW = "test_hangs", "test_exits", "test_raises", "test_poisons", "test_slow"
-NAMES = (HANGS, EXITS, RAISES, POISONS, SLOW)
+DEVICE_ASSERT = "test_device_assert"
+NAMES = (HANGS, EXITS, RAISES, POISONS, SLOW, DEVICE_ASSERT)
 SLOW_CALL_S = 0.2
 
 
@@ -34,6 +37,12 @@ def poisons(values, offsets):
 
     sweep._device_unusable = lambda device: "simulated sticky error"
     raise RuntimeError("simulated illegal memory access")
+
+
+@implementation("jagged_mean", DEVICE_ASSERT, takes="dense", description="test: indexes out of bounds")
+def device_assert(values, offsets):
+    # On a GPU: a device-side assert, a sticky error that leaves the process's CUDA context unusable.
+    return values[torch.full((offsets.numel() - 1,), values.shape[0] + 10**6, device=values.device)]
 
 
 @implementation("jagged_mean", SLOW, takes="dense", description=f"test: segment_reduce after {SLOW_CALL_S} s")

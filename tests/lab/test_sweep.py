@@ -222,3 +222,48 @@ def test_killing_the_sweep_keeps_finished_lines_leaves_no_orphans_and_resumes(tm
     record, warnings = store.read_results(out)
     assert warnings == [] and len(record.results) == 8 and {r.status for r in record.results} == {OK}
     assert out.read_text().startswith(finished)  # what was written before the kill is kept as it was
+
+
+# --- on the GPU machine (pytest -m gpu) -----------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_every_gpu_gets_its_own_worker_that_sees_only_it(tmp_path):
+    n = torch.cuda.device_count()
+    slots = sweep.worker_slots()  # every GPU of this host
+    assert [s.name for s in slots] == [f"cuda:{i}" for i in range(n)]
+    cases = [Case(512, 64, 100 * (i + 1), 0.5) for i in range(2 * n)]  # two cases per worker
+    p = sweep.plan_sweep(tmp_path / "r.jsonl", "jagged_mean", cases, ["segment_reduce", "sum_padded"], ["eager"],
+                         byte_limit=runner.DEFAULT_BYTE_LIMIT, device="cuda")
+    options = runner.Options(device=torch.device("cuda"), warmup=5, iters=20)
+    outcome = sweep.run_sweep(p, slots, options, sweep.Settings(timeout_s=300))
+    record = store.load_results(p.out)
+    assert len(record.results) == len(p.cells) and {r.status for r in record.results} == {OK}
+    assert all(r.device == "cuda" and r.device_time is not None for r in record.results)
+    assert {r.extra["worker"] for r in record.results} == {s.name for s in slots}  # every GPU took work
+    workers = outcome.environment["workers"]
+    assert [w["gpus_visible"] for w in workers] == [1] * n  # each worker sees its GPU only
+    assert len({w["gpu_uuid"] for w in workers}) == n  # ... and they are n different GPUs
+    assert len({w["CUDA_VISIBLE_DEVICES"] for w in workers}) == n
+    assert all(w["gpu"] and w["copy_gbps"] > 0 for w in workers) and record.copy_gbps > 0
+    cores = [set(w["cpus"]) for w in workers]
+    assert all(a.isdisjoint(b) for i, a in enumerate(cores) for b in cores[i + 1:])
+
+
+@pytest.mark.gpu
+def test_faults_on_a_gpu_worker(tmp_path, sweep_plugin):
+    import_plugins([sweep_plugin])
+    from lab.sweep_plugin import DEVICE_ASSERT, EXITS, HANGS
+
+    p = sweep.plan_sweep(tmp_path / "r.jsonl", "jagged_mean", [C1], [HANGS, EXITS, DEVICE_ASSERT, "segment_reduce"],
+                         ["eager"], byte_limit=runner.DEFAULT_BYTE_LIMIT, device="cuda")
+    notes = []
+    options = runner.Options(device=torch.device("cuda"), warmup=5, iters=20)
+    sweep.run_sweep(p, sweep.worker_slots(1), options, sweep.Settings(timeout_s=20, plugins=(sweep_plugin,)),
+                    on_note=notes.append)
+    by_impl = {r.implementation: r for r in store.load_results(p.out).results}
+    assert by_impl[HANGS].reason == "timed out after 20 s"
+    assert by_impl[EXITS].reason == "worker died (exit code 3)"
+    assert by_impl[DEVICE_ASSERT].status == ERROR
+    assert any("the device is unusable" in n for n in notes)  # a sticky CUDA error: the worker was replaced
+    assert by_impl["segment_reduce"].status == OK  # ... and the cell after it ran on a fresh one

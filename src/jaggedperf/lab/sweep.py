@@ -489,6 +489,8 @@ def _worker_main(conn, slot: WorkerSlot, options: runner.Options, plugins: tuple
                 "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
                 "threads": torch.get_num_threads(),
+                "gpus_visible": torch.cuda.device_count() if device.type == "cuda" else 0,
+                "gpu_uuid": str(torch.cuda.get_device_properties(device).uuid) if device.type == "cuda" else None,
                 "gpu_facts": gpu_facts(device) if device.type == "cuda" else None}
     except BaseException as exc:
         conn.send(("failed", f"{type(exc).__name__}: {' '.join(str(exc).split())}"))
