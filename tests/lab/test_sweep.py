@@ -117,9 +117,7 @@ def test_sweep_appends_a_header_and_a_line_per_cell_and_resumes_a_partial_file(t
 
 
 def test_hang_exit_raise_and_a_broken_device_are_recorded_and_the_other_cells_finish(tmp_path, sweep_plugin):
-    from lab import sweep_plugin as sp  # noqa: F401  (imported by name below, as --plugin does)
-
-    import_plugins([sweep_plugin])
+    import_plugins([sweep_plugin])  # by name, as --plugin does
     from lab.sweep_plugin import EXITS, HANGS, POISONS, RAISES
 
     out = tmp_path / "r.jsonl"
