@@ -88,6 +88,7 @@ def test_bad_requests_are_one_line_errors(tmp_path, capsys, args, message):
     (["--seqlen", "100:10"], "STOP is below START"),
     (["--B", "0.5"], "not an integer"),
     (["--gpus", "0"], "positive number or 'all'"),
+    (["--timeout", "0"], "positive number of seconds"),
 ])
 def test_bad_flag_values_are_argument_errors(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as exc:
