@@ -24,3 +24,16 @@ def _quiet_env(monkeypatch):
 
 def interpret_mode() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@pytest.fixture
+def sweep_plugin():
+    """The module name of the sweep's test plugin (misbehaving implementations). It registers them in this
+    process when imported (by the sweep); they are taken out again after the test, so that no other test
+    meets an implementation that hangs."""
+    import sys
+
+    yield "lab.sweep_plugin"
+    module = sys.modules.pop("lab.sweep_plugin", None)
+    if module is not None:
+        module.unregister()

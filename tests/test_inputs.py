@@ -71,3 +71,10 @@ def test_bad_case_is_refused_with_a_reason(bad):
     kw = dict(B=4, M=4, seqlen=10, sparsity=0.5) | bad
     with pytest.raises(ValueError, match=next(iter(bad))):
         Case(**kw)
+
+
+@pytest.mark.parametrize("case", [Case(33, 5, 80, 0.5, "heavy", "bf16"), Case(16, 3, 40, 0.2), Case(0, 4, 10, 0.1),
+                                  Case(8, 7, 30, 0.4, "fixed", "fp16", seed=3)], ids=lambda c: c.label)
+def test_values_nbytes_matches_the_batch_without_making_it(case):
+    values = make_batch(case).values
+    assert case.values_nbytes() == values.numel() * values.element_size()

@@ -16,6 +16,7 @@ Distributions (``case.distribution``):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 
@@ -71,6 +72,10 @@ class Case:
         """Bytes of the dense (B, seqlen, M) tensor the padded implementations build."""
         return self.B * self.seqlen * self.M * torch.empty((), dtype=self.torch_dtype).element_size()
 
+    def values_nbytes(self) -> int:
+        """Bytes of the values tensor, total_len·M·itemsize (only the lengths are drawn, on the CPU)."""
+        return total_length(self) * self.M * torch.empty((), dtype=self.torch_dtype).element_size()
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -111,6 +116,16 @@ def make_lengths(case: Case) -> torch.Tensor:
     lengths = torch.floor(scale * u.pow(-1.0 / HEAVY_ALPHA)).clamp(max=case.seqlen).to(torch.int64)
     empty = torch.rand(case.B, generator=gen) < HEAVY_EMPTY_FRACTION
     return lengths.masked_fill(empty, 0)
+
+
+def total_length(case: Case) -> int:
+    """Sum of the case's lengths: rows of its values tensor. Cached, as M and dtype do not change it."""
+    return _total_length(case.B, case.seqlen, case.sparsity, case.distribution, case.seed)
+
+
+@functools.lru_cache(maxsize=4096)
+def _total_length(B: int, seqlen: int, sparsity: float, distribution: str, seed: int) -> int:
+    return int(make_lengths(Case(B, 1, seqlen, sparsity, distribution, seed=seed)).sum())
 
 
 def make_batch(case: Case, device: torch.device | str = "cpu") -> JaggedBatch:

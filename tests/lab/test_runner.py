@@ -145,3 +145,12 @@ def test_run_cell_runs_the_plain_twin_when_asked():
     no_twin = runner.run_cell(runner.Cell("jagged_mean", "segment_reduce", "eager", SMALL), batch, ref, quick(), None,
                               plain=True)
     assert no_twin.status == SKIPPED and "no plain twin" in no_twin.reason
+
+
+def test_a_case_over_the_byte_limit_is_skipped_before_its_batch_is_made():
+    case = Case(16, 4, 30, 0.3)
+    limit = case.values_nbytes() - 1
+    assert runner.input_too_large(case, limit) is not None and runner.input_too_large(case, limit + 1) is None
+    record = runner.run(runner.plan("jagged_mean", [case], ["segment_reduce"], ["eager"]), quick(byte_limit=limit))
+    (r,) = record.results
+    assert r.status == SKIPPED and r.reason.startswith("input: values would take")

@@ -8,7 +8,7 @@ import importlib
 import sys
 
 # Modules that contribute subcommands, in the order `jaggedperf --help` lists them.
-COMMAND_MODULES = ("lab", "doctor", "results")
+COMMAND_MODULES = ("lab", "sweep", "doctor", "results")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,9 +9,9 @@ import re
 import torch
 
 from jaggedperf.inputs import DEFAULT_SEED, DISTRIBUTIONS, Case, canonical_dtype
+from jaggedperf.lab.grid import SEED_CASES  # noqa: F401  (the seed's shapes, for repro)
 from jaggedperf.lab.runner import DEFAULT_BYTE_LIMIT, Options
 
-SEED_CASES = (Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75))
 SEED_IMPLEMENTATIONS = ("unbind_mean", "nanmean_padded", "sum_padded")
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30}
@@ -54,6 +54,14 @@ def cases_from_args(args: argparse.Namespace) -> list[Case]:
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    add_measurement_arguments(p)
+    g = p.add_argument_group("output")
+    g.add_argument("--json", metavar="PATH", help="write every raw number and the environment as JSON")
+    g.add_argument("--csv", metavar="PATH", help="write one row per cell as CSV")
+
+
+def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
+    """How each cell is measured (read back by ``options_from_args``)."""
     g = p.add_argument_group("measurement")
     g.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is present, else cpu")
     g.add_argument("--warmup", type=int, default=50, help="warm-up calls before timing (seed: 50)")
@@ -63,8 +71,6 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between device-timed calls")
     g.add_argument("--no-device-time", action="store_true", help="wall time only (no graph replay, no profiler)")
     g.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
-    g.add_argument("--json", metavar="PATH", help="write every raw number and the environment as JSON")
-    g.add_argument("--csv", metavar="PATH", help="write one row per cell as CSV")
 
 
 def options_from_args(args: argparse.Namespace) -> Options:

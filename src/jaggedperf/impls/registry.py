@@ -69,8 +69,9 @@ def implementation(op: str, name: str, *, takes: str, description: str, pads: bo
         raise ValueError(f"takes must be one of {TAKES}; got {takes!r}")
 
     def register(fn):
-        OPS[op].implementations[name] = Implementation(op, name, fn, takes, description, pads, plain, tuple(devices),
-                                                       takes_max_seqlen)
+        # get_op: the built-in ops are registered first, so a plugin module may register in any order.
+        get_op(op).implementations[name] = Implementation(op, name, fn, takes, description, pads, plain,
+                                                          tuple(devices), takes_max_seqlen)
         return fn
 
     return register

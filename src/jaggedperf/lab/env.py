@@ -52,13 +52,15 @@ def gpu_facts(device: torch.device | None = None) -> dict:
     }
 
 
-def environment(argv: list[str] | None = None) -> dict:
+def environment(argv: list[str] | None = None, *, gpu: dict | None = None) -> dict:
+    """What a results file records. ``gpu``: facts (as ``gpu_facts``) measured elsewhere, e.g. by a sweep's
+    worker process, so that this process need not touch the GPU."""
     argv = sys.argv if argv is None else argv
     return {
         "torch": torch.__version__,
         "triton": triton_version(),
         "cuda": torch.version.cuda,
-        **gpu_facts(),
+        **(gpu_facts() if gpu is None else gpu),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "hostname": platform.node(),

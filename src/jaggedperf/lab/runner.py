@@ -14,7 +14,7 @@ import torch
 
 from jaggedperf.batch import JaggedBatch
 from jaggedperf.impls.registry import Implementation, get_implementation, get_op
-from jaggedperf.inputs import Case, make_batch, make_lengths
+from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab import timing
 from jaggedperf.lab.env import environment
@@ -32,6 +32,11 @@ class Cell:
     implementation: str
     mode: str
     case: Case
+
+    @property
+    def key(self) -> tuple:
+        """The ``Result.key`` of this cell's result."""
+        return (self.op, self.implementation, self.mode, self.case)
 
 
 @dataclass
@@ -71,27 +76,39 @@ def run(
 ) -> RunRecord:
     """Run every cell. ``on_result(result, record)`` sees the record growing, so a caller can save it
     after each cell (a killed run then keeps every finished result)."""
-    if options.cold_compile:
-        modes_mod.disable_compile_caches()
     record = RunRecord(environment(), [], measure_copy_bandwidth(options.device))
-    case_data: tuple[Case, JaggedBatch | Exception, torch.Tensor | None] | None = None
+    run_one = CellRunner(options, record.copy_gbps)
     for cell in cells:
         if on_start:
             on_start(cell)
-        if case_data is None or case_data[0] != cell.case:
-            case_data = None  # free the previous batch before making the next
-            case_data = (cell.case, *prepare_case(cell.op, cell.case, options))
-        _, batch, reference = case_data
-        if isinstance(batch, Exception):
-            result = Result(cell.op, cell.implementation, cell.mode, cell.case, options.device.type,
-                            status=SKIPPED if isinstance(batch, _TooLarge) else ERROR, reason=f"input: {batch}")
-        else:
-            result = run_cell(cell, batch, reference, options, record.copy_gbps)
-        record.results.append(result)
+        record.results.append(run_one(cell))
         attach_speedups(record.results)
+        result = record.results[-1]
         if on_result:
             on_result(result, record)
     return record
+
+
+class CellRunner:
+    """Runs one cell at a time, keeping the current case's batch and reference: cells grouped by case
+    (as ``plan`` orders them) make each batch once. Turns the compile caches off before the first
+    compiled cell when ``options.cold_compile`` (not before: importing Inductor takes a while)."""
+
+    def __init__(self, options: Options, copy_gbps: float | None) -> None:
+        self.options = options
+        self.copy_gbps = copy_gbps
+        self._case: tuple[Case, JaggedBatch | Exception, torch.Tensor | None] | None = None
+
+    def __call__(self, cell: Cell) -> Result:
+        if self.options.cold_compile and modes_mod.is_compiled(cell.mode):
+            modes_mod.disable_compile_caches()
+        if self._case is None or self._case[0] != cell.case:
+            self._case = None  # free the previous batch before making the next
+            self._case = (cell.case, *prepare_case(cell.op, cell.case, self.options))
+        _, batch, reference = self._case
+        if isinstance(batch, Exception):
+            return input_result(cell, self.options.device, batch)
+        return run_cell(cell, batch, reference, self.options, self.copy_gbps)
 
 
 def measure_copy_bandwidth(device: torch.device) -> float | None:
@@ -103,15 +120,29 @@ def measure_copy_bandwidth(device: torch.device) -> float | None:
         return None
 
 
-class _TooLarge(Exception):
-    pass
+class InputTooLarge(Exception):
+    """The case's values alone would pass the byte limit: its cells are skipped, not failed."""
+
+
+def input_too_large(case: Case, byte_limit: int) -> InputTooLarge | None:
+    """Why ``case``'s values tensor is over ``byte_limit`` (cheap: only the lengths are drawn), or None."""
+    values_bytes = case.values_nbytes()
+    if values_bytes > byte_limit:
+        return InputTooLarge(f"values would take {values_bytes / 1e9:.2f} GB > byte limit {byte_limit / 1e9:.2f} GB")
+    return None
+
+
+def input_result(cell: Cell, device: torch.device, problem: Exception) -> Result:
+    """The result of a cell whose batch could not be made: skipped when too large, else an error."""
+    return Result(cell.op, cell.implementation, cell.mode, cell.case, device.type,
+                  status=SKIPPED if isinstance(problem, InputTooLarge) else ERROR, reason=f"input: {problem}")
 
 
 def prepare_case(op: str, case: Case, options: Options) -> tuple[JaggedBatch | Exception, torch.Tensor | None]:
     """The case's batch on the device and the op's float64 reference (or the reason there is none)."""
-    values_bytes = int(make_lengths(case).sum()) * case.M * torch.empty((), dtype=case.torch_dtype).element_size()
-    if values_bytes > options.byte_limit:
-        return _TooLarge(f"values would take {values_bytes / 1e9:.2f} GB > byte limit {options.byte_limit / 1e9:.2f} GB"), None
+    too_large = input_too_large(case, options.byte_limit)
+    if too_large is not None:
+        return too_large, None
     try:
         batch = make_batch(case, options.device)
         check_layout(batch.values, batch.offsets)

@@ -1,0 +1,192 @@
+"""sweep: a grid of cells on every GPU of the host, each cell under a timeout, appended to a JSON-lines
+file as it finishes; the same command again resumes where a crash or kill stopped."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from jaggedperf.cli._args import add_measurement_arguments, canonical_dtype_arg, comma_list, options_from_args
+from jaggedperf.cli.lab import OP, console
+from jaggedperf.impls.registry import implementation_names
+from jaggedperf.inputs import DISTRIBUTIONS
+from jaggedperf.lab import grid, sweep
+from jaggedperf.lab import modes as modes_mod
+from jaggedperf.lab.plugins import PLUGINS_ENV, PluginError, import_plugins, plugin_names
+from jaggedperf.lab.report import problems
+from jaggedperf.lab.result import SKIPPED
+from jaggedperf.lab.store import ResultsFileError
+from jaggedperf.lab.views import status_counts
+
+EXIT_INTERRUPTED = 130
+SHOWN_PROBLEMS = 10
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "sweep", help="run a grid of cells on every GPU, each under a timeout; resumable",
+        description="Every implementation × mode × case of a grid, one worker process per GPU (one on the CPU), "
+                    "each cell under --timeout. Results are appended to --out as they finish; the same command "
+                    "again runs only the cells not yet there.",
+        epilog="Axis values are numbers or inclusive ranges START:STOP[:STEP], several per flag "
+               "(e.g. --seqlen 100:1000:100 5000 --sparsity 0.1:0.9:0.1). With --preset, an axis given "
+               "explicitly replaces the preset's.")
+    p.add_argument("--out", required=True, metavar="RESULTS.jsonl", help="results file (JSON lines), appended to")
+    p.add_argument("--op", default=OP, help="the op (default jagged_mean)")
+    p.add_argument("--impls", type=comma_list, help="implementations, comma-separated (default: all)")
+    p.add_argument("--modes", type=comma_list, default=[modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE],
+                   help="modes, comma-separated (default: eager and the seed's compiled mode)")
+    p.add_argument("--plan", action="store_true", help="print how many cells would run, and run nothing")
+    g = p.add_argument_group("grid (every combination of the axes)")
+    g.add_argument("--preset", choices=sorted(grid.PRESETS),
+                   help="seed: the two shapes of pytorch/pytorch#160355; tritonbench: its default jagged sweep")
+    g.add_argument("--B", type=_axis(grid.int_values), nargs="+", help="batch sizes")
+    g.add_argument("--M", type=_axis(grid.int_values), nargs="+", help="feature widths")
+    g.add_argument("--seqlen", type=_axis(grid.int_values), nargs="+", help="maximum (nominal) sequence lengths")
+    g.add_argument("--sparsity", type=_axis(grid.float_values), nargs="+", help="sparsities in [0, 1]")
+    g.add_argument("--distribution", nargs="+", choices=DISTRIBUTIONS, help="length distributions (default tritonbench)")
+    g.add_argument("--dtype", nargs="+", type=canonical_dtype_arg, help="float32 | bfloat16 | float16 (default float32)")
+    g.add_argument("--seed", type=_axis(grid.int_values), nargs="+", help="generator seeds (default 1337)")
+    g = p.add_argument_group("workers")
+    g.add_argument("--gpus", type=_gpus, default="all", metavar="N|all", help="GPUs to use, one worker each (default all)")
+    g.add_argument("--timeout", type=_seconds, default=sweep.DEFAULT_TIMEOUT_S, metavar="S",
+                   help="seconds a cell may take, compile included, before its worker is killed (default 600)")
+    g.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help=f"import MODULE first, here and in every worker, e.g. to register implementations "
+                        f"(repeatable; also ${PLUGINS_ENV}, comma-separated)")
+    add_measurement_arguments(p)
+    p.set_defaults(handler=cmd_sweep)
+
+
+def _axis(parse):
+    def parse_arg(text: str) -> list:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse_arg.__name__ = "axis value"  # argparse names the type in its messages
+    return parse_arg
+
+
+def _gpus(text: str) -> int | str:
+    if text == "all":
+        return text
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"expected a positive number or 'all', got {text!r}")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _flat(values: list[list] | None) -> list | None:
+    return None if values is None else [v for group in values for v in group]
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    out, err = console(), Console(stderr=True)
+    try:
+        plugins = plugin_names(args.plugin)
+        import_plugins(plugins)
+        cases = grid.expand(args.preset, B=_flat(args.B), M=_flat(args.M), seqlen=_flat(args.seqlen),
+                            sparsity=_flat(args.sparsity), distribution=args.distribution, dtype=args.dtype,
+                            seed=_flat(args.seed))
+        options = options_from_args(args)
+        slots = sweep.worker_slots(args.gpus, args.device)
+        plan = sweep.plan_sweep(args.out, args.op, cases, args.impls or implementation_names(args.op), args.modes,
+                                byte_limit=options.byte_limit, device=slots[0].device)
+    except (PluginError, KeyError, ValueError, ResultsFileError) as exc:
+        err.print(f"jaggedperf: error: {exc.args[0] if exc.args else exc}", markup=False, highlight=False)
+        return 2
+    for warning in plan.warnings:
+        err.print(f"jaggedperf: warning: {warning}", markup=False, highlight=False)
+    out.print(_plan_line(plan, len(cases), slots), markup=False, highlight=False)
+    if args.plan:
+        return 0
+    if slots[0].device == "cpu":
+        err.print("[yellow]No CUDA GPU in use: the sweep runs on the CPU, one worker.[/yellow]")
+    log_path = Path(args.out).with_name(Path(args.out).stem + ".workers.log")
+    settings = sweep.Settings(timeout_s=args.timeout, plugins=tuple(plugins), log_path=str(log_path))
+    try:
+        outcome = run_with_progress(plan, slots, options, settings, err)
+    except KeyboardInterrupt:
+        err.print(f"interrupted: the finished cells are in {escape(args.out)}; run the same command to resume")
+        return EXIT_INTERRUPTED
+    except sweep.SweepError as exc:
+        err.print(f"jaggedperf: error: {exc} (the workers' output is in {log_path}); the finished cells are in "
+                  f"{args.out}: run the same command to resume", markup=False, highlight=False)
+        return 1
+    except (ResultsFileError, OSError) as exc:  # the results file changed under the sweep, or a full disk
+        err.print(f"jaggedperf: error: cannot append to {args.out}: {exc}", markup=False, highlight=False)
+        return 2
+    _summary(out, plan, outcome, log_path)
+    return 0
+
+
+def _plan_line(plan: sweep.SweepPlan, n_cases: int, slots: list[sweep.WorkerSlot]) -> str:
+    parts = [f"{len(plan.cells)} cells ({n_cases} cases)"]
+    if plan.done:
+        parts.append(f"{plan.done} already in {plan.out}")
+    if plan.too_large:
+        parts.append(f"{len(plan.too_large)} skipped before dispatch (values over the byte limit)")
+    parts.append(f"{plan.to_run} to run on {len(slots)} worker{'s' if len(slots) > 1 else ''} "
+                 f"({', '.join(s.name for s in slots)})")
+    return "plan: " + "; ".join(parts)
+
+
+def run_with_progress(plan, slots, options, settings, console: Console) -> sweep.SweepOutcome:
+    """``sweep.run_sweep`` with a bar (completed / total, ETA) and one line per worker: its cell in flight."""
+    overall = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                       TimeRemainingColumn(), console=console)
+    task = overall.add_task("cells", total=plan.to_run)
+    workers = Progress(TextColumn("  {task.description}"), TimeElapsedColumn(), console=console)
+    rows = {s.name: workers.add_task(f"{s.name}: starting", total=None) for s in slots}
+
+    def on_start(worker, cell):
+        what = f"{cell.implementation} · {cell.mode} · {cell.case.label}" if cell is not None else "waiting"
+        workers.reset(rows[worker], description=f"{worker}: {what}")
+
+    def on_result(_worker, _result):
+        overall.advance(task)
+
+    def on_note(message: str):
+        console.print(f"[yellow]{escape(message)}[/yellow]", highlight=False)
+
+    with Live(Group(overall, workers), console=console, transient=True, refresh_per_second=4):
+        return sweep.run_sweep(plan, slots, options, settings, on_start=on_start, on_result=on_result, on_note=on_note)
+
+
+def _summary(out: Console, plan: sweep.SweepPlan, outcome: sweep.SweepOutcome, log_path: Path) -> None:
+    results = outcome.results
+    if results:
+        counts = status_counts(results)
+        out.print(f"sweep: {len(results)} cells written ({', '.join(f'{n} {s}' for s, n in counts.items())})"
+                  + (f", {len(plan.too_large)} of them skipped before dispatch" if plan.too_large else ""),
+                  markup=False, highlight=False)
+    else:
+        out.print(f"nothing to run: every cell of this grid is in {plan.out}", markup=False, highlight=False)
+    lines = problems([r for r in results if r.status != SKIPPED])
+    for line in lines[:SHOWN_PROBLEMS]:
+        out.print(f"• {line}", markup=False, highlight=False, style="red")
+    if len(lines) > SHOWN_PROBLEMS:
+        out.print(f"• ... and {len(lines) - SHOWN_PROBLEMS} more", markup=False, highlight=False, style="red")
+    out.print(f"results: {plan.out} ({plan.done + len(results)} of {len(plan.cells)} cells of this grid)",
+              markup=False, highlight=False)
+    if log_path.exists() and log_path.stat().st_size:
+        out.print(f"worker output: {log_path}", markup=False, highlight=False)
+    report = plan.out.with_name(plan.out.stem + "-report.md")
+    out.print(f"plot:   jaggedperf plot {plan.out}\nreport: jaggedperf report {plan.out} -o {report}",
+              markup=False, highlight=False)

@@ -1,0 +1,96 @@
+import re
+
+import pytest
+
+from jaggedperf.cli import main
+from jaggedperf.impls.registry import implementation_names
+from jaggedperf.lab import grid
+from jaggedperf.lab.plugins import PLUGINS_ENV
+from jaggedperf.lab.store import load_results
+
+TINY = ["--B", "8", "--M", "3", "--seqlen", "10:20:10", "--sparsity", "0.5", "--warmup", "1", "--iters", "2",
+        "--device", "cpu"]
+
+
+def planned(out: str) -> dict[str, int]:
+    line = next(line for line in out.splitlines() if line.startswith("plan:"))
+    numbers = {"cells": r"(\d+) cells", "cases": r"\((\d+) cases\)", "done": r"(\d+) already in",
+               "too_large": r"(\d+) skipped before dispatch", "to_run": r"(\d+) to run"}
+    return {k: int(m.group(1)) if (m := re.search(p, line)) else 0 for k, p in numbers.items()}
+
+
+def test_sweep_end_to_end_writes_every_cell_and_says_how_to_plot(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    code = main(["sweep", "--out", str(out), *TINY, "--impls", "segment_reduce,sum_padded", "--modes", "eager"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert planned(printed) == {"cells": 4, "cases": 2, "done": 0, "too_large": 0, "to_run": 4}
+    assert "4 ok" in printed and f"jaggedperf plot {out}" in printed and f"jaggedperf report {out} -o" in printed
+    lines = out.read_text().splitlines()
+    assert len(lines) == 1 + 4 and lines[0].startswith('{"environment"')
+    record = load_results(out)
+    assert sorted((r.implementation, r.case.seqlen) for r in record.results) == [
+        ("segment_reduce", 10), ("segment_reduce", 20), ("sum_padded", 10), ("sum_padded", 20)]
+    assert record.environment["workers"][0]["name"] == "cpu"
+
+    assert main(["sweep", "--out", str(out), *TINY, "--impls", "segment_reduce,sum_padded", "--modes", "eager"]) == 0
+    assert planned(capsys.readouterr().out)["to_run"] == 0
+    assert out.read_text().splitlines() == lines  # nothing run, nothing written
+
+
+def test_plan_of_the_seed_preset_runs_nothing(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert main(["sweep", "--out", str(out), "--preset", "seed", "--plan"]) == 0
+    impls = len(implementation_names("jagged_mean"))  # all, by default
+    assert planned(capsys.readouterr().out) == {"cells": 2 * impls * 2, "cases": 2, "done": 0, "too_large": 0,
+                                                "to_run": 2 * impls * 2}
+    assert not out.exists()
+    assert main(["sweep", "--out", str(out), "--preset", "seed", "--B", "8", "16", "--dtype", "bf16", "--plan",
+                 "--impls", "segment_reduce", "--modes", "eager,compile:default"]) == 0
+    assert planned(capsys.readouterr().out)["to_run"] == 2 * 2 * 2
+
+
+def test_plan_of_the_tritonbench_preset_filters_by_size(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert main(["sweep", "--out", str(out), "--preset", "tritonbench", "--M", "64", "4096", "--plan",
+                 "--impls", "segment_reduce", "--modes", "eager", "--byte-limit", "2GB"]) == 0
+    plan = planned(capsys.readouterr().out)
+    cases = grid.expand("tritonbench", M=[64, 4096])
+    too_large = len(grid.split_by_size(cases, 2 * 10**9)[1])
+    assert plan == {"cells": len(cases), "cases": len(cases), "done": 0, "too_large": too_large,
+                    "to_run": len(cases) - too_large}
+    assert 0 < too_large < len(cases)
+
+
+def test_plugins_from_the_flag_or_the_environment(tmp_path, capsys, monkeypatch, sweep_plugin):
+    out = str(tmp_path / "r.jsonl")
+    assert main(["sweep", "--out", out, *TINY, "--impls", "test_raises", "--plan"]) == 2
+    assert "unknown implementation 'test_raises'" in capsys.readouterr().err
+    monkeypatch.setenv(PLUGINS_ENV, sweep_plugin)
+    assert main(["sweep", "--out", out, *TINY, "--impls", "test_raises", "--modes", "eager", "--plan"]) == 0
+    assert planned(capsys.readouterr().out)["to_run"] == 2
+    monkeypatch.delenv(PLUGINS_ENV)
+    assert main(["sweep", "--out", out, *TINY, "--plugin", "no_such_plugin_module", "--plan"]) == 2
+    assert "plugin 'no_such_plugin_module' could not be imported" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--B", "8", "--M", "3"], "give --seqlen, --sparsity"),
+    (["--preset", "seed", "--gpus", "2", "--device", "cpu"], "a CPU sweep has one worker"),
+    (["--preset", "seed", "--sparsity", "0.5:2"], "sparsity must be in [0, 1]"),
+])
+def test_bad_requests_are_one_line_errors(tmp_path, capsys, args, message):
+    assert main(["sweep", "--out", str(tmp_path / "r.jsonl"), *args, "--plan"]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--seqlen", "100:10"], "STOP is below START"),
+    (["--B", "0.5"], "not an integer"),
+    (["--gpus", "0"], "positive number or 'all'"),
+    (["--timeout", "0"], "positive number of seconds"),
+])
+def test_bad_flag_values_are_argument_errors(tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", "--out", str(tmp_path / "r.jsonl"), "--preset", "seed", *args, "--plan"])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
