@@ -24,7 +24,7 @@ gpu1=(env CUDA_VISIBLE_DEVICES=1 taskset -c "$half-$((ncpu - 1))")
 jp=(python3 -m jaggedperf)
 RES=benchmarks/results/h200
 FIVE="512,64,100,0.1 512,64,500,0.75 1024,256,1000,0.5 4096,512,512,0.2 256,64,20000,0.5"
-FIVE_IMPLS=nanmean_padded,sum_padded,njt_mean,segment_reduce,jaggedperf,jaggedperf_njt
+FIVE_IMPLS=${FIVE_IMPLS:-nanmean_padded,sum_padded,segment_reduce,jaggedperf}
 ALL_MODES=eager,compile:default,compile:reduce-overhead,compile:max-autotune,compile:max-autotune-no-cudagraphs,graph
 
 { nvidia-smi; python3 -c 'import sys, torch, triton; print(sys.version); print(torch.__version__, triton.__version__)'
@@ -44,19 +44,21 @@ five_shapes() {  # $1: seconds; the rest: launcher. Appends to five_shapes.jsonl
 case "$stage" in
 check)
   (
-    timeout 200 "${gpu0[@]}" python3 -m pytest -q -m gpu tests -p no:cacheprovider > "$work/pytest_gpu.log" 2>&1
+    timeout 150 "${gpu0[@]}" python3 -m pytest -q -m gpu tests -p no:cacheprovider --timeout 90 --durations 15 \
+      > "$work/pytest_gpu.log" 2>&1
     echo "pytest -m gpu rc=$?" >> "$work/status.txt"
-    timeout 170 "${gpu0[@]}" python3 benchmarks/ops_bench.py --grid-seconds 70 --out "$work/ops_bench.json" \
+    timeout 140 "${gpu0[@]}" python3 benchmarks/ops_bench.py --grid-seconds 45 --out "$work/ops_bench.json" \
       > "$work/ops_bench.log" 2>&1
     echo "ops_bench rc=$?" >> "$work/status.txt"
-    timeout 180 "${gpu0[@]}" "${jp[@]}" repro --json "$work/repro.json" > "$work/repro.txt" 2>&1
+    timeout 285 "${gpu0[@]}" "${jp[@]}" repro --json "$RES/repro.json" > "$work/repro.txt" 2>&1
     echo "repro rc=$?" >> "$work/status.txt"
+    cp "$RES/repro.json" "$work/" 2>/dev/null
   ) &
   (
-    timeout 260 "${gpu1[@]}" "${jp[@]}" doctor --json "$work/doctor.json" --trace "$work/traces" \
-      > "$work/doctor.txt" 2>&1
+    timeout 190 "${gpu1[@]}" "${jp[@]}" doctor --impls nanmean_padded,sum_padded,jaggedperf_njt \
+      --json "$work/doctor.json" --trace "$work/traces" > "$work/doctor.txt" 2>&1
     echo "doctor rc=$?" >> "$work/status.txt"
-    five_shapes 270 "${gpu1[@]}"
+    five_shapes 385 "${gpu1[@]}"
     echo "five shapes (part) done" >> "$work/status.txt"
   ) &
   wait

@@ -52,6 +52,19 @@ def main() -> int:
         compile_one(reduce._expand_kernel, sig, {"MEAN": False, "BLOCK_L": cfg.block_l, "BLOCK_M": cfg.block_m},
                     (0, 1, 2, 4), cfg.num_warps)
         print(f"expand {vdt} {odt} (i64 rows): ok")
+    # Inductor may pass an int argument equal to 1 as a constant: the kernels must compile that way too.
+    sig = {"values_ptr": "*fp32", "offsets_ptr": "*i64", "out_ptr": "*fp32", "ws_ptr": "*fp32", "n_rows": "i32",
+           "n_cols": "i32", "n_segments": "constexpr", "rows_per_chunk": "i32", "n_chunks": "constexpr",
+           "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "SPLIT": "constexpr", "BLOCK_L": "constexpr",
+           "BLOCK_M": "constexpr"}
+    compile_one(reduce._reduce_kernel, sig, {"n_segments": 1, "n_chunks": 1, "MEAN": True, "EMPTY_ZERO": False,
+                                             "SPLIT": True, "BLOCK_L": 32, "BLOCK_M": 64}, (0, 1, 2, 3), 4)
+    sig = {"offsets_ptr": "*i64", "out_ptr": "*fp32", "ws_ptr": "*fp32", "n_cols": "i32", "rows_per_chunk": "i32",
+           "n_chunks": "constexpr", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "BLOCK_P": "constexpr",
+           "BLOCK_M": "constexpr"}
+    compile_one(reduce._combine_kernel, sig, {"n_chunks": 1, "MEAN": True, "EMPTY_ZERO": True, "BLOCK_P": 32,
+                                              "BLOCK_M": 64}, (0, 1, 2), 4)
+    print("reduce/combine with B = C = 1 passed as constants: ok")
     return 0
 
 

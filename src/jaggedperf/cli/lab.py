@@ -53,7 +53,7 @@ def register(sub) -> None:
 
 def default_implementations(op: str) -> list[str]:
     names = implementation_names(op)
-    return [n for n in (*SEED_IMPLEMENTATIONS, "jaggedperf") if n in names]
+    return [n for n in (*SEED_IMPLEMENTATIONS, "jaggedperf", "jaggedperf_njt") if n in names]
 
 
 def cmd_repro(args: argparse.Namespace) -> int:

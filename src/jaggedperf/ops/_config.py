@@ -58,24 +58,23 @@ def sm_count(device: torch.device) -> int:
 
 
 def _bucket(n_cols: int, element_size: int) -> ReduceConfig:
-    # Tiles of ~1-8K elements; narrow rows get tall tiles so no lanes idle; 2-byte types get twice
-    # the rows for the same bytes per tile. Many small programs per SM hide load latency where a
-    # program walks many short segments one after another. Tiles of >= 4K elements get 8 warps:
-    # with 4, the fp32 accumulator and the loaded tile take ~124 registers a thread (ptxas, sm_90),
-    # which caps residency at 4 programs per SM; 8 warps need ~80.
-    wide = 2 if element_size <= 2 else 1
+    # From the H200 config grid (benchmarks/NOTES.md, run 1): the fp32 tile accumulator
+    # (block_l × block_m) is what bounds registers, so 2-byte types keep fp32's tile shape. Wide rows run
+    # best with one warp per program and 16-row tiles (many independent 16-byte loads per thread);
+    # rows of <= 128 columns with 32-row tiles and 2-4 warps; 16-column rows with 64-row tiles and one warp.
     if n_cols <= 16:
         block_m = next_pow2(n_cols)
-        block_l, per_sm = max(64, 512 // block_m), 32
-    elif n_cols <= 64:
-        block_m, block_l, per_sm = next_pow2(n_cols), 32 * wide, 16
-    elif n_cols <= 256:
-        block_m, block_l, per_sm = next_pow2(n_cols), 16 * wide, 16
-    else:
-        block_m, block_l, per_sm = 256, 16 * wide, 8
-    tile = block_l * block_m
-    warps = 2 if tile <= 1024 else (4 if tile < 4096 else 8)
-    return ReduceConfig(block_l, block_m, warps, per_sm, min_chunk_rows=4 * block_l)
+        return ReduceConfig(block_l=max(64, 1024 // block_m), block_m=block_m, num_warps=1, programs_per_sm=32,
+                            min_chunk_rows=4 * max(64, 1024 // block_m))
+    if n_cols <= 64:
+        return ReduceConfig(block_l=32, block_m=next_pow2(n_cols), num_warps=2, programs_per_sm=16, min_chunk_rows=128)
+    if n_cols <= 128:
+        return ReduceConfig(block_l=32, block_m=next_pow2(n_cols), num_warps=4, programs_per_sm=16, min_chunk_rows=128)
+    warps = 1 if element_size >= 4 else 2
+    if n_cols <= 256:
+        return ReduceConfig(block_l=16, block_m=next_pow2(n_cols), num_warps=warps, programs_per_sm=16,
+                            min_chunk_rows=64)
+    return ReduceConfig(block_l=16, block_m=256, num_warps=warps, programs_per_sm=8, min_chunk_rows=64)
 
 
 def reduce_config(n_cols: int, dtype: torch.dtype, device: torch.device) -> ReduceConfig:

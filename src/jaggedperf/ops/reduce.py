@@ -64,9 +64,9 @@ def _lower_bound(offsets_ptr, n_segments, x, hint):
     # First s in [0, n_segments) with offsets[s] >= x (n_segments when none). Gallops from `hint`
     # (a guess: lo·B/N) with doubling steps, then bisects: O(log |answer − hint|) dependent scalar
     # loads, a handful when lengths are even, log2(B) at worst. Loads stay in [0, max(n_segments-1, 0)].
-    n = n_segments.to(tl.int64)
+    n = x * 0 + n_segments  # int64 whether triton passed B as a value or made it a constant
     last = tl.maximum(n - 1, 0)
-    g = tl.minimum(tl.maximum(hint.to(tl.int64), 0), n)
+    g = tl.minimum(tl.maximum(x * 0 + hint, 0), n)
     right = (g < n) & (tl.load(offsets_ptr + tl.minimum(g, last)).to(tl.int64) < x)  # answer > g
     lo = tl.where(right, g + 1, 0)  # invariant: answer in [lo, hi]
     hi = tl.where(right, n, g)
@@ -99,10 +99,15 @@ def _lower_bound(offsets_ptr, n_segments, x, hint):
 
 
 @triton.jit
-def _part(tile, rows, a, b):
-    # fp32 column sums of the tile rows whose index is in [a, b): (BLOCK_M,)
-    keep = (rows >= a) & (rows < b)
-    return tl.sum(tl.where(keep[:, None], tile, 0.0), axis=0)
+def _sum_rows(values_ptr, r0, r1, n_cols, cols, col_mask, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
+    # fp32 sum over rows [r0, r1) of the columns `cols`; (BLOCK_M,). Fixed tiling: deterministic.
+    acc = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
+    for r in range(r0, r1, BLOCK_L):
+        rows = r + tl.arange(0, BLOCK_L)
+        mask = (rows < r1)[:, None] & col_mask[None, :]
+        ptrs = values_ptr + rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+        acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    return tl.sum(acc, axis=0)
 
 
 @triton.jit
@@ -120,8 +125,8 @@ def _finish(acc, length, MEAN: tl.constexpr, EMPTY_ZERO: tl.constexpr):
 def _reduce_kernel(
     values_ptr,  # (n_rows, n_cols) contiguous, fp32/bf16/fp16
     offsets_ptr,  # (n_segments + 1,) int32/int64: segment s is rows [offsets[s], offsets[s+1])
-    out_ptr,  # (n_segments, n_cols) in values' dtype: every segment finished by its owner chunk
-    ws_ptr,  # SPLIT only: fp32 (2·C, M) pieces (rows [0, C) heads, [C, 2C) tails), then C int32 crossing slots
+    out_ptr,  # (n_segments, n_cols) in values' dtype: every segment its owner chunk finishes
+    ws_ptr,  # SPLIT only: fp32 (2·C, M) pieces (rows [0, C) heads, [C, 2C) tails), then C int32 "crossing" slots
     n_rows,  # N = values.shape[0]
     n_cols,  # M = values.shape[1] (specialised: the fast path keys on it)
     n_segments,  # B
@@ -129,88 +134,43 @@ def _reduce_kernel(
     n_chunks,  # C = max(cdiv(N, R), 1) = grid axis 0
     MEAN: tl.constexpr,  # divide by the length
     EMPTY_ZERO: tl.constexpr,  # mean of an empty segment is 0 (else NaN)
-    SPLIT: tl.constexpr,  # True: stop at the chunk end, leave pieces for _combine_kernel. False (the host
-    #                       knows max_seqlen <= R): the owner reads its segments to their end, one launch
+    SPLIT: tl.constexpr,  # True: stop at the chunk's end and leave pieces for _combine_kernel; False (the host
+    #                       knows max_seqlen fits a chunk): the owner reads its segments to their end, one launch
     BLOCK_L: tl.constexpr,  # rows per tile
     BLOCK_M: tl.constexpr,  # columns per tile = columns per program (grid axis 1)
 ):
-    # The program streams its rows in BLOCK_L × BLOCK_M tiles (the next tile's load is in flight while
-    # the current one is reduced) and splits each tile among the segments it touches in registers.
     chunk = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < n_cols
     lo = chunk.to(tl.int64) * rows_per_chunk
     hi = tl.minimum(lo + rows_per_chunk, n_rows)
-    if SPLIT:
-        stop = hi
-    else:
-        stop = n_rows.to(tl.int64)
-    span = tl.arange(0, BLOCK_L)
-    rows = lo + span
-    # the first tile goes out before the offsets are searched: its address needs no offsets
-    nxt = tl.load(values_ptr + rows.to(tl.int64)[:, None] * n_cols + cols[None, :],
-                  mask=(rows < stop)[:, None] & col_mask[None, :], other=0.0)
     is_last = chunk == n_chunks - 1  # the last chunk also owns the segments starting at N
     s = _lower_bound(offsets_ptr, n_segments, lo, lo * n_segments // tl.maximum(n_rows, 1))
-    first = tl.load(offsets_ptr + s).to(tl.int64)  # start of the first segment starting at or after lo
-    in_head = (s > 0) & (first > lo)  # rows [lo, first) belong to segment s-1, begun in an earlier chunk
+    start = tl.load(offsets_ptr + s).to(tl.int64)
     if SPLIT:
-        cur = tl.where(in_head, s - 1, s)
-        start = tl.where(in_head, lo, first)
-        end = tl.where(in_head, first, tl.load(offsets_ptr + tl.minimum(s + 1, n_segments)).to(tl.int64))
-    else:  # the previous chunk's owner reads those rows
-        in_head = in_head & False
-        cur = s
-        start = first
-        end = tl.load(offsets_ptr + tl.minimum(s + 1, n_segments)).to(tl.int64)
-    mine = in_head | (start < hi) | is_last
-    crossing = s * 0 - 1  # SPLIT: the owned segment that goes on past this chunk, if any
-    acc = tl.zeros([BLOCK_M], dtype=tl.float32)
-    t = lo
-    go = (t < stop) & (cur < n_segments) & mine
-    while go:
-        tile = nxt.to(tl.float32)
-        t_next = t + BLOCK_L
-        rows_next = t_next + span
-        nxt = tl.load(values_ptr + rows_next.to(tl.int64)[:, None] * n_cols + cols[None, :],
-                      mask=(rows_next < stop)[:, None] & col_mask[None, :], other=0.0)
-        t_end = tl.minimum(t_next, stop)
-        rows = t + span
-        fin = (cur < n_segments) & (end <= t_end) & mine
-        while fin:  # every segment that ends in this tile (empty ones included)
-            acc += _part(tile, rows, tl.maximum(start, t), end)
-            if in_head:
-                tl.store(ws_ptr + chunk.to(tl.int64) * n_cols + cols, acc, mask=col_mask)
-            else:
-                res = _finish(acc, end - start, MEAN, EMPTY_ZERO)
-                tl.store(out_ptr + cur.to(tl.int64) * n_cols + cols, res.to(out_ptr.dtype.element_ty),
-                         mask=col_mask)
-            acc = tl.zeros([BLOCK_M], dtype=tl.float32)
-            in_head = in_head & False
-            cur += 1
-            start = end
-            end = tl.load(offsets_ptr + tl.minimum(cur + 1, n_segments)).to(tl.int64)
-            mine = (start < hi) | is_last
-            fin = (cur < n_segments) & (end <= t_end) & mine
-        if (cur < n_segments) & mine:  # the segment that goes on past this tile
-            acc += _part(tile, rows, tl.maximum(start, t), t_end)
-        t = t_next
-        go = (t < stop) & (cur < n_segments) & mine
+        if start > lo:  # rows [lo, start) belong to a segment begun in an earlier chunk: its head piece
+            head = _sum_rows(values_ptr, lo, tl.minimum(start, hi), n_cols, cols, col_mask, BLOCK_L, BLOCK_M)
+            tl.store(ws_ptr + chunk.to(tl.int64) * n_cols + cols, head, mask=col_mask)
+    crossing = s * 0 - 1  # the owned segment that goes on past this chunk, if any
+    while (s < n_segments) & ((start < hi) | is_last):  # segments starting in this chunk
+        end = tl.load(offsets_ptr + s + 1).to(tl.int64)
+        if SPLIT:
+            stop = tl.minimum(end, hi)
+        else:
+            stop = end
+        acc = _sum_rows(values_ptr, tl.maximum(start, lo), stop, n_cols, cols, col_mask, BLOCK_L, BLOCK_M)
+        if end <= stop:  # finished here
+            res = _finish(acc, end - start, MEAN, EMPTY_ZERO)
+            tl.store(out_ptr + s.to(tl.int64) * n_cols + cols, res.to(out_ptr.dtype.element_ty), mask=col_mask)
+        else:  # goes on past the chunk: the combine kernel finishes it
+            tl.store(ws_ptr + (chunk + n_chunks).to(tl.int64) * n_cols + cols, acc, mask=col_mask)
+            crossing = s
+        start = end
+        s += 1
     if SPLIT:
-        if (cur < n_segments) & mine & (end > hi) & (hi > lo):  # goes on past the chunk: a piece for the combine
-            if in_head:  # begun before this chunk, ends after it
-                tl.store(ws_ptr + chunk.to(tl.int64) * n_cols + cols, acc, mask=col_mask)
-            else:
-                tl.store(ws_ptr + (n_chunks + chunk).to(tl.int64) * n_cols + cols, acc, mask=col_mask)
-                crossing = cur
         if tl.program_id(1) == 0:
-            cross_ptr = (ws_ptr + 2 * n_chunks.to(tl.int64) * n_cols).to(tl.pointer_type(tl.int32))
+            cross_ptr = (ws_ptr + (chunk.to(tl.int64) * 0 + n_chunks) * 2 * n_cols).to(tl.pointer_type(tl.int32))
             tl.store(cross_ptr + chunk, crossing.to(tl.int32))
-    if n_rows == 0:  # no rows, so no tile: every segment is empty and chunk 0 writes them all
-        while cur < n_segments:
-            res = _finish(acc, cur * 0, MEAN, EMPTY_ZERO)
-            tl.store(out_ptr + cur.to(tl.int64) * n_cols + cols, res.to(out_ptr.dtype.element_ty), mask=col_mask)
-            cur += 1
 
 
 # reads ≤ 2·C·M·4 + C·4 bytes of workspace (+ offsets), writes ≤ C·M·s (one row per segment that crosses a chunk end)
@@ -230,7 +190,7 @@ def _combine_kernel(
     chunk = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < n_cols
-    cross_ptr = (ws_ptr + 2 * n_chunks.to(tl.int64) * n_cols).to(tl.pointer_type(tl.int32))
+    cross_ptr = (ws_ptr + (chunk.to(tl.int64) * 0 + n_chunks) * 2 * n_cols).to(tl.pointer_type(tl.int32))
     s = tl.load(cross_ptr + chunk)  # segment owned by this chunk that goes on past it, or -1
     if s >= 0:
         start = tl.load(offsets_ptr + s).to(tl.int64)
