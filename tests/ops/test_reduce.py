@@ -88,6 +88,11 @@ def test_known_max_seqlen_takes_the_one_launch_path_and_stays_correct():
     assert [launch.kernel for launch in launches] == [reduce._reduce_kernel]
     _, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False)
     assert [launch.kernel for launch in launches] == [reduce._reduce_kernel, reduce._combine_kernel]
+    # large inputs keep the two-launch split (one launch read past chunk ends: slower on the H200)
+    big = torch.empty(reduce.ONE_LAUNCH_MAX_ELEMENTS // 5 + 1, 5)
+    big_offsets = torch.tensor([0, big.shape[0]])
+    _, launches = reduce.plan_reduce(big, big_offsets, mean=True, empty_zero=False, max_seqlen=1)
+    assert len(launches) == 2
     # a max_seqlen that understates the truth costs balance, never correctness
     for hint in (max(lengths), 1):
         out = reduce.launch_reduce(values, offsets, mean=True, max_seqlen=hint, poison=float("nan"))

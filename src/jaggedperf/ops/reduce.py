@@ -303,7 +303,8 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
         split = True
     elif not split or rows_per_chunk is not None:
         max_seqlen = None  # forced: no automatic choice
-    if max_seqlen is not None and rows_per_chunk is None and type(n_rows) is int:
+    if (max_seqlen is not None and rows_per_chunk is None and type(n_rows) is int
+            and n_rows * n_cols <= ONE_LAUNCH_MAX_ELEMENTS):
         # one launch when chunks of >= max_seqlen rows still give enough programs
         whole = _round_up(max(max_seqlen, 1), cfg.block_l)
         if whole <= rows:
@@ -330,6 +331,13 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
     combine_args = (offsets, out, ws, n_cols, rows, chunks, mean, empty_zero, cfg.block_p, cfg.block_m)
     return out, (reduce, Launch(_combine_kernel, grid, combine_args, cfg.num_warps, (out,),
                                 ("combine", *combine_args[-4:])))
+
+
+# The one-launch mode saves a launch (≈12 µs of host time per call at the seed shapes on the H200) but
+# its owners read up to max_seqlen rows past their chunk: at 4096×512 (1.6M rows, max 512) it ran
+# 855 µs against 734 µs for the split mode. So it is used only on inputs this small, where the launch
+# is what costs (benchmarks/NOTES.md, run 3).
+ONE_LAUNCH_MAX_ELEMENTS = 1 << 24
 
 
 def _round_up(n: int, k: int) -> int:
@@ -539,8 +547,9 @@ def jagged_sum(values, offsets=None, *, max_seqlen=None, validate=None) -> torch
     The result has values' dtype; sums accumulate in fp32; an empty sequence sums to 0; NaN/Inf
     propagate. ``max_seqlen`` (an upper bound on the lengths; a jagged NestedTensor's cached one is used
     when it has it) is optional: without it the kernels still balance the work whatever the lengths, in
-    two launches; with it, eager CUDA calls take one launch when chunks of max_seqlen rows still fill
-    the GPU. An understated max_seqlen costs balance, never correctness. Shape/dtype/device checks always run; the checks that read the
+    two launches; with it, eager CUDA calls on small inputs (≤ 2^24 elements) take one launch when
+    chunks of max_seqlen rows still fill the GPU. An understated max_seqlen costs balance, never
+    correctness. Shape/dtype/device checks always run; the checks that read the
     offsets (a device sync) run with ``validate=True`` or ``JAGGEDPERF_VALIDATE=1`` (never inside
     ``torch.compile``, where they would break the graph). Unchecked invalid offsets give unspecified
     values (the CUDA kernels never access out of bounds; the CPU kernel may raise a RuntimeError).
