@@ -13,17 +13,10 @@ import random
 from dataclasses import replace
 
 from jaggedperf.inputs import Case
+from jaggedperf.lab.modes import MODES
 from jaggedperf.lab.result import ERROR, OK, SKIPPED, WRONG, DeviceTime, Result, RunRecord, WallStats
 
 IMPLEMENTATIONS = ("unbind_mean", "nanmean_padded", "sum_padded", "njt_mean", "segment_reduce", "jaggedperf")
-MODES = (
-    "eager",
-    "compile:default",
-    "compile:reduce-overhead",
-    "compile:max-autotune",
-    "compile:max-autotune-no-cudagraphs",
-    "graph",
-)
 SEQLENS = (100, 1000, 10000)
 SPARSITIES = (0.1, 0.5, 0.9)
 COPY_GBPS = 3900.0

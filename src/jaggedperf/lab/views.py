@@ -8,18 +8,12 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from jaggedperf.inputs import DEFAULT_SEED, Case
+from jaggedperf.lab.modes import MODES
 from jaggedperf.lab.result import OK, STATUSES, Result
 
 OURS = "jaggedperf"  # our Triton op's implementation name
 EAGER = "eager"
-MODE_ORDER = (
-    "eager",
-    "compile:default",
-    "compile:reduce-overhead",
-    "compile:max-autotune",
-    "compile:max-autotune-no-cudagraphs",
-    "graph",
-)
+MODE_ORDER = MODES  # the order `jaggedperf list` shows
 IMPL_ORDER = ("unbind_mean", "nanmean_padded", "sum_padded", "njt_mean", "segment_reduce", OURS)
 
 
