@@ -392,7 +392,9 @@ def _empty_cache():
 
 
 def _graph_time(fn, rep=100):
-    """Device time of fn (µs): capture in a CUDA graph, replay under do_bench (which flushes L2)."""
+    """Device time of fn (µs): the lab's CUDA-graph replay under do_bench (L2 flushed before each replay)."""
+    from jaggedperf.lab import timing
+
     for _ in range(3):  # compile, verify the fast path, settle
         fn()
     _sync()
@@ -400,33 +402,22 @@ def _graph_time(fn, rep=100):
         ms = _bench(fn)
         return {"median_us": ms[0] * 1e3, "p20_us": ms[1] * 1e3, "p80_us": ms[2] * 1e3, "method": "cpu-wall",
                 "l2_flushed": False}
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    ms = _bench(graph.replay, warmup=10, rep=rep)
+    graph = timing.capture_graph(fn, torch.device(DEVICE))
+    if graph is None:
+        raise RuntimeError("the call could not be captured in a CUDA graph")
+    t = timing.replay_device_time(graph.replay, rep_ms=rep)
     del graph
-    return {"median_us": ms[0] * 1e3, "p20_us": ms[1] * 1e3, "p80_us": ms[2] * 1e3, "method": "graph", "l2_flushed": True}
+    return {"median_us": t.median_us, "p20_us": t.p20_us, "p80_us": t.p80_us, "method": t.method,
+            "l2_flushed": t.l2_flushed}
 
 
 def _wall(fn, warmup=50, calls=200):
-    """The seed's method: warm-up, then timed calls with a sync after each; µs."""
-    for _ in range(warmup):
-        fn()
-        _sync()
-    times = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        fn()
-        _sync()
-        times.append((time.perf_counter() - t) * 1e6)
-    times.sort()
-    mean = sum(times) / len(times)
-    return {"median_us": times[len(times) // 2], "mean_us": mean, "min_us": times[0], "max_us": times[-1], "n": calls}
+    """The seed's method (the lab's wall_stats: warm-up, then timed calls with a sync after each); µs."""
+    from jaggedperf.lab import timing
+
+    w = timing.wall_stats(fn, torch.device(DEVICE), warmup=warmup, iters=calls)
+    return {"median_us": w.median_ms * 1e3, "mean_us": w.mean_ms * 1e3, "min_us": w.min_ms * 1e3,
+            "max_us": w.max_ms * 1e3, "n": w.n}
 
 
 def _us(device):

@@ -78,3 +78,14 @@ def test_bad_case_is_refused_with_a_reason(bad):
 def test_values_nbytes_matches_the_batch_without_making_it(case):
     values = make_batch(case).values
     assert case.values_nbytes() == values.numel() * values.element_size()
+
+
+def test_batch_from_tensors_and_nested_round_trip_and_reject_bad_offsets():
+    from jaggedperf.batch import JaggedBatch
+
+    made = make_batch(Case(9, 3, 40, 0.5, "heavy"))
+    again = JaggedBatch.from_nested(made.to_nested(), padded_len=40)
+    assert torch.equal(again.values, made.values) and torch.equal(again.offsets, made.offsets)
+    assert (again.max_seqlen, again.min_seqlen, again.padded_len) == (made.max_seqlen, made.min_seqlen, 40)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        JaggedBatch.from_tensors(torch.randn(4, 2), torch.tensor([0, 3, 1, 4]))

@@ -68,10 +68,6 @@ class Case:
             parts.append(f"seed{self.seed}")
         return "-".join(parts)
 
-    def padded_nbytes(self) -> int:
-        """Bytes of the dense (B, seqlen, M) tensor the padded implementations build."""
-        return self.B * self.seqlen * self.M * torch.empty((), dtype=self.torch_dtype).element_size()
-
     def values_nbytes(self) -> int:
         """Bytes of the values tensor, total_len·M·itemsize (only the lengths are drawn, on the CPU)."""
         return total_length(self) * self.M * torch.empty((), dtype=self.torch_dtype).element_size()
