@@ -191,6 +191,44 @@ def main() -> int:
             RESULTS["backward"].append(row)
             log(f"  backward {case.label}: {row['device']['median_us']:.1f} us, floor {row['floor_us']:.1f} us")
 
+    # ---- 2b. whole-segments kernel: configs around segments_config, where max_seqlen selects it --------
+    @section("segments grid")
+    def _segments_grid():
+        import dataclasses
+
+        from jaggedperf.ops import reduce
+
+        RESULTS["segments_grid"] = []
+        for case in shapes:
+            values, offsets = get(case)
+            B, M = offsets.numel() - 1, values.shape[1]
+            base = _config.segments_config(M, longest[case], B, values.device)
+            if base is None:
+                continue
+            floor = _nbytes_must(values, offsets) / (copy_gbps * 1e9) * 1e6
+            ref = _reference(values, offsets, mean=True)
+            variants = {base}
+            for tile in (2048, 4096, 8192, 16384):
+                cfg = _config.segments_config(M, longest[case], B, values.device, tile_elements=tile)
+                if cfg is not None:
+                    variants |= {dataclasses.replace(cfg, num_warps=w) for w in (2, 4, 8, 16)}
+            for cfg in sorted(variants, key=lambda c: dataclasses.astuple(c)):
+                row = {"case": case.label, "config": cfg.to_dict(), "bucket": cfg == base, "floor_us": floor}
+                try:
+                    run = lambda cfg=cfg: reduce.launch_reduce(values, offsets, mean=True, segments=cfg)  # noqa: E731
+                    row["rel_error"] = _rel_error(run(), ref)
+                    row["device"] = _graph_time(run, rep=30)
+                    row["ratio_to_floor"] = row["device"]["median_us"] / floor
+                except Exception as exc:  # noqa: BLE001
+                    row["error"] = f"{type(exc).__name__}: {exc}"
+                RESULTS["segments_grid"].append(row)
+            ok = [r for r in RESULTS["segments_grid"] if r["case"] == case.label and "device" in r
+                  and r["rel_error"] <= 1e-5]
+            if ok:
+                best = min(ok, key=lambda r: r["device"]["median_us"])
+                log(f"  segments {case.label}: bucket {base} ; best {best['device']['median_us']:.1f} us "
+                    f"({best['config']}), floor {floor:.1f} us")
+
     # ---- 3. config grid ------------------------------------------------------------------------
     @section("grid")
     def _grid():
@@ -437,8 +475,8 @@ def _table():
     print(f"torch {RESULTS['meta'].get('torch')}  triton {RESULTS['meta'].get('triton')}  "
           f"gpu {RESULTS['meta'].get('gpu')}  copy {((RESULTS['copy'] or {}).get('gbps') or 0):.0f} GB/s  "
           f"launch tier {(RESULTS['launch_path'] or {}).get('tier')} (verified {(RESULTS['launch_path'] or {}).get('verified_tier')})")
-    print(f"{'case':34} {'dt':4} {'ok':3} {'dev us':>8} {'p20-p80':>13} {'floor':>7} {'x floor':>7} {'segred':>8} "
-          f"{'bwd us':>8} {'bwd x':>6} {'grid best':>9}")
+    print(f"{'case':34} {'dt':4} {'ok':3} {'dev us':>8} {'p20-p80':>13} {'floor':>7} {'x floor':>7} {'hinted':>8} "
+          f"{'segred':>8} {'bwd us':>8} {'bwd x':>6} {'grid best':>9}")
     bwd = {r["case"]: r for r in RESULTS["backward"]}
     best = {r["case"]: r for r in RESULTS["grid_best"]}
     for r in RESULTS["forward"]:
@@ -451,6 +489,7 @@ def _table():
               f"{(d['median_us'] if d else float('nan')):8.1f} "
               f"{spread:>13} "
               f"{r['floor_us']:7.1f} {r.get('ratio_to_floor', float('nan')):7.2f} "
+              f"{_us(r.get('device_hinted')):>8} "
               f"{(sr['median_us'] if isinstance(sr, dict) else float('nan')):8.1f} "
               f"{(b['device']['median_us'] if b and isinstance(b.get('device'), dict) else float('nan')):8.1f} "
               f"{(b['ratio_to_floor'] if b and 'ratio_to_floor' in b else float('nan')):6.2f} "

@@ -71,6 +71,26 @@ def test_large_cases_match_float64(case, dtype):
     assert torch.equal(via_op.view(torch.uint8), jaggedperf.jagged_mean(values, offsets).view(torch.uint8))
 
 
+WHOLE_SEGMENT_SHAPES = [SHAPES[0], Case(512, 64, 500, 0.75), SHAPES[5], Case(3000, 300, 40, 0.5, "heavy")]
+
+
+@pytest.mark.parametrize("case", WHOLE_SEGMENT_SHAPES, ids=lambda c: c.label)
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_known_max_seqlen_whole_segments_kernel(case, dtype):
+    # max_seqlen given: the whole-segments kernel where segments_config picks it; exact, understated or not
+    values, offsets = batch(case, dtype, torch.int32 if dtype == torch.bfloat16 else torch.int64)
+    longest = int(offsets.diff().max())
+    plan = jaggedperf.ops.reduce.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=longest)
+    if case.distribution != "heavy":
+        assert [launch.kernel for launch in plan[1]] == [jaggedperf.ops.reduce._segments_kernel]
+    for hint in (longest, max(longest // 3, 1)):
+        check(jaggedperf.jagged_sum(values, offsets, max_seqlen=hint), values, offsets, mean=False, what="sum")
+        first = jaggedperf.jagged_mean(values, offsets, max_seqlen=hint)
+        check(first, values, offsets, mean=True, what=f"mean max_seqlen={hint}")
+        again = jaggedperf.jagged_mean(values, offsets, max_seqlen=hint)
+        assert torch.equal(first.view(torch.uint8), again.view(torch.uint8))
+
+
 @pytest.mark.parametrize("case", [SHAPES[0], SHAPES[3], SHAPES[6]], ids=lambda c: c.label)
 def test_int32_offsets(case):
     values, offsets = batch(case, torch.bfloat16, torch.int32)

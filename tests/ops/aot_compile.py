@@ -52,6 +52,19 @@ def main() -> int:
         compile_one(reduce._expand_kernel, sig, {"MEAN": False, "BLOCK_L": cfg.block_l, "BLOCK_M": cfg.block_m},
                     (0, 1, 2, 4), cfg.num_warps)
         print(f"expand {vdt} {odt} (i64 rows): ok")
+        sig = {"values_ptr": f"*{vdt}", "offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "n_rows": "i32",
+               "n_cols": "i32", "n_segments": "i32", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr",
+               "GROUP": "constexpr", "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
+        for max_seqlen in (64, 100, 500):
+            seg = _config.segments_config(M, max_seqlen, 65536, torch.device("cpu"))
+            if seg is None:  # too long for whole segments at this width: the chunked kernels run
+                continue
+            k = compile_one(reduce._segments_kernel, sig, {"MEAN": True, "EMPTY_ZERO": True, "GROUP": seg.group,
+                                                           "BLOCK_L": seg.block_l, "BLOCK_M": seg.block_m},
+                            (0, 1, 2, 4), seg.num_warps)
+            vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
+            print(f"segments {vdt} {odt} M={M} max_seqlen={max_seqlen} {seg}: 128-bit loads {vector}, "
+                  f"local memory {'.local' in k.asm['ptx']}")
     # Inductor may pass an int argument equal to 1 as a constant: the kernels must compile that way too.
     sig = {"values_ptr": "*fp32", "offsets_ptr": "*i64", "out_ptr": "*fp32", "ws_ptr": "*fp32", "n_rows": "i32",
            "n_cols": "i32", "n_segments": "constexpr", "rows_per_chunk": "i32", "n_chunks": "constexpr",

@@ -44,3 +44,28 @@ def test_override_replaces_fields_and_restores():
         assert _config.reduce_config(3, torch.float16, CPU) is whole
     with pytest.raises(ValueError, match="unknown config fields"):
         _config.set_override({"blockl": 3})
+
+
+@pytest.mark.parametrize("M", [1, 3, 16, 64, 129, 256, 4096])
+@pytest.mark.parametrize("max_seqlen", [0, 1, 7, 64, 100, 275, 1000, 20000])
+@pytest.mark.parametrize("B", [1, 3, 512, 65536])
+def test_segments_config_fits_its_tile_budget_or_declines(M, max_seqlen, B):
+    cfg = _config.segments_config(M, max_seqlen, B, CPU)
+    if cfg is None:
+        return
+    for n in (cfg.group, cfg.block_l, cfg.block_m):
+        assert n & (n - 1) == 0
+    assert cfg.group * cfg.block_l * cfg.block_m <= _config.SEGMENT_TILE_ELEMENTS
+    assert -(-max(max_seqlen, 1) // cfg.block_l) <= _config.SEGMENT_TILES
+    assert cfg.group == 1 or cfg.block_l >= max_seqlen  # several segments per program only when each is one tile
+    col_blocks = -(-M // cfg.block_m)
+    assert -(-B // cfg.group) * col_blocks >= _config.sm_count(CPU)  # the grid fills the SMs
+
+
+def test_segments_config_declines_long_sequences_and_small_batches():
+    assert _config.segments_config(64, 20000, 256, CPU) is None  # 20000 rows: the chunked kernels balance them
+    assert _config.segments_config(64, 100, 2, CPU) is None  # 2 programs for 4 SMs
+    seed = _config.segments_config(64, 100, 512, CPU)
+    assert (seed.group, seed.block_l, seed.block_m) == (1, 128, 64)  # one (128, 64) load per sequence
+    tiny = _config.segments_config(16, 64, 65536, CPU)
+    assert tiny.group * tiny.block_l * tiny.block_m == _config.SEGMENT_TILE_ELEMENTS and tiny.group > 1

@@ -15,6 +15,7 @@ from ops_reference import (
 
 import jaggedperf
 from jaggedperf.ops import reduce
+from jaggedperf.ops._config import SegmentsConfig
 
 FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
 
@@ -80,14 +81,47 @@ def test_triton_kernels_match_reference(chunk, split, lengths, M, dtype, offsets
         assert_matches(out, ref, dtype, scale=scale, what=f"{'mean' if mean else 'sum'} chunk={chunk} split={split}")
 
 
+SEGMENT_CONFIGS = [SegmentsConfig(1, 4, 4, 1), SegmentsConfig(4, 8, 32, 2), SegmentsConfig(2, 64, 128, 4)]
+
+
 @needs_interpreter
-def test_known_max_seqlen_takes_the_one_launch_path_and_stays_correct():
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,note", CASES, ids=IDS)
+@pytest.mark.parametrize("cfg", SEGMENT_CONFIGS, ids=["g1-l4-m4", "g4-l8-m32", "g2-l64-m128"])
+def test_whole_segments_kernel_matches_reference(cfg, lengths, M, dtype, offsets_dtype, empty, note):
+    # groups that straddle B, tiles shorter than a segment (the loop), column blocks narrower than M
+    values, offsets = make(lengths, M, dtype, offsets_dtype)
+    for mean in (False, True):
+        empty_zero = empty == "zero"
+        poison = 12345.0 if (mean and not empty_zero) else float("nan")
+        out = reduce.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, segments=cfg, poison=poison)
+        ref, scale = expected(values, offsets, mean, empty_zero)
+        assert_matches(out, ref, dtype, scale=scale, what=f"{'mean' if mean else 'sum'} {cfg}")
+
+
+@needs_interpreter
+def test_whole_segments_kernel_stays_in_bounds_on_invalid_offsets():
+    # offsets that point far outside values (negative, past N, decreasing): unspecified values, no fault
+    values = torch.randn(6, 3)
+    offsets = torch.tensor([0, -10**12, 10**12, 3, 2**40], dtype=torch.int64)
+    out = reduce.launch_reduce(values, offsets, mean=True, segments=SEGMENT_CONFIGS[1])
+    assert out.shape == (4, 3)
+
+
+@needs_interpreter
+def test_known_max_seqlen_takes_a_one_launch_path_and_stays_correct():
     lengths = [3, 0, 7, 1, 0, 5, 2]
     values, offsets = make(lengths, 5, FP32, torch.int64, seed=11)
     _, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=max(lengths))
-    assert [launch.kernel for launch in launches] == [reduce._reduce_kernel]
+    assert [launch.kernel for launch in launches] == [reduce._segments_kernel]
     _, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False)
     assert [launch.kernel for launch in launches] == [reduce._reduce_kernel, reduce._combine_kernel]
+    # too few segments to fill the (4 interpreter) SMs: the chunked kernel, in one launch
+    few, few_offsets = make([30, 2], 5, FP32, torch.int64, seed=12)
+    _, launches = reduce.plan_reduce(few, few_offsets, mean=True, empty_zero=False, max_seqlen=30)
+    assert [launch.kernel for launch in launches] == [reduce._reduce_kernel]
+    out = reduce.launch_reduce(few, few_offsets, mean=True, max_seqlen=30, poison=float("nan"))
+    assert_matches(out, *expected(few, few_offsets, True, False)[:1], FP32,
+                   scale=expected(few, few_offsets, True, False)[1])
     # large inputs keep the two-launch split (one launch read past chunk ends: slower on the H200)
     big = torch.empty(reduce.ONE_LAUNCH_MAX_ELEMENTS // 5 + 1, 5)
     big_offsets = torch.tensor([0, big.shape[0]])
@@ -137,12 +171,14 @@ def test_many_chunks_inside_one_segment_and_many_segments_per_chunk():
 
 
 @needs_interpreter
-@pytest.mark.parametrize("chunk,split", [(None, None), (2, True), (2, False)])
-def test_triton_kernels_are_deterministic(chunk, split):
+@pytest.mark.parametrize("chunk,split,segments", [(None, None, None), (2, True, None), (2, False, None),
+                                                  (None, None, SEGMENT_CONFIGS[1])])
+def test_triton_kernels_are_deterministic(chunk, split, segments):
     values, offsets = make([5, 0, 17, 3, 9], 33, FP32, torch.int64, seed=5)
-    first = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk, split=split)
+    first = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk, split=split, segments=segments)
     for _ in range(2):
-        again = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk, split=split)
+        again = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk, split=split,
+                                     segments=segments)
         assert torch.equal(first.view(torch.int32), again.view(torch.int32))
 
 

@@ -105,6 +105,50 @@ def set_override(cfg: ReduceConfig | dict | None) -> None:
     _override = cfg
 
 
+@dataclass(frozen=True)
+class SegmentsConfig:
+    """The whole-segments kernel: each program reduces ``group`` whole segments, ``block_l`` rows of each
+    per tile (a segment of at most ``block_l`` rows is one load)."""
+
+    group: int  # segments per program (power of two); grid axis 0 = cdiv(B, group)
+    block_l: int  # rows per segment per tile (power of two)
+    block_m: int  # columns per program (power of two); grid axis 1 = cdiv(M, block_m)
+    num_warps: int
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# The whole-segments kernel holds group × block_l × block_m fp32 in registers: this many elements at
+# most (8192 = 32 KiB per program: with two or three programs per SM, the ~40-100 KiB in flight per SM
+# that the H200's DRAM latency asks for, in one round trip). It is used only when every segment takes at
+# most SEGMENT_TILES tiles and the grid still has SM-count programs; otherwise the chunked kernels
+# (balanced whatever the lengths) run.
+SEGMENT_TILE_ELEMENTS = 8192
+SEGMENT_TILES = 4
+
+
+def segments_config(n_cols: int, max_seqlen: int, n_segments: int, device: torch.device,
+                    tile_elements: int | None = None) -> SegmentsConfig | None:
+    """The whole-segments config for rows of ``n_cols`` and sequences of at most ``max_seqlen`` rows, or
+    None when the chunked kernels should run instead (long sequences, or too few programs)."""
+    budget = tile_elements or SEGMENT_TILE_ELEMENTS
+    block_m = min(next_pow2(n_cols), 256, budget)
+    col_blocks = -(-int(n_cols) // block_m)
+    whole = next_pow2(max(int(max_seqlen), 1))
+    block_l = min(whole, max(budget // block_m, 1))
+    if -(-max(int(max_seqlen), 1) // block_l) > SEGMENT_TILES:
+        return None
+    group = max(budget // (block_l * block_m), 1) if block_l == whole else 1
+    sms = sm_count(device)
+    while group > 1 and -(-n_segments // group) * col_blocks < 4 * sms:  # keep >= 4 programs per SM
+        group //= 2
+    if -(-n_segments // group) * col_blocks < sms:
+        return None
+    num_warps = max(1, min(8, group * block_l * block_m // 1024))
+    return SegmentsConfig(group=group, block_l=block_l, block_m=block_m, num_warps=num_warps)
+
+
 @contextlib.contextmanager
 def override(cfg: ReduceConfig | dict | None = None, **fields):
     """``with override(block_l=64, num_warps=2): ...`` — temporarily replace the bucket choice."""

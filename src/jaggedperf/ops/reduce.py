@@ -52,7 +52,7 @@ from torch.library import triton_op, wrap_triton
 
 from jaggedperf.ops import _launch
 from jaggedperf.ops._checks import check_layout, check_offsets, validation_requested
-from jaggedperf.ops._config import reduce_config, sm_count
+from jaggedperf.ops._config import SegmentsConfig, reduce_config, segments_config, sm_count
 
 # ============================================================================================
 # kernels
@@ -208,6 +208,44 @@ def _combine_kernel(
         tl.store(out_ptr + s.to(tl.int64) * n_cols + cols, res.to(out_ptr.dtype.element_ty), mask=col_mask)
 
 
+# reads the rows of its GROUP segments once (+ 2·GROUP offsets), writes GROUP·M·s of output; no search, no workspace
+@triton.jit(do_not_specialize=["n_rows", "n_segments"])
+def _segments_kernel(
+    values_ptr,  # (n_rows, n_cols) contiguous, fp32/bf16/fp16
+    offsets_ptr,  # (n_segments + 1,) int32/int64
+    out_ptr,  # (n_segments, n_cols) in values' dtype: every row written by the program of its group
+    n_rows,  # N: rows outside [0, N) are never read, whatever the offsets say
+    n_cols,  # M (specialised)
+    n_segments,  # B
+    MEAN: tl.constexpr,  # divide by the length
+    EMPTY_ZERO: tl.constexpr,  # mean of an empty segment is 0 (else NaN)
+    GROUP: tl.constexpr,  # segments per program: grid axis 0 = cdiv(B, GROUP)
+    BLOCK_L: tl.constexpr,  # rows of each segment per tile: a segment of <= BLOCK_L rows is one load
+    BLOCK_M: tl.constexpr,  # columns per program (grid axis 1)
+):
+    # Two dependent memory round trips when every segment fits a tile: the offsets, then all rows of
+    # GROUP segments in one (GROUP, BLOCK_L, BLOCK_M) load. Longer segments loop, to the group's longest
+    # (so a max_seqlen that understates the lengths costs time, never correctness).
+    segs = tl.program_id(0).to(tl.int64) * GROUP + tl.arange(0, GROUP)
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < n_cols
+    seg_ok = segs < n_segments
+    start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
+    end = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64)
+    length = end - start
+    steps = tl.arange(0, BLOCK_L)
+    acc = tl.zeros([GROUP, BLOCK_L, BLOCK_M], dtype=tl.float32)
+    for r in range(0, tl.minimum(tl.max(length, axis=0), n_rows), BLOCK_L):  # bounded by N, even for bad offsets
+        rows = start[:, None] + r + steps[None, :]  # (GROUP, BLOCK_L)
+        row_ok = ((r + steps)[None, :] < length[:, None]) & (rows >= 0) & (rows < n_rows)
+        ptrs = values_ptr + (rows * n_cols)[:, :, None] + cols[None, None, :]
+        mask = row_ok[:, :, None] & col_mask[None, None, :]
+        acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    res = _finish(tl.sum(acc, axis=1), length[:, None], MEAN, EMPTY_ZERO)
+    out_ptrs = out_ptr + segs[:, None] * n_cols + cols[None, :]
+    tl.store(out_ptrs, res.to(out_ptr.dtype.element_ty), mask=seg_ok[:, None] & col_mask[None, :])
+
+
 # reads B·M·s bytes of grad (+ offsets), writes total_len·M·s
 @triton.jit(do_not_specialize=["n_rows", "n_segments", "rows_per_chunk"])
 def _expand_kernel(
@@ -284,18 +322,25 @@ def _max(a, b):
 
 
 def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=None, rows_per_chunk=None,
-                split: bool | None = None, poison: float | None = None):
+                split: bool | None = None, segments: SegmentsConfig | None = None, poison: float | None = None):
     """Allocate the output (and workspace) and describe the launches of a jagged sum/mean.
 
-    With ``max_seqlen`` known (a host int) and no longer than a chunk can absorb, each chunk's owner
-    reads its segments to their end: one launch, no workspace (``SPLIT=False``). Otherwise chunks stop
-    at their end and a second launch combines the pieces of the segments that cross one.
-    ``rows_per_chunk`` forces R and ``split`` the mode (tests use tiny chunks to exercise both paths:
-    either is correct whatever the lengths; ``max_seqlen`` only decides the balance);
+    With ``max_seqlen`` known (a host int) and short enough (``segments_config``), one program per group
+    of whole segments: one launch, no search (``_segments_kernel``). Else, with ``max_seqlen`` no longer
+    than a chunk can absorb, each chunk's owner reads its segments to their end: one launch, no workspace
+    (``SPLIT=False``). Otherwise chunks stop at their end and a second launch combines the pieces of the
+    segments that cross one. ``segments`` forces the whole-segments kernel with that config,
+    ``rows_per_chunk`` forces R and ``split`` the chunked mode (tests use tiny chunks and groups to
+    exercise every path: each is correct whatever the lengths; ``max_seqlen`` only decides the balance);
     ``poison`` (a value, e.g. NaN) fills output and workspace first, so an element nobody writes shows.
     """
     n_rows, n_cols = values.shape
     n_segments = offsets.shape[0] - 1
+    if segments is None and max_seqlen is not None and rows_per_chunk is None and split is None:
+        if type(n_segments) is int:
+            segments = segments_config(n_cols, max_seqlen, n_segments, values.device)
+    if segments is not None:
+        return _plan_segments(values, offsets, mean, empty_zero, segments, poison)
     cfg = reduce_config(n_cols, values.dtype, values.device)
     n_cols = int(n_cols)
     rows, chunks, col_blocks = _chunking(n_rows, n_cols, cfg, values.device, rows_per_chunk)
@@ -333,6 +378,18 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
                                 ("combine", *combine_args[-4:])))
 
 
+def _plan_segments(values, offsets, mean, empty_zero, cfg: SegmentsConfig, poison):
+    n_rows, n_cols = values.shape
+    n_segments = offsets.shape[0] - 1
+    out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
+    if poison is not None:
+        out.fill_(poison)
+    grid = (_max(-(-n_segments // cfg.group), 1), -(-int(n_cols) // cfg.block_m), 1)
+    args = (values, offsets, out, n_rows, int(n_cols), n_segments, mean, empty_zero, cfg.group, cfg.block_l,
+            cfg.block_m)
+    return out, (Launch(_segments_kernel, grid, args, cfg.num_warps, (out,), ("segments", *args[-5:])),)
+
+
 # The one-launch mode saves a launch (≈12 µs of host time per call at the seed shapes on the H200) but
 # its owners read up to max_seqlen rows past their chunk: at 4096×512 (1.6M rows, max 512) it ran
 # 855 µs against 734 µs for the split mode. So it is used only on inputs this small, where the launch
@@ -364,10 +421,10 @@ def run_direct(launches) -> None:
 
 
 def launch_reduce(values, offsets, *, mean=False, empty_zero=False, max_seqlen=None, rows_per_chunk=None,
-                  split=None, poison=None):
+                  split=None, segments=None, poison=None):
     """Run the sum/mean kernels directly (no operator, no checks). Tests call it under TRITON_INTERPRET=1."""
     out, launches = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen,
-                                rows_per_chunk=rows_per_chunk, split=split, poison=poison)
+                                rows_per_chunk=rows_per_chunk, split=split, segments=segments, poison=poison)
     run_direct(launches)
     return out
 
