@@ -2,11 +2,12 @@
 # The GPU-machine runs behind benchmarks/results/h200/, one stage per device call (each < 10 min).
 # Run from the repository root on the GPU machine (2×H200), with $OUT set (default ./out):
 #
-#   bash benchmarks/h200_session.sh check    GPU 0: pytest -m gpu, then the ops benchmark
-#                                            GPU 1: the seed-neighbourhood sweep (resumable)
+#   bash benchmarks/h200_session.sh check    GPU 0: pytest -m gpu, then the ops benchmark (bf16 config grid)
+#                                            GPU 1: the seed-neighbourhood sweep (resumable), then unbind_mean
+#                                            eager and graph on the five shapes
 #   bash benchmarks/h200_session.sh proof    GPU 0 alone (GPU 1 idle, so wall times are quiet): repro;
-#                                            then both GPUs (--gpus all): the five-shape run's missing
-#                                            implementations, then the neighbourhood sweep (resumed)
+#                                            then GPU 0: the five-shape run for njt_mean and jaggedperf_njt,
+#                                            GPU 1: the neighbourhood sweep (resumed)
 #
 # Jobs on different GPUs run side by side on separate halves of the host's cores; each job's numbers
 # come from its own GPU. The sweeps append to results files in the tree (benchmarks/results/h200/*.jsonl),
@@ -62,23 +63,29 @@ neighbourhood() {  # $1: seconds; the rest: launcher. The seed's neighbourhood, 
 case "$stage" in
 check)
   (
-    timeout 270 "${gpu0[@]}" python3 -m pytest -q -m gpu tests -p no:cacheprovider --timeout 120 --durations 15 \
+    timeout 300 "${gpu0[@]}" python3 -m pytest -v -m gpu tests -p no:cacheprovider --timeout 120 --durations 15 \
       > "$work/pytest_gpu.log" 2>&1
     echo "pytest -m gpu rc=$?" >> "$work/status.txt"
-    timeout 240 "${gpu0[@]}" python3 benchmarks/ops_bench.py --grid-seconds 30 --out "$work/ops_bench.json" \
-      > "$work/ops_bench.log" 2>&1
+    timeout 220 "${gpu0[@]}" python3 benchmarks/ops_bench.py --grid-seconds 70 --grid-dtype bf16 \
+      --out "$work/ops_bench.json" > "$work/ops_bench.log" 2>&1
     echo "ops_bench rc=$?" >> "$work/status.txt"
   ) &
-  neighbourhood 530 "${gpu1[@]}" &
+  (
+    neighbourhood 420 "${gpu1[@]}"
+    five_shapes 100 unbind_mean eager,graph "${gpu1[@]}"
+    echo "five shapes unbind done" >> "$work/status.txt"
+  ) &
   wait
   ;;
 proof)
-  timeout 330 "${gpu0[@]}" "${jp[@]}" repro --json "$work/repro.json" > "$work/repro.txt" 2>&1
+  # GPU 1 idle: the seed table's wall times without a second job on the host
+  timeout 360 "${gpu0[@]}" "${jp[@]}" repro --impls "unbind_mean,nanmean_padded,sum_padded,segment_reduce,jaggedperf,jaggedperf_njt" \
+    --json "$work/repro.json" > "$work/repro.txt" 2>&1
   echo "repro rc=$?" >> "$work/status.txt"
-  five_shapes 110 njt_mean,jaggedperf_njt "$ALL_MODES"
-  five_shapes 40 unbind_mean eager,graph
+  five_shapes 150 njt_mean,jaggedperf_njt "$ALL_MODES" "${gpu0[@]}" &
+  neighbourhood 150 "${gpu1[@]}" &
+  wait
   echo "five shapes extras done" >> "$work/status.txt"
-  neighbourhood 60
   ;;
 esac
 cp "$RES"/*.jsonl "$work/" 2>/dev/null
