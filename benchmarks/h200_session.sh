@@ -8,13 +8,15 @@
 #   bash benchmarks/h200_session.sh proof    GPU 0 alone (GPU 1 idle, so wall times are quiet): repro;
 #                                            then GPU 0: the five-shape run for njt_mean and jaggedperf_njt,
 #                                            GPU 1: the neighbourhood sweep (resumed)
+#   bash benchmarks/h200_session.sh proof1   one GPU: repro, then jaggedperf's neighbourhood cells
+#   bash benchmarks/h200_session.sh check1   one GPU: pytest -m gpu, then the ops benchmark (bf16 grid)
 #
 # Jobs on different GPUs run side by side on separate halves of the host's cores; each job's numbers
 # come from its own GPU. The sweeps append to results files in the tree (benchmarks/results/h200/*.jsonl),
 # so a later call resumes them once the returned copies are committed. Everything lands in
 # $OUT/<stage>.tar.gz; the tails are printed last.
 set -u
-stage=${1:?usage: h200_session.sh check|proof}
+stage=${1:?usage: h200_session.sh check|proof|check1|proof1}
 OUT=${OUT:-out}
 work="$OUT/$stage"
 mkdir -p "$work"
@@ -86,6 +88,20 @@ proof)
   neighbourhood 150 "${gpu1[@]}" &
   wait
   echo "five shapes extras done" >> "$work/status.txt"
+  ;;
+proof1)  # one GPU: the quiet seed table, then jaggedperf's neighbourhood cells (re-measured after a config change)
+  timeout 330 "${jp[@]}" repro --impls "unbind_mean,nanmean_padded,sum_padded,segment_reduce,jaggedperf,jaggedperf_njt" \
+    --json "$work/repro.json" > "$work/repro.txt" 2>&1
+  echo "repro rc=$?" >> "$work/status.txt"
+  NEAR_IMPLS=jaggedperf neighbourhood $((480 - SECONDS))
+  ;;
+check1)  # one GPU: the GPU tests, then the ops benchmark with the bf16 config grid
+  timeout 290 python3 -m pytest -v -m gpu tests -p no:cacheprovider --timeout 120 --durations 15 \
+    > "$work/pytest_gpu.log" 2>&1
+  echo "pytest -m gpu rc=$?" >> "$work/status.txt"
+  timeout $((500 - SECONDS)) python3 benchmarks/ops_bench.py --grid-seconds 60 --grid-dtype bf16 \
+    --out "$work/ops_bench.json" > "$work/ops_bench.log" 2>&1
+  echo "ops_bench rc=$?" >> "$work/status.txt"
   ;;
 esac
 cp "$RES"/*.jsonl "$work/" 2>/dev/null
