@@ -92,9 +92,9 @@ def test_truncated_sweep_still_plots_with_a_warning(tmp_path, small, capsys):
     assert "jaggedperf: warning:" in captured.err and "unfinished last line" in captured.err
     folder = tmp_path / "sweep-plots"  # default: beside the results file
     pngs = sorted(p.name for p in folder.glob("*.png"))
-    assert len(pngs) == len(list(folder.glob("*.svg"))) == 4  # speedup, ours vs best, roofline, latency
+    assert len(pngs) == len(list(folder.glob("*.svg"))) == 5  # speedup, ours vs best (wall, device), roofline, latency
     assert all((folder / p).stat().st_size > 0 for p in pngs)
-    assert "wrote 4 figures" in captured.out
+    assert "wrote 5 figures" in captured.out
 
 
 def test_report_with_and_without_plots(tmp_path, small):
@@ -105,7 +105,7 @@ def test_report_with_and_without_plots(tmp_path, small):
     text = out.read_text()
     assert "## Speedup vs eager" in text and "## All cells" in text and "## Failures" in text
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
-    assert len(links) == 4 and all(link.startswith("report-plots/") for link in links)
+    assert len(links) == 5 and all(link.startswith("report-plots/") for link in links)
     assert all((out.parent / link).is_file() for link in links)  # relative to the report
     bare = tmp_path / "bare.md"
     assert main(["report", str(results), "-o", str(bare), "--no-plots"]) == 0
@@ -116,4 +116,4 @@ def test_plot_into_a_chosen_folder(tmp_path, small, capsys):
     results = tmp_path / "run.json"
     write_json(results, small)
     assert main(["plot", str(results), "-o", str(tmp_path / "figs")]) == 0
-    assert len(list((tmp_path / "figs").glob("*.png"))) == 4 and not (tmp_path / "run-plots").exists()
+    assert len(list((tmp_path / "figs").glob("*.png"))) == 5 and not (tmp_path / "run-plots").exists()

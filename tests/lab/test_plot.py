@@ -1,12 +1,13 @@
 import math
+import random
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from jaggedperf.lab.plot import heatmap_data, latency, latency_data, roofline, roofline_data, speedup_heatmaps
-from jaggedperf.lab.result import ERROR, OK, RunRecord
-from lab.fake_results import IMPLEMENTATIONS, MODES, SEQLENS, SPARSITIES, make_record
+from jaggedperf.lab.result import ERROR, OK, DeviceTime, RunRecord, WallStats
+from lab.fake_results import IMPLEMENTATIONS, MODES, SEQLENS, SPARSITIES, cases, make_record, make_result
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +31,10 @@ def find(record, impl, mode, seqlen, sparsity, dtype="float32"):
 
 def test_heatmap_figures_per_shape_and_mode(record):
     maps = heatmap_data(record)
-    # two shapes; five non-eager modes each, plus ours vs best torch
-    assert [(h.kind, h.shape.dtype, h.mode) for h in maps] == [
-        ("speedup", "float32", m) for m in MODES[1:]] + [("ours_vs_best", "float32", None)] + [
-        ("speedup", "bfloat16", m) for m in MODES[1:]] + [("ours_vs_best", "bfloat16", None)]
+    # two shapes; five non-eager modes each, plus ours vs best torch by wall time and by device time
+    versus = [("ours_vs_best", None), ("ours_vs_best_device", None)]
+    assert [(h.kind, h.mode) for h in maps] == 2 * ([("speedup", m) for m in MODES[1:]] + versus)
+    assert [h.shape.dtype for h in maps] == ["float32"] * 7 + ["bfloat16"] * 7
     h = maps[0]
     assert h.seqlens == list(SEQLENS) and h.sparsities == list(SPARSITIES)
     assert [p.name for p in h.panels] == list(IMPLEMENTATIONS)
@@ -75,6 +76,87 @@ def test_ours_vs_best_torch_values(record):
                      and (r.case.seqlen, r.case.sparsity, r.case.dtype) == (L, s, "float32"))
     ours = find(record, "jaggedperf", "compile:reduce-overhead", L, s).wall.median_ms
     assert panel["compile:reduce-overhead"][1, 1] == pytest.approx(torch_best / ours, rel=1e-12)
+
+
+def test_ours_vs_best_device_on_the_fake_grid(record):
+    """Every cell of the device map is best torch device / ours device, which is not the wall ratio."""
+    maps = [h for h in heatmap_data(record) if h.shape.dtype == "float32" and h.kind.startswith("ours_vs_best")]
+    wall, device = ({p.name: p.values for p in h.panels} for h in maps)
+    assert maps[1].kind == "ours_vs_best_device" and list(device) == list(MODES)
+    for mode in MODES:
+        for i, L in enumerate(SEQLENS):
+            for j, s in enumerate(SPARSITIES):
+                torch_best = min(r.device_time.median_us for r in record.results if r.implementation != "jaggedperf"
+                                 and r.status == OK and (r.case.seqlen, r.case.sparsity, r.case.dtype) == (L, s, "float32"))
+                ours = find(record, "jaggedperf", mode, L, s).device_time.median_us
+                assert device[mode][i, j] == pytest.approx(torch_best / ours, rel=1e-12)
+                assert device[mode][i, j] != pytest.approx(wall[mode][i, j], rel=1e-3)
+    assert maps[1].left_out == maps[0].left_out == {} and maps[1].unmeasured == 0
+
+
+def timed(impl, mode, case, wall_ms, device_us, status=OK):
+    """A fake cell with the given wall and device medians (``device_us=None``: no device time)."""
+    r = make_result(impl, mode, case, random.Random(0))
+    if status != OK:
+        return replace(r, status=status, reason="x", wall=None, device_time=None)
+    dev = None if device_us is None else DeviceTime(device_us, device_us, device_us, "graph", True)
+    return replace(r, wall=WallStats(wall_ms, 0.0, wall_ms, wall_ms, wall_ms, 10), device_time=dev)
+
+
+@pytest.fixture(scope="module")
+def hand() -> RunRecord:
+    """One shape, seqlen 100 × sparsity 0.1 / 0.5, known numbers. At s0.1 the best torch by wall
+    (sum_padded) is not the best by device (segment_reduce); at s0.5 ours lacks device time in eager
+    and failed under graph."""
+    a, b = cases()[:2]
+    results = [
+        timed("sum_padded", "eager", a, 10.0, 8000.0),
+        timed("segment_reduce", "eager", a, 12.0, 4000.0),
+        timed("segment_reduce", "graph", a, 11.0, 5000.0),
+        timed("jaggedperf", "eager", a, 5.0, 1600.0),
+        timed("jaggedperf", "graph", a, 4.0, 500.0),
+        timed("sum_padded", "eager", b, 6.0, 3000.0),
+        timed("segment_reduce", "eager", b, 9.0, None),  # torch cell without device time: not a contender
+        timed("segment_reduce", "graph", b, 7.0, 2400.0),
+        timed("jaggedperf", "eager", b, 3.0, None),
+        timed("jaggedperf", "graph", b, 0.0, 0.0, status=ERROR),
+    ]
+    return RunRecord(make_record().environment, results, None)
+
+
+def test_ours_vs_best_device_values_on_a_known_grid(hand):
+    wall, device = [h for h in heatmap_data(hand) if h.kind != "speedup"]
+    assert (wall.kind, device.kind) == ("ours_vs_best", "ours_vs_best_device")
+    assert (device.seqlens, device.sparsities) == ([100], [0.1, 0.5])
+    values = {p.name: p.values for p in device.panels}
+    assert list(values) == ["eager", "graph"]
+    np.testing.assert_allclose(values["eager"], [[4000 / 1600, np.nan]], rtol=1e-12)
+    np.testing.assert_allclose(values["graph"], [[4000 / 500, np.nan]], rtol=1e-12)
+    # the wall map of the same grid: best torch wall / ours wall, ours eager at s0.5 still there
+    np.testing.assert_allclose({p.name: p.values for p in wall.panels}["eager"], [[10 / 5, 6 / 3]], rtol=1e-12)
+    assert device.left_out == wall.left_out == {"error": 1}
+    assert (device.unmeasured, wall.unmeasured) == (1, 0)  # ours eager at s0.5 has no device time
+    assert "device time" in device.title and "device time" not in wall.title
+    assert device.name == "ours-vs-best-device_jagged_mean-B512-M64-float32-tritonbench"
+    assert wall.name == "ours-vs-best_jagged_mean-B512-M64-float32-tritonbench"
+
+
+def test_no_device_map_without_device_time(hand):
+    bare = RunRecord(hand.environment, [replace(r, device_time=None) for r in hand.results], None)
+    assert [h.kind for h in heatmap_data(bare) if h.kind != "speedup"] == ["ours_vs_best"]
+
+
+def test_device_map_is_drawn_with_its_labels(tmp_path, hand):
+    files = {f.name: f for f in speedup_heatmaps(hand, tmp_path)}
+    f = files["ours-vs-best-device_jagged_mean-B512-M64-float32-tritonbench"]
+    assert_files([f])
+    assert f.title.startswith("jaggedperf vs best torch") and "best torch device time / jaggedperf device time" in f.title
+    svg = f.svg.read_text()
+    assert "best torch device time / jaggedperf device time" in svg  # title and colorbar label
+    assert "(&gt;1: jaggedperf faster)" in svg
+    assert "1 ok cell without device time left out" in svg and "1 cell not ok left out (1 error)" in svg
+    wall_svg = files["ours-vs-best_jagged_mean-B512-M64-float32-tritonbench"].svg.read_text()
+    assert "device time" not in wall_svg
 
 
 def test_roofline_and_latency_data(record):
@@ -119,11 +201,12 @@ def assert_files(files):
 def test_drawing_writes_png_and_svg(tmp_path, small):
     maps = speedup_heatmaps(small, tmp_path)
     assert [f.name for f in maps] == [h.name for h in heatmap_data(small)]
-    assert len(maps) == 3  # compile:default, graph, ours vs best
+    assert len(maps) == 4  # compile:default, graph, ours vs best by wall and by device time
+    assert [f.name.split("_")[0] for f in maps[2:]] == ["ours-vs-best", "ours-vs-best-device"]
     assert_files(maps)
     assert_files(roofline(small, tmp_path))
     assert_files(latency(small, tmp_path))
-    assert len(list(tmp_path.iterdir())) == 2 * 5
+    assert len(list(tmp_path.iterdir())) == 2 * 6
     svg = (tmp_path / f"{maps[1].name}.svg").read_text()
     assert "NVIDIA H200" in svg and "torch 2.13.0+cu130" in svg and "triton 3.6.0" in svg  # title names the setup
     assert "not ok left out (2 error)" in svg  # njt_mean under graph, both cases

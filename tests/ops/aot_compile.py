@@ -30,16 +30,14 @@ def main() -> int:
         cfg = _config.reduce_config(M, dtype, torch.device("cpu"))
         sig = {"values_ptr": f"*{vdt}", "offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "ws_ptr": "*fp32",
                "n_rows": "i32", "n_cols": "i32", "n_segments": "i32", "rows_per_chunk": "i32", "n_chunks": "i32",
-               "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "SPLIT": "constexpr", "BLOCK_L": "constexpr",
-               "BLOCK_M": "constexpr"}
-        for split in (True, False):
-            k = compile_one(reduce._reduce_kernel, sig, {"MEAN": True, "EMPTY_ZERO": False, "SPLIT": split,
-                                                         "BLOCK_L": cfg.block_l, "BLOCK_M": cfg.block_m},
-                            (0, 1, 2, 3, 5), cfg.num_warps)
-            vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
-            print(f"reduce {vdt} {odt} M={M} split={split}: cubin {len(k.asm['cubin'])} B, 128-bit loads {vector}")
-            if not vector:
-                return 2
+               "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
+        k = compile_one(reduce._reduce_kernel, sig, {"MEAN": True, "EMPTY_ZERO": False,
+                                                     "BLOCK_L": cfg.block_l, "BLOCK_M": cfg.block_m},
+                        (0, 1, 2, 3, 5), cfg.num_warps)
+        vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
+        print(f"reduce {vdt} {odt} M={M}: cubin {len(k.asm['cubin'])} B, 128-bit loads {vector}")
+        if not vector:
+            return 2
         sig = {"offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "ws_ptr": "*fp32", "n_cols": "i32",
                "rows_per_chunk": "i32", "n_chunks": "i32", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr",
                "BLOCK_P": "constexpr", "BLOCK_M": "constexpr"}
@@ -68,10 +66,9 @@ def main() -> int:
     # Inductor may pass an int argument equal to 1 as a constant: the kernels must compile that way too.
     sig = {"values_ptr": "*fp32", "offsets_ptr": "*i64", "out_ptr": "*fp32", "ws_ptr": "*fp32", "n_rows": "i32",
            "n_cols": "i32", "n_segments": "constexpr", "rows_per_chunk": "i32", "n_chunks": "constexpr",
-           "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "SPLIT": "constexpr", "BLOCK_L": "constexpr",
-           "BLOCK_M": "constexpr"}
+           "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
     compile_one(reduce._reduce_kernel, sig, {"n_segments": 1, "n_chunks": 1, "MEAN": True, "EMPTY_ZERO": False,
-                                             "SPLIT": True, "BLOCK_L": 32, "BLOCK_M": 64}, (0, 1, 2, 3), 4)
+                                             "BLOCK_L": 32, "BLOCK_M": 64}, (0, 1, 2, 3), 4)
     sig = {"offsets_ptr": "*i64", "out_ptr": "*fp32", "ws_ptr": "*fp32", "n_cols": "i32", "rows_per_chunk": "i32",
            "n_chunks": "constexpr", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "BLOCK_P": "constexpr",
            "BLOCK_M": "constexpr"}

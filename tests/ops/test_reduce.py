@@ -66,19 +66,17 @@ def test_cpu_operator_matches_reference(op, lengths, M, dtype, offsets_dtype, em
 
 @needs_interpreter
 @pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,note", CASES, ids=IDS)
-@pytest.mark.parametrize("chunk,split", [(None, None), (1, True), (4, True), (1, False), (4, False)],
-                         ids=["chunk-auto", "chunk1", "chunk4", "chunk1-whole", "chunk4-whole"])
-def test_triton_kernels_match_reference(chunk, split, lengths, M, dtype, offsets_dtype, empty, note):
-    # split=False: each chunk's owner reads its segments to their end (one launch), even past its chunk
+@pytest.mark.parametrize("chunk", [None, 1, 4], ids=["chunk-auto", "chunk1", "chunk4"])
+def test_triton_kernels_match_reference(chunk, lengths, M, dtype, offsets_dtype, empty, note):
     values, offsets = make(lengths, M, dtype, offsets_dtype)
     for mean in (False, True):
         empty_zero = empty == "zero"
         # poison with NaN where a NaN answer is impossible, else with a wrong finite value
         poison = 12345.0 if (mean and not empty_zero) else float("nan")
         out = reduce.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, rows_per_chunk=chunk,
-                                   split=split, poison=poison)
+                                   poison=poison)
         ref, scale = expected(values, offsets, mean, empty_zero)
-        assert_matches(out, ref, dtype, scale=scale, what=f"{'mean' if mean else 'sum'} chunk={chunk} split={split}")
+        assert_matches(out, ref, dtype, scale=scale, what=f"{'mean' if mean else 'sum'} chunk={chunk}")
 
 
 SEGMENT_CONFIGS = [SegmentsConfig(1, 4, 4, 1), SegmentsConfig(4, 8, 32, 2), SegmentsConfig(2, 64, 128, 4)]
@@ -108,26 +106,18 @@ def test_whole_segments_kernel_stays_in_bounds_on_invalid_offsets():
 
 
 @needs_interpreter
-def test_known_max_seqlen_takes_a_one_launch_path_and_stays_correct():
+def test_known_max_seqlen_picks_the_whole_segments_kernel_and_stays_correct():
     lengths = [3, 0, 7, 1, 0, 5, 2]
     values, offsets = make(lengths, 5, FP32, torch.int64, seed=11)
     _, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=max(lengths))
     assert [launch.kernel for launch in launches] == [reduce._segments_kernel]
     _, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False)
     assert [launch.kernel for launch in launches] == [reduce._reduce_kernel, reduce._combine_kernel]
-    # too few segments to fill the (4 interpreter) SMs: the chunked kernel, in one launch
+    # too few segments to fill the (4 interpreter) SMs, or too long: the balanced chunks
     few, few_offsets = make([30, 2], 5, FP32, torch.int64, seed=12)
     _, launches = reduce.plan_reduce(few, few_offsets, mean=True, empty_zero=False, max_seqlen=30)
-    assert [launch.kernel for launch in launches] == [reduce._reduce_kernel]
-    out = reduce.launch_reduce(few, few_offsets, mean=True, max_seqlen=30, poison=float("nan"))
-    assert_matches(out, *expected(few, few_offsets, True, False)[:1], FP32,
-                   scale=expected(few, few_offsets, True, False)[1])
-    # large inputs keep the two-launch split (one launch read past chunk ends: slower on the H200)
-    big = torch.empty(reduce.ONE_LAUNCH_MAX_ELEMENTS // 5 + 1, 5)
-    big_offsets = torch.tensor([0, big.shape[0]])
-    _, launches = reduce.plan_reduce(big, big_offsets, mean=True, empty_zero=False, max_seqlen=1)
-    assert len(launches) == 2
-    # a max_seqlen that understates the truth costs balance, never correctness
+    assert [launch.kernel for launch in launches] == [reduce._reduce_kernel, reduce._combine_kernel]
+    # a max_seqlen that understates the truth costs time, never correctness
     for hint in (max(lengths), 1):
         out = reduce.launch_reduce(values, offsets, mean=True, max_seqlen=hint, poison=float("nan"))
         ref, scale = expected(values, offsets, True, False)
@@ -171,14 +161,12 @@ def test_many_chunks_inside_one_segment_and_many_segments_per_chunk():
 
 
 @needs_interpreter
-@pytest.mark.parametrize("chunk,split,segments", [(None, None, None), (2, True, None), (2, False, None),
-                                                  (None, None, SEGMENT_CONFIGS[1])])
-def test_triton_kernels_are_deterministic(chunk, split, segments):
+@pytest.mark.parametrize("chunk,segments", [(None, None), (2, None), (None, SEGMENT_CONFIGS[1])])
+def test_triton_kernels_are_deterministic(chunk, segments):
     values, offsets = make([5, 0, 17, 3, 9], 33, FP32, torch.int64, seed=5)
-    first = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk, split=split, segments=segments)
+    first = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk, segments=segments)
     for _ in range(2):
-        again = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk, split=split,
-                                     segments=segments)
+        again = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk, segments=segments)
         assert torch.equal(first.view(torch.int32), again.view(torch.int32))
 
 

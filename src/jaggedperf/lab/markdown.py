@@ -113,7 +113,7 @@ def _ours_vs_best(results: list[Result]) -> list[str]:
             continue
         if r.key in versus:
             ratio, best = versus[r.key]
-            rows.append([r.case.label, r.mode, _ms(wall_ms(r)), f"{best.implementation} ({best.mode})", _ms(best.wall_ms),
+            rows.append([r.case.label, r.mode, _ms(wall_ms(r)), f"{best.implementation} ({best.mode})", _ms(best.value),
                          _speedup(ratio)])
         else:
             rows.append([r.case.label, r.mode, _ms_or_status(r), NONE, NONE, NONE])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from jaggedperf.lab.views import (
     EAGER,
     OURS,
     Shape,
+    device_us,
     environment_line,
     impl_rank,
     mode_rank,
@@ -34,6 +36,7 @@ from jaggedperf.lab.views import (
     ours_vs_best,
     shape_of,
     speedups,
+    wall_ms,
 )
 
 DPI = 110
@@ -71,6 +74,8 @@ class Heatmap:
     ``kind == "speedup"``: eager wall median / ``mode``'s wall median, same implementation and case.
     ``kind == "ours_vs_best"``: best torch wall median (any other implementation, any mode) / ours,
     one panel per mode ours ran in; above 1 ours is faster.
+    ``kind == "ours_vs_best_device"``: the same from device time medians; our ok cells without device
+    time are left out and counted in ``unmeasured``.
     """
 
     kind: str
@@ -80,28 +85,38 @@ class Heatmap:
     sparsities: list[float]
     panels: list[Panel]
     left_out: Counter  # status -> cells not ok that this figure would have used
+    unmeasured: int = 0  # ok cells without device time (ours_vs_best_device only)
 
     @property
     def name(self) -> str:
         if self.kind == "speedup":
             return f"speedup_{_slug(self.shape.label)}_{_slug(self.mode)}"
-        return f"ours-vs-best_{_slug(self.shape.label)}"
+        return f"{_VERSUS[self.kind][0]}_{_slug(self.shape.label)}"
 
     @property
     def title(self) -> str:
         if self.kind == "speedup":
             return f"{self.mode} vs eager: speedup = eager wall / {self.mode} wall, {self.shape.label}"
-        return f"{OURS} vs best torch (any implementation, any mode): best torch wall / {OURS} wall, {self.shape.label}"
+        what = _VERSUS[self.kind][1]
+        return f"{OURS} vs best torch (any implementation, any mode): best torch {what} / {OURS} {what}, {self.shape.label}"
+
+
+# ours-vs-best kinds: file name prefix, what is compared, how to read it off a cell (None: no value)
+_VERSUS = {
+    "ours_vs_best": ("ours-vs-best", "wall", wall_ms),
+    "ours_vs_best_device": ("ours-vs-best-device", "device time", device_us),
+}
 
 
 def heatmap_data(record: RunRecord) -> list[Heatmap]:
     """The heatmaps ``speedup_heatmaps`` draws: for each shape (op, B, M, dtype, distribution, seed), one
-    per mode other than eager, then one of ours vs the best torch contender where ours was measured."""
+    per mode other than eager, then, where ours was measured, one of ours vs the best torch contender by
+    wall time and one by device time (the latter only where some cell of the shape has device time)."""
     by_shape: dict[Shape, list[Result]] = defaultdict(list)
     for r in record.results:
         by_shape[shape_of(r)].append(r)
     speedup = speedups(record.results)
-    versus = ours_vs_best(record.results)
+    versus = {kind: ours_vs_best(record.results, value) for kind, (_, _, value) in _VERSUS.items()}
     out = []
     for shape in sorted(by_shape, key=lambda s: (s.op, s.distribution, s.B, s.M, s.dtype, s.seed)):
         rs = by_shape[shape]
@@ -125,13 +140,18 @@ def heatmap_data(record: RunRecord) -> list[Heatmap]:
             left_out = Counter(r.status for r in rs if r.mode in (EAGER, mode) and r.status != OK)
             out.append(Heatmap("speedup", shape, mode, seqlens, sparsities, panels, left_out))
         ours = [r for r in rs if r.implementation == OURS]
-        if ours and any(r.implementation != OURS for r in rs):
+        if not ours or all(r.implementation == OURS for r in rs):
+            continue
+        left_out = Counter(r.status for r in ours if r.status != OK)
+        for kind, (_, _, value) in _VERSUS.items():
+            if kind == "ours_vs_best_device" and all(device_us(r) is None for r in rs):
+                continue  # device time was not measured (CPU, or --no-device-time): nothing to draw
             panels = [
-                Panel(mode, grid([r for r in ours if r.mode == mode], versus))
+                Panel(mode, grid([r for r in ours if r.mode == mode], versus[kind]))
                 for mode in ordered((r.mode for r in ours), mode_rank)
             ]
-            left_out = Counter(r.status for r in ours if r.status != OK)
-            out.append(Heatmap("ours_vs_best", shape, None, seqlens, sparsities, panels, left_out))
+            unmeasured = sum(1 for r in ours if r.status == OK and value(r) is None)
+            out.append(Heatmap(kind, shape, None, seqlens, sparsities, panels, left_out, unmeasured))
     return out
 
 
@@ -228,8 +248,9 @@ def _series(results: list[Result], y) -> list[Series]:
 
 
 def speedup_heatmaps(record: RunRecord, out_dir: str | Path) -> list[PlotFile]:
-    """One figure per shape and non-eager mode (speedup vs eager per implementation), plus one per shape
-    of ours vs the best torch contender when ours was measured. Returns the files written."""
+    """One figure per shape and non-eager mode (speedup vs eager per implementation), plus two per shape
+    of ours vs the best torch contender (wall time, device time) when ours was measured. Returns the
+    files written."""
     return [_save(_draw_heatmap(h, record.environment), out_dir, h.name, h.title) for h in heatmap_data(record)]
 
 
@@ -292,9 +313,17 @@ def _draw_heatmap(h: Heatmap, environment: dict) -> Figure:
         ticks = [t for t in _RATIO_TICKS if 1 / lim <= t <= lim]
         bar.set_ticks(ticks, labels=[f"{t:g}×" for t in ticks])
         bar.minorticks_off()
-        bar.set_label("speedup vs eager" if h.kind == "speedup" else f"best torch / {OURS}  (>1: {OURS} faster)")
-    fig.suptitle(f"{h.title}\n{environment_line(environment)}", fontsize=11)
-    fig.supxlabel(_note(h.left_out, 0, "") or "all cells ok", fontsize=8, color="#555555")
+        if h.kind == "speedup":
+            bar.set_label("speedup vs eager")
+        else:
+            what = _VERSUS[h.kind][1]
+            bar.set_label(f"best torch {what} / {OURS} {what}\n(>1: {OURS} faster)")
+    width = int(fig.get_figwidth() * 10)  # characters that fit: about 10 an inch at 11 pt
+    head, _, shape = h.title.rpartition(", ")  # too long: the shape on a line of its own
+    title = h.title if len(h.title) <= width else f"{textwrap.fill(head + ',', width)}\n{shape}"
+    fig.suptitle(f"{title}\n{environment_line(environment)}", fontsize=11)
+    note = _note(h.left_out, h.unmeasured, "without device time")
+    fig.supxlabel(note or "all cells ok", fontsize=8, color="#555555")
     return fig
 
 

@@ -84,37 +84,39 @@ def speedups(results: Iterable[Result]) -> dict[tuple, float]:
 
 @dataclass(frozen=True)
 class Best:
-    """The fastest ok torch cell of a case (any implementation but ours, any mode)."""
+    """The fastest ok torch cell of a case (any implementation but ours, any mode) by one measure."""
 
-    wall_ms: float
+    value: float  # the measure's value: wall median in ms, or device median in µs
     implementation: str
     mode: str
 
 
-def best_torch(results: Iterable[Result]) -> dict[tuple[str, Case], Best]:
-    """By (op, case): the ok cell with the lowest wall median among implementations other than ``OURS``."""
+def best_torch(results: Iterable[Result], value=wall_ms) -> dict[tuple[str, Case], Best]:
+    """By (op, case): the ok cell with the lowest ``value`` (``wall_ms`` or ``device_us``) among
+    implementations other than ``OURS``."""
     best: dict[tuple[str, Case], Best] = {}
     for r in sorted(results, key=result_rank):
-        w = wall_ms(r)
-        if r.implementation == OURS or w is None:
+        v = value(r)
+        if r.implementation == OURS or v is None:
             continue
         k = (r.op, r.case)
-        if k not in best or w < best[k].wall_ms:
-            best[k] = Best(w, r.implementation, r.mode)
+        if k not in best or v < best[k].value:
+            best[k] = Best(v, r.implementation, r.mode)
     return best
 
 
-def ours_vs_best(results: Iterable[Result]) -> dict[tuple, tuple[float, Best]]:
-    """By ``Result.key`` of each ok ``OURS`` cell: (best torch wall / our wall, the best torch cell).
-    Above 1: ours is faster than anything torch offers for that case."""
+def ours_vs_best(results: Iterable[Result], value=wall_ms) -> dict[tuple, tuple[float, Best]]:
+    """By ``Result.key`` of each ok ``OURS`` cell with a ``value``: (best torch value / ours, the best
+    torch cell), by wall time (``wall_ms``) or device time (``device_us``). Above 1: ours is faster than
+    anything torch offers for that case."""
     results = list(results)
-    best = best_torch(results)
+    best = best_torch(results, value)
     out = {}
     for r in results:
-        w = wall_ms(r)
+        v = value(r)
         b = best.get((r.op, r.case))
-        if r.implementation == OURS and w is not None and w > 0 and b is not None:
-            out[r.key] = (b.wall_ms / w, b)
+        if r.implementation == OURS and v is not None and v > 0 and b is not None:
+            out[r.key] = (b.value / v, b)
     return out
 
 

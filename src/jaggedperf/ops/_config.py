@@ -29,7 +29,6 @@ class ReduceConfig:
     programs_per_sm: int  # target programs over the whole grid ≈ SM count × this
     min_chunk_rows: int  # a chunk holds at least this many rows (multiple of block_l)
     block_p: int = 32  # workspace pieces summed per tile by the combine kernel (power of two)
-    min_programs_per_sm: int = 2  # one-launch (max_seqlen-sized) chunks only while the grid keeps this many
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -58,10 +57,10 @@ def sm_count(device: torch.device) -> int:
 
 
 def _bucket(n_cols: int, element_size: int) -> ReduceConfig:
-    # From the H200 config grid (benchmarks/NOTES.md, run 1): the fp32 tile accumulator
-    # (block_l × block_m) is what bounds registers, so 2-byte types keep fp32's tile shape. Wide rows run
-    # best with one warp per program and 16-row tiles (many independent 16-byte loads per thread);
-    # rows of <= 128 columns with 32-row tiles and 2-4 warps; 16-column rows with 64-row tiles and one warp.
+    # From the H200 config grids (benchmarks/NOTES.md, runs 1 and 8). fp32: wide rows run best with one
+    # warp per program and 16-row tiles (many independent 16-byte loads per thread); rows of <= 128 columns
+    # with 32-row tiles and 2-4 warps; 16-column rows with 64-row tiles and one warp. 2-byte types: fewer
+    # warps or taller tiles, so that each program keeps as many bytes in flight as in fp32.
     if n_cols <= 16:
         block_m = next_pow2(n_cols)
         return ReduceConfig(block_l=max(64, 1024 // block_m), block_m=block_m, num_warps=1, programs_per_sm=32,
@@ -69,12 +68,17 @@ def _bucket(n_cols: int, element_size: int) -> ReduceConfig:
     if n_cols <= 64:
         return ReduceConfig(block_l=32, block_m=next_pow2(n_cols), num_warps=2, programs_per_sm=16, min_chunk_rows=128)
     if n_cols <= 128:
-        return ReduceConfig(block_l=32, block_m=next_pow2(n_cols), num_warps=4, programs_per_sm=16, min_chunk_rows=128)
-    warps = 1 if element_size >= 4 else 2
+        # 2-byte types: one warp (run 8's bf16 grid at 4096×128 heavy: 240 µs against 347 µs with 4 warps)
+        return ReduceConfig(block_l=32, block_m=next_pow2(n_cols), num_warps=4 if element_size >= 4 else 1,
+                            programs_per_sm=16, min_chunk_rows=128)
+    # Wide rows: fp32 16-row tiles, one warp. 2-byte types: 32-row tiles (the same bytes in flight per load as
+    # fp32's 16) and two warps (run 8's bf16 grid at 4096×512: 413 µs against 505 µs with 16-row tiles;
+    # the 256-column bucket takes the same tile by analogy, unmeasured).
+    block_l, warps = (16, 1) if element_size >= 4 else (32, 2)
     if n_cols <= 256:
-        return ReduceConfig(block_l=16, block_m=next_pow2(n_cols), num_warps=warps, programs_per_sm=16,
-                            min_chunk_rows=64)
-    return ReduceConfig(block_l=16, block_m=256, num_warps=warps, programs_per_sm=8, min_chunk_rows=64)
+        return ReduceConfig(block_l=block_l, block_m=next_pow2(n_cols), num_warps=warps, programs_per_sm=16,
+                            min_chunk_rows=4 * block_l)
+    return ReduceConfig(block_l=block_l, block_m=256, num_warps=warps, programs_per_sm=8, min_chunk_rows=4 * block_l)
 
 
 def reduce_config(n_cols: int, dtype: torch.dtype, device: torch.device) -> ReduceConfig:

@@ -26,6 +26,9 @@ Design (balanced whatever the lengths, and the host never reads them):
   crosses without reading the offsets.
 - Many short segments share one program; a long one spreads over many programs; narrow rows get
   tall tiles so lanes are not wasted (``_config``).
+- With ``max_seqlen`` known on the host and short, ``_segments_kernel`` instead: each program loads the
+  offsets of a group of whole segments, then all their rows in one tile (one launch, no search, no
+  workspace); the group's real longest segment bounds its loop, so a wrong hint costs only time.
 - Rows are addressed in int64 (row·M can pass 2^31).
 - Memory safety does not depend on the offsets being valid: every offsets load is in [0, B], every
   row touched is inside the program's chunk, every output row index is in [0, B). Invalid offsets
@@ -126,7 +129,7 @@ def _reduce_kernel(
     values_ptr,  # (n_rows, n_cols) contiguous, fp32/bf16/fp16
     offsets_ptr,  # (n_segments + 1,) int32/int64: segment s is rows [offsets[s], offsets[s+1])
     out_ptr,  # (n_segments, n_cols) in values' dtype: every segment its owner chunk finishes
-    ws_ptr,  # SPLIT only: fp32 (2·C, M) pieces (rows [0, C) heads, [C, 2C) tails), then C int32 "crossing" slots
+    ws_ptr,  # fp32 (2·C, M) pieces (rows [0, C) heads, [C, 2C) tails), then C int32 "crossing" slots
     n_rows,  # N = values.shape[0]
     n_cols,  # M = values.shape[1] (specialised: the fast path keys on it)
     n_segments,  # B
@@ -134,8 +137,6 @@ def _reduce_kernel(
     n_chunks,  # C = max(cdiv(N, R), 1) = grid axis 0
     MEAN: tl.constexpr,  # divide by the length
     EMPTY_ZERO: tl.constexpr,  # mean of an empty segment is 0 (else NaN)
-    SPLIT: tl.constexpr,  # True: stop at the chunk's end and leave pieces for _combine_kernel; False (the host
-    #                       knows max_seqlen fits a chunk): the owner reads its segments to their end, one launch
     BLOCK_L: tl.constexpr,  # rows per tile
     BLOCK_M: tl.constexpr,  # columns per tile = columns per program (grid axis 1)
 ):
@@ -147,17 +148,13 @@ def _reduce_kernel(
     is_last = chunk == n_chunks - 1  # the last chunk also owns the segments starting at N
     s = _lower_bound(offsets_ptr, n_segments, lo, lo * n_segments // tl.maximum(n_rows, 1))
     start = tl.load(offsets_ptr + s).to(tl.int64)
-    if SPLIT:
-        if start > lo:  # rows [lo, start) belong to a segment begun in an earlier chunk: its head piece
-            head = _sum_rows(values_ptr, lo, tl.minimum(start, hi), n_cols, cols, col_mask, BLOCK_L, BLOCK_M)
-            tl.store(ws_ptr + chunk.to(tl.int64) * n_cols + cols, head, mask=col_mask)
+    if start > lo:  # rows [lo, start) belong to a segment begun in an earlier chunk: its head piece
+        head = _sum_rows(values_ptr, lo, tl.minimum(start, hi), n_cols, cols, col_mask, BLOCK_L, BLOCK_M)
+        tl.store(ws_ptr + chunk.to(tl.int64) * n_cols + cols, head, mask=col_mask)
     crossing = s * 0 - 1  # the owned segment that goes on past this chunk, if any
     while (s < n_segments) & ((start < hi) | is_last):  # segments starting in this chunk
         end = tl.load(offsets_ptr + s + 1).to(tl.int64)
-        if SPLIT:
-            stop = tl.minimum(end, hi)
-        else:
-            stop = end
+        stop = tl.minimum(end, hi)
         acc = _sum_rows(values_ptr, tl.maximum(start, lo), stop, n_cols, cols, col_mask, BLOCK_L, BLOCK_M)
         if end <= stop:  # finished here
             res = _finish(acc, end - start, MEAN, EMPTY_ZERO)
@@ -167,10 +164,9 @@ def _reduce_kernel(
             crossing = s
         start = end
         s += 1
-    if SPLIT:
-        if tl.program_id(1) == 0:
-            cross_ptr = (ws_ptr + (chunk.to(tl.int64) * 0 + n_chunks) * 2 * n_cols).to(tl.pointer_type(tl.int32))
-            tl.store(cross_ptr + chunk, crossing.to(tl.int32))
+    if tl.program_id(1) == 0:
+        cross_ptr = (ws_ptr + (chunk.to(tl.int64) * 0 + n_chunks) * 2 * n_cols).to(tl.pointer_type(tl.int32))
+        tl.store(cross_ptr + chunk, crossing.to(tl.int32))
 
 
 # reads ≤ 2·C·M·4 + C·4 bytes of workspace (+ offsets), writes ≤ C·M·s (one row per segment that crosses a chunk end)
@@ -322,60 +318,38 @@ def _max(a, b):
 
 
 def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=None, rows_per_chunk=None,
-                split: bool | None = None, segments: SegmentsConfig | None = None, poison: float | None = None):
+                segments: SegmentsConfig | None = None, poison: float | None = None):
     """Allocate the output (and workspace) and describe the launches of a jagged sum/mean.
 
     With ``max_seqlen`` known (a host int) and short enough (``segments_config``), one program per group
-    of whole segments: one launch, no search (``_segments_kernel``). Else, with ``max_seqlen`` no longer
-    than a chunk can absorb, each chunk's owner reads its segments to their end: one launch, no workspace
-    (``SPLIT=False``). Otherwise chunks stop at their end and a second launch combines the pieces of the
-    segments that cross one. ``segments`` forces the whole-segments kernel with that config,
-    ``rows_per_chunk`` forces R and ``split`` the chunked mode (tests use tiny chunks and groups to
-    exercise every path: each is correct whatever the lengths; ``max_seqlen`` only decides the balance);
-    ``poison`` (a value, e.g. NaN) fills output and workspace first, so an element nobody writes shows.
+    of whole segments: one launch, no search (``_segments_kernel``). Otherwise the balanced chunks: chunks
+    stop at their end and a second launch combines the pieces of the segments that cross one.
+    ``segments`` forces the whole-segments kernel with that config and ``rows_per_chunk`` forces R (tests
+    use tiny chunks and groups to exercise every path: each is correct whatever the lengths;
+    ``max_seqlen`` only decides the balance); ``poison`` (a value, e.g. NaN) fills output and workspace
+    first, so an element nobody writes shows.
     """
     n_rows, n_cols = values.shape
     n_segments = offsets.shape[0] - 1
-    if segments is None and max_seqlen is not None and rows_per_chunk is None and split is None:
-        if type(n_segments) is int:
-            segments = segments_config(n_cols, max_seqlen, n_segments, values.device)
+    if segments is None and max_seqlen is not None and rows_per_chunk is None and type(n_segments) is int:
+        segments = segments_config(n_cols, max_seqlen, n_segments, values.device)
     if segments is not None:
         return _plan_segments(values, offsets, mean, empty_zero, segments, poison)
     cfg = reduce_config(n_cols, values.dtype, values.device)
     n_cols = int(n_cols)
     rows, chunks, col_blocks = _chunking(n_rows, n_cols, cfg, values.device, rows_per_chunk)
-    if split is None:
-        split = True
-    elif not split or rows_per_chunk is not None:
-        max_seqlen = None  # forced: no automatic choice
-    if (max_seqlen is not None and rows_per_chunk is None and type(n_rows) is int
-            and n_rows * n_cols <= ONE_LAUNCH_MAX_ELEMENTS):
-        # one launch when chunks of >= max_seqlen rows still give enough programs
-        whole = _round_up(max(max_seqlen, 1), cfg.block_l)
-        if whole <= rows:
-            split = False
-        elif -(-n_rows // whole) * col_blocks >= cfg.min_programs_per_sm * sm_count(values.device):
-            rows, chunks, col_blocks = _chunking(n_rows, n_cols, cfg, values.device, whole)
-            split = False
     out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
     grid = (chunks, col_blocks, 1)
-    if split:
-        # (2·C, M) fp32 pieces + C int32 crossing slots, one allocation
-        ws = torch.empty((2 * chunks * n_cols + chunks,), dtype=torch.float32, device=values.device)
-    else:
-        ws = out  # not read or written without SPLIT
+    # (2·C, M) fp32 pieces + C int32 crossing slots, one allocation
+    ws = torch.empty((2 * chunks * n_cols + chunks,), dtype=torch.float32, device=values.device)
     if poison is not None:
         out.fill_(poison)
         ws.fill_(poison)
     reduce_args = (values, offsets, out, ws, n_rows, n_cols, n_segments, rows, chunks,
-                   mean, empty_zero, split, cfg.block_l, cfg.block_m)
-    reduce = Launch(_reduce_kernel, grid, reduce_args, cfg.num_warps, (out, ws) if split else (out,),
-                    ("reduce", *reduce_args[-5:]))
-    if not split:
-        return out, (reduce,)
+                   mean, empty_zero, cfg.block_l, cfg.block_m)
     combine_args = (offsets, out, ws, n_cols, rows, chunks, mean, empty_zero, cfg.block_p, cfg.block_m)
-    return out, (reduce, Launch(_combine_kernel, grid, combine_args, cfg.num_warps, (out,),
-                                ("combine", *combine_args[-4:])))
+    return out, (Launch(_reduce_kernel, grid, reduce_args, cfg.num_warps, (out, ws), ("reduce", *reduce_args[-4:])),
+                 Launch(_combine_kernel, grid, combine_args, cfg.num_warps, (out,), ("combine", *combine_args[-4:])))
 
 
 def _plan_segments(values, offsets, mean, empty_zero, cfg: SegmentsConfig, poison):
@@ -388,17 +362,6 @@ def _plan_segments(values, offsets, mean, empty_zero, cfg: SegmentsConfig, poiso
     args = (values, offsets, out, n_rows, int(n_cols), n_segments, mean, empty_zero, cfg.group, cfg.block_l,
             cfg.block_m)
     return out, (Launch(_segments_kernel, grid, args, cfg.num_warps, (out,), ("segments", *args[-5:])),)
-
-
-# The one-launch mode saves a launch (≈12 µs of host time per call at the seed shapes on the H200) but
-# its owners read up to max_seqlen rows past their chunk: at 4096×512 (1.6M rows, max 512) it ran
-# 855 µs against 734 µs for the split mode. So it is used only on inputs this small, where the launch
-# is what costs (benchmarks/NOTES.md, run 3).
-ONE_LAUNCH_MAX_ELEMENTS = 1 << 24
-
-
-def _round_up(n: int, k: int) -> int:
-    return -(-n // k) * k
 
 
 def plan_expand(grad, offsets, n_rows, *, mean: bool, rows_per_chunk=None, poison: float | None = None):
@@ -421,10 +384,10 @@ def run_direct(launches) -> None:
 
 
 def launch_reduce(values, offsets, *, mean=False, empty_zero=False, max_seqlen=None, rows_per_chunk=None,
-                  split=None, segments=None, poison=None):
+                  segments=None, poison=None):
     """Run the sum/mean kernels directly (no operator, no checks). Tests call it under TRITON_INTERPRET=1."""
     out, launches = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen,
-                                rows_per_chunk=rows_per_chunk, split=split, segments=segments, poison=poison)
+                                rows_per_chunk=rows_per_chunk, segments=segments, poison=poison)
     run_direct(launches)
     return out
 
@@ -604,9 +567,8 @@ def jagged_sum(values, offsets=None, *, max_seqlen=None, validate=None) -> torch
     The result has values' dtype; sums accumulate in fp32; an empty sequence sums to 0; NaN/Inf
     propagate. ``max_seqlen`` (an upper bound on the lengths; a jagged NestedTensor's cached one is used
     when it has it) is optional: without it the kernels still balance the work whatever the lengths, in
-    two launches; with it, eager CUDA calls on small inputs (≤ 2^24 elements) take one launch when
-    chunks of max_seqlen rows still fill the GPU. An understated max_seqlen costs balance, never
-    correctness. Shape/dtype/device checks always run; the checks that read the
+    two launches; with it, eager CUDA calls whose sequences are short (``_config.segments_config``) take
+    one launch of the whole-segments kernel. An understated max_seqlen costs time, never correctness. Shape/dtype/device checks always run; the checks that read the
     offsets (a device sync) run with ``validate=True`` or ``JAGGEDPERF_VALIDATE=1`` (never inside
     ``torch.compile``, where they would break the graph). Unchecked invalid offsets give unspecified
     values (the CUDA kernels never access out of bounds; the CPU kernel may raise a RuntimeError).
