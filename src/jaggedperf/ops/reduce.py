@@ -568,9 +568,10 @@ def jagged_sum(values, offsets=None, *, max_seqlen=None, validate=None) -> torch
     propagate. ``max_seqlen`` (an upper bound on the lengths; a jagged NestedTensor's cached one is used
     when it has it) is optional: without it the kernels still balance the work whatever the lengths, in
     two launches; with it, eager CUDA calls whose sequences are short (``_config.segments_config``) take
-    one launch of the whole-segments kernel. An understated max_seqlen costs time, never correctness. Shape/dtype/device checks always run; the checks that read the
-    offsets (a device sync) run with ``validate=True`` or ``JAGGEDPERF_VALIDATE=1`` (never inside
-    ``torch.compile``, where they would break the graph). Unchecked invalid offsets give unspecified
+    one launch of the whole-segments kernel. An understated max_seqlen costs time, never correctness.
+    Shape/dtype/device checks always run; the checks that read the offsets (a device sync) run with
+    ``validate=True`` or ``JAGGEDPERF_VALIDATE=1`` (never inside ``torch.compile``, where they would
+    break the graph). Unchecked invalid offsets give unspecified
     values (the CUDA kernels never access out of bounds; the CPU kernel may raise a RuntimeError).
     A NestedTensor's ``_values``/``_offsets`` are read directly (the accessors cost ≈45 µs each),
     except when it requires grad or under ``torch.compile``.
