@@ -30,7 +30,7 @@ import torch
 
 T0 = time.time()
 DEVICE = "cuda"  # "cpu" only with --cpu-smoke (checks this script's plumbing on a machine without a GPU)
-RESULTS: dict = {"meta": {}, "errors": {}, "copy": None, "forward": [], "backward": [], "grid": [],
+RESULTS: dict = {"meta": {}, "errors": {}, "copy": None, "null_kernel": None, "forward": [], "backward": [], "grid": [],
                  "grid_best": [], "host": [], "launch_path": None}
 
 
@@ -135,6 +135,13 @@ def main() -> int:
         log(f"  copy bandwidth {RESULTS['copy']['gbps']:.0f} GB/s")
 
     copy_gbps = (RESULTS["copy"] or {}).get("gbps") or 4300.0
+
+    # ---- 1b. what the measurement costs with no work: one one-element kernel, same method -------------
+    @section("null kernel")
+    def _null():
+        one = torch.zeros(1, device=DEVICE)
+        RESULTS["null_kernel"] = _graph_time(lambda: one.add_(1.0))
+        log(f"  one-element kernel: {RESULTS['null_kernel']['median_us']:.1f} us")
 
     # ---- 2. forward and backward per shape ----------------------------------------------------
     by_bytes = sorted(shapes, key=lambda c: _nbytes(get(c)))

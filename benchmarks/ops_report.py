@@ -34,6 +34,8 @@ def render(run: dict, title: str) -> str:
              "Device time: CUDA-graph replay, L2 flushed before each replay, median (p20–p80), µs. Floor = bytes that "
              "must move (values + offsets read once, output written once) / that copy bandwidth. Every row was "
              "first checked against float64 (relative error ≤ 1e-5 fp32, ≤ 1e-2 bf16).",
+             *([f"A one-element kernel under the same method takes {run['null_kernel']['median_us']:.1f} µs "
+                "(what the measurement costs with no work)."] if isinstance(run.get("null_kernel"), dict) else []),
              "",
              "`no max_seqlen`: the balanced two-launch path (what `torch.compile` runs). `max_seqlen given`: the "
              "eager call with the batch's max_seqlen (the whole-segments kernel where `segments_config` picks it: "
