@@ -91,7 +91,7 @@ proof)
   ;;
 proof1)  # one GPU: the quiet seed table, then jaggedperf's neighbourhood cells (re-measured after a config change)
   timeout 330 "${jp[@]}" repro --impls "unbind_mean,nanmean_padded,sum_padded,segment_reduce,jaggedperf,jaggedperf_njt" \
-    --json "$work/repro.json" > "$work/repro.txt" 2>&1
+    --timeout 120 --json "$work/repro.json" > "$work/repro.txt" 2>&1
   echo "repro rc=$?" >> "$work/status.txt"
   NEAR_IMPLS=jaggedperf neighbourhood $((480 - SECONDS))
   ;;

@@ -76,3 +76,69 @@ def test_an_interrupted_run_keeps_the_finished_cells_in_its_json(tmp_path, monke
               "--json", str(path)])
     (kept,) = load_results(path).results
     assert kept.implementation == "sum_padded" and kept.status == "ok"
+
+
+# --- --timeout: the same cells through the sweep's worker processes -------------------------------
+
+
+def _cells(path):
+    from jaggedperf.lab.store import load_results
+
+    return [(r.implementation, r.mode, r.case.label, r.status, r.reason) for r in load_results(path).results]
+
+
+def _table_rows(out: str, columns: int, keep=(0, 1, 2, -1)) -> list[tuple[str, ...]]:
+    """The rows of the printed tables that have ``columns`` columns (10: the seed table, 13: every cell),
+    each cut to the columns ``keep`` (by default the case, implementation, mode and status)."""
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
+    return [tuple(row[i] for i in keep) for row in rows if len(row) == columns]
+
+
+def test_run_with_a_timeout_records_a_hanging_cell_as_timed_out_and_goes_on(tmp_path, capsys, monkeypatch,
+                                                                           sweep_plugin):
+    import multiprocessing
+
+    from jaggedperf.lab.plugins import PLUGINS_ENV
+
+    monkeypatch.setenv(PLUGINS_ENV, sweep_plugin)  # imported here and in the worker
+    cpu = [*SMALL, "--modes", "eager", "--device", "cpu"]
+    failed_today = main(["run", *cpu, "--impls", "segment_reduce,test_raises"])  # in this process, a failed cell
+    capsys.readouterr()
+    path = tmp_path / "r.json"
+    code = main(["run", *cpu, "--impls", "segment_reduce,test_hangs,sum_padded", "--timeout", "3",
+                 "--json", str(path), "--csv", str(tmp_path / "r.csv")])
+    assert code == failed_today
+    assert _cells(path) == [("segment_reduce", "eager", "B8-M3-L20-s0.3", "ok", None),
+                            ("test_hangs", "eager", "B8-M3-L20-s0.3", "error", "timed out after 3 s"),
+                            ("sum_padded", "eager", "B8-M3-L20-s0.3", "ok", None)]  # the cell after it ran too
+    captured = capsys.readouterr()
+    assert "• error: test_hangs · eager · B8-M3-L20-s0.3: timed out after 3 s" in captured.out
+    assert _table_rows(captured.out, 13)[1] == ("B8-M3-L20-s0.3", "test_hangs", "eager", "error")
+    assert "timed out after 3 s; starting a fresh worker" in " ".join(captured.err.split())
+    assert (tmp_path / "r.csv").read_text().count("timed out after 3 s") == 1
+    assert multiprocessing.active_children() == []  # its workers stopped or killed
+
+
+def test_run_with_a_timeout_gives_the_same_cells_and_tables_as_in_process(tmp_path, capsys):
+    args = ["run", *SMALL, "--M", "3", "5", "--impls", "sum_padded,segment_reduce", "--modes", "eager,compile:default",
+            "--device", "cpu"]
+    assert main([*args, "--json", str(tmp_path / "in.json")]) == 0
+    in_process = capsys.readouterr().out
+    assert main([*args, "--timeout", "120", "--json", str(tmp_path / "iso.json")]) == 0
+    isolated = capsys.readouterr().out
+    cells = _cells(tmp_path / "in.json")
+    assert len(cells) == 8 and {c[3] for c in cells} == {"ok"}
+    assert _cells(tmp_path / "iso.json") == cells  # the same cells, ok, in the same (plan) order
+    for columns, keep in ((10, (0, 1)), (13, (0, 1, 2, -1))):  # the seed table's rows (case, impl), every cell's
+        assert _table_rows(isolated, columns, keep) == _table_rows(in_process, columns, keep) != []
+    record = json.loads((tmp_path / "iso.json").read_text())
+    assert [w["name"] for w in record["environment"]["workers"]] == ["cpu"]  # ran in a worker
+    assert all(r["speedup_vs_eager"] for r in record["results"])
+
+
+@pytest.mark.parametrize("command", ["run", "repro"])
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "soon"])
+def test_timeout_must_be_a_positive_number_of_seconds(capsys, command, value):
+    with pytest.raises(SystemExit) as exc:
+        main([command, *(SMALL if command == "run" else []), "--timeout", value])
+    assert exc.value.code == 2 and "positive number of seconds" in capsys.readouterr().err

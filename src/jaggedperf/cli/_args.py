@@ -53,8 +53,23 @@ def cases_from_args(args: argparse.Namespace) -> list[Case]:
     return [Case(B, M, L, s, dist, dtype, args.seed) for B, M, L, s, dist, dtype in grid]
 
 
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     add_measurement_arguments(p)
+    p.add_argument_group("isolation").add_argument(
+        "--timeout", type=positive_seconds, metavar="S",
+        help="run the cells in worker processes (one per GPU, or one on the CPU), as sweep does, and give a "
+             "cell S seconds, compile included: past them its worker is killed, the cell recorded as timed out "
+             "and the run goes on (default: no timeout, every cell in this process)")
     g = p.add_argument_group("output")
     g.add_argument("--json", metavar="PATH", help="write every raw number and the environment as JSON")
     g.add_argument("--csv", metavar="PATH", help="write one row per cell as CSV")

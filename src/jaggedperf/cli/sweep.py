@@ -11,7 +11,13 @@ from rich.live import Live
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from jaggedperf.cli._args import add_measurement_arguments, canonical_dtype_arg, comma_list, options_from_args
+from jaggedperf.cli._args import (
+    add_measurement_arguments,
+    canonical_dtype_arg,
+    comma_list,
+    options_from_args,
+    positive_seconds,
+)
 from jaggedperf.cli.lab import OP, console
 from jaggedperf.impls.registry import implementation_names
 from jaggedperf.inputs import DISTRIBUTIONS
@@ -54,7 +60,7 @@ def register(sub) -> None:
     g.add_argument("--seed", type=_axis(grid.int_values), nargs="+", help="generator seeds (default 1337)")
     g = p.add_argument_group("workers")
     g.add_argument("--gpus", type=_gpus, default="all", metavar="N|all", help="GPUs to use, one worker each (default all)")
-    g.add_argument("--timeout", type=_seconds, default=sweep.DEFAULT_TIMEOUT_S, metavar="S",
+    g.add_argument("--timeout", type=positive_seconds, default=sweep.DEFAULT_TIMEOUT_S, metavar="S",
                    help="seconds a cell may take, compile included, before its worker is killed (default 600)")
     g.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                    help=f"import MODULE first, here and in every worker, e.g. to register implementations "
@@ -80,16 +86,6 @@ def _gpus(text: str) -> int | str:
     if text.isdigit() and int(text) > 0:
         return int(text)
     raise argparse.ArgumentTypeError(f"expected a positive number or 'all', got {text!r}")
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
 
 
 def _flat(values: list[list] | None) -> list | None:
