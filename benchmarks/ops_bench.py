@@ -157,7 +157,7 @@ def main() -> int:
                                                    _reference(values, offsets, mean=True))
                 row["rel_error_sum"] = _rel_error(jaggedperf.jagged_sum(values, offsets),
                                                   _reference(values, offsets, mean=False))
-                tol = 1e-5 if dtype == torch.float32 else 1e-2
+                tol = _tolerance(dtype)
                 row["correct"] = row["rel_error_mean"] <= tol and row["rel_error_sum"] <= tol
                 row["config"] = _config.reduce_config(values.shape[1], dtype, values.device).to_dict()
                 hint = longest[case]
@@ -194,7 +194,7 @@ def main() -> int:
                 lengths, dim=0, output_size=n_rows)
             must = B * M * 4 + offsets.numel() * offsets.element_size() + n_rows * M * 4
             row = {"case": case.label, "dtype": "fp32", "must_move_bytes": must,
-                   "floor_us": must / (copy_gbps * 1e9) * 1e6,
+                   "floor_us": _floor_us(must, copy_gbps),
                    "rel_error": _rel_error(out, ref)}
             del ref
             row["device"] = _graph_time(lambda: torch.ops.jaggedperf.jagged_expand(grad, offsets, n_rows, True))
@@ -216,7 +216,7 @@ def main() -> int:
             base = _config.segments_config(M, longest[case], B, values.device)
             if base is None:
                 continue
-            floor = _nbytes_must(values, offsets) / (copy_gbps * 1e9) * 1e6
+            floor = _floor_us(_nbytes_must(values, offsets), copy_gbps)
             ref = _reference(values, offsets, mean=True)
             variants = {base}
             for tile in (2048, 4096, 8192, 16384):
@@ -234,7 +234,7 @@ def main() -> int:
                     row["error"] = f"{type(exc).__name__}: {exc}"
                 RESULTS["segments_grid"].append(row)
             ok = [r for r in RESULTS["segments_grid"] if r["case"] == case.label and "device" in r
-                  and r["rel_error"] <= 1e-5]
+                  and r["rel_error"] <= _tolerance(values.dtype)]
             if ok:
                 best = min(ok, key=lambda r: r["device"]["median_us"])
                 log(f"  segments {case.label}: bucket {base} ; best {best['device']['median_us']:.1f} us "
@@ -255,7 +255,7 @@ def main() -> int:
                 break
             values, offsets = get(case, grid_dtype)
             base = _config.reduce_config(values.shape[1], values.dtype, values.device)
-            floor = _nbytes_must(values, offsets) / (copy_gbps * 1e9) * 1e6
+            floor = _floor_us(_nbytes_must(values, offsets), copy_gbps)
             ref = _reference(values, offsets, mean=True)
             tried: dict = {}
 
@@ -276,7 +276,7 @@ def main() -> int:
                         th = _graph_time(lambda: jaggedperf.jagged_mean(values, offsets, max_seqlen=hint), rep=30)
                     row = {"case": case.label, "dtype": _dt(values.dtype), "config": cfg, "rel_error": err,
                            "device": t, "device_hinted": th, "ratio_to_floor": t["median_us"] / floor,
-                           "ok": err <= (1e-5 if values.dtype == torch.float32 else 1e-2)}
+                           "ok": err <= _tolerance(values.dtype)}
                 except Exception as exc:  # noqa: BLE001
                     row = {"case": case.label, "config": cfg, "error": f"{type(exc).__name__}: {exc}", "ok": False}
                 tried[key] = row
@@ -390,11 +390,21 @@ def _nbytes_must(values, offsets):
         B * values.shape[1] * values.element_size()
 
 
+def _floor_us(nbytes, copy_gbps):
+    """The bandwidth floor (µs): bytes that must move / the copy bandwidth measured in this run."""
+    return nbytes / (copy_gbps * 1e9) * 1e6
+
+
+def _tolerance(dtype):
+    """Relative error allowed against float64: fp32 1e-5, 2-byte types 1e-2."""
+    return 1e-5 if dtype == torch.float32 else 1e-2
+
+
 def _shape_row(case, values, offsets, copy_gbps):
     must = _nbytes_must(values, offsets)
     return {"case": case.label, "dtype": _dt(values.dtype), "B": offsets.numel() - 1, "M": values.shape[1],
             "total_len": values.shape[0], "must_move_bytes": must, "copy_gbps": copy_gbps,
-            "floor_us": must / (copy_gbps * 1e9) * 1e6}
+            "floor_us": _floor_us(must, copy_gbps)}
 
 
 def _reference(values, offsets, *, mean):
