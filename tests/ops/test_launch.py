@@ -7,24 +7,44 @@ import torch
 from jaggedperf.ops import _launch
 
 
+class FakeLauncher:
+    """Stands in for triton's CudaLauncher: called the way the JIT calls it (the ``run`` tier), with the
+    C launcher as its ``launch`` attribute (the ``launch`` tier)."""
+
+    global_scratch_size = profile_scratch_size = 0
+    launch_cooperative_grid = launch_pdl = False
+
+    def __init__(self, owner, ok, launch_ok):
+        self.owner, self.ok, self.launch_ok = owner, ok, launch_ok
+
+    def __call__(self, gx, gy, gz, stream, function, packed, metadata, enter, leave, *args):
+        if not self.ok:
+            raise TypeError("launcher signature changed")
+        self.owner.calls.append("run")
+        self.owner.body(*args)
+
+    def launch(self, gx, gy, gz, stream, function, coop, pdl, scratch, profile_scratch, packed, metadata, enter,
+               leave, *args):
+        if not self.launch_ok:
+            raise TypeError("C launcher signature changed")
+        assert enter is None and leave is None and scratch is None
+        self.owner.calls.append("launch")
+        self.owner.body(*args)
+
+
 class FakeCompiled:
-    """Stands in for a triton CompiledKernel: `run` (launcher) and `[grid]` (runner)."""
+    """Stands in for a triton CompiledKernel: `run` (launcher, with the C `launch`) and `[grid]` (runner)."""
 
     function = "fn"
     packed_metadata = "meta"
 
-    def __init__(self, body, run_ok=True, getitem_body=None):
-        self.body, self.run_ok, self.getitem_body = body, run_ok, getitem_body or body
+    def __init__(self, body, run_ok=True, getitem_body=None, launch_ok=None):
+        self.body, self.getitem_body = body, getitem_body or body
+        self.run = FakeLauncher(self, run_ok, run_ok if launch_ok is None else launch_ok)
         self.calls = []
 
     def launch_metadata(self, grid, stream, *args):
         return None
-
-    def run(self, gx, gy, gz, stream, function, packed, metadata, enter, leave, *args):
-        if not self.run_ok:
-            raise TypeError("launcher signature changed")
-        self.calls.append("run")
-        self.body(*args)
 
     def __getitem__(self, grid):
         def runner(*args):
@@ -69,17 +89,46 @@ def call(kernel, src, key=("k",)):
     return dst
 
 
-def test_jit_then_verified_fast_run_tier():
+def test_jit_then_verified_fast_launch_tier():
     compiled = FakeCompiled(double)
     kernel = FakeKernel(compiled)
     src = torch.arange(6.0)
     for _ in range(4):
         assert torch.equal(call(kernel, src), src * 2)
     state = _launch.launch_path()
-    assert state["tier"] == "run" and state["verified_tier"] == "run" and state["verifications"] == 1
-    # call 1: JIT; call 2: JIT (check) + run (check) + run (real); calls 3, 4: run only
-    assert kernel.launches == 2 and compiled.calls == ["run"] * 4
-    assert state["launches"]["run"] == 3
+    assert state["tier"] == "launch" and state["verified_tier"] == "launch" and state["verifications"] == 1
+    # call 1: JIT; call 2: JIT (check) + launch (check) + launch (real); calls 3, 4: launch only
+    assert kernel.launches == 2 and compiled.calls == ["launch"] * 4
+    assert state["launches"]["launch"] == 3 and state["dropped"] == []
+
+
+def test_a_changed_c_launcher_falls_back_to_the_run_tier():
+    compiled = FakeCompiled(double, launch_ok=False)
+    kernel = FakeKernel(compiled)
+    src = torch.arange(4.0)
+    for _ in range(3):
+        assert torch.equal(call(kernel, src), src * 2)
+    state = _launch.launch_path()
+    assert state["tier"] == "run" and state["dropped"][0].startswith("launch: TypeError")
+    assert compiled.calls[-1] == "run"
+
+
+@pytest.mark.parametrize("why", ["scratch", "hook"])
+def test_the_launch_tier_leaves_scratch_and_hooks_to_the_run_tier(monkeypatch, why):
+    compiled = FakeCompiled(double)
+    if why == "scratch":
+        compiled.run.global_scratch_size = 128
+    else:
+        class Holder:
+            launch_enter_hook = type("Chain", (), {"calls": [print]})()
+            launch_exit_hook = None
+
+        monkeypatch.setattr(_launch, "_hook_holder", lambda: Holder)
+    kernel = FakeKernel(compiled)
+    src = torch.arange(3.0)
+    for _ in range(3):
+        assert torch.equal(call(kernel, src), src * 2)
+    assert compiled.calls == ["run"] * 3 and _launch.launch_path()["tier"] == "launch"
 
 
 def test_raising_tier_falls_back_to_the_next_for_good():
@@ -89,7 +138,7 @@ def test_raising_tier_falls_back_to_the_next_for_good():
     for _ in range(3):
         assert torch.equal(call(kernel, src), src * 2)
     state = _launch.launch_path()
-    assert state["tier"] == "getitem" and state["dropped"][0].startswith("run: TypeError")
+    assert state["tier"] == "getitem" and [r.split(":")[0] for r in state["dropped"]] == ["launch", "run"]
     assert compiled.calls[-1] == "getitem"
 
 
@@ -112,15 +161,15 @@ def test_a_check_where_nothing_was_written_does_not_trust_a_tier():
     src = torch.arange(3.0)
     call(kernel, src, key=("empty",))
     call(kernel, src, key=("empty",))
-    assert _launch.launch_path()["verified_tier"] is None and compiled.calls == ["run"]
+    assert _launch.launch_path()["verified_tier"] is None and compiled.calls == ["launch"]
     # once the tier has proven itself on a kernel that writes, the silent one is accepted too
     writer = FakeKernel(FakeCompiled(double))
     call(writer, src, key=("writer",))
     call(writer, src, key=("writer",))
-    assert "run" in _launch.launch_path()["trusted"]
+    assert "launch" in _launch.launch_path()["trusted"]
     call(kernel, src, key=("empty",))
     call(kernel, src, key=("empty",))
-    assert compiled.calls[-1] == "run" and compiled.calls.count("run") >= 3
+    assert compiled.calls[-1] == "launch" and compiled.calls.count("launch") >= 3
 
 
 def test_partially_written_outputs_keep_what_was_there():

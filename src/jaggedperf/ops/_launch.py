@@ -15,6 +15,10 @@ for a key (the JIT launch and the tier's launch, each into outputs poisoned with
 pattern, must agree bitwise: one sync, once per key; a check in which the kernel wrote nothing
 counts only for a tier already proven by one in which it did):
 
+- ``launch``: the compiled C launcher itself (``compiled.run.launch``), past the Python wrapper
+  around it: that wrapper allocates scratch (these kernels need none) and hands the launch hook chains
+  to C even when they are empty. A kernel that needs scratch, or any launch while a hook is set, goes
+  through ``run`` instead (the argument layout of triton 3.3–3.7's launcher);
 - ``run``: ``compiled.run(gx, gy, gz, stream, function, packed_metadata, ...)``, the launcher call
   the JIT itself makes in triton 3.3–3.7 (hooks and launch metadata filled in as the JIT does);
 - ``getitem``: ``compiled[grid](*args)``, the CompiledKernel's own runner (triton ≥ 3.0);
@@ -33,7 +37,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-TIERS = ("run", "getitem", "jit")
+TIERS = ("launch", "run", "getitem", "jit")
 POISON_BYTE = 0xFB  # fp32 0xFBFBFBFB / half 0xFBFB: finite, and no kernel here produces it
 
 
@@ -45,7 +49,7 @@ class _Entry:
 
 @dataclass
 class _State:
-    tier: str = "run"  # best tier not yet ruled out
+    tier: str = TIERS[0]  # best tier not yet ruled out
     verified_tier: str | None = None  # tier that last passed verification
     reasons: list[str] = field(default_factory=list)  # why tiers were dropped
     counts: dict[str, int] = field(default_factory=lambda: {t: 0 for t in TIERS})
@@ -217,8 +221,9 @@ def _hook_active(hook) -> bool:
 
 
 def _current_stream() -> int:
-    # torch's raw stream handle is what triton's own driver returns, at a fraction of the cost
-    return torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+    # torch's raw stream handle is what triton's own driver returns, at a fraction of the cost (the caller
+    # has made the tensors' device current; _cuda_getDevice skips torch.cuda.current_device's lazy-init checks)
+    return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
 
 
 def _run_tier(compiled, grid, args) -> None:
@@ -230,8 +235,19 @@ def _run_tier(compiled, grid, args) -> None:
                  enter, leave, *args)
 
 
+def _launch_tier(compiled, grid, args) -> None:
+    launcher = compiled.run
+    holder = _hook_holder()
+    if (launcher.global_scratch_size or launcher.profile_scratch_size or _hook_active(holder.launch_enter_hook)
+            or _hook_active(holder.launch_exit_hook)):
+        _run_tier(compiled, grid, args)
+        return
+    launcher.launch(grid[0], grid[1], grid[2], _current_stream(), compiled.function, launcher.launch_cooperative_grid,
+                    launcher.launch_pdl, None, None, compiled.packed_metadata, None, None, None, *args)
+
+
 def _getitem_tier(compiled, grid, args) -> None:
     compiled[grid](*args)
 
 
-_FAST = {"run": _run_tier, "getitem": _getitem_tier}
+_FAST = {"launch": _launch_tier, "run": _run_tier, "getitem": _getitem_tier}
