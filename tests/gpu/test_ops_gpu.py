@@ -189,6 +189,48 @@ def test_compile_fullgraph_dynamic_no_recompile():
     assert counter.frame_count == 1
 
 
+def test_compile_with_max_seqlen_runs_the_whole_segments_kernel_and_recompiles_only_past_its_tiles():
+    from torch._dynamo.testing import CompileCounterWithBackend
+    from torch._inductor.utils import run_and_get_code
+
+    counter = CompileCounterWithBackend("inductor")
+
+    @torch.compile(fullgraph=True, dynamic=True, backend=counter)
+    def f(v, o, longest):
+        return jaggedperf.jagged_mean(v, o, max_seqlen=longest) * 2
+
+    cases = (Case(512, 64, 100, 0.1), Case(300, 64, 100, 0.3), Case(4000, 64, 90, 0.0, "fixed"))
+    for case in cases:  # B, N and max_seqlen change, every sequence within the first config's tiles
+        b = make_batch(case, "cuda")
+        out = f(b.values, b.offsets, b.max_seqlen)
+        ref = gpu_reference(b.values, b.offsets, mean=True) * 2
+        assert_matches(out, ref.cpu(), torch.float32, scale=ref.abs().cpu() + 1)
+    assert counter.frame_count == 1
+    long = make_batch(Case(64, 64, 5000, 0.5), "cuda")  # past the tiles: a recompile, to the chunked kernels
+    out = f(long.values, long.offsets, long.max_seqlen)
+    ref = gpu_reference(long.values, long.offsets, mean=True) * 2
+    assert_matches(out, ref.cpu(), torch.float32, scale=ref.abs().cpu() + 1)
+    torch._dynamo.reset()
+    b = make_batch(cases[0], "cuda")
+    g = torch.compile(lambda v, o: jaggedperf.jagged_mean(v, o, max_seqlen=b.max_seqlen), fullgraph=True,
+                      mode="max-autotune-no-cudagraphs")
+    out, code = run_and_get_code(g, b.values, b.offsets)
+    check(out, b.values, b.offsets, mean=True)
+    code = "\n".join(code)
+    assert "_segments_kernel" in code and "_reduce_kernel" not in code
+
+
+def test_operator_called_eagerly_takes_the_fast_launch_path():
+    values, offsets = batch(SHAPES[0], torch.float32)
+    for _ in range(3):
+        out = torch.ops.jaggedperf.jagged_mean(values, offsets, False)
+    before = dict(_launch.launch_path()["launches"])
+    out = torch.ops.jaggedperf.jagged_mean(values, offsets, False)
+    after = _launch.launch_path()["launches"]
+    check(out, values, offsets, mean=True)
+    assert after["jit"] == before["jit"] and sum(after.values()) == sum(before.values()) + 2  # reduce + combine
+
+
 def test_compile_default_mode_matches_eager():
     values, offsets = batch(SHAPES[3], torch.bfloat16)
     f = torch.compile(lambda v, o: jaggedperf.jagged_sum(v, o), fullgraph=True)

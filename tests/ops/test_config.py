@@ -69,3 +69,41 @@ def test_segments_config_declines_long_sequences_and_small_batches():
     assert (seed.group, seed.block_l, seed.block_m) == (1, 128, 64)  # one (128, 64) load per sequence
     tiny = _config.segments_config(16, 64, 65536, CPU)
     assert tiny.group * tiny.block_l * tiny.block_m == _config.SEGMENT_TILE_ELEMENTS and tiny.group > 1
+
+
+def _symbolic(shape_env, value, name):
+    from torch._dynamo.source import ConstantSource
+
+    return shape_env.create_symintnode(shape_env.create_symbol(value, ConstantSource(name)), hint=value)
+
+
+def test_traced_segments_choice_guards_max_seqlen_only_never_b():
+    # under torch.compile(dynamic=True) max_seqlen and B arrive as SymInts: the config comes from their
+    # example values, with one guard (every sequence still fits the tiles) and none on B
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from jaggedperf.ops.reduce import _segments_for
+
+    cpu = torch.device("cpu")
+    shape_env = ShapeEnv()
+    longest, batch = _symbolic(shape_env, 130, "max_seqlen"), _symbolic(shape_env, 512, "B")
+    traced = _segments_for(64, longest, batch, cpu)
+    assert traced == _config.segments_config(64, 130, 512, cpu) and traced is not None
+    guarded = {str(s) for g in shape_env.guards for s in g.expr.free_symbols}
+    assert guarded == {str(longest.node.expr)}, shape_env.guards
+
+    def holds(value):
+        return all(bool(g.expr.subs({longest.node.expr: value})) for g in shape_env.guards)
+
+    assert holds(130) and holds(traced.block_l * _config.SEGMENT_TILES)
+    assert not holds(traced.block_l * _config.SEGMENT_TILES + 1)  # past the tiles: the guard fails, a recompile
+
+
+def test_traced_segments_choice_declines_what_the_host_choice_declines():
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from jaggedperf.ops.reduce import _segments_for
+
+    shape_env = ShapeEnv()
+    assert _segments_for(64, _symbolic(shape_env, 20000, "L"), _symbolic(shape_env, 256, "B"), torch.device("cpu")) is None
+    assert _segments_for(64, 20000, 256, torch.device("cpu")) is None

@@ -47,6 +47,7 @@ kernels through ``wrap_triton``, anything else runs the pure-torch CPU kernel (t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import triton
@@ -54,8 +55,13 @@ import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
 from jaggedperf.ops import _launch
+
+try:  # the jagged NestedTensor's class (private module: without it, the public is_nested check alone)
+    from torch.nested._internal.nested_tensor import NestedTensor as _JAGGED_CLASS
+except ImportError:  # pragma: no cover
+    _JAGGED_CLASS = ()
 from jaggedperf.ops._checks import check_layout, check_offsets, validation_requested
-from jaggedperf.ops._config import SegmentsConfig, reduce_config, segments_config, sm_count
+from jaggedperf.ops._config import SEGMENT_TILES, SegmentsConfig, reduce_config, segments_config, sm_count
 
 # ============================================================================================
 # kernels
@@ -331,8 +337,8 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
     """
     n_rows, n_cols = values.shape
     n_segments = offsets.shape[0] - 1
-    if segments is None and max_seqlen is not None and rows_per_chunk is None and type(n_segments) is int:
-        segments = segments_config(n_cols, max_seqlen, n_segments, values.device)
+    if segments is None and max_seqlen is not None and rows_per_chunk is None:
+        segments = _segments_for(n_cols, max_seqlen, n_segments, values.device)
     if segments is not None:
         return _plan_segments(values, offsets, mean, empty_zero, segments, poison)
     cfg = reduce_config(n_cols, values.dtype, values.device)
@@ -350,6 +356,33 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
     combine_args = (offsets, out, ws, n_cols, rows, chunks, mean, empty_zero, cfg.block_p, cfg.block_m)
     return out, (Launch(_reduce_kernel, grid, reduce_args, cfg.num_warps, (out, ws), ("reduce", *reduce_args[-4:])),
                  Launch(_combine_kernel, grid, combine_args, cfg.num_warps, (out,), ("combine", *combine_args[-4:])))
+
+
+def _segments_for(n_cols, max_seqlen, n_segments, device) -> SegmentsConfig | None:
+    """``segments_config`` for host ints; under torch.compile (SymInts) from their hints, with one guard.
+
+    Traced, the config comes from the values the graph is first compiled with, with no guard on B and
+    one on max_seqlen: that every sequence still fits the config's tiles (past it, a recompile takes
+    the chunked kernels). A later, smaller B or max_seqlen runs the same config (correct, maybe a
+    larger tile than it needs); nothing about B or N ever recompiles.
+    """
+    if type(max_seqlen) is int and type(n_segments) is int:
+        return segments_config(n_cols, max_seqlen, n_segments, device)
+    seqlen_hint, segments_hint = _hint(max_seqlen), _hint(n_segments)
+    if seqlen_hint is None or segments_hint is None:
+        return None
+    cfg = segments_config(n_cols, seqlen_hint, segments_hint, device)
+    if cfg is not None and not (max_seqlen <= cfg.block_l * SEGMENT_TILES):  # the guard (True for the hint)
+        return None
+    return cfg
+
+
+def _hint(n):
+    # a host int's value, or a SymInt's example value without installing a guard (None when it has none)
+    if type(n) is int:
+        return n
+    hint = getattr(getattr(n, "node", None), "hint", None)
+    return int(hint) if hint is not None else None
 
 
 def _plan_segments(values, offsets, mean, empty_zero, cfg: SegmentsConfig, poison):
@@ -408,7 +441,7 @@ def _run_wrapped(launches) -> None:
 
 def _run_fast(launches, device: torch.device, key_extra: tuple) -> None:
     # Eager CUDA: cached compiled kernels, keyed on everything the JIT specialises on.
-    if device.index is not None and device.index != torch.cuda.current_device():
+    if device.index is not None and device.index != torch._C._cuda_getDevice():
         with torch.cuda.device(device):
             return _run_fast(launches, device, key_extra)
     for launch in launches:
@@ -416,12 +449,15 @@ def _run_fast(launches, device: torch.device, key_extra: tuple) -> None:
                        key_extra), launch.written)
 
 
-def _fast_key(values, offsets) -> tuple:
+def _fast_key(values, offsets, n_rows=None) -> tuple:
     # dtypes, 16-byte alignment of the inputs (the JIT specialises on it), the row width (specialised),
     # whether the varying integers fit in int32 (their type in the compiled signature) and the device.
-    n_rows, n_cols = values.shape
+    # n_rows: the row count passed to the kernel when it is not values' (the backward's output rows).
+    rows, n_cols = values.shape
+    if n_rows is not None:
+        rows = max(rows, n_rows)
     return (values.dtype, offsets.dtype, values.data_ptr() % 16 == 0, offsets.data_ptr() % 16 == 0, n_cols,
-            max(n_rows, offsets.shape[0]) < 2**31 - 1, values.get_device())
+            max(rows, offsets.shape[0]) < 2**31 - 1, values.get_device())
 
 
 # ============================================================================================
@@ -430,20 +466,21 @@ def _fast_key(values, offsets) -> tuple:
 
 
 @triton_op("jaggedperf::jagged_sum", mutates_args=())
-def _jagged_sum_op(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+def _jagged_sum_op(values: torch.Tensor, offsets: torch.Tensor, max_seqlen: Optional[int] = None) -> torch.Tensor:
     if values.device.type != "cuda":  # CPU (also what torch.compile traces on the CPU)
         return _reduce_cpu(values, offsets, mean=False, empty_zero=False)
-    out, launches = plan_reduce(values, offsets, mean=False, empty_zero=False)
-    _run_wrapped(launches)
+    out, launches = plan_reduce(values, offsets, mean=False, empty_zero=False, max_seqlen=max_seqlen)
+    _run_body(launches, values, offsets)
     return out
 
 
 @triton_op("jaggedperf::jagged_mean", mutates_args=())
-def _jagged_mean_op(values: torch.Tensor, offsets: torch.Tensor, empty_zero: bool) -> torch.Tensor:
+def _jagged_mean_op(values: torch.Tensor, offsets: torch.Tensor, empty_zero: bool,
+                    max_seqlen: Optional[int] = None) -> torch.Tensor:
     if values.device.type != "cuda":
         return _reduce_cpu(values, offsets, mean=True, empty_zero=empty_zero)
-    out, launches = plan_reduce(values, offsets, mean=True, empty_zero=empty_zero)
-    _run_wrapped(launches)
+    out, launches = plan_reduce(values, offsets, mean=True, empty_zero=empty_zero, max_seqlen=max_seqlen)
+    _run_body(launches, values, offsets)
     return out
 
 
@@ -453,8 +490,18 @@ def _jagged_expand_op(grad: torch.Tensor, offsets: torch.Tensor, n_rows: int, me
     if grad.device.type != "cuda":
         return _expand_cpu(grad, offsets, n_rows, mean=mean)
     out, launches = plan_expand(grad, offsets, n_rows, mean=mean)
-    _run_wrapped(launches)
+    _run_body(launches, grad, offsets, n_rows)
     return out
+
+
+def _run_body(launches, values, offsets, n_rows=None) -> None:
+    # An operator's launches: traced (torch.compile, fake or functional tensors) through wrap_triton, so that
+    # Inductor sees the kernels; called eagerly on real CUDA tensors (torch.ops..., autograd's backward)
+    # through the fast launch path, like the public functions.
+    if _plain_eager(values, offsets):
+        _run_fast(launches, values.device, _fast_key(values, offsets, n_rows))
+    else:
+        _run_wrapped(launches)
 
 
 # ============================================================================================
@@ -470,12 +517,12 @@ def _save_reduce(ctx, inputs, output):
 
 def _sum_backward(ctx, grad):
     (offsets,) = ctx.saved_tensors
-    return torch.ops.jaggedperf.jagged_expand(grad.contiguous(), offsets, ctx.n_rows, False), None
+    return torch.ops.jaggedperf.jagged_expand(grad.contiguous(), offsets, ctx.n_rows, False), None, None
 
 
 def _mean_backward(ctx, grad):
     (offsets,) = ctx.saved_tensors
-    return torch.ops.jaggedperf.jagged_expand(grad.contiguous(), offsets, ctx.n_rows, True), None, None
+    return torch.ops.jaggedperf.jagged_expand(grad.contiguous(), offsets, ctx.n_rows, True), None, None, None
 
 
 def _save_expand(ctx, inputs, output):
@@ -538,12 +585,12 @@ def _expand_cpu(grad, offsets, n_rows, *, mean: bool) -> torch.Tensor:
 
 
 @_jagged_sum_op.register_kernel("cpu")
-def _jagged_sum_cpu(values, offsets):
+def _jagged_sum_cpu(values, offsets, max_seqlen=None):
     return _reduce_cpu(values, offsets, mean=False, empty_zero=False)
 
 
 @_jagged_mean_op.register_kernel("cpu")
-def _jagged_mean_cpu(values, offsets, empty_zero):
+def _jagged_mean_cpu(values, offsets, empty_zero, max_seqlen=None):
     return _reduce_cpu(values, offsets, mean=True, empty_zero=empty_zero)
 
 
@@ -581,7 +628,7 @@ def jagged_sum(values, offsets=None, *, max_seqlen=None, validate=None) -> torch
         out, launches = plan_reduce(values, offsets, mean=False, empty_zero=False, max_seqlen=max_seqlen)
         _run_fast(launches, values.device, _fast_key(values, offsets))
         return out
-    return torch.ops.jaggedperf.jagged_sum(values, offsets)
+    return torch.ops.jaggedperf.jagged_sum(values, offsets, max_seqlen)
 
 
 def jagged_mean(values, offsets=None, *, max_seqlen=None, empty="nan", validate=None) -> torch.Tensor:
@@ -597,11 +644,11 @@ def jagged_mean(values, offsets=None, *, max_seqlen=None, empty="nan", validate=
         out, launches = plan_reduce(values, offsets, mean=True, empty_zero=empty_zero, max_seqlen=max_seqlen)
         _run_fast(launches, values.device, _fast_key(values, offsets))
         return out
-    return torch.ops.jaggedperf.jagged_mean(values, offsets, empty_zero)
+    return torch.ops.jaggedperf.jagged_mean(values, offsets, empty_zero, max_seqlen)
 
 
 def _inputs(values, offsets, name: str, max_seqlen, validate):
-    if isinstance(values, torch.Tensor) and values.is_nested:
+    if _is_nested(values):
         if offsets is not None:
             raise TypeError(f"{name}: pass a NestedTensor alone or (values, offsets), not both")
         if max_seqlen is None:
@@ -610,7 +657,7 @@ def _inputs(values, offsets, name: str, max_seqlen, validate):
     elif offsets is None:
         raise TypeError(f"{name}: offsets is required unless values is a jagged NestedTensor")
     check_layout(values, offsets)
-    if max_seqlen is not None and not (isinstance(max_seqlen, int) and max_seqlen >= 0):
+    if max_seqlen is not None and not (isinstance(max_seqlen, (int, torch.SymInt)) and max_seqlen >= 0):
         raise ValueError(f"{name}: max_seqlen must be None or an int >= 0; got {max_seqlen!r}")
     if validation_requested(validate) and not torch.compiler.is_compiling():
         check_offsets(values, offsets)
@@ -619,6 +666,13 @@ def _inputs(values, offsets, name: str, max_seqlen, validate):
     if not offsets.is_contiguous():
         offsets = offsets.contiguous()
     return values, offsets, max_seqlen
+
+
+def _is_nested(x) -> bool:
+    # without x.is_nested on a jagged NestedTensor (its __torch_function__ costs ≈10 µs)
+    if type(x) is torch.Tensor:
+        return x.is_nested  # a strided NestedTensor is a plain Tensor (_from_nested rejects it by name)
+    return isinstance(x, _JAGGED_CLASS) or (isinstance(x, torch.Tensor) and x.is_nested)
 
 
 def _cached_max_seqlen(nt: torch.Tensor):
@@ -636,30 +690,44 @@ def _cached_max_seqlen(nt: torch.Tensor):
 
 
 def _from_nested(nt: torch.Tensor, name: str):
-    if nt.layout != torch.jagged:
-        raise ValueError(f"{name}: a NestedTensor argument must have layout=torch.jagged; got {nt.layout}")
-    if nt.dim() != 3:
-        raise ValueError(f"{name}: a NestedTensor argument must be (B, j, M); got {nt.dim()} dims")
+    # A NestedTensor's own attributes go through its __torch_function__ / __torch_dispatch__ (≈10-40 µs
+    # each on the host); eagerly they are read with those off, and its dims from its values.
+    # nt._values / nt._offsets are plain attributes; nt.values() / nt.offsets() cost ≈45 µs each. The
+    # accessors are still needed where autograd must flow into nt, and under torch.compile.
+    compiling = torch.compiler.is_compiling()
+    if compiling:
+        requires_grad = nt.requires_grad
+    else:
+        with torch._C.DisableTorchFunctionSubclass():
+            requires_grad = nt.requires_grad
+    # the jagged class has layout=torch.jagged by construction (reading it costs a dispatch)
+    layout = torch.jagged if isinstance(nt, _JAGGED_CLASS) else nt.layout
+    if layout != torch.jagged:
+        raise ValueError(f"{name}: a NestedTensor argument must have layout=torch.jagged; got {layout}")
+    values, offsets = getattr(nt, "_values", None), getattr(nt, "_offsets", None)
+    direct = (not compiling and not (requires_grad and torch.is_grad_enabled())
+              and isinstance(values, torch.Tensor) and isinstance(offsets, torch.Tensor))
+    dims = values.dim() + 1 if direct else nt.dim()
+    if dims != 3:
+        raise ValueError(f"{name}: a NestedTensor argument must be (B, j, M); got {dims} dims")
     if getattr(nt, "_ragged_idx", 1) != 1:
         raise ValueError(f"{name}: the NestedTensor's ragged dimension must be 1; got {nt._ragged_idx}")
     if getattr(nt, "_lengths", None) is not None:
         raise ValueError(f"{name}: a NestedTensor with lengths (holes between sequences) is not supported")
-    # nt._values / nt._offsets are plain attributes; nt.values() / nt.offsets() cost ≈45 µs each on the
-    # host. The accessors are still needed where autograd must flow into nt, and under torch.compile.
-    if not torch.compiler.is_compiling() and not (nt.requires_grad and torch.is_grad_enabled()):
-        values, offsets = getattr(nt, "_values", None), getattr(nt, "_offsets", None)
-        if isinstance(values, torch.Tensor) and isinstance(offsets, torch.Tensor):
-            return values, offsets
-    return nt.values(), nt.offsets()
+    return (values, offsets) if direct else (nt.values(), nt.offsets())
 
 
 def _fast_ok(values, offsets) -> bool:
-    # eager, CUDA, plain tensors, no autograd, no dispatch mode (fake/functional/user modes see the op)
+    # the public functions skip the operator: eager plain CUDA tensors, and no autograd to record
+    return _plain_eager(values, offsets) and not (values.requires_grad and torch.is_grad_enabled())
+
+
+def _plain_eager(values, offsets) -> bool:
+    # eager, CUDA, plain tensors, no dispatch mode (fake/functional/user modes must see the op or wrap_triton)
     return (
-        not torch.compiler.is_compiling()
-        and values.is_cuda
-        and type(values) is torch.Tensor
+        type(values) is torch.Tensor
         and type(offsets) is torch.Tensor
-        and not (values.requires_grad and torch.is_grad_enabled())
+        and values.is_cuda
         and not torch._C._len_torch_dispatch_stack()
+        and not torch.compiler.is_compiling()
     )
