@@ -10,13 +10,15 @@
 #                                            GPU 1: the neighbourhood sweep (resumed)
 #   bash benchmarks/h200_session.sh proof1   one GPU: repro, then jaggedperf's neighbourhood cells
 #   bash benchmarks/h200_session.sh check1   one GPU: pytest -m gpu, then the ops benchmark (bf16 grid)
+#   bash benchmarks/h200_session.sh ops1     one GPU: pytest -m gpu, the host probe, the ops benchmark (no
+#                                            config grid) and the seed table of the fast implementations
 #
 # Jobs on different GPUs run side by side on separate halves of the host's cores; each job's numbers
 # come from its own GPU. The sweeps append to results files in the tree (benchmarks/results/h200/*.jsonl),
 # so a later call resumes them once the returned copies are committed. Everything lands in
 # $OUT/<stage>.tar.gz; the tails are printed last.
 set -u
-stage=${1:?usage: h200_session.sh check|proof|check1|proof1}
+stage=${1:?usage: h200_session.sh check|proof|check1|proof1|ops1}
 OUT=${OUT:-out}
 work="$OUT/$stage"
 mkdir -p "$work"
@@ -102,6 +104,18 @@ check1)  # one GPU: the GPU tests, then the ops benchmark with the bf16 config g
   timeout $((500 - SECONDS)) python3 benchmarks/ops_bench.py --grid-seconds 60 --grid-dtype bf16 \
     --out "$work/ops_bench.json" > "$work/ops_bench.log" 2>&1
   echo "ops_bench rc=$?" >> "$work/status.txt"
+  ;;
+ops1)  # one GPU, ≈ 9 min: after a change to the ops' launch path or kernels
+  timeout 260 python3 -m pytest -v -m gpu tests -p no:cacheprovider --timeout 120 --durations 15 \
+    > "$work/pytest_gpu.log" 2>&1
+  echo "pytest -m gpu rc=$?" >> "$work/status.txt"
+  timeout 60 python3 benchmarks/host_probe.py --out "$work" > "$work/host_probe.log" 2>&1
+  echo "host_probe rc=$?" >> "$work/status.txt"
+  timeout 170 python3 benchmarks/ops_bench.py --grid-seconds 0 --out "$work/ops_bench.json" > "$work/ops_bench.log" 2>&1
+  echo "ops_bench rc=$?" >> "$work/status.txt"
+  timeout $((560 - SECONDS)) "${jp[@]}" repro --impls "sum_padded,segment_reduce,jaggedperf,jaggedperf_njt" \
+    --timeout 100 --json "$work/repro.json" > "$work/repro.txt" 2>&1
+  echo "repro rc=$?" >> "$work/status.txt"
   ;;
 esac
 cp "$RES"/*.jsonl "$work/" 2>/dev/null

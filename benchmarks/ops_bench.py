@@ -170,6 +170,9 @@ def main() -> int:
                     row["ratio_to_floor"] = row["device"]["median_us"] / row["floor_us"]
                     row["device_hinted"] = _graph_time(lambda: jaggedperf.jagged_mean(values, offsets, max_seqlen=hint))
                     row["ratio_to_floor_hinted"] = row["device_hinted"]["median_us"] / row["floor_us"]
+                    # the kernels alone (profiler durations, L2 flushed): the graph replay's time less its launch
+                    row["kernels"] = _kernel_time(lambda: jaggedperf.jagged_mean(values, offsets))
+                    row["kernels_hinted"] = _kernel_time(lambda: jaggedperf.jagged_mean(values, offsets, max_seqlen=hint))
                     # the practical floor at this size: a dense column sum reading the same bytes
                     row["dense_sum_device"] = _graph_time(lambda: values.sum(0))
                     try:
@@ -220,9 +223,11 @@ def main() -> int:
             ref = _reference(values, offsets, mean=True)
             variants = {base}
             for tile in (2048, 4096, 8192, 16384):
-                cfg = _config.segments_config(M, longest[case], B, values.device, tile_elements=tile)
-                if cfg is not None:
-                    variants |= {dataclasses.replace(cfg, num_warps=w) for w in (2, 4, 8, 16)}
+                for tiles in (_config.SEGMENT_TILES, 2 * _config.SEGMENT_TILES):
+                    cfg = _config.segments_config(M, longest[case], B, values.device, tile_elements=tile,
+                                                  max_tiles=tiles)
+                    if cfg is not None:
+                        variants |= {dataclasses.replace(cfg, num_warps=w) for w in (1, 2, 4, 8)}
             for cfg in sorted(variants, key=lambda c: dataclasses.astuple(c)):
                 row = {"case": case.label, "config": cfg.to_dict(), "bucket": cfg == base, "floor_us": floor}
                 try:
@@ -333,16 +338,18 @@ def main() -> int:
             values, offsets = get(case)
             off64 = offsets.long()
             hint = longest[case]
+            nt = torch.nested.nested_tensor_from_jagged(values, offsets, max_seqlen=hint)
             calls = {
                 "fast_path": lambda: jaggedperf.jagged_mean(values, offsets),
                 "fast_path_hinted": lambda: jaggedperf.jagged_mean(values, offsets, max_seqlen=hint),
                 "op_torch_ops": lambda: torch.ops.jaggedperf.jagged_mean(values, offsets, False),
+                "nested_tensor": lambda: jaggedperf.jagged_mean(nt),
                 "segment_reduce": lambda: torch.segment_reduce(values, "mean", offsets=off64, axis=0),
             }
             row = {"case": case.label, "wall_us": {}, "launch_path": _launch.launch_path()}
             for name, fn in calls.items():
                 row["wall_us"][name] = _wall(fn)
-            for tier in ("jit", "getitem", "run"):
+            for tier in reversed(_launch.TIERS):
                 _launch.force_tier(tier)
                 try:
                     row["wall_us"][f"tier_{tier}"] = _wall(lambda: jaggedperf.jagged_mean(values, offsets))
@@ -473,6 +480,19 @@ def _graph_time(fn, rep=100):
     del graph
     return {"median_us": t.median_us, "p20_us": t.p20_us, "p80_us": t.p80_us, "method": t.method,
             "l2_flushed": t.l2_flushed}
+
+
+def _kernel_time(fn, calls=30):
+    """Sum of the call's kernel durations (µs) under torch.profiler, L2 flushed before each call; None on the CPU."""
+    from jaggedperf.lab import timing
+
+    if DEVICE == "cpu":
+        return None
+    prof = timing.profile_kernels(fn, torch.device(DEVICE), calls=calls, flush=True)
+    times = sorted(prof.device_us_per_call)
+    return {"median_us": prof.median_us, "p20_us": timing.percentile(times, 0.2),
+            "p80_us": timing.percentile(times, 0.8), "kernels_per_call": prof.kernels_per_call,
+            "method": "profiler", "l2_flushed": True}
 
 
 def _wall(fn, warmup=50, calls=200):

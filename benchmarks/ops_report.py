@@ -37,21 +37,25 @@ def render(run: dict, title: str) -> str:
              *([f"A one-element kernel under the same method takes {run['null_kernel']['median_us']:.1f} µs "
                 "(what the measurement costs with no work)."] if isinstance(run.get("null_kernel"), dict) else []),
              "",
-             "`no max_seqlen`: the balanced two-launch path (what `torch.compile` runs). `max_seqlen given`: the "
+             "`no max_seqlen`: the balanced two-launch path (what `torch.compile` runs when no max_seqlen is passed). `max_seqlen given`: the "
              "eager call with the batch's max_seqlen (the whole-segments kernel where `segments_config` picks it: "
              "the seed shapes and 65536×16; elsewhere the same path as the first column). `dense sum`: "
              "`values.sum(0)`, a dense reduction that reads the same bytes: what a read of this size costs here.",
+             *(["", "`kernels`: the same call's kernel durations summed (torch.profiler, L2 flushed before each call, "
+                "median): the device time without the replay's own launch."]
+               if any("kernels" in r for r in run.get("forward", [])) else []),
              "",
-             "| case | dtype | floor | no max_seqlen | × floor | max_seqlen given | × floor | dense sum | "
-             "segment_reduce | backward | × floor |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| case | dtype | floor | no max_seqlen | × floor | kernels | max_seqlen given | × floor | kernels | "
+             "dense sum | segment_reduce | backward | × floor |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     backward = {r["case"]: r for r in run.get("backward", [])}
     for r in run.get("forward", []):
         b = backward.get(r["case"]) if r["dtype"] == "fp32" else None
         lines.append(
             f"| {r['case']} | {r['dtype']} | {r['floor_us']:.1f} | {_spread(r.get('device'))} | "
-            f"{_ratio(r.get('device'), r['floor_us'])} | {_us(r.get('device_hinted'))} | "
-            f"{_ratio(r.get('device_hinted'), r['floor_us'])} | {_us(r.get('dense_sum_device'))} | "
+            f"{_ratio(r.get('device'), r['floor_us'])} | {_us(r.get('kernels'))} | {_us(r.get('device_hinted'))} | "
+            f"{_ratio(r.get('device_hinted'), r['floor_us'])} | {_us(r.get('kernels_hinted'))} | "
+            f"{_us(r.get('dense_sum_device'))} | "
             f"{_us(r.get('segment_reduce_device'))} | {_us(b and b.get('device'))} | "
             f"{_ratio(b and b.get('device'), b and b['floor_us'])} |")
     seg = [r for r in run.get("segments_grid", []) if isinstance(r.get("device"), dict)]
@@ -72,12 +76,13 @@ def render(run: dict, title: str) -> str:
             lines.append(f"| {g['case']} | {g.get('dtype', 'fp32')} | {bucket_us} | {g['best_us']:.1f} | {best} |")
     if run.get("host"):
         lines += ["", "Wall per call (seed method: 50 warm-up, 200 calls, sync after each; median µs; L2 warm):", "",
-                  "| case | jagged_mean | jagged_mean(max_seqlen=…) | torch.ops.jaggedperf.jagged_mean | "
-                  "torch.segment_reduce | device µs |", "|---|---:|---:|---:|---:|---:|"]
+                  "| case | jagged_mean | jagged_mean(max_seqlen=…) | jagged_mean(nt) | torch.ops.jaggedperf.jagged_mean | "
+                  "torch.segment_reduce | device µs |", "|---|---:|---:|---:|---:|---:|---:|"]
         for h in run["host"]:
             w = h["wall_us"]
             lines.append(f"| {h['case']} | {_us(w.get('fast_path'))} | {_us(w.get('fast_path_hinted'))} | "
-                         f"{_us(w.get('op_torch_ops'))} | {_us(w.get('segment_reduce'))} | {h.get('device_us', 0):.1f} |")
+                         f"{_us(w.get('nested_tensor'))} | {_us(w.get('op_torch_ops'))} | {_us(w.get('segment_reduce'))} | "
+                         f"{h.get('device_us', 0):.1f} |")
     path = run.get("launch_path") or {}
     lines += ["", f"Eager launch path: {path.get('tier')} (verified: {path.get('verified_tier')}; dropped: "
               f"{', '.join(path.get('dropped') or []) or 'none'}).", ""]
