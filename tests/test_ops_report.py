@@ -30,4 +30,4 @@ def test_missing_sections_render_as_dashes(tmp_path):
     run = {"meta": {"command": "x", "torch": "t", "triton": "t", "gpu": "g"}, "copy": {"gbps": 1000.0},
            "forward": [{"case": "B1-M1-L1-s0", "dtype": "fp32", "floor_us": 2.0, "device": "RuntimeError: no"}]}
     text = _module().render(run, "t")
-    assert "| B1-M1-L1-s0 | fp32 | 2.0 | — | — | — | — | — | — | — | — |" in text
+    assert "| B1-M1-L1-s0 | fp32 | 2.0 | — | — | — | — | — | — | — | — | — | — |" in text
