@@ -106,12 +106,12 @@ check1)  # one GPU: the GPU tests, then the ops benchmark with the bf16 config g
   echo "ops_bench rc=$?" >> "$work/status.txt"
   ;;
 ops1)  # one GPU, ≈ 9 min: after a change to the ops' launch path or kernels
-  timeout 260 python3 -m pytest -v -m gpu tests -p no:cacheprovider --timeout 120 --durations 15 \
+  timeout 290 python3 -m pytest -v -m gpu tests -p no:cacheprovider --timeout 120 --durations 15 \
     > "$work/pytest_gpu.log" 2>&1
   echo "pytest -m gpu rc=$?" >> "$work/status.txt"
   timeout 60 python3 benchmarks/host_probe.py --out "$work" > "$work/host_probe.log" 2>&1
   echo "host_probe rc=$?" >> "$work/status.txt"
-  timeout 170 python3 benchmarks/ops_bench.py --grid-seconds 0 --out "$work/ops_bench.json" > "$work/ops_bench.log" 2>&1
+  timeout 120 python3 benchmarks/ops_bench.py --grid-seconds 0 --out "$work/ops_bench.json" > "$work/ops_bench.log" 2>&1
   echo "ops_bench rc=$?" >> "$work/status.txt"
   timeout $((560 - SECONDS)) "${jp[@]}" repro --impls "sum_padded,segment_reduce,jaggedperf,jaggedperf_njt" \
     --timeout 100 --json "$work/repro.json" > "$work/repro.txt" 2>&1

@@ -3,8 +3,9 @@
 Wall per call by the seed's method (50 warm-up, 200 calls, a sync after each; median µs) of:
 the sync alone, ``torch.empty`` of the output, the cached compiled kernel launched with prebuilt
 arguments (our launch path's floor), our eager calls (hinted, unhinted, NestedTensor, the operator
-through the dispatcher), ``torch.segment_reduce``, and the compiled function the lab times, in two
-modes. Then the top of cProfile for our eager call, the NestedTensor call and the compiled call, and
+through the dispatcher), ``torch.segment_reduce``, the compiled function the lab times, in two
+modes, and torch.compile's own floor (a compiled ``offsets + 1``). Then the top of cProfile for our
+eager call, the NestedTensor call and the compiled call, and
 the code Inductor generated for the compiled one.
 
     PYTHONPATH=src python3 benchmarks/host_probe.py --out DIR
@@ -99,6 +100,9 @@ def probe_case(case: Case, device: torch.device, profile_calls: int):
     }
     for mode, fn in compiled.items():
         callables[f"compiled {mode}"] = lambda fn=fn: fn(values, offsets)
+    # torch.compile's own per-call floor in the same mode: a graph of one tiny Inductor kernel
+    floor_fn = torch.compile(lambda o: o + 1, mode=MODES[0])
+    callables[f"compiled {MODES[0]}: offsets + 1"] = lambda: floor_fn(offsets)
     for name, fn in callables.items():
         got = fn()
         if isinstance(got, torch.Tensor) and name != "torch.empty(B, M)":

@@ -723,11 +723,12 @@ def _fast_ok(values, offsets) -> bool:
 
 
 def _plain_eager(values, offsets) -> bool:
-    # eager, CUDA, plain tensors, no dispatch mode (fake/functional/user modes must see the op or wrap_triton)
+    # eager, CUDA, plain tensors, no dispatch mode (fake/functional/user modes must see the op or wrap_triton).
+    # is_compiling first: Dynamo cannot trace _len_torch_dispatch_stack (a graph break under fullgraph).
     return (
-        type(values) is torch.Tensor
+        not torch.compiler.is_compiling()
+        and type(values) is torch.Tensor
         and type(offsets) is torch.Tensor
         and values.is_cuda
         and not torch._C._len_torch_dispatch_stack()
-        and not torch.compiler.is_compiling()
     )
