@@ -102,13 +102,18 @@ def test_jit_then_verified_fast_launch_tier():
     assert state["launches"]["launch"] == 3 and state["dropped"] == []
 
 
-def test_a_changed_c_launcher_falls_back_to_the_run_tier():
-    compiled = FakeCompiled(double, launch_ok=False)
+def doubled_three_times(compiled):
+    """Three calls of a doubling kernel (each result checked); the launch path's state after them."""
     kernel = FakeKernel(compiled)
     src = torch.arange(4.0)
     for _ in range(3):
         assert torch.equal(call(kernel, src), src * 2)
-    state = _launch.launch_path()
+    return _launch.launch_path()
+
+
+def test_a_changed_c_launcher_falls_back_to_the_run_tier():
+    compiled = FakeCompiled(double, launch_ok=False)
+    state = doubled_three_times(compiled)
     assert state["tier"] == "run" and state["dropped"][0].startswith("launch: TypeError")
     assert compiled.calls[-1] == "run"
 
@@ -124,20 +129,13 @@ def test_the_launch_tier_leaves_scratch_and_hooks_to_the_run_tier(monkeypatch, w
             launch_exit_hook = None
 
         monkeypatch.setattr(_launch, "_hook_holder", lambda: Holder)
-    kernel = FakeKernel(compiled)
-    src = torch.arange(3.0)
-    for _ in range(3):
-        assert torch.equal(call(kernel, src), src * 2)
-    assert compiled.calls == ["run"] * 3 and _launch.launch_path()["tier"] == "launch"
+    state = doubled_three_times(compiled)
+    assert compiled.calls == ["run"] * 3 and state["tier"] == "launch"
 
 
 def test_raising_tier_falls_back_to_the_next_for_good():
     compiled = FakeCompiled(double, run_ok=False)
-    kernel = FakeKernel(compiled)
-    src = torch.arange(5.0)
-    for _ in range(3):
-        assert torch.equal(call(kernel, src), src * 2)
-    state = _launch.launch_path()
+    state = doubled_three_times(compiled)
     assert state["tier"] == "getitem" and [r.split(":")[0] for r in state["dropped"]] == ["launch", "run"]
     assert compiled.calls[-1] == "getitem"
 

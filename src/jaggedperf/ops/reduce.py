@@ -39,9 +39,11 @@ by the length for mean), by the same chunking: each program writes the rows of i
 the segment holding its first row and walking forward.
 
 Eager CUDA calls with no input requiring grad skip the dispatcher and the JIT binder (``_launch``);
-compiled code goes through the ``triton_op``, whose body branches on device: CUDA launches the
-kernels through ``wrap_triton``, anything else runs the pure-torch CPU kernel (traceable, so
-``torch.compile`` works on the CPU too).
+everything else goes through the ``triton_op``, whose body branches on device: CUDA launches the
+kernels through ``wrap_triton`` when traced (torch.compile, fake or functional tensors) and through
+``_launch`` when called eagerly (``torch.ops.jaggedperf.*``, autograd's backward); anything else runs
+the pure-torch CPU kernel (traceable, so ``torch.compile`` works on the CPU too). ``max_seqlen``
+reaches the operators, so compiled code takes the whole-segments kernel as eager code does.
 """
 
 from __future__ import annotations
@@ -327,9 +329,10 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
                 segments: SegmentsConfig | None = None, poison: float | None = None):
     """Allocate the output (and workspace) and describe the launches of a jagged sum/mean.
 
-    With ``max_seqlen`` known (a host int) and short enough (``segments_config``), one program per group
-    of whole segments: one launch, no search (``_segments_kernel``). Otherwise the balanced chunks: chunks
-    stop at their end and a second launch combines the pieces of the segments that cross one.
+    With ``max_seqlen`` known (a host int, or a SymInt under torch.compile: ``_segments_for``) and short
+    enough (``segments_config``), one program per group of whole segments: one launch, no search
+    (``_segments_kernel``). Otherwise the balanced chunks: chunks stop at their end and a second launch
+    combines the pieces of the segments that cross one.
     ``segments`` forces the whole-segments kernel with that config and ``rows_per_chunk`` forces R (tests
     use tiny chunks and groups to exercise every path: each is correct whatever the lengths;
     ``max_seqlen`` only decides the balance); ``poison`` (a value, e.g. NaN) fills output and workspace
@@ -614,8 +617,10 @@ def jagged_sum(values, offsets=None, *, max_seqlen=None, validate=None) -> torch
     The result has values' dtype; sums accumulate in fp32; an empty sequence sums to 0; NaN/Inf
     propagate. ``max_seqlen`` (an upper bound on the lengths; a jagged NestedTensor's cached one is used
     when it has it) is optional: without it the kernels still balance the work whatever the lengths, in
-    two launches; with it, eager CUDA calls whose sequences are short (``_config.segments_config``) take
-    one launch of the whole-segments kernel. An understated max_seqlen costs time, never correctness.
+    two launches; with it, CUDA calls whose sequences are short (``_config.segments_config``) take one
+    launch of the whole-segments kernel, eager or compiled (under torch.compile a max_seqlen past the
+    compiled config's tiles recompiles once, to the two-launch kernels). An understated max_seqlen costs
+    time, never correctness.
     Shape/dtype/device checks always run; the checks that read the offsets (a device sync) run with
     ``validate=True`` or ``JAGGEDPERF_VALIDATE=1`` (never inside ``torch.compile``, where they would
     break the graph). Unchecked invalid offsets give unspecified
