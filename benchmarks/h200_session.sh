@@ -12,13 +12,15 @@
 #   bash benchmarks/h200_session.sh check1   one GPU: pytest -m gpu, then the ops benchmark (bf16 grid)
 #   bash benchmarks/h200_session.sh ops1     one GPU: pytest -m gpu, the host probe, the ops benchmark (no
 #                                            config grid) and the seed table of the fast implementations
+#   bash benchmarks/h200_session.sh compiled1  one GPU: our op eager vs compiled (max-autotune-no-cudagraphs)
+#                                            on every shape of the ops' benchmark bars (≈ 4 min)
 #
 # Jobs on different GPUs run side by side on separate halves of the host's cores; each job's numbers
 # come from its own GPU. The sweeps append to results files in the tree (benchmarks/results/h200/*.jsonl),
 # so a later call resumes them once the returned copies are committed. Everything lands in
 # $OUT/<stage>.tar.gz; the tails are printed last.
 set -u
-stage=${1:?usage: h200_session.sh check|proof|check1|proof1|ops1}
+stage=${1:?usage: h200_session.sh check|proof|check1|proof1|ops1|compiled1}
 OUT=${OUT:-out}
 work="$OUT/$stage"
 mkdir -p "$work"
@@ -116,6 +118,17 @@ ops1)  # one GPU, ≈ 9 min: after a change to the ops' launch path or kernels
   timeout $((560 - SECONDS)) "${jp[@]}" repro --impls "sum_padded,segment_reduce,jaggedperf,jaggedperf_njt" \
     --timeout 100 --json "$work/repro.json" > "$work/repro.txt" 2>&1
   echo "repro rc=$?" >> "$work/status.txt"
+  ;;
+compiled1)  # one GPU: is a compiled function around jagged_mean ever slower than eager, on the bars' shapes?
+  for spec in "512 64 100 0.1 tritonbench" "512 64 500 0.75 tritonbench" "1024 256 1000 0.5 tritonbench" \
+      "4096 512 512 0.2 tritonbench" "256 64 20000 0.5 tritonbench" "4096 128 32768 0.0 heavy" \
+      "8 4096 4000 0.0 fixed" "65536 16 64 0.2 tritonbench"; do
+    read -r B M L S D <<< "$spec"
+    timeout 100 "${jp[@]}" run --B "$B" --M "$M" --seqlen "$L" --sparsity "$S" --distribution "$D" --impls jaggedperf \
+      --modes eager,compile:max-autotune-no-cudagraphs --json "$work/compiled_${B}_${M}_${L}_${D}.json" \
+      > "$work/compiled_${B}_${M}_${L}_${D}.txt" 2>&1
+    echo "$spec rc=$?" >> "$work/status.txt"
+  done
   ;;
 esac
 cp "$RES"/*.jsonl "$work/" 2>/dev/null
