@@ -8,7 +8,7 @@ modes, and torch.compile's own floor (a compiled ``offsets + 1``). Then the top 
 eager call, the NestedTensor call and the compiled call, and
 the code Inductor generated for the compiled one.
 
-    PYTHONPATH=src python3 benchmarks/host_probe.py --out DIR
+    PYTHONPATH=src python3 benchmarks/host_probe.py --out DIR [--case 1024,256,1000,0.5 ...]
 
 Writes DIR/host_probe.json, DIR/host_probe_profiles.txt and DIR/host_probe_inductor_code.py.
 """
@@ -39,12 +39,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--profile-calls", type=int, default=2000)
+    parser.add_argument("--case", action="append", default=None, metavar="B,M,SEQLEN,SPARSITY[,DISTRIBUTION]",
+                        help="a case instead of the seed shapes (repeatable)")
     args = parser.parse_args()
+    cases = [_case(spec) for spec in args.case] if args.case else SEED_CASES
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda")
     report = {"torch": torch.__version__, "triton": _triton_version(), "cases": {}}
     profiles = io.StringIO()
-    for case in SEED_CASES:
+    for case in cases:
         walls, text, code = probe_case(case, device, args.profile_calls)
         report["cases"][case.label] = walls
         profiles.write(f"#### {case.label}\n{text}\n")
@@ -119,6 +122,11 @@ def probe_case(case: Case, device: torch.device, profile_calls: int):
         text.append(f"--- {name}: cProfile over {profile_calls} calls (sync after each), by own time\n")
         text.append(_profile(callables[name], profile_calls))
     return walls, "".join(text), "\n\n".join(codes)
+
+
+def _case(spec: str) -> Case:
+    B, M, seqlen, sparsity, *dist = spec.split(",")
+    return Case(int(B), int(M), int(seqlen), float(sparsity), *dist)
 
 
 def _profile(fn, calls: int) -> str:
