@@ -222,12 +222,11 @@ def main() -> int:
             floor = _floor_us(_nbytes_must(values, offsets), copy_gbps)
             ref = _reference(values, offsets, mean=True)
             variants = {base}
-            for tile in (2048, 4096, 8192, 16384):
-                for tiles in (_config.SEGMENT_TILES, 2 * _config.SEGMENT_TILES):
-                    cfg = _config.segments_config(M, longest[case], B, values.device, tile_elements=tile,
-                                                  max_tiles=tiles)
-                    if cfg is not None:
-                        variants |= {dataclasses.replace(cfg, num_warps=w) for w in (1, 2, 4, 8)}
+            for tile in (2048, 4096, 8192, 16384):  # (8 tiles per segment instead of 4: slower everywhere, run 11)
+                cfg = _config.segments_config(M, longest[case], B, values.device, tile_elements=tile)
+                if cfg is not None:  # and half-width column blocks: twice the programs, each half the tile
+                    widths = {cfg.block_m, max(cfg.block_m // 2, 16)}
+                    variants |= {dataclasses.replace(cfg, block_m=m, num_warps=w) for m in widths for w in (1, 2, 4)}
             for cfg in sorted(variants, key=lambda c: dataclasses.astuple(c)):
                 row = {"case": case.label, "config": cfg.to_dict(), "bucket": cfg == base, "floor_us": floor}
                 try:

@@ -137,24 +137,24 @@ SEGMENT_TILES = 4
 
 
 def segments_config(n_cols: int, max_seqlen: int, n_segments: int, device: torch.device,
-                    tile_elements: int | None = None, max_tiles: int | None = None) -> SegmentsConfig | None:
+                    tile_elements: int | None = None) -> SegmentsConfig | None:
     """The whole-segments config for rows of ``n_cols`` and sequences of at most ``max_seqlen`` rows, or
     None when the chunked kernels should run instead (long sequences, or too few programs). Cached: the
     eager path asks on every call (3.2 µs of Python saved per call, measured on the CPU host).
-    ``tile_elements`` and ``max_tiles`` replace SEGMENT_TILE_ELEMENTS and SEGMENT_TILES (benchmarks)."""
-    return _segments_config(int(n_cols), int(max_seqlen), int(n_segments), sm_count(device), tile_elements, max_tiles)
+    ``tile_elements`` replaces SEGMENT_TILE_ELEMENTS (benchmarks)."""
+    return _segments_config(int(n_cols), int(max_seqlen), int(n_segments), sm_count(device), tile_elements)
 
 
 @functools.lru_cache(maxsize=4096)
 def _segments_config(n_cols: int, max_seqlen: int, n_segments: int, sms: int,
-                     tile_elements: int | None, max_tiles: int | None) -> SegmentsConfig | None:
+                     tile_elements: int | None) -> SegmentsConfig | None:
     budget = tile_elements or SEGMENT_TILE_ELEMENTS
     longest = max(max_seqlen, 1)
     block_m = min(next_pow2(n_cols), 256, budget)
     col_blocks = -(-n_cols // block_m)
     whole = next_pow2(longest)
     block_l = min(whole, max(budget // block_m, 1))
-    if -(-longest // block_l) > (max_tiles or SEGMENT_TILES):
+    if -(-longest // block_l) > SEGMENT_TILES:
         return None
     group = max(budget // (block_l * block_m), 1) if block_l == whole else 1
     while group > 1 and -(-n_segments // group) * col_blocks < 4 * sms:  # keep >= 4 programs per SM
