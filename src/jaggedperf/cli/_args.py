@@ -88,10 +88,23 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
 
 
-def options_from_args(args: argparse.Namespace) -> Options:
+def print_error(err, problem) -> None:
+    """``jaggedperf: error: …`` on the stderr console ``err``: an exception's first argument (a KeyError's
+    without the quotes str() adds), or a text as it is."""
+    text = problem.args[0] if isinstance(problem, BaseException) and problem.args else problem
+    err.print(f"jaggedperf: error: {text}", markup=False, highlight=False)
+
+
+def device_from_args(args: argparse.Namespace) -> torch.device | None:
+    """``--device`` as a torch.device (None: the best present); exits when it asks for CUDA and there is none."""
     device = torch.device(args.device) if args.device else None
     if device is not None and device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("jaggedperf: error: --device cuda, but no CUDA GPU is available")
+    return device
+
+
+def options_from_args(args: argparse.Namespace) -> Options:
+    device = device_from_args(args)
     opts = Options(warmup=args.warmup, iters=args.iters, byte_limit=args.byte_limit,
                    flush_l2=not args.no_flush_l2, device_time=not args.no_device_time,
                    dynamic=True if args.dynamic else None)

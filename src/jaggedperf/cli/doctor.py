@@ -6,7 +6,6 @@ import argparse
 import os
 import time
 
-import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -18,6 +17,8 @@ from jaggedperf.cli._args import (
     byte_size,
     cases_from_args,
     comma_list,
+    device_from_args,
+    print_error,
 )
 from jaggedperf.cli.lab import _footer, console
 from jaggedperf.inputs import Case
@@ -80,9 +81,7 @@ def doctor_cases(args: argparse.Namespace) -> list[Case]:
 
 
 def doctor_options(args: argparse.Namespace) -> Options:
-    device = torch.device(args.device) if args.device else None
-    if device is not None and device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("jaggedperf: error: --device cuda, but no CUDA GPU is available")
+    device = device_from_args(args)
     opts = Options(warmup=args.warmup, iters=args.iters, byte_limit=args.byte_limit, flush_l2=args.flush_l2,
                    profile_calls=args.profile_calls, dynamic=True if args.dynamic else None, trace_dir=args.trace)
     if device is not None:
@@ -96,7 +95,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     try:
         cases = doctor_cases(args)
     except ValueError as exc:
-        err.print(f"jaggedperf: error: {exc}", markup=False, highlight=False)
+        print_error(err, exc)
         return 2
     options = doctor_options(args)
     if options.device.type == "cpu":
@@ -112,7 +111,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         budget = None if args.compile_budget < 0 else args.compile_budget
         run = gather_with_progress(args.op, cases, impls, args.mode, options, not args.no_cudagraphs, budget, err)
     except (KeyError, ValueError) as exc:
-        err.print(f"jaggedperf: error: {exc.args[0] if exc.args else exc}", markup=False, highlight=False)
+        print_error(err, exc)
         return 2
     record = doctor.diagnose_run(run)
     for ev, diagnosis in zip(record.evidence, record.diagnoses):

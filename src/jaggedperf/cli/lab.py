@@ -25,6 +25,7 @@ from jaggedperf.cli._args import (
     cases_from_args,
     comma_list,
     options_from_args,
+    print_error,
 )
 from jaggedperf.impls.registry import get_op, implementation_names
 from jaggedperf.lab import modes as modes_mod
@@ -97,7 +98,7 @@ def execute(args, op, cases, impls, modes, *, compiled_mode) -> int:
                                     settings=sweep.Settings(timeout_s=args.timeout, plugins=tuple(plugins)),
                                     on_note=lambda note: err.print(f"[yellow]{escape(note)}[/yellow]", highlight=False))
     except (PluginError, KeyError, ValueError) as exc:
-        err.print(f"jaggedperf: error: {exc.args[0] if exc.args else exc}", markup=False, highlight=False)
+        print_error(err, exc)
         return 2
     options = options_from_args(args)
     if options.device.type == "cpu":
@@ -106,7 +107,7 @@ def execute(args, op, cases, impls, modes, *, compiled_mode) -> int:
     try:
         record = run_with_progress(cells, options, err, save_to=args.json, run=run)
     except sweep.SweepError as exc:
-        err.print(f"jaggedperf: error: {exc}", markup=False, highlight=False)
+        print_error(err, str(exc))
         return 1
     if compiled_mode:
         out.print(report.seed_table(record.results, compiled_mode))

@@ -17,6 +17,7 @@ from jaggedperf.cli._args import (
     comma_list,
     options_from_args,
     positive_seconds,
+    print_error,
 )
 from jaggedperf.cli.lab import OP, console
 from jaggedperf.impls.registry import implementation_names
@@ -105,7 +106,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         plan = sweep.plan_sweep(args.out, args.op, cases, args.impls or implementation_names(args.op), args.modes,
                                 byte_limit=options.byte_limit, device=slots[0].device)
     except (PluginError, KeyError, ValueError, ResultsFileError) as exc:
-        err.print(f"jaggedperf: error: {exc.args[0] if exc.args else exc}", markup=False, highlight=False)
+        print_error(err, exc)
         return 2
     for warning in plan.warnings:
         err.print(f"jaggedperf: warning: {warning}", markup=False, highlight=False)
@@ -122,11 +123,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         err.print(f"interrupted: the finished cells are in {escape(args.out)}; run the same command to resume")
         return EXIT_INTERRUPTED
     except sweep.SweepError as exc:
-        err.print(f"jaggedperf: error: {exc} (the workers' output is in {log_path}); the finished cells are in "
-                  f"{args.out}: run the same command to resume", markup=False, highlight=False)
+        print_error(err, f"{exc} (the workers' output is in {log_path}); the finished cells are in {args.out}: "
+                         "run the same command to resume")
         return 1
     except (ResultsFileError, OSError) as exc:  # the results file changed under the sweep, or a full disk
-        err.print(f"jaggedperf: error: cannot append to {args.out}: {exc}", markup=False, highlight=False)
+        print_error(err, f"cannot append to {args.out}: {exc}")
         return 2
     _summary(out, plan, outcome, log_path)
     return 0
