@@ -28,10 +28,10 @@ import torch
 
 import jaggedperf
 from jaggedperf.inputs import Case, make_batch
+from jaggedperf.lab.grid import SEED_CASES
 from jaggedperf.lab.timing import wall_stats
 from jaggedperf.ops import _launch, reduce
 
-SEED_CASES = (Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75))
 MODES = ("max-autotune-no-cudagraphs", "default")
 
 

@@ -92,11 +92,11 @@ def main() -> int:
 
     import jaggedperf
     from jaggedperf.inputs import Case, make_batch
+    from jaggedperf.lab.grid import SEED_CASES
     from jaggedperf.ops import _config, _launch
 
     shapes = [
-        Case(512, 64, 100, 0.1),
-        Case(512, 64, 500, 0.75),
+        *SEED_CASES,
         Case(1024, 256, 1000, 0.5),
         Case(4096, 512, 512, 0.2),
         Case(256, 64, 20000, 0.5),
