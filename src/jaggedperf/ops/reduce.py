@@ -57,13 +57,13 @@ import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
 from jaggedperf.ops import _launch
+from jaggedperf.ops._checks import check_layout, check_offsets, validation_requested
+from jaggedperf.ops._config import SEGMENT_TILES, SegmentsConfig, reduce_config, segments_config, sm_count
 
 try:  # the jagged NestedTensor's class (private module: without it, the public is_nested check alone)
     from torch.nested._internal.nested_tensor import NestedTensor as _JAGGED_CLASS
 except ImportError:  # pragma: no cover
     _JAGGED_CLASS = ()
-from jaggedperf.ops._checks import check_layout, check_offsets, validation_requested
-from jaggedperf.ops._config import SEGMENT_TILES, SegmentsConfig, reduce_config, segments_config, sm_count
 
 # ============================================================================================
 # kernels
@@ -362,15 +362,15 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
 
 
 def _segments_for(n_cols, max_seqlen, n_segments, device) -> SegmentsConfig | None:
-    """``segments_config`` for host ints; under torch.compile (SymInts) from their hints, with one guard.
+    """``segments_config`` of the values of max_seqlen and B: host ints, or under torch.compile SymInts'
+    hints, with one guard.
 
     Traced, the config comes from the values the graph is first compiled with, with no guard on B and
     one on max_seqlen: that every sequence still fits the config's tiles (past it, a recompile takes
-    the chunked kernels). A later, smaller B or max_seqlen runs the same config (correct, maybe a
-    larger tile than it needs); nothing about B or N ever recompiles.
+    the chunked kernels; for host ints segments_config has already checked it). A later, smaller B or
+    max_seqlen runs the same config (correct, maybe a larger tile than it needs); nothing about B or N
+    ever recompiles.
     """
-    if type(max_seqlen) is int and type(n_segments) is int:
-        return segments_config(n_cols, max_seqlen, n_segments, device)
     seqlen_hint, segments_hint = _hint(max_seqlen), _hint(n_segments)
     if seqlen_hint is None or segments_hint is None:
         return None
@@ -470,19 +470,20 @@ def _fast_key(values, offsets, n_rows=None) -> tuple:
 
 @triton_op("jaggedperf::jagged_sum", mutates_args=())
 def _jagged_sum_op(values: torch.Tensor, offsets: torch.Tensor, max_seqlen: Optional[int] = None) -> torch.Tensor:
-    if values.device.type != "cuda":  # CPU (also what torch.compile traces on the CPU)
-        return _reduce_cpu(values, offsets, mean=False, empty_zero=False)
-    out, launches = plan_reduce(values, offsets, mean=False, empty_zero=False, max_seqlen=max_seqlen)
-    _run_body(launches, values, offsets)
-    return out
+    return _reduce_op(values, offsets, mean=False, empty_zero=False, max_seqlen=max_seqlen)
 
 
 @triton_op("jaggedperf::jagged_mean", mutates_args=())
 def _jagged_mean_op(values: torch.Tensor, offsets: torch.Tensor, empty_zero: bool,
                     max_seqlen: Optional[int] = None) -> torch.Tensor:
-    if values.device.type != "cuda":
-        return _reduce_cpu(values, offsets, mean=True, empty_zero=empty_zero)
-    out, launches = plan_reduce(values, offsets, mean=True, empty_zero=empty_zero, max_seqlen=max_seqlen)
+    return _reduce_op(values, offsets, mean=True, empty_zero=empty_zero, max_seqlen=max_seqlen)
+
+
+def _reduce_op(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen) -> torch.Tensor:
+    # the body of both reduction operators
+    if values.device.type != "cuda":  # CPU (also what torch.compile traces on the CPU)
+        return _reduce_cpu(values, offsets, mean=mean, empty_zero=empty_zero)
+    out, launches = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen)
     _run_body(launches, values, offsets)
     return out
 
@@ -628,12 +629,8 @@ def jagged_sum(values, offsets=None, *, max_seqlen=None, validate=None) -> torch
     A NestedTensor's ``_values``/``_offsets`` are read directly (the accessors cost ≈45 µs each),
     except when it requires grad or under ``torch.compile``.
     """
-    values, offsets, max_seqlen = _inputs(values, offsets, "jagged_sum", max_seqlen, validate)
-    if _fast_ok(values, offsets):
-        out, launches = plan_reduce(values, offsets, mean=False, empty_zero=False, max_seqlen=max_seqlen)
-        _run_fast(launches, values.device, _fast_key(values, offsets))
-        return out
-    return torch.ops.jaggedperf.jagged_sum(values, offsets, max_seqlen)
+    return _reduce(values, offsets, "jagged_sum", mean=False, empty_zero=False, max_seqlen=max_seqlen,
+                   validate=validate)
 
 
 def jagged_mean(values, offsets=None, *, max_seqlen=None, empty="nan", validate=None) -> torch.Tensor:
@@ -643,13 +640,20 @@ def jagged_mean(values, offsets=None, *, max_seqlen=None, empty="nan", validate=
     """
     if empty not in EMPTY_MODES:
         raise ValueError(f"jagged_mean: empty must be 'nan' or 'zero'; got {empty!r}")
-    values, offsets, max_seqlen = _inputs(values, offsets, "jagged_mean", max_seqlen, validate)
-    empty_zero = empty == "zero"
+    return _reduce(values, offsets, "jagged_mean", mean=True, empty_zero=empty == "zero", max_seqlen=max_seqlen,
+                   validate=validate)
+
+
+def _reduce(values, offsets, name: str, *, mean: bool, empty_zero: bool, max_seqlen, validate) -> torch.Tensor:
+    # the public functions: checks, then eager plain CUDA tensors launch directly, the rest call the operator
+    values, offsets, max_seqlen = _inputs(values, offsets, name, max_seqlen, validate)
     if _fast_ok(values, offsets):
-        out, launches = plan_reduce(values, offsets, mean=True, empty_zero=empty_zero, max_seqlen=max_seqlen)
+        out, launches = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen)
         _run_fast(launches, values.device, _fast_key(values, offsets))
         return out
-    return torch.ops.jaggedperf.jagged_mean(values, offsets, empty_zero, max_seqlen)
+    if mean:
+        return torch.ops.jaggedperf.jagged_mean(values, offsets, empty_zero, max_seqlen)
+    return torch.ops.jaggedperf.jagged_sum(values, offsets, max_seqlen)
 
 
 def _inputs(values, offsets, name: str, max_seqlen, validate):
