@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""Candidate kernel designs for the shapes where jaggedperf's reduction is off the floor (#3's bars 1,
+2 and 5): the seed shapes (latency-bound, one wave) and many tiny rows (65536 × 16 × 64). One run on the
+GPU times each candidate beside the shipped kernels and beside a plain streaming read of the same
+bytes (what any kernel reading them can hope for at this size). Every candidate is first checked
+against float64.
+
+Candidates (all jagged *sums*; the mean is the same traffic):
+- ``shipped``: ``reduce.launch_reduce`` with max_seqlen (the whole-segments kernel) and without (chunks);
+- ``persist``: the whole-segments body in a persistent loop over groups, grid = SMs × k, the loop
+  pipelined by triton (``tl.range(num_stages=S)``) so a group's offsets load overlaps the one before;
+- ``prefetch``: the same loop, with the next group's offsets loaded by hand before this group's rows;
+- ``flat``: for narrow rows, a program's GROUP segments read as one dense run of rows
+  [offsets[g0], offsets[g0+GROUP]) in BLOCK_R-row tiles (no per-segment padding), each row's segment found
+  by comparing with the group's ends, the per-segment sums by a one-hot reduction;
+- ``stream``: a flat read of values into one fp32 partial per program (not a jagged op: the reference);
+- backward: the shipped chunked expand against ``seg_expand`` (whole segments, one store per tile).
+
+Run:  PYTHONPATH=src python3 benchmarks/kernel_probe.py --out $OUT/kernel_probe.json
+      TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/kernel_probe.py --cpu-smoke   (correctness only)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+
+import torch
+import triton
+import triton.language as tl
+
+T0 = time.time()
+
+
+def log(msg):
+    print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
+
+
+# ---- candidate kernels ------------------------------------------------------------------------------
+
+
+@triton.jit
+def _group_sum(values_ptr, offsets_ptr, out_ptr, g, n_rows, n_cols, n_segments, cols, col_mask,
+               GROUP: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
+    # the shipped whole-segments body for group g (sum only)
+    segs = (tl.arange(0, GROUP) + g * GROUP).to(tl.int64)  # (g is a plain int in the interpreter's tl.range)
+    seg_ok = segs < n_segments
+    start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
+    end = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64)
+    _group_rows(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask, BLOCK_L, BLOCK_M)
+
+
+@triton.jit
+def _group_rows(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask,
+                BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
+    length = end - start
+    steps = tl.arange(0, BLOCK_L)
+    acc = tl.zeros([segs.shape[0], BLOCK_L, BLOCK_M], dtype=tl.float32)
+    for r in range(0, tl.minimum(tl.max(length, axis=0), n_rows), BLOCK_L):
+        rows = start[:, None] + r + steps[None, :]
+        row_ok = ((r + steps)[None, :] < length[:, None]) & (rows < n_rows)
+        ptrs = values_ptr + (rows * n_cols)[:, :, None] + cols[None, None, :]
+        acc += tl.load(ptrs, mask=row_ok[:, :, None] & col_mask[None, None, :], other=0.0).to(tl.float32)
+    res = tl.sum(acc, axis=1)
+    tl.store(out_ptr + segs[:, None] * n_cols + cols[None, :], res, mask=seg_ok[:, None] & col_mask[None, :])
+
+
+@triton.jit(do_not_specialize=["n_rows", "n_segments", "n_groups"])
+def _persist_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments, n_groups,
+                    GROUP: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr, STAGES: tl.constexpr):
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < n_cols
+    for g in tl.range(tl.program_id(0), n_groups, tl.num_programs(0), num_stages=STAGES):
+        _group_sum(values_ptr, offsets_ptr, out_ptr, g, n_rows, n_cols, n_segments, cols, col_mask,
+                   GROUP, BLOCK_L, BLOCK_M)
+
+
+@triton.jit(do_not_specialize=["n_rows", "n_segments", "n_groups"])
+def _prefetch_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments, n_groups,
+                     GROUP: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < n_cols
+    step = tl.num_programs(0)
+    g = tl.program_id(0)
+    segs = g.to(tl.int64) * GROUP + tl.arange(0, GROUP)
+    seg_ok = segs < n_segments
+    start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
+    end = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64)
+    while g < n_groups:
+        nsegs = (g + step).to(tl.int64) * GROUP + tl.arange(0, GROUP)  # next group's offsets, issued first
+        nok = nsegs < n_segments
+        nstart = tl.load(offsets_ptr + nsegs, mask=nok, other=0).to(tl.int64)
+        nend = tl.load(offsets_ptr + nsegs + 1, mask=nok, other=0).to(tl.int64)
+        _group_rows(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask, BLOCK_L, BLOCK_M)
+        g += step
+        segs, seg_ok, start, end = nsegs, nok, nstart, nend
+
+
+@triton.jit(do_not_specialize=["n_rows", "n_segments"])
+def _flat_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments,
+                 GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr, DOT: tl.constexpr):
+    g0 = tl.program_id(0).to(tl.int64) * GROUP
+    segs = g0 + tl.arange(0, GROUP)
+    seg_ok = segs < n_segments
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < n_cols
+    first = tl.load(offsets_ptr + g0).to(tl.int64)
+    ends = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64)
+    last = tl.max(ends, axis=0)  # offsets are nondecreasing: the group's last end
+    acc = tl.zeros([GROUP, BLOCK_M], dtype=tl.float32)
+    ends_b = tl.where(seg_ok, ends, last + 1)
+    for r in range(first, tl.minimum(last, n_rows), BLOCK_R):
+        rows = r + tl.arange(0, BLOCK_R)
+        row_ok = rows < tl.minimum(last, n_rows)
+        x = tl.load(values_ptr + rows[:, None] * n_cols + cols[None, :], mask=row_ok[:, None] & col_mask[None, :],
+                    other=0.0).to(tl.float32)
+        seg_of = tl.sum((ends_b[None, :] <= rows[:, None]).to(tl.int32), axis=1)  # (BLOCK_R,) local segment
+        onehot = seg_of[None, :] == tl.arange(0, GROUP)[:, None]  # (GROUP, BLOCK_R)
+        if DOT:
+            acc += tl.dot(onehot.to(tl.float32), x, input_precision="ieee")
+        else:
+            acc += tl.sum(tl.where(onehot[:, :, None], x[None, :, :], 0.0), axis=1)
+    tl.store(out_ptr + segs[:, None] * n_cols + cols[None, :], acc, mask=seg_ok[:, None] & col_mask[None, :])
+
+
+@triton.jit
+def _stream_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+    base = tl.program_id(0).to(tl.int64) * (BLOCK * ITERS)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in tl.static_range(ITERS):
+        offs = base + i * BLOCK + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+    tl.store(out_ptr + tl.program_id(0), tl.sum(acc, axis=0))
+
+
+@triton.jit(do_not_specialize=["n_rows", "n_segments"])
+def _seg_expand_kernel(grad_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments, MEAN: tl.constexpr,
+                       GROUP: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
+    segs = tl.program_id(0).to(tl.int64) * GROUP + tl.arange(0, GROUP)
+    seg_ok = segs < n_segments
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < n_cols
+    start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
+    end = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64)
+    length = end - start
+    g = tl.load(grad_ptr + segs[:, None] * n_cols + cols[None, :], mask=seg_ok[:, None] & col_mask[None, :],
+                other=0.0).to(tl.float32)
+    if MEAN:
+        g = g / tl.maximum(length, 1).to(tl.float32)[:, None]
+    steps = tl.arange(0, BLOCK_L)
+    tile = (tl.zeros([GROUP, BLOCK_L, BLOCK_M], dtype=tl.float32) + g[:, None, :]).to(out_ptr.dtype.element_ty)
+    for r in range(0, tl.minimum(tl.max(length, axis=0), n_rows), BLOCK_L):
+        rows = start[:, None] + r + steps[None, :]
+        row_ok = ((r + steps)[None, :] < length[:, None]) & (rows < n_rows)
+        tl.store(out_ptr + (rows * n_cols)[:, :, None] + cols[None, None, :], tile,
+                 mask=row_ok[:, :, None] & col_mask[None, None, :])
+
+
+# ---- runners -----------------------------------------------------------------------------------------
+
+
+def _sms(device):
+    from jaggedperf.ops._config import sm_count
+
+    return sm_count(device)
+
+
+def persist(values, offsets, cfg, per_sm, stages):
+    B, M = offsets.numel() - 1, values.shape[1]
+    out = torch.empty(B, M, device=values.device)
+    groups = -(-B // cfg.group)
+    grid = (max(1, min(groups, _sms(values.device) * per_sm)), -(-M // cfg.block_m))
+    _persist_kernel[grid](values, offsets, out, values.shape[0], M, B, groups, cfg.group, cfg.block_l, cfg.block_m,
+                          stages, num_warps=cfg.num_warps)
+    return out
+
+
+def prefetch(values, offsets, cfg, per_sm):
+    B, M = offsets.numel() - 1, values.shape[1]
+    out = torch.empty(B, M, device=values.device)
+    groups = -(-B // cfg.group)
+    grid = (max(1, min(groups, _sms(values.device) * per_sm)), -(-M // cfg.block_m))
+    _prefetch_kernel[grid](values, offsets, out, values.shape[0], M, B, groups, cfg.group, cfg.block_l,
+                           cfg.block_m, num_warps=cfg.num_warps)
+    return out
+
+
+def flat(values, offsets, group, block_r, warps, dot):
+    B, M = offsets.numel() - 1, values.shape[1]
+    block_m = max(16, triton.next_power_of_2(M)) if dot else triton.next_power_of_2(M)
+    out = torch.empty(B, M, device=values.device)
+    _flat_kernel[(-(-B // group), -(-M // block_m))](values, offsets, out, values.shape[0], M, B, group, block_r,
+                                                     block_m, dot, num_warps=warps)
+    return out
+
+
+def stream(values, block, iters, warps):
+    n = values.numel()
+    programs = -(-n // (block * iters))
+    out = torch.empty(programs, device=values.device)
+    _stream_kernel[(programs,)](values, out, n, block, iters, num_warps=warps)
+    return out
+
+
+def seg_expand(grad, offsets, n_rows, cfg, mean=True):
+    B, M = grad.shape
+    out = torch.empty(n_rows, M, device=grad.device, dtype=grad.dtype)
+    _seg_expand_kernel[(-(-B // cfg.group), -(-M // cfg.block_m))](grad, offsets, out, n_rows, M, B, mean, cfg.group,
+                                                                   cfg.block_l, cfg.block_m, num_warps=cfg.num_warps)
+    return out
+
+
+# ---- the run -----------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="kernel_probe.json")
+    parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes under TRITON_INTERPRET=1: correctness")
+    args = parser.parse_args()
+    import dataclasses
+
+    from jaggedperf.inputs import Case, make_batch
+    from jaggedperf.lab import timing
+    from jaggedperf.lab.grid import SEED_CASES
+    from jaggedperf.ops import _config, reduce
+
+    device = torch.device("cpu" if args.cpu_smoke else "cuda")
+    cases = [*SEED_CASES, Case(65536, 16, 64, 0.2)]
+    if args.cpu_smoke:
+        cases = [Case(37, 16, 20, 0.2), Case(9, 64, 70, 0.5), Case(40, 5, 9, 0.0, "heavy")]
+    results = {"meta": {"torch": torch.__version__, "triton": triton.__version__, "argv": sys.argv,
+                        "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None},
+               "rows": [], "errors": []}
+    if device.type == "cuda":
+        results["meta"]["copy_gbps"] = timing.copy_bandwidth_gbps(device)
+        log(f"copy bandwidth {results['meta']['copy_gbps']:.0f} GB/s")
+    copy_gbps = results["meta"].get("copy_gbps", 1.0)
+
+    def device_us(fn):
+        if device.type != "cuda":
+            return None
+        return timing.profile_kernels(fn, device, calls=30, flush=True).median_us
+
+    for case in cases:
+        batch = make_batch(case, device)
+        values, offsets, longest = batch.values, batch.offsets, batch.max_seqlen
+        B, M = offsets.numel() - 1, values.shape[1]
+        ref = reduce._reduce_cpu(values.double().cpu(), offsets.cpu(), mean=False, empty_zero=False)
+        must = values.numel() * 4 + offsets.numel() * 8 + B * M * 4
+        floor = must / (copy_gbps * 1e9) * 1e6
+        base = _config.segments_config(M, longest, B, device) or _config.SegmentsConfig(1, 64, min(256, M), 2)
+        base = dataclasses.replace(base, block_m=triton.next_power_of_2(base.block_m))
+        log(f"{case.label}: N={values.shape[0]} max_seqlen={longest} floor {floor:.2f} us, segments {base}")
+        cands = {
+            "shipped segments": lambda: reduce.launch_reduce(values, offsets, max_seqlen=longest),
+            "shipped chunks": lambda: reduce.launch_reduce(values, offsets),
+        }
+        for per_sm in (2, 4, 8):
+            for stages in (1, 3):  # (no cp.async for these loads in the sm_90 PTX: 3 should equal 1)
+                cands[f"persist k{per_sm} s{stages}"] = (lambda k=per_sm, s=stages: persist(values, offsets, base, k, s))
+            cands[f"prefetch k{per_sm}"] = lambda k=per_sm: prefetch(values, offsets, base, k)
+            if base.group > 1:
+                half = dataclasses.replace(base, group=base.group // 2)
+                cands[f"prefetch k{per_sm} g{half.group}"] = lambda k=per_sm, c=half: prefetch(values, offsets, c, k)
+        if M <= 32:
+            for group in (8, 16, 32):
+                for block_r in (32, 64, 128):
+                    for warps in (1, 2, 4):
+                        if group * block_r * max(M, 16) <= 32768:
+                            cands[f"flat g{group} r{block_r} w{warps}"] = (
+                                lambda g=group, r=block_r, w=warps: flat(values, offsets, g, r, w, False))
+                        if group >= 16 and block_r >= 16:
+                            cands[f"flat-dot g{group} r{block_r} w{warps}"] = (
+                                lambda g=group, r=block_r, w=warps: flat(values, offsets, g, r, w, True))
+        for name, fn in cands.items():
+            row = {"case": case.label, "candidate": name, "floor_us": floor}
+            try:
+                out = fn()
+                err = float((out.double().cpu() - ref).norm() / ref.norm().clamp_min(1e-30))
+                row["rel_error"] = err
+                if err <= 1e-5:
+                    row["device_us"] = device_us(fn)
+            except Exception as exc:  # noqa: BLE001
+                row["error"] = f"{type(exc).__name__}: {exc}"
+                results["errors"].append(traceback.format_exc())
+            results["rows"].append(row)
+        for block, iters, warps in [(2048, 1, 4), (4096, 1, 4), (4096, 2, 8), (8192, 1, 8), (8192, 2, 8)]:
+            fn = lambda b=block, i=iters, w=warps: stream(values, b, i, w)  # noqa: E731
+            out = fn()
+            err = abs(float(out.double().sum()) - float(values.double().sum())) / max(1.0, float(values.abs().sum()))
+            results["rows"].append({"case": case.label, "candidate": f"stream b{block} i{iters} w{warps}",
+                                    "floor_us": floor, "rel_error": err, "device_us": device_us(fn)})
+        # backward: grad (B, M) to (N, M), mean
+        grad = torch.randn(B, M, device=device)
+        n_rows = values.shape[0]
+        lengths = offsets.diff()
+        gref = (grad.double() / lengths.clamp_min(1).unsqueeze(1).double()).repeat_interleave(
+            lengths, dim=0, output_size=n_rows).cpu()
+        bmust = B * M * 4 + offsets.numel() * 8 + n_rows * M * 4
+        bfloor = bmust / (copy_gbps * 1e9) * 1e6
+        bw = {"shipped expand": lambda: reduce.launch_expand(grad, offsets, n_rows, mean=True)}
+        for tile in (2048, 4096, 8192):
+            cfg = _config.segments_config(M, longest, B, device, tile_elements=tile)
+            if cfg is not None:
+                for warps in (1, 2, 4):
+                    c = dataclasses.replace(cfg, num_warps=warps)
+                    bw[f"seg_expand {c.group}x{c.block_l}x{c.block_m} w{warps}"] = (
+                        lambda c=c: seg_expand(grad, offsets, n_rows, c))
+        for name, fn in bw.items():
+            row = {"case": case.label, "candidate": "backward " + name, "floor_us": bfloor}
+            try:
+                out = fn()
+                row["rel_error"] = float((out.double().cpu() - gref).norm() / gref.norm())
+                if row["rel_error"] <= 1e-6:
+                    row["device_us"] = device_us(fn)
+            except Exception as exc:  # noqa: BLE001
+                row["error"] = f"{type(exc).__name__}: {exc}"
+                results["errors"].append(traceback.format_exc())
+            results["rows"].append(row)
+        del batch, values, offsets, grad
+        rows = [r for r in results["rows"] if r["case"] == case.label]
+        for r in rows:
+            us = r.get("device_us")
+            log(f"  {r['candidate']:<34} err {r.get('rel_error', float('nan')):.1e} "
+                + (f"{us:7.2f} us  {us / r['floor_us']:.2f}x" if us else r.get("error", "")[:120]))
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    log(f"wrote {args.out}")
+    bad = [r for r in results["rows"] if "error" in r or r.get("rel_error", 0) > 1e-5]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
