@@ -99,6 +99,49 @@ def _prefetch_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segment
         segs, seg_ok, start, end = nsegs, nok, nstart, nend
 
 
+@triton.jit
+def _group_tile(values_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOCK_L: tl.constexpr):
+    # rows [r, r + BLOCK_L) of each segment of a group: (GROUP, BLOCK_L, BLOCK_M) in fp32
+    steps = tl.arange(0, BLOCK_L)
+    rows = start[:, None] + r + steps[None, :]
+    row_ok = ((r + steps)[None, :] < length[:, None]) & (rows < n_rows)
+    ptrs = values_ptr + (rows * n_cols)[:, :, None] + cols[None, None, :]
+    return tl.load(ptrs, mask=row_ok[:, :, None] & col_mask[None, None, :], other=0.0).to(tl.float32)
+
+
+@triton.jit(do_not_specialize=["n_rows", "n_segments", "n_groups"])
+def _prefetch2_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments, n_groups,
+                      GROUP: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
+    # persistent: the next group's offsets two steps ahead, its first row tile one step ahead of the reduction
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < n_cols
+    step = tl.num_programs(0)
+    g = tl.program_id(0)
+    segs = g.to(tl.int64) * GROUP + tl.arange(0, GROUP)
+    seg_ok = segs < n_segments
+    start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
+    length = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64) - start
+    tile = _group_tile(values_ptr, start, length, 0, n_rows, n_cols, cols, col_mask, BLOCK_L)
+    nsegs = segs + step * GROUP
+    nok = nsegs < n_segments
+    nstart = tl.load(offsets_ptr + nsegs, mask=nok, other=0).to(tl.int64)
+    nlength = tl.load(offsets_ptr + nsegs + 1, mask=nok, other=0).to(tl.int64) - nstart
+    while g < n_groups:
+        ntile = _group_tile(values_ptr, nstart, nlength, 0, n_rows, n_cols, cols, col_mask, BLOCK_L)
+        nnsegs = nsegs + step * GROUP
+        nnok = nnsegs < n_segments
+        nnstart = tl.load(offsets_ptr + nnsegs, mask=nnok, other=0).to(tl.int64)
+        nnlength = tl.load(offsets_ptr + nnsegs + 1, mask=nnok, other=0).to(tl.int64) - nnstart
+        acc = tile
+        for r in range(BLOCK_L, tl.minimum(tl.max(length, axis=0), n_rows), BLOCK_L):  # segments past one tile
+            acc += _group_tile(values_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOCK_L)
+        tl.store(out_ptr + segs[:, None] * n_cols + cols[None, :], tl.sum(acc, axis=1),
+                 mask=seg_ok[:, None] & col_mask[None, :])
+        g += step
+        segs, seg_ok, start, length, tile = nsegs, nok, nstart, nlength, ntile
+        nsegs, nok, nstart, nlength = nnsegs, nnok, nnstart, nnlength
+
+
 @triton.jit(do_not_specialize=["n_rows", "n_segments"])
 def _flat_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments,
                  GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr, DOT: tl.constexpr):
@@ -188,6 +231,16 @@ def prefetch(values, offsets, cfg, per_sm):
     return out
 
 
+def prefetch2(values, offsets, cfg, per_sm):
+    B, M = offsets.numel() - 1, values.shape[1]
+    out = torch.empty(B, M, device=values.device)
+    groups = -(-B // cfg.group)
+    grid = (max(1, min(groups, _sms(values.device) * per_sm)), -(-M // cfg.block_m))
+    _prefetch2_kernel[grid](values, offsets, out, values.shape[0], M, B, groups, cfg.group, cfg.block_l,
+                            cfg.block_m, num_warps=cfg.num_warps)
+    return out
+
+
 def flat(values, offsets, group, block_r, warps, dot):
     B, M = offsets.numel() - 1, values.shape[1]
     block_m = max(16, triton.next_power_of_2(M)) if dot else triton.next_power_of_2(M)
@@ -213,12 +266,35 @@ def seg_expand(grad, offsets, n_rows, cfg, mean=True):
     return out
 
 
+def _round1(cands, values, offsets, base, M):
+    import dataclasses
+
+    for per_sm in (2, 4, 8):
+        for stages in (1, 3):  # (no cp.async for these loads in the sm_90 PTX: 3 should equal 1)
+            cands[f"persist k{per_sm} s{stages}"] = (lambda k=per_sm, s=stages: persist(values, offsets, base, k, s))
+        cands[f"prefetch k{per_sm}"] = lambda k=per_sm: prefetch(values, offsets, base, k)
+        if base.group > 1:
+            half = dataclasses.replace(base, group=base.group // 2)
+            cands[f"prefetch k{per_sm} g{half.group}"] = lambda k=per_sm, c=half: prefetch(values, offsets, c, k)
+    if M <= 32:
+        for group in (8, 16, 32):
+            for block_r in (32, 64, 128):
+                for warps in (1, 2, 4):
+                    if group * block_r * max(M, 16) <= 32768:
+                        cands[f"flat g{group} r{block_r} w{warps}"] = (
+                            lambda g=group, r=block_r, w=warps: flat(values, offsets, g, r, w, False))
+                    if group >= 16 and block_r >= 16:
+                        cands[f"flat-dot g{group} r{block_r} w{warps}"] = (
+                            lambda g=group, r=block_r, w=warps: flat(values, offsets, g, r, w, True))
+
+
 # ---- the run -----------------------------------------------------------------------------------------
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="kernel_probe.json")
+    parser.add_argument("--round", type=int, choices=(1, 2), default=2, help="which candidate set (see main)")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes under TRITON_INTERPRET=1: correctness")
     args = parser.parse_args()
     import dataclasses
@@ -259,23 +335,16 @@ def main() -> int:
             "shipped segments": lambda: reduce.launch_reduce(values, offsets, max_seqlen=longest),
             "shipped chunks": lambda: reduce.launch_reduce(values, offsets),
         }
-        for per_sm in (2, 4, 8):
-            for stages in (1, 3):  # (no cp.async for these loads in the sm_90 PTX: 3 should equal 1)
-                cands[f"persist k{per_sm} s{stages}"] = (lambda k=per_sm, s=stages: persist(values, offsets, base, k, s))
-            cands[f"prefetch k{per_sm}"] = lambda k=per_sm: prefetch(values, offsets, base, k)
-            if base.group > 1:
-                half = dataclasses.replace(base, group=base.group // 2)
-                cands[f"prefetch k{per_sm} g{half.group}"] = lambda k=per_sm, c=half: prefetch(values, offsets, c, k)
-        if M <= 32:
-            for group in (8, 16, 32):
-                for block_r in (32, 64, 128):
+        if args.round == 1:  # run 17: persistent loops, prefetched offsets, flat row tiles
+            _round1(cands, values, offsets, base, M)
+        else:  # run 18: offsets two groups ahead and the first row tile one group ahead; programs per SM, warps
+            for per_sm in (4, 8, 16, 32):
+                for cfg in {base, dataclasses.replace(base, group=max(base.group // 2, 1))}:
                     for warps in (1, 2, 4):
-                        if group * block_r * max(M, 16) <= 32768:
-                            cands[f"flat g{group} r{block_r} w{warps}"] = (
-                                lambda g=group, r=block_r, w=warps: flat(values, offsets, g, r, w, False))
-                        if group >= 16 and block_r >= 16:
-                            cands[f"flat-dot g{group} r{block_r} w{warps}"] = (
-                                lambda g=group, r=block_r, w=warps: flat(values, offsets, g, r, w, True))
+                        c = dataclasses.replace(cfg, num_warps=warps)
+                        label = f"k{per_sm} g{c.group} w{warps}"
+                        cands[f"prefetch {label}"] = lambda k=per_sm, c=c: prefetch(values, offsets, c, k)
+                        cands[f"prefetch2 {label}"] = lambda k=per_sm, c=c: prefetch2(values, offsets, c, k)
         for name, fn in cands.items():
             row = {"case": case.label, "candidate": name, "floor_us": floor}
             try:
