@@ -103,6 +103,7 @@ def main() -> int:
         Case(4096, 128, 32768, 0.0, "heavy"),
         Case(8, 4096, 4000, 0.0, "fixed"),
         Case(65536, 16, 64, 0.2),
+        Case(32768, 64, 32, 0.2),  # not a bar: many short rows 64 wide, the looping kernel's other regime
     ]
     if args.quick:
         shapes = shapes[:2] + shapes[5:6]
@@ -199,11 +200,21 @@ def main() -> int:
             row = {"case": case.label, "dtype": "fp32", "must_move_bytes": must,
                    "floor_us": _floor_us(must, copy_gbps),
                    "rel_error": _rel_error(out, ref)}
+            hint = longest[case]
+            hinted = torch.ops.jaggedperf.jagged_expand(grad, offsets, n_rows, True, hint)
+            row["rel_error_hinted"] = _rel_error(hinted, ref)
             del ref
-            row["device"] = _graph_time(lambda: torch.ops.jaggedperf.jagged_expand(grad, offsets, n_rows, True))
+            expand = lambda: torch.ops.jaggedperf.jagged_expand(grad, offsets, n_rows, True)  # noqa: E731
+            expand_hinted = lambda: torch.ops.jaggedperf.jagged_expand(grad, offsets, n_rows, True, hint)  # noqa: E731
+            row["device"] = _graph_time(expand)
             row["ratio_to_floor"] = row["device"]["median_us"] / row["floor_us"]
+            row["kernels"] = _kernel_time(expand)
+            # with max_seqlen (what autograd passes when the forward had it): whole segments where they fit
+            row["device_hinted"] = _graph_time(expand_hinted)
+            row["kernels_hinted"] = _kernel_time(expand_hinted)
             RESULTS["backward"].append(row)
-            log(f"  backward {case.label}: {row['device']['median_us']:.1f} us, floor {row['floor_us']:.1f} us")
+            log(f"  backward {case.label}: {row['device']['median_us']:.1f} us, with max_seqlen "
+                f"{row['device_hinted']['median_us']:.1f} us, floor {row['floor_us']:.1f} us")
 
     # ---- 2b. whole-segments kernel: configs around segments_config, where max_seqlen selects it --------
     @section("segments grid")
@@ -221,12 +232,11 @@ def main() -> int:
                 continue
             floor = _floor_us(_nbytes_must(values, offsets), copy_gbps)
             ref = _reference(values, offsets, mean=True)
-            variants = {base}
-            for tile in (2048, 4096, 8192, 16384):  # (8 tiles per segment instead of 4: slower everywhere, run 11)
-                cfg = _config.segments_config(M, longest[case], B, values.device, tile_elements=tile)
-                if cfg is not None:  # and half-width column blocks: twice the programs, each half the tile
-                    widths = {cfg.block_m, max(cfg.block_m // 2, 16)}
-                    variants |= {dataclasses.replace(cfg, block_m=m, num_warps=w) for m in widths for w in (1, 2, 4)}
+            # the default's tile with 1/2/4 warps, one program per group and looping programs (2, 8, 16 per SM)
+            # (run 11: 8 tiles per segment slower everywhere; run 16: half-width column blocks no better)
+            sms = _config.sm_count(values.device)
+            variants = {dataclasses.replace(base, num_warps=w, programs=p) for w in (1, 2, 4)
+                        for p in (0, 2 * sms, 8 * sms, 16 * sms) if p == 0 or p < -(-B // base.group)}
             for cfg in sorted(variants, key=lambda c: dataclasses.astuple(c)):
                 row = {"case": case.label, "config": cfg.to_dict(), "bucket": cfg == base, "floor_us": floor}
                 try:

@@ -46,25 +46,33 @@ def render(run: dict, title: str) -> str:
                if any("kernels" in r for r in run.get("forward", [])) else []),
              "",
              "| case | dtype | floor | no max_seqlen | × floor | kernels | max_seqlen given | × floor | kernels | "
-             "dense sum | segment_reduce | backward | × floor |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    backward = {r["case"]: r for r in run.get("backward", [])}
+             "dense sum | segment_reduce |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in run.get("forward", []):
-        b = backward.get(r["case"]) if r["dtype"] == "fp32" else None
         lines.append(
             f"| {r['case']} | {r['dtype']} | {r['floor_us']:.1f} | {_spread(r.get('device'))} | "
             f"{_ratio(r.get('device'), r['floor_us'])} | {_us(r.get('kernels'))} | {_us(r.get('device_hinted'))} | "
             f"{_ratio(r.get('device_hinted'), r['floor_us'])} | {_us(r.get('kernels_hinted'))} | "
-            f"{_us(r.get('dense_sum_device'))} | "
-            f"{_us(r.get('segment_reduce_device'))} | {_us(b and b.get('device'))} | "
-            f"{_ratio(b and b.get('device'), b and b['floor_us'])} |")
+            f"{_us(r.get('dense_sum_device'))} | {_us(r.get('segment_reduce_device'))} |")
+    if run.get("backward"):
+        lines += ["", "Backward (`jagged_expand`, mean, fp32): floor = grad read + offsets + grad_values written. Graph "
+                  "replay and kernel sums as above; `max_seqlen`: what autograd passes when the forward had it.", "",
+                  "| case | floor | graph | × floor | kernels | × floor | max_seqlen: graph | kernels | × floor |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for b in run["backward"]:
+            f = b["floor_us"]
+            lines.append(f"| {b['case']} | {f:.1f} | {_us(b.get('device'))} | {_ratio(b.get('device'), f)} | "
+                         f"{_us(b.get('kernels'))} | {_ratio(b.get('kernels'), f)} | {_us(b.get('device_hinted'))} | "
+                         f"{_us(b.get('kernels_hinted'))} | {_ratio(b.get('kernels_hinted'), f)} |")
     seg = [r for r in run.get("segments_grid", []) if isinstance(r.get("device"), dict)]
     if seg:
         lines += ["", "Whole-segments kernel, configs tried (fp32):", "",
-                  "| case | group | block_l | block_m | warps | µs | × floor | default |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+                  "| case | group | block_l | block_m | warps | looping programs | µs | × floor | default |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in seg:
             c = r["config"]
             lines.append(f"| {r['case']} | {c['group']} | {c['block_l']} | {c['block_m']} | {c['num_warps']} | "
+                         f"{c.get('programs') or '—'} | "
                          f"{r['device']['median_us']:.1f} | {r['ratio_to_floor']:.2f} | {'yes' if r.get('bucket') else ''} |")
     if run.get("grid_best"):
         lines += ["", f"Config grid ({run.get('grid_dtype', 'fp32')}; one field at a time around the bucket):", "",

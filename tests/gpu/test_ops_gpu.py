@@ -81,8 +81,10 @@ def test_known_max_seqlen_whole_segments_kernel(case, dtype):
     values, offsets = batch(case, dtype, torch.int32 if dtype == torch.bfloat16 else torch.int64)
     longest = int(offsets.diff().max())
     plan = jaggedperf.ops.reduce.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=longest)
-    if case.distribution != "heavy":
-        assert [launch.kernel for launch in plan[1]] == [jaggedperf.ops.reduce._segments_kernel]
+    if case.distribution != "heavy":  # many small groups (65536 × 16): the looping form
+        reduce = jaggedperf.ops.reduce
+        expected = reduce._segments_loop_kernel if case.B == 65536 else reduce._segments_kernel
+        assert [launch.kernel for launch in plan[1]] == [expected]
     for hint in (longest, max(longest // 3, 1)):
         check(jaggedperf.jagged_sum(values, offsets, max_seqlen=hint), values, offsets, mean=False, what="sum")
         first = jaggedperf.jagged_mean(values, offsets, max_seqlen=hint)
@@ -241,13 +243,23 @@ def test_compile_default_mode_matches_eager():
     assert torch.equal(f(values, offsets).view(torch.int16), jaggedperf.jagged_sum(values, offsets).view(torch.int16))
 
 
+@pytest.mark.parametrize("hinted", [False, True], ids=["chunks", "max_seqlen"])
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
-@pytest.mark.parametrize("case", [SHAPES[0], SHAPES[3], SHAPES[6]], ids=lambda c: c.label)
-def test_backward(case, dtype):
+@pytest.mark.parametrize("case", [SHAPES[0], SHAPES[3], SHAPES[5], SHAPES[6]], ids=lambda c: c.label)
+def test_backward(case, dtype, hinted):
+    # with max_seqlen the backward takes the whole-segments expand where the forward takes whole segments
     values, offsets = batch(case, dtype)
+    hint = int(offsets.diff().max()) if hinted else None
+    grad_plan = jaggedperf.ops.reduce.plan_expand(values[: offsets.numel() - 1], offsets, values.shape[0], mean=True,
+                                                  max_seqlen=hint)[1]
+    whole = hinted and case.distribution != "heavy"
+    assert (grad_plan[0].kernel is jaggedperf.ops.reduce._segments_expand_kernel) == whole
     for mean in (False, True):
         v = values.clone().requires_grad_(True)
-        out = jaggedperf.jagged_mean(v, offsets, empty="zero") if mean else jaggedperf.jagged_sum(v, offsets)
+        if mean:
+            out = jaggedperf.jagged_mean(v, offsets, empty="zero", max_seqlen=hint)
+        else:
+            out = jaggedperf.jagged_sum(v, offsets, max_seqlen=hint)
         grad = torch.randn_like(out)
         out.backward(grad)
         lengths = offsets.diff()
@@ -259,10 +271,12 @@ def test_backward(case, dtype):
         assert_matches(v.grad, ref.cpu(), dtype, what=f"grad mean={mean}")
 
 
-def test_compiled_backward():
+@pytest.mark.parametrize("hinted", [False, True], ids=["chunks", "max_seqlen"])
+def test_compiled_backward(hinted):
     values, offsets = batch(SHAPES[0], torch.float32)
+    hint = int(offsets.diff().max()) if hinted else None
     v = values.clone().requires_grad_(True)
-    f = torch.compile(lambda v, o: jaggedperf.jagged_mean(v, o).square().sum(), fullgraph=True)
+    f = torch.compile(lambda v, o: jaggedperf.jagged_mean(v, o, max_seqlen=hint).square().sum(), fullgraph=True)
     f(v, offsets).backward()
     e = values.clone().requires_grad_(True)
     jaggedperf.jagged_mean(e, offsets).square().sum().backward()

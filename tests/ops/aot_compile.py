@@ -63,6 +63,23 @@ def main() -> int:
             vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
             print(f"segments {vdt} {odt} M={M} max_seqlen={max_seqlen} {seg}: 128-bit loads {vector}, "
                   f"local memory {'.local' in k.asm['ptx']}")
+            k = compile_one(reduce._segments_loop_kernel, sig, {"MEAN": True, "EMPTY_ZERO": False, "GROUP": seg.group,
+                                                                "BLOCK_L": seg.block_l, "BLOCK_M": seg.block_m},
+                            (0, 1, 2, 4), seg.num_warps)
+            vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
+            print(f"segments_loop {vdt} {odt} M={M} max_seqlen={max_seqlen}: 128-bit loads {vector}")
+            if not vector:
+                return 2
+            esig = {"grad_ptr": f"*{vdt}", "offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "n_rows": "i64",
+                    "n_cols": "i32", "n_segments": "i32", "MEAN": "constexpr", "GROUP": "constexpr",
+                    "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
+            k = compile_one(reduce._segments_expand_kernel, esig, {"MEAN": True, "GROUP": seg.group,
+                                                                   "BLOCK_L": seg.block_l, "BLOCK_M": seg.block_m},
+                            (0, 1, 2, 4), seg.num_warps)
+            vector = "st.global.v4" in k.asm["ptx"]
+            print(f"segments_expand {vdt} {odt} M={M} max_seqlen={max_seqlen} (i64 rows): 128-bit stores {vector}")
+            if not vector:
+                return 2
     # Inductor may pass an int argument equal to 1 as a constant: the kernels must compile that way too.
     sig = {"values_ptr": "*fp32", "offsets_ptr": "*i64", "out_ptr": "*fp32", "ws_ptr": "*fp32", "n_rows": "i32",
            "n_cols": "i32", "n_segments": "constexpr", "rows_per_chunk": "i32", "n_chunks": "constexpr",

@@ -60,6 +60,9 @@ def test_segments_config_fits_its_tile_budget_or_declines(M, max_seqlen, B):
     assert cfg.group == 1 or cfg.block_l >= max_seqlen  # several segments per program only when each is one tile
     col_blocks = -(-M // cfg.block_m)
     assert -(-B // cfg.group) * col_blocks >= _config.sm_count(CPU)  # the grid fills the SMs
+    if cfg.programs:  # the looping form: only for many small groups, every program with several of them
+        assert cfg.group >= _config.LOOP_MIN_GROUP
+        assert -(-B // cfg.group) >= _config.LOOP_GROUPS_PER_PROGRAM * cfg.programs
 
 
 def test_segments_config_declines_long_sequences_and_small_batches():
@@ -69,6 +72,9 @@ def test_segments_config_declines_long_sequences_and_small_batches():
     assert (seed.group, seed.block_l, seed.block_m) == (1, 128, 64)  # one (128, 64) load per sequence
     tiny = _config.segments_config(16, 64, 65536, CPU)
     assert tiny.group * tiny.block_l * tiny.block_m == _config.SEGMENT_TILE_ELEMENTS and tiny.group > 1
+    # one program per group at the seed shape; at 65536 tiny rows a fixed grid of looping programs
+    assert seed.programs == 0
+    assert tiny.programs == _config.sm_count(CPU) * _config.LOOP_PROGRAMS_PER_SM
 
 
 def _symbolic(shape_env, value, name):

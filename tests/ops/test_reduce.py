@@ -79,14 +79,17 @@ def test_triton_kernels_match_reference(chunk, lengths, M, dtype, offsets_dtype,
         assert_matches(out, ref, dtype, scale=scale, what=f"{'mean' if mean else 'sum'} chunk={chunk}")
 
 
-SEGMENT_CONFIGS = [SegmentsConfig(1, 4, 4, 1), SegmentsConfig(4, 8, 32, 2), SegmentsConfig(2, 64, 128, 4)]
+SEGMENT_CONFIGS = [SegmentsConfig(1, 4, 4, 1), SegmentsConfig(4, 8, 32, 2), SegmentsConfig(2, 64, 128, 4),
+                   SegmentsConfig(2, 4, 4, 1, programs=3), SegmentsConfig(4, 8, 32, 2, programs=1)]
+SEGMENT_IDS = ["g1-l4-m4", "g4-l8-m32", "g2-l64-m128", "loop3-g2-l4-m4", "loop1-g4-l8-m32"]
 
 
 @needs_interpreter
 @pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,note", CASES, ids=IDS)
-@pytest.mark.parametrize("cfg", SEGMENT_CONFIGS, ids=["g1-l4-m4", "g4-l8-m32", "g2-l64-m128"])
+@pytest.mark.parametrize("cfg", SEGMENT_CONFIGS, ids=SEGMENT_IDS)
 def test_whole_segments_kernel_matches_reference(cfg, lengths, M, dtype, offsets_dtype, empty, note):
-    # groups that straddle B, tiles shorter than a segment (the loop), column blocks narrower than M
+    # groups that straddle B, tiles shorter than a segment (the loop), column blocks narrower than M; the
+    # looping kernel with fewer programs than groups (each program takes every 3rd group, or all of them)
     values, offsets = make(lengths, M, dtype, offsets_dtype)
     for mean in (False, True):
         empty_zero = empty == "zero"
@@ -101,8 +104,11 @@ def test_whole_segments_kernel_stays_in_bounds_on_invalid_offsets():
     # offsets that point far outside values (negative, past N, decreasing): unspecified values, no fault
     values = torch.randn(6, 3)
     offsets = torch.tensor([0, -10**12, 10**12, 3, 2**40], dtype=torch.int64)
-    out = reduce.launch_reduce(values, offsets, mean=True, segments=SEGMENT_CONFIGS[1])
-    assert out.shape == (4, 3)
+    for cfg in SEGMENT_CONFIGS[1], SEGMENT_CONFIGS[3]:
+        out = reduce.launch_reduce(values, offsets, mean=True, segments=cfg)
+        assert out.shape == (4, 3)
+        grad_values = reduce.launch_expand(out.nan_to_num(), offsets, 6, mean=True, segments=cfg)
+        assert grad_values.shape == (6, 3)
 
 
 @needs_interpreter
@@ -125,14 +131,35 @@ def test_known_max_seqlen_picks_the_whole_segments_kernel_and_stays_correct():
 
 
 @needs_interpreter
-@pytest.mark.parametrize("chunk", [None, 3], ids=["chunk-auto", "chunk3"])
+def test_many_small_groups_take_the_looping_kernel_and_stay_correct():
+    # 16 columns, sequences of <= 64 rows: 8 segments a group; 1100 segments = 138 groups >= 4 per program for
+    # the 32 programs of the 4 interpreter SMs (a max_seqlen that overstates the lengths is only a bound)
+    gen = torch.Generator().manual_seed(21)
+    lengths = torch.randint(0, 4, (1100,), generator=gen).tolist()
+    values, offsets = make(lengths, 16, FP32, torch.int32, seed=21)
+    out, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=True, max_seqlen=64)
+    assert [launch.kernel for launch in launches] == [reduce._segments_loop_kernel]
+    assert launches[0].grid == (32, 1, 1)
+    out = reduce.launch_reduce(values, offsets, mean=True, empty_zero=True, max_seqlen=64, poison=float("nan"))
+    ref, scale = expected(values, offsets, True, True)
+    assert_matches(out, ref, FP32, scale=scale)
+    # a third of the segments: one program a group again
+    _, launches = reduce.plan_reduce(values[: int(offsets[367])], offsets[:368], mean=True, empty_zero=True,
+                                     max_seqlen=64)
+    assert [launch.kernel for launch in launches] == [reduce._segments_kernel]
+
+
+@needs_interpreter
+@pytest.mark.parametrize("chunk,segments", [(None, None), (3, None), (None, SEGMENT_CONFIGS[0]),
+                                            (None, SEGMENT_CONFIGS[1])], ids=["chunk-auto", "chunk3", *SEGMENT_IDS[:2]])
 @pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,note", CASES[::2], ids=IDS[::2])
-def test_triton_backward_kernel_matches_reference(chunk, lengths, M, dtype, offsets_dtype, empty, note):
+def test_triton_backward_kernel_matches_reference(chunk, segments, lengths, M, dtype, offsets_dtype, empty, note):
     _, offsets = make(lengths, M, dtype, offsets_dtype)
     n_rows = int(offsets[-1])
     grad = torch.randn(len(lengths), M).to(dtype)
     for mean in (False, True):
-        out = reduce.launch_expand(grad, offsets, n_rows, mean=mean, rows_per_chunk=chunk, poison=float("nan"))
+        out = reduce.launch_expand(grad, offsets, n_rows, mean=mean, rows_per_chunk=chunk, segments=segments,
+                                   poison=float("nan"))
         ref = reference_expand(grad, offsets, n_rows, mean=mean)
         assert_matches(out, ref, dtype, what=f"expand mean={mean}")
 

@@ -27,6 +27,9 @@ def test_opcheck_every_operator(dtype):
         (OPS.jagged_mean, (values, offsets, True)),
         (OPS.jagged_expand, (grad, offsets, values.shape[0], False)),
         (OPS.jagged_expand, (grad, offsets, values.shape[0], True)),
+        (OPS.jagged_sum, (values, offsets, 4)),
+        (OPS.jagged_mean, (values, offsets, True, 4)),
+        (OPS.jagged_expand, (grad, offsets, values.shape[0], True, 4)),
     ]:
         torch.library.opcheck(op, args)
     no_empty = lengths_to_offsets([3, 2, 4])

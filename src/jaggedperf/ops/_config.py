@@ -122,6 +122,7 @@ class SegmentsConfig:
     block_l: int  # rows per segment per tile (power of two)
     block_m: int  # columns per program (power of two); grid axis 1 = cdiv(M, block_m)
     num_warps: int
+    programs: int = 0  # > 0: that many programs on grid axis 0, each looping over groups (many small groups)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -134,6 +135,14 @@ class SegmentsConfig:
 # (balanced whatever the lengths) run.
 SEGMENT_TILE_ELEMENTS = 8192
 SEGMENT_TILES = 4
+# Many small groups (several segments per tile, at least LOOP_GROUPS_PER_PROGRAM groups for each of
+# LOOP_PROGRAMS_PER_SM programs per SM): a fixed grid of programs that loop over groups, each loading its
+# next group's offsets ahead (run 17 at 65536×16×≤64: 62.7 µs against 70.8 with one program per group; 2-16
+# programs per SM within 3 %). One program per group stays elsewhere: at the seed shapes (one segment per
+# group) the looping form was slower, 8.8 against 6.1 µs.
+LOOP_PROGRAMS_PER_SM = 8
+LOOP_GROUPS_PER_PROGRAM = 4
+LOOP_MIN_GROUP = 4
 
 
 def segments_config(n_cols: int, max_seqlen: int, n_segments: int, device: torch.device,
@@ -164,7 +173,11 @@ def _segments_config(n_cols: int, max_seqlen: int, n_segments: int, sms: int,
     # 2 warps per 8192-element tile (128 fp32 per thread): the best of 2/4/8/16 on the H200 at both seed
     # shapes and at 65536×16×64 (run 5: 9.8 vs 14.3 µs with 8 warps at the first seed shape)
     num_warps = max(1, min(8, group * block_l * block_m // 4096))
-    return SegmentsConfig(group=group, block_l=block_l, block_m=block_m, num_warps=num_warps)
+    programs = 0
+    loop_programs = max(sms * LOOP_PROGRAMS_PER_SM // col_blocks, 1)
+    if group >= LOOP_MIN_GROUP and -(-n_segments // group) >= LOOP_GROUPS_PER_PROGRAM * loop_programs:
+        programs = loop_programs
+    return SegmentsConfig(group=group, block_l=block_l, block_m=block_m, num_warps=num_warps, programs=programs)
 
 
 @contextlib.contextmanager

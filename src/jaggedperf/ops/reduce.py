@@ -212,6 +212,37 @@ def _combine_kernel(
         tl.store(out_ptr + s.to(tl.int64) * n_cols + cols, res.to(out_ptr.dtype.element_ty), mask=col_mask)
 
 
+@triton.jit
+def _reduce_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask,
+                  MEAN: tl.constexpr, EMPTY_ZERO: tl.constexpr, GROUP: tl.constexpr, BLOCK_L: tl.constexpr,
+                  BLOCK_M: tl.constexpr):
+    # One group of whole segments (`segs`, their rows [start, end)): every row in (GROUP, BLOCK_L, BLOCK_M)
+    # tiles, one tile when every segment fits; longer segments loop, to the group's longest (so a max_seqlen
+    # that understates the lengths costs time, never correctness). Rows outside [0, n_rows) are never read.
+    length = end - start
+    steps = tl.arange(0, BLOCK_L)
+    acc = tl.zeros([GROUP, BLOCK_L, BLOCK_M], dtype=tl.float32)
+    for r in range(0, tl.minimum(tl.max(length, axis=0), n_rows), BLOCK_L):  # bounded by N, even for bad offsets
+        rows = start[:, None] + r + steps[None, :]  # (GROUP, BLOCK_L)
+        row_ok = ((r + steps)[None, :] < length[:, None]) & (rows >= 0) & (rows < n_rows)
+        ptrs = values_ptr + (rows * n_cols)[:, :, None] + cols[None, None, :]
+        mask = row_ok[:, :, None] & col_mask[None, None, :]
+        acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    res = _finish(tl.sum(acc, axis=1), length[:, None], MEAN, EMPTY_ZERO)
+    out_ptrs = out_ptr + segs[:, None] * n_cols + cols[None, :]
+    tl.store(out_ptrs, res.to(out_ptr.dtype.element_ty), mask=seg_ok[:, None] & col_mask[None, :])
+
+
+@triton.jit
+def _group_bounds(offsets_ptr, g, n_segments, GROUP: tl.constexpr):
+    # group g's segment indices (GROUP,), which exist, and their [start, end) rows; two loads of GROUP+1 offsets
+    segs = g.to(tl.int64) * GROUP + tl.arange(0, GROUP)
+    seg_ok = segs < n_segments
+    start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
+    end = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64)
+    return segs, seg_ok, start, end
+
+
 # reads the rows of its GROUP segments once (+ 2·GROUP offsets), writes GROUP·M·s of output; no search, no workspace
 @triton.jit(do_not_specialize=["n_rows", "n_segments"])
 def _segments_kernel(
@@ -228,26 +259,44 @@ def _segments_kernel(
     BLOCK_M: tl.constexpr,  # columns per program (grid axis 1)
 ):
     # Two dependent memory round trips when every segment fits a tile: the offsets, then all rows of
-    # GROUP segments in one (GROUP, BLOCK_L, BLOCK_M) load. Longer segments loop, to the group's longest
-    # (so a max_seqlen that understates the lengths costs time, never correctness).
-    segs = tl.program_id(0).to(tl.int64) * GROUP + tl.arange(0, GROUP)
+    # GROUP segments in one (GROUP, BLOCK_L, BLOCK_M) load.
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < n_cols
-    seg_ok = segs < n_segments
-    start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
-    end = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64)
-    length = end - start
-    steps = tl.arange(0, BLOCK_L)
-    acc = tl.zeros([GROUP, BLOCK_L, BLOCK_M], dtype=tl.float32)
-    for r in range(0, tl.minimum(tl.max(length, axis=0), n_rows), BLOCK_L):  # bounded by N, even for bad offsets
-        rows = start[:, None] + r + steps[None, :]  # (GROUP, BLOCK_L)
-        row_ok = ((r + steps)[None, :] < length[:, None]) & (rows >= 0) & (rows < n_rows)
-        ptrs = values_ptr + (rows * n_cols)[:, :, None] + cols[None, None, :]
-        mask = row_ok[:, :, None] & col_mask[None, None, :]
-        acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-    res = _finish(tl.sum(acc, axis=1), length[:, None], MEAN, EMPTY_ZERO)
-    out_ptrs = out_ptr + segs[:, None] * n_cols + cols[None, :]
-    tl.store(out_ptrs, res.to(out_ptr.dtype.element_ty), mask=seg_ok[:, None] & col_mask[None, :])
+    segs, seg_ok, start, end = _group_bounds(offsets_ptr, tl.program_id(0), n_segments, GROUP)
+    _reduce_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask,
+                  MEAN, EMPTY_ZERO, GROUP, BLOCK_L, BLOCK_M)
+
+
+# the same traffic as _segments_kernel, from a fixed grid of programs that each loop over groups
+@triton.jit(do_not_specialize=["n_rows", "n_segments"])
+def _segments_loop_kernel(
+    values_ptr,  # (n_rows, n_cols) contiguous, fp32/bf16/fp16
+    offsets_ptr,  # (n_segments + 1,) int32/int64
+    out_ptr,  # (n_segments, n_cols) in values' dtype
+    n_rows,  # N: rows outside [0, N) are never read
+    n_cols,  # M (specialised)
+    n_segments,  # B
+    MEAN: tl.constexpr,  # divide by the length
+    EMPTY_ZERO: tl.constexpr,  # mean of an empty segment is 0 (else NaN)
+    GROUP: tl.constexpr,  # segments per group; program p reduces groups p, p + P, p + 2P, ... (P = grid axis 0)
+    BLOCK_L: tl.constexpr,  # rows of each segment per tile
+    BLOCK_M: tl.constexpr,  # columns per program (grid axis 1)
+):
+    # Many small groups: a program's next group's offsets are loaded before this group's rows, so the
+    # offsets -> rows round trip is paid once per program, not once per group (run 17: 62.7 µs against the
+    # one-group-per-program kernel's 70.8 at 65536 × 16 × ≤64, where a plain read of the bytes takes 53).
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < n_cols
+    n_groups = (n_segments + GROUP - 1) // GROUP
+    g = tl.program_id(0)
+    step = tl.num_programs(0)
+    segs, seg_ok, start, end = _group_bounds(offsets_ptr, g, n_segments, GROUP)
+    while g < n_groups:
+        next_segs, next_ok, next_start, next_end = _group_bounds(offsets_ptr, g + step, n_segments, GROUP)
+        _reduce_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask,
+                      MEAN, EMPTY_ZERO, GROUP, BLOCK_L, BLOCK_M)
+        g += step
+        segs, seg_ok, start, end = next_segs, next_ok, next_start, next_end
 
 
 # reads B·M·s bytes of grad (+ offsets), writes total_len·M·s
@@ -287,6 +336,39 @@ def _expand_kernel(
                 tl.store(out_ptr + rows.to(tl.int64)[:, None] * n_cols + cols[None, :], tile, mask=mask)
             pos = r1
         s += 1
+
+
+# reads GROUP·M·s bytes of grad (+ 2·GROUP offsets), writes the rows of its GROUP segments once
+@triton.jit(do_not_specialize=["n_rows", "n_segments"])
+def _segments_expand_kernel(
+    grad_ptr,  # (n_segments, n_cols) contiguous, fp32/bf16/fp16
+    offsets_ptr,  # (n_segments + 1,) int32/int64
+    out_ptr,  # (n_rows, n_cols) in grad's dtype: row r gets grad[segment of r] (/ its length for mean)
+    n_rows,  # N: rows outside [0, N) are never written, whatever the offsets say
+    n_cols,  # M (specialised)
+    n_segments,  # B
+    MEAN: tl.constexpr,  # divide by the segment's length
+    GROUP: tl.constexpr,  # segments per program: grid axis 0 = cdiv(B, GROUP)
+    BLOCK_L: tl.constexpr,  # rows of each segment per tile: a segment of <= BLOCK_L rows is one store
+    BLOCK_M: tl.constexpr,  # columns per program (grid axis 1)
+):
+    # With max_seqlen known and short: no search, one (GROUP, BLOCK_L, BLOCK_M) store per tile (run 17:
+    # 53 µs at 65536 × 16 × ≤64 against the chunked kernel's 68; 4.1 / 6.8 µs at the seed shapes against 5.2 / 7.8).
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < n_cols
+    segs, seg_ok, start, end = _group_bounds(offsets_ptr, tl.program_id(0), n_segments, GROUP)
+    length = end - start
+    g = tl.load(grad_ptr + segs[:, None] * n_cols + cols[None, :], mask=seg_ok[:, None] & col_mask[None, :],
+                other=0.0).to(tl.float32)
+    if MEAN:
+        g = g / tl.maximum(length, 1).to(tl.float32)[:, None]  # (an empty segment owns no rows)
+    tile = (tl.zeros([GROUP, BLOCK_L, BLOCK_M], dtype=tl.float32) + g[:, None, :]).to(out_ptr.dtype.element_ty)
+    steps = tl.arange(0, BLOCK_L)
+    for r in range(0, tl.minimum(tl.max(length, axis=0), n_rows), BLOCK_L):
+        rows = start[:, None] + r + steps[None, :]
+        row_ok = ((r + steps)[None, :] < length[:, None]) & (rows >= 0) & (rows < n_rows)
+        tl.store(out_ptr + (rows * n_cols)[:, :, None] + cols[None, None, :], tile,
+                 mask=row_ok[:, :, None] & col_mask[None, None, :])
 
 
 # ============================================================================================
@@ -394,21 +476,35 @@ def _plan_segments(values, offsets, mean, empty_zero, cfg: SegmentsConfig, poiso
     out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
     if poison is not None:
         out.fill_(poison)
-    grid = (_max(-(-n_segments // cfg.group), 1), -(-int(n_cols) // cfg.block_m), 1)
+    # one program per group, or (cfg.programs) a fixed grid of programs looping over the groups
+    kernel, name, programs = (_segments_loop_kernel, "segments_loop", cfg.programs) if cfg.programs else \
+        (_segments_kernel, "segments", _max(-(-n_segments // cfg.group), 1))
+    grid = (programs, -(-int(n_cols) // cfg.block_m), 1)
     args = (values, offsets, out, n_rows, int(n_cols), n_segments, mean, empty_zero, cfg.group, cfg.block_l,
             cfg.block_m)
-    return out, (Launch(_segments_kernel, grid, args, cfg.num_warps, (out,), ("segments", *args[-5:])),)
+    return out, (Launch(kernel, grid, args, cfg.num_warps, (out,), (name, *args[-5:])),)
 
 
-def plan_expand(grad, offsets, n_rows, *, mean: bool, rows_per_chunk=None, poison: float | None = None):
-    """Allocate grad_values (n_rows, M) and describe the launch that fills it."""
+def plan_expand(grad, offsets, n_rows, *, mean: bool, max_seqlen=None, rows_per_chunk=None,
+                segments: SegmentsConfig | None = None, poison: float | None = None):
+    """Allocate grad_values (n_rows, M) and describe the launch that fills it: with ``max_seqlen`` known
+    and short (as for the forward, ``_segments_for``; ``segments`` forces a config, whose ``programs`` the
+    backward ignores), one program per group of whole segments; otherwise the balanced chunks."""
     n_segments, n_cols = grad.shape
-    cfg = reduce_config(n_cols, grad.dtype, grad.device)
-    n_cols = int(n_cols)
-    rows, chunks, col_blocks = _chunking(n_rows, n_cols, cfg, grad.device, rows_per_chunk)
+    if segments is None and max_seqlen is not None and rows_per_chunk is None:
+        segments = _segments_for(n_cols, max_seqlen, n_segments, grad.device)
     out = torch.empty((n_rows, n_cols), dtype=grad.dtype, device=grad.device)
     if poison is not None:
         out.fill_(poison)
+    if segments is not None:
+        grid = (_max(-(-n_segments // segments.group), 1), -(-int(n_cols) // segments.block_m), 1)
+        args = (grad, offsets, out, n_rows, int(n_cols), n_segments, mean, segments.group, segments.block_l,
+                segments.block_m)
+        return out, (Launch(_segments_expand_kernel, grid, args, segments.num_warps, (out,),
+                            ("segments_expand", *args[-4:])),)
+    cfg = reduce_config(n_cols, grad.dtype, grad.device)
+    n_cols = int(n_cols)
+    rows, chunks, col_blocks = _chunking(n_rows, n_cols, cfg, grad.device, rows_per_chunk)
     args = (grad, offsets, out, n_rows, n_cols, n_segments, rows, mean, cfg.block_l, cfg.block_m)
     return out, (Launch(_expand_kernel, (chunks, col_blocks, 1), args, cfg.num_warps, (out,), ("expand", *args[-3:])),)
 
@@ -428,9 +524,11 @@ def launch_reduce(values, offsets, *, mean=False, empty_zero=False, max_seqlen=N
     return out
 
 
-def launch_expand(grad, offsets, n_rows, *, mean=False, rows_per_chunk=None, poison=None):
+def launch_expand(grad, offsets, n_rows, *, mean=False, max_seqlen=None, rows_per_chunk=None, segments=None,
+                  poison=None):
     """Run the backward kernel directly (no operator, no checks)."""
-    out, launches = plan_expand(grad, offsets, n_rows, mean=mean, rows_per_chunk=rows_per_chunk, poison=poison)
+    out, launches = plan_expand(grad, offsets, n_rows, mean=mean, max_seqlen=max_seqlen,
+                                rows_per_chunk=rows_per_chunk, segments=segments, poison=poison)
     run_direct(launches)
     return out
 
@@ -489,11 +587,12 @@ def _reduce_op(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen) -> 
 
 
 @triton_op("jaggedperf::jagged_expand", mutates_args=())
-def _jagged_expand_op(grad: torch.Tensor, offsets: torch.Tensor, n_rows: int, mean: bool) -> torch.Tensor:
+def _jagged_expand_op(grad: torch.Tensor, offsets: torch.Tensor, n_rows: int, mean: bool,
+                      max_seqlen: Optional[int] = None) -> torch.Tensor:
     """Backward of sum/mean: (B, M) → (n_rows, M), row r = grad[its segment] (/ length for mean)."""
     if grad.device.type != "cuda":
         return _expand_cpu(grad, offsets, n_rows, mean=mean)
-    out, launches = plan_expand(grad, offsets, n_rows, mean=mean)
+    out, launches = plan_expand(grad, offsets, n_rows, mean=mean, max_seqlen=max_seqlen)
     _run_body(launches, grad, offsets, n_rows)
     return out
 
@@ -513,25 +612,36 @@ def _run_body(launches, values, offsets, n_rows=None) -> None:
 # ============================================================================================
 
 
-def _save_reduce(ctx, inputs, output):
-    values, offsets = inputs[0], inputs[1]
+def _save_reduce(ctx, values, offsets, max_seqlen):
     ctx.save_for_backward(offsets)
     ctx.n_rows = values.shape[0]
+    ctx.max_seqlen = max_seqlen  # the backward takes the whole-segments kernel where the forward could
+
+
+def _save_sum(ctx, inputs, output):  # inputs: (values, offsets[, max_seqlen])
+    _save_reduce(ctx, inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None)
+
+
+def _save_mean(ctx, inputs, output):  # inputs: (values, offsets, empty_zero[, max_seqlen])
+    _save_reduce(ctx, inputs[0], inputs[1], inputs[3] if len(inputs) > 3 else None)
 
 
 def _sum_backward(ctx, grad):
     (offsets,) = ctx.saved_tensors
-    return torch.ops.jaggedperf.jagged_expand(grad.contiguous(), offsets, ctx.n_rows, False), None, None
+    back = torch.ops.jaggedperf.jagged_expand(grad.contiguous(), offsets, ctx.n_rows, False, ctx.max_seqlen)
+    return back, None, None
 
 
 def _mean_backward(ctx, grad):
     (offsets,) = ctx.saved_tensors
-    return torch.ops.jaggedperf.jagged_expand(grad.contiguous(), offsets, ctx.n_rows, True), None, None, None
+    back = torch.ops.jaggedperf.jagged_expand(grad.contiguous(), offsets, ctx.n_rows, True, ctx.max_seqlen)
+    return back, None, None, None
 
 
 def _save_expand(ctx, inputs, output):
     ctx.save_for_backward(inputs[1])
     ctx.mean = inputs[3]
+    ctx.max_seqlen = inputs[4] if len(inputs) > 4 else None
 
 
 def _expand_backward(ctx, grad):
@@ -539,14 +649,14 @@ def _expand_backward(ctx, grad):
     (offsets,) = ctx.saved_tensors
     grad = grad.contiguous()
     if ctx.mean:
-        back = torch.ops.jaggedperf.jagged_mean(grad, offsets, True)
+        back = torch.ops.jaggedperf.jagged_mean(grad, offsets, True, ctx.max_seqlen)
     else:
-        back = torch.ops.jaggedperf.jagged_sum(grad, offsets)
-    return back, None, None, None
+        back = torch.ops.jaggedperf.jagged_sum(grad, offsets, ctx.max_seqlen)
+    return back, None, None, None, None
 
 
-_jagged_sum_op.register_autograd(_sum_backward, setup_context=_save_reduce)
-_jagged_mean_op.register_autograd(_mean_backward, setup_context=_save_reduce)
+_jagged_sum_op.register_autograd(_sum_backward, setup_context=_save_sum)
+_jagged_mean_op.register_autograd(_mean_backward, setup_context=_save_mean)
 _jagged_expand_op.register_autograd(_expand_backward, setup_context=_save_expand)
 
 
@@ -599,7 +709,7 @@ def _jagged_mean_cpu(values, offsets, empty_zero, max_seqlen=None):
 
 
 @_jagged_expand_op.register_kernel("cpu")
-def _jagged_expand_cpu(grad, offsets, n_rows, mean):
+def _jagged_expand_cpu(grad, offsets, n_rows, mean, max_seqlen=None):
     return _expand_cpu(grad, offsets, n_rows, mean=mean)
 
 
