@@ -12,6 +12,7 @@
 #   bash benchmarks/h200_session.sh check1   one GPU: pytest -m gpu, then the ops benchmark (bf16 grid)
 #   bash benchmarks/h200_session.sh ops1     one GPU: pytest -m gpu, the host probe, the ops benchmark (no
 #                                            config grid) and the seed table of the fast implementations
+#   bash benchmarks/h200_session.sh ops2     one GPU: pytest -m gpu, then the ops benchmark (no config grid)
 #   bash benchmarks/h200_session.sh compiled1  one GPU: our op eager vs compiled (max-autotune-no-cudagraphs)
 #                                            on every shape of the ops' benchmark bars (≈ 4 min)
 #
@@ -20,7 +21,7 @@
 # so a later call resumes them once the returned copies are committed. Everything lands in
 # $OUT/<stage>.tar.gz; the tails are printed last.
 set -u
-stage=${1:?usage: h200_session.sh check|proof|check1|proof1|ops1|compiled1}
+stage=${1:?usage: h200_session.sh check|proof|check1|proof1|ops1|ops2|compiled1}
 OUT=${OUT:-out}
 work="$OUT/$stage"
 mkdir -p "$work"
@@ -105,6 +106,14 @@ check1)  # one GPU: the GPU tests, then the ops benchmark with the bf16 config g
   echo "pytest -m gpu rc=$?" >> "$work/status.txt"
   timeout $((500 - SECONDS)) python3 benchmarks/ops_bench.py --grid-seconds 60 --grid-dtype bf16 \
     --out "$work/ops_bench.json" > "$work/ops_bench.log" 2>&1
+  echo "ops_bench rc=$?" >> "$work/status.txt"
+  ;;
+ops2)  # one GPU, ≈ 8 min: after a kernel change: the GPU tests, then the ops benchmark with its segments grid
+  timeout 330 python3 -m pytest -v -m gpu tests -p no:cacheprovider --timeout 120 --durations 15 \
+    > "$work/pytest_gpu.log" 2>&1
+  echo "pytest -m gpu rc=$?" >> "$work/status.txt"
+  timeout $((570 - SECONDS)) python3 benchmarks/ops_bench.py --grid-seconds 0 --out "$work/ops_bench.json" \
+    > "$work/ops_bench.log" 2>&1
   echo "ops_bench rc=$?" >> "$work/status.txt"
   ;;
 ops1)  # one GPU, ≈ 9 min: after a change to the ops' launch path or kernels
