@@ -288,13 +288,20 @@ def _round1(cands, values, offsets, base, M):
                             lambda g=group, r=block_r, w=warps: flat(values, offsets, g, r, w, True))
 
 
+def _log_case(results, case):
+    for r in (r for r in results["rows"] if r["case"] == case.label):
+        us = r.get("device_us")
+        log(f"  {r['candidate']:<34} err {r.get('rel_error', float('nan')):.1e} "
+            + (f"{us:7.2f} us  {us / r['floor_us']:.2f}x" if us else r.get("error", "")[:120]))
+
+
 # ---- the run -----------------------------------------------------------------------------------------
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="kernel_probe.json")
-    parser.add_argument("--round", type=int, choices=(1, 2), default=2, help="which candidate set (see main)")
+    parser.add_argument("--round", type=int, choices=(1, 2, 3), default=2, help="which candidate set (see main)")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes under TRITON_INTERPRET=1: correctness")
     args = parser.parse_args()
     import dataclasses
@@ -306,6 +313,9 @@ def main() -> int:
 
     device = torch.device("cpu" if args.cpu_smoke else "cuda")
     cases = [*SEED_CASES, Case(65536, 16, 64, 0.2)]
+    if args.round == 3:  # short sequences at several widths: where segments_config takes whole segments
+        cases = [Case(65536, 16, 64, 0.2), Case(32768, 64, 32, 0.2), Case(4096, 64, 32, 0.2), Case(16384, 32, 64, 0.2),
+                 Case(8192, 128, 16, 0.2), Case(131072, 8, 32, 0.2), Case(2048, 256, 16, 0.2), Case(16384, 64, 100, 0.1)]
     if args.cpu_smoke:
         cases = [Case(37, 16, 20, 0.2), Case(9, 64, 70, 0.5), Case(40, 5, 9, 0.0, "heavy")]
     results = {"meta": {"torch": torch.__version__, "triton": triton.__version__, "argv": sys.argv,
@@ -337,6 +347,13 @@ def main() -> int:
         }
         if args.round == 1:  # run 17: persistent loops, prefetched offsets, flat row tiles
             _round1(cands, values, offsets, base, M)
+        elif args.round == 3:  # run 20: whole segments, one program per group or looping, around the default
+            sms = _config.sm_count(device)
+            groups = {base.group, max(base.group // 2, 1)}
+            for cfg in {dataclasses.replace(base, group=g, num_warps=w, programs=p) for g in groups
+                        for w in (1, 2, 4, 8) for p in (0, 8 * sms) if p == 0 or 4 * p <= -(-B // g)}:
+                cands[f"segments g{cfg.group} w{cfg.num_warps} p{cfg.programs}"] = (
+                    lambda c=cfg: reduce.launch_reduce(values, offsets, segments=c))
         else:  # run 18: offsets two groups ahead and the first row tile one group ahead; programs per SM, warps
             for per_sm in (4, 8, 16, 32):
                 for cfg in {base, dataclasses.replace(base, group=max(base.group // 2, 1))}:
@@ -357,6 +374,9 @@ def main() -> int:
                 row["error"] = f"{type(exc).__name__}: {exc}"
                 results["errors"].append(traceback.format_exc())
             results["rows"].append(row)
+        if args.round == 3:
+            _log_case(results, case)
+            continue
         for block, iters, warps in [(2048, 1, 4), (4096, 1, 4), (4096, 2, 8), (8192, 1, 8), (8192, 2, 8)]:
             fn = lambda b=block, i=iters, w=warps: stream(values, b, i, w)  # noqa: E731
             out = fn()
@@ -391,11 +411,7 @@ def main() -> int:
                 results["errors"].append(traceback.format_exc())
             results["rows"].append(row)
         del batch, values, offsets, grad
-        rows = [r for r in results["rows"] if r["case"] == case.label]
-        for r in rows:
-            us = r.get("device_us")
-            log(f"  {r['candidate']:<34} err {r.get('rel_error', float('nan')):.1e} "
-                + (f"{us:7.2f} us  {us / r['floor_us']:.2f}x" if us else r.get("error", "")[:120]))
+        _log_case(results, case)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)
     log(f"wrote {args.out}")
