@@ -140,6 +140,11 @@ SEGMENT_TILES = 4
 # next group's offsets ahead (run 17 at 65536×16×≤64: 62.7 µs against 70.8 with one program per group; 2-16
 # programs per SM within 3 %). One program per group stays elsewhere: at the seed shapes (one segment per
 # group) the looping form was slower, 8.8 against 6.1 µs.
+# Tiles whose measured best warp count differs from the rule below (2 per 8192 elements). (4, 32, 64) with 2
+# warps: 151.7 µs one program per group and 157.0 looping for a mean at 32768×64×≤32 (ptxas keeps ~190
+# registers there and issues the tile's loads in batches; the same looping sum got 254 registers and 63.1
+# µs); with 4 warps 92.5 / 75.0, and at 4096×64×≤32 16.0 against 23.0 µs (runs 19-20).
+SEGMENT_WARPS_MEASURED = {(4, 32, 64): 4}
 LOOP_PROGRAMS_PER_SM = 8
 LOOP_GROUPS_PER_PROGRAM = 4
 LOOP_MIN_GROUP = 4
@@ -173,6 +178,7 @@ def _segments_config(n_cols: int, max_seqlen: int, n_segments: int, sms: int,
     # 2 warps per 8192-element tile (128 fp32 per thread): the best of 2/4/8/16 on the H200 at both seed
     # shapes and at 65536×16×64 (run 5: 9.8 vs 14.3 µs with 8 warps at the first seed shape)
     num_warps = max(1, min(8, group * block_l * block_m // 4096))
+    num_warps = SEGMENT_WARPS_MEASURED.get((group, block_l, block_m), num_warps)
     programs = 0
     loop_programs = max(sms * LOOP_PROGRAMS_PER_SM // col_blocks, 1)
     if group >= LOOP_MIN_GROUP and -(-n_segments // group) >= LOOP_GROUPS_PER_PROGRAM * loop_programs:
