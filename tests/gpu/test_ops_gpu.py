@@ -178,6 +178,19 @@ def test_nested_tensor_input():
     check(jaggedperf.jagged_mean(nt), values, offsets, mean=True)
 
 
+def test_compiled_nested_tensor_with_max_seqlen_runs_the_whole_segments_kernel():
+    # the NJT's cached max_seqlen reaches the operator under torch.compile too (a SymInt): one kernel
+    from torch._inductor.utils import run_and_get_code
+
+    values, offsets = batch(SHAPES[0], torch.float32)
+    nt = torch.nested.nested_tensor_from_jagged(values, offsets, max_seqlen=int(offsets.diff().max()))
+    g = torch.compile(lambda t: jaggedperf.jagged_mean(t), fullgraph=True, mode="max-autotune-no-cudagraphs")
+    out, code = run_and_get_code(g, nt)
+    check(out, values, offsets, mean=True)
+    code = "\n".join(code)
+    assert "_segments_kernel" in code and "_reduce_kernel" not in code
+
+
 def test_compile_fullgraph_dynamic_no_recompile():
     from torch._dynamo.testing import CompileCounterWithBackend
 

@@ -244,7 +244,7 @@ def test_nested_tensor_input_reads_values_and_offsets_directly(monkeypatch):
 def test_nested_tensor_input_never_enters_its_torch_function(monkeypatch):
     # each NJT __torch_function__ call costs ~10 µs of host time (is_nested, layout, dim(), ...): none on the direct path
     values, offsets = make([3, 1, 5], 6, FP32, torch.int64)
-    nt = torch.nested.nested_tensor_from_jagged(values, offsets)
+    nt = torch.nested.nested_tensor_from_jagged(values, offsets, max_seqlen=5)
 
     def refuse(cls, func, types, args=(), kwargs=None):
         pytest.fail(f"NestedTensor.__torch_function__ entered for {func}")
@@ -252,6 +252,31 @@ def test_nested_tensor_input_never_enters_its_torch_function(monkeypatch):
     monkeypatch.setattr(type(nt), "__torch_function__", classmethod(refuse))
     ref, scale = expected(values, offsets, True, False)
     assert_matches(jaggedperf.jagged_mean(nt), ref, FP32, scale=scale)
+
+
+def test_nested_tensor_max_seqlen_reaches_the_operator_eagerly_and_compiled():
+    # eagerly as a host int; under torch.compile as a SymInt (NJT keeps it as a placeholder tensor's length),
+    # so compiled code can take the whole-segments kernel; no graph break, no recompile for a new max_seqlen
+    values, offsets = make([3, 1, 5], 6, FP32, torch.int64)
+    nt = torch.nested.nested_tensor_from_jagged(values, offsets, max_seqlen=5)
+    assert reduce._cached_max_seqlen(nt) == 5
+    assert reduce._cached_max_seqlen(torch.nested.nested_tensor_from_jagged(values, offsets)) is None
+    seen = []
+
+    def backend(gm, example_inputs):
+        op = torch.ops.jaggedperf.jagged_mean
+        seen.extend(node.args for node in gm.graph.nodes if node.target in (op, op.default))
+        return gm
+
+    compiled = torch.compile(lambda t: jaggedperf.jagged_mean(t), backend=backend, fullgraph=True, dynamic=True)
+    ref, scale = expected(values, offsets, True, False)
+    assert_matches(compiled(nt), ref, FP32, scale=scale)
+    assert len(seen) == 1 and isinstance(seen[0][3], torch.fx.Node)  # max_seqlen: a graph input, not None
+    longer, longer_offsets = make([2, 9, 0, 4], 6, FP32, torch.int64, seed=1)
+    other = torch.nested.nested_tensor_from_jagged(longer, longer_offsets, max_seqlen=9)
+    ref, scale = expected(longer, longer_offsets, True, False)
+    assert_matches(compiled(other), ref, FP32, scale=scale)
+    assert len(seen) == 1  # the same graph served it
 
 
 def test_nested_tensor_falls_back_to_accessors_when_attributes_are_absent():

@@ -795,17 +795,11 @@ def _is_nested(x) -> bool:
 
 
 def _cached_max_seqlen(nt: torch.Tensor):
-    # the NJT's cached max_seqlen as a host int (no sync), or None when it has none or is symbolic
-    if torch.compiler.is_compiling():
-        return None
-    cache = getattr(nt, "_metadata_cache", None) or {}
-    if "max_seqlen" not in cache:
-        return None
-    try:
-        value = nt._max_seqlen
-    except Exception:  # noqa: BLE001 - private API: no hint is always safe
-        return None
-    return value if type(value) is int else None
+    # The NJT's cached max_seqlen, or None when it has none. NJT keeps it as the length of a placeholder
+    # tensor: eagerly a host int (no sync); under torch.compile a SymInt with a hint, so compiled code takes
+    # the whole-segments kernel as eager code does (without it: the two chunked launches).
+    value = getattr(nt, "_maybe_max_seqlen", None)  # private API: no hint is always safe
+    return value if type(value) is int or isinstance(value, torch.SymInt) else None
 
 
 def _from_nested(nt: torch.Tensor, name: str):
