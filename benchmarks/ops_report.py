@@ -39,7 +39,7 @@ def render(run: dict, title: str) -> str:
              "",
              "`no max_seqlen`: the balanced two-launch path (what `torch.compile` runs when no max_seqlen is passed). `max_seqlen given`: the "
              "eager call with the batch's max_seqlen (the whole-segments kernel where `segments_config` picks it: "
-             "the seed shapes and 65536×16; elsewhere the same path as the first column). `dense sum`: "
+             "the seed shapes, and at 65536×16 and 32768×64 its looping form; elsewhere the same path as the first column). `dense sum`: "
              "`values.sum(0)`, a dense reduction that reads the same bytes: what a read of this size costs here.",
              *(["", "`kernels`: the same call's kernel durations summed (torch.profiler, L2 flushed before each call, "
                 "median): the device time without the replay's own launch."]
