@@ -9,7 +9,8 @@ Candidates (all jagged *sums*; the mean is the same traffic):
 - ``shipped``: ``reduce.launch_reduce`` with max_seqlen (the whole-segments kernel) and without (chunks);
 - ``persist``: the whole-segments body in a persistent loop over groups, grid = SMs × k, the loop
   pipelined by triton (``tl.range(num_stages=S)``) so a group's offsets load overlaps the one before;
-- ``prefetch``: the same loop, with the next group's offsets loaded by hand before this group's rows;
+- ``prefetch``: the same loop, with the next group's offsets loaded by hand before this group's rows
+  (run 17's own kernel; since ``ed1cdfa`` the shipped ``_segments_loop_kernel``, the same code);
 - ``flat``: for narrow rows, a program's GROUP segments read as one dense run of rows
   [offsets[g0], offsets[g0+GROUP]) in BLOCK_R-row tiles (no per-segment padding), each row's segment found
   by comparing with the group's ends, the per-segment sums by a one-hot reduction;
@@ -32,6 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
+from jaggedperf.ops.reduce import _group_bounds
+
 T0 = time.time()
 
 
@@ -46,10 +49,7 @@ def log(msg):
 def _group_sum(values_ptr, offsets_ptr, out_ptr, g, n_rows, n_cols, n_segments, cols, col_mask,
                GROUP: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
     # the shipped whole-segments body for group g (sum only)
-    segs = (tl.arange(0, GROUP) + g * GROUP).to(tl.int64)  # (g is a plain int in the interpreter's tl.range)
-    seg_ok = segs < n_segments
-    start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
-    end = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64)
+    segs, seg_ok, start, end = _group_bounds(offsets_ptr, g, n_segments, GROUP)
     _group_rows(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask, BLOCK_L, BLOCK_M)
 
 
@@ -74,29 +74,9 @@ def _persist_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < n_cols
     for g in tl.range(tl.program_id(0), n_groups, tl.num_programs(0), num_stages=STAGES):
+        g = tl.program_id(0) * 0 + g  # a tensor (the interpreter's tl.range yields plain ints)
         _group_sum(values_ptr, offsets_ptr, out_ptr, g, n_rows, n_cols, n_segments, cols, col_mask,
                    GROUP, BLOCK_L, BLOCK_M)
-
-
-@triton.jit(do_not_specialize=["n_rows", "n_segments", "n_groups"])
-def _prefetch_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments, n_groups,
-                     GROUP: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
-    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    col_mask = cols < n_cols
-    step = tl.num_programs(0)
-    g = tl.program_id(0)
-    segs = g.to(tl.int64) * GROUP + tl.arange(0, GROUP)
-    seg_ok = segs < n_segments
-    start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
-    end = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64)
-    while g < n_groups:
-        nsegs = (g + step).to(tl.int64) * GROUP + tl.arange(0, GROUP)  # next group's offsets, issued first
-        nok = nsegs < n_segments
-        nstart = tl.load(offsets_ptr + nsegs, mask=nok, other=0).to(tl.int64)
-        nend = tl.load(offsets_ptr + nsegs + 1, mask=nok, other=0).to(tl.int64)
-        _group_rows(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask, BLOCK_L, BLOCK_M)
-        g += step
-        segs, seg_ok, start, end = nsegs, nok, nstart, nend
 
 
 @triton.jit
@@ -117,21 +97,15 @@ def _prefetch2_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segmen
     col_mask = cols < n_cols
     step = tl.num_programs(0)
     g = tl.program_id(0)
-    segs = g.to(tl.int64) * GROUP + tl.arange(0, GROUP)
-    seg_ok = segs < n_segments
-    start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
-    length = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64) - start
+    segs, seg_ok, start, end = _group_bounds(offsets_ptr, g, n_segments, GROUP)
+    length = end - start
     tile = _group_tile(values_ptr, start, length, 0, n_rows, n_cols, cols, col_mask, BLOCK_L)
-    nsegs = segs + step * GROUP
-    nok = nsegs < n_segments
-    nstart = tl.load(offsets_ptr + nsegs, mask=nok, other=0).to(tl.int64)
-    nlength = tl.load(offsets_ptr + nsegs + 1, mask=nok, other=0).to(tl.int64) - nstart
+    nsegs, nok, nstart, nend = _group_bounds(offsets_ptr, g + step, n_segments, GROUP)
+    nlength = nend - nstart
     while g < n_groups:
         ntile = _group_tile(values_ptr, nstart, nlength, 0, n_rows, n_cols, cols, col_mask, BLOCK_L)
-        nnsegs = nsegs + step * GROUP
-        nnok = nnsegs < n_segments
-        nnstart = tl.load(offsets_ptr + nnsegs, mask=nnok, other=0).to(tl.int64)
-        nnlength = tl.load(offsets_ptr + nnsegs + 1, mask=nnok, other=0).to(tl.int64) - nnstart
+        nnsegs, nnok, nnstart, nnend = _group_bounds(offsets_ptr, g + 2 * step, n_segments, GROUP)
+        nnlength = nnend - nnstart
         acc = tile
         for r in range(BLOCK_L, tl.minimum(tl.max(length, axis=0), n_rows), BLOCK_L):  # segments past one tile
             acc += _group_tile(values_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOCK_L)
@@ -211,34 +185,33 @@ def _sms(device):
     return sm_count(device)
 
 
-def persist(values, offsets, cfg, per_sm, stages):
+def _looping(kernel, values, offsets, cfg, per_sm, *constexprs):
+    # a grid of SMs × per_sm programs (at most one per group), each looping over groups
     B, M = offsets.numel() - 1, values.shape[1]
     out = torch.empty(B, M, device=values.device)
     groups = -(-B // cfg.group)
     grid = (max(1, min(groups, _sms(values.device) * per_sm)), -(-M // cfg.block_m))
-    _persist_kernel[grid](values, offsets, out, values.shape[0], M, B, groups, cfg.group, cfg.block_l, cfg.block_m,
-                          stages, num_warps=cfg.num_warps)
+    kernel[grid](values, offsets, out, values.shape[0], M, B, groups, cfg.group, cfg.block_l, cfg.block_m,
+                 *constexprs, num_warps=cfg.num_warps)
     return out
+
+
+def persist(values, offsets, cfg, per_sm, stages):
+    return _looping(_persist_kernel, values, offsets, cfg, per_sm, stages)
 
 
 def prefetch(values, offsets, cfg, per_sm):
-    B, M = offsets.numel() - 1, values.shape[1]
-    out = torch.empty(B, M, device=values.device)
-    groups = -(-B // cfg.group)
-    grid = (max(1, min(groups, _sms(values.device) * per_sm)), -(-M // cfg.block_m))
-    _prefetch_kernel[grid](values, offsets, out, values.shape[0], M, B, groups, cfg.group, cfg.block_l,
-                           cfg.block_m, num_warps=cfg.num_warps)
-    return out
+    # the shipped looping kernel (reduce._segments_loop_kernel: the next group's offsets loaded ahead)
+    import dataclasses
+
+    from jaggedperf.ops import reduce
+
+    programs = max(1, min(-(-(offsets.numel() - 1) // cfg.group), _sms(values.device) * per_sm))
+    return reduce.launch_reduce(values, offsets, segments=dataclasses.replace(cfg, programs=programs))
 
 
 def prefetch2(values, offsets, cfg, per_sm):
-    B, M = offsets.numel() - 1, values.shape[1]
-    out = torch.empty(B, M, device=values.device)
-    groups = -(-B // cfg.group)
-    grid = (max(1, min(groups, _sms(values.device) * per_sm)), -(-M // cfg.block_m))
-    _prefetch2_kernel[grid](values, offsets, out, values.shape[0], M, B, groups, cfg.group, cfg.block_l,
-                            cfg.block_m, num_warps=cfg.num_warps)
-    return out
+    return _looping(_prefetch2_kernel, values, offsets, cfg, per_sm)
 
 
 def flat(values, offsets, group, block_r, warps, dot):
