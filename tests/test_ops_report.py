@@ -30,4 +30,14 @@ def test_missing_sections_render_as_dashes(tmp_path):
     run = {"meta": {"command": "x", "torch": "t", "triton": "t", "gpu": "g"}, "copy": {"gbps": 1000.0},
            "forward": [{"case": "B1-M1-L1-s0", "dtype": "fp32", "floor_us": 2.0, "device": "RuntimeError: no"}]}
     text = _module().render(run, "t")
-    assert "| B1-M1-L1-s0 | fp32 | 2.0 | — | — | — | — | — | — | — | — | — | — |" in text
+    assert "| B1-M1-L1-s0 | fp32 | 2.0 | — | — | — | — | — | — | — | — |" in text
+    assert "Backward" not in text  # no backward rows: no backward table
+
+
+def test_backward_table_has_both_paths_against_their_floor():
+    run = json.loads((RUN.parents[1] / "run21" / "ops_bench.json").read_text())
+    text = _module().render(run, "t")
+    for b in run["backward"]:
+        floor, hinted = b["floor_us"], b["kernels_hinted"]["median_us"]
+        assert (f"| {b['case']} | {floor:.1f} | {b['device']['median_us']:.1f} |" in text
+                and f"| {hinted:.1f} | {hinted / floor:.2f} |" in text)
