@@ -15,7 +15,8 @@ Candidates (all jagged *sums*; the mean is the same traffic):
   [offsets[g0], offsets[g0+GROUP]) in BLOCK_R-row tiles (no per-segment padding), each row's segment found
   by comparing with the group's ends, the per-segment sums by a one-hot reduction;
 - ``stream``: a flat read of values into one fp32 partial per program (not a jagged op: the reference);
-- backward: the shipped chunked expand against ``seg_expand`` (whole segments, one store per tile).
+- backward: the shipped chunked expand against ``seg_expand`` (whole segments, one store per tile), and a
+  plain write of the same bytes (round 4).
 
 Run:  PYTHONPATH=src python3 benchmarks/kernel_probe.py --out $OUT/kernel_probe.json
       TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/kernel_probe.py --cpu-smoke   (correctness only)
@@ -153,27 +154,11 @@ def _stream_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr):
     tl.store(out_ptr + tl.program_id(0), tl.sum(acc, axis=0))
 
 
-@triton.jit(do_not_specialize=["n_rows", "n_segments"])
-def _seg_expand_kernel(grad_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments, MEAN: tl.constexpr,
-                       GROUP: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
-    segs = tl.program_id(0).to(tl.int64) * GROUP + tl.arange(0, GROUP)
-    seg_ok = segs < n_segments
-    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    col_mask = cols < n_cols
-    start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
-    end = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64)
-    length = end - start
-    g = tl.load(grad_ptr + segs[:, None] * n_cols + cols[None, :], mask=seg_ok[:, None] & col_mask[None, :],
-                other=0.0).to(tl.float32)
-    if MEAN:
-        g = g / tl.maximum(length, 1).to(tl.float32)[:, None]
-    steps = tl.arange(0, BLOCK_L)
-    tile = (tl.zeros([GROUP, BLOCK_L, BLOCK_M], dtype=tl.float32) + g[:, None, :]).to(out_ptr.dtype.element_ty)
-    for r in range(0, tl.minimum(tl.max(length, axis=0), n_rows), BLOCK_L):
-        rows = start[:, None] + r + steps[None, :]
-        row_ok = ((r + steps)[None, :] < length[:, None]) & (rows < n_rows)
-        tl.store(out_ptr + (rows * n_cols)[:, :, None] + cols[None, None, :], tile,
-                 mask=row_ok[:, :, None] & col_mask[None, None, :])
+@triton.jit
+def _stream_write_kernel(out_ptr, n, BLOCK: tl.constexpr):
+    # writes BLOCK fp32 per program (the program id): a plain write of n elements, the backward's reference
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.zeros([BLOCK], dtype=tl.float32) + tl.program_id(0), mask=offs < n)
 
 
 # ---- runners -----------------------------------------------------------------------------------------
@@ -231,11 +216,15 @@ def stream(values, block, iters, warps):
     return out
 
 
-def seg_expand(grad, offsets, n_rows, cfg, mean=True):
-    B, M = grad.shape
-    out = torch.empty(n_rows, M, device=grad.device, dtype=grad.dtype)
-    _seg_expand_kernel[(-(-B // cfg.group), -(-M // cfg.block_m))](grad, offsets, out, n_rows, M, B, mean, cfg.group,
-                                                                   cfg.block_l, cfg.block_m, num_warps=cfg.num_warps)
+def seg_expand(grad, offsets, n_rows, cfg):
+    # the shipped whole-segments backward (reduce._segments_expand_kernel; run 17 ran the same code from here)
+    from jaggedperf.ops import reduce
+
+    return reduce.launch_expand(grad, offsets, n_rows, mean=True, segments=cfg)
+
+
+def stream_write(out, block, warps):
+    _stream_write_kernel[(-(-out.numel() // block),)](out, out.numel(), block, num_warps=warps)
     return out
 
 
@@ -274,7 +263,7 @@ def _log_case(results, case):
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="kernel_probe.json")
-    parser.add_argument("--round", type=int, choices=(1, 2, 3), default=2, help="which candidate set (see main)")
+    parser.add_argument("--round", type=int, choices=(1, 2, 3, 4), default=2, help="which candidate set (see main)")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes under TRITON_INTERPRET=1: correctness")
     args = parser.parse_args()
     import dataclasses
@@ -309,6 +298,7 @@ def main() -> int:
         values, offsets, longest = batch.values, batch.offsets, batch.max_seqlen
         B, M = offsets.numel() - 1, values.shape[1]
         ref = reduce._reduce_cpu(values.double().cpu(), offsets.cpu(), mean=False, empty_zero=False)
+        mean_ref = reduce._reduce_cpu(values.double().cpu(), offsets.cpu(), mean=True, empty_zero=True)
         must = values.numel() * 4 + offsets.numel() * 8 + B * M * 4
         floor = must / (copy_gbps * 1e9) * 1e6
         base = _config.segments_config(M, longest, B, device) or _config.SegmentsConfig(1, 64, min(256, M), 2)
@@ -320,6 +310,18 @@ def main() -> int:
         }
         if args.round == 1:  # run 17: persistent loops, prefetched offsets, flat row tiles
             _round1(cands, values, offsets, base, M)
+        elif args.round == 4:  # run 24: the looping kernel's tile, warps and programs at 65536×16
+            sms = _config.sm_count(device)
+            cands["mean shipped segments"] = lambda: reduce.launch_reduce(values, offsets, mean=True, empty_zero=True,
+                                                                          max_seqlen=longest)
+            if B >= 65536:
+                for group, block_l in ((4, 64), (8, 32), (8, 64), (16, 32), (16, 64)):
+                    for warps in (1, 2, 4):
+                        for per_sm in (4, 8, 16):
+                            c = _config.SegmentsConfig(group, block_l, 16, warps, programs=sms * per_sm)
+                            cands[f"mean loop {group}x{block_l}x16 w{warps} k{per_sm}"] = (
+                                lambda c=c: reduce.launch_reduce(values, offsets, mean=True, empty_zero=True,
+                                                                 segments=c))
         elif args.round == 3:  # run 20: whole segments, one program per group or looping, around the default
             sms = _config.sm_count(device)
             groups = {base.group, max(base.group // 2, 1)}
@@ -339,7 +341,8 @@ def main() -> int:
             row = {"case": case.label, "candidate": name, "floor_us": floor}
             try:
                 out = fn()
-                err = float((out.double().cpu() - ref).norm() / ref.norm().clamp_min(1e-30))
+                want = mean_ref if name.startswith("mean ") else ref  # "mean ...": jagged means (as the op's default)
+                err = float((out.double().cpu() - want).norm() / want.norm().clamp_min(1e-30))
                 row["rel_error"] = err
                 if err <= 1e-5:
                     row["device_us"] = device_us(fn)
@@ -364,7 +367,9 @@ def main() -> int:
             lengths, dim=0, output_size=n_rows).cpu()
         bmust = B * M * 4 + offsets.numel() * 8 + n_rows * M * 4
         bfloor = bmust / (copy_gbps * 1e9) * 1e6
-        bw = {"shipped expand": lambda: reduce.launch_expand(grad, offsets, n_rows, mean=True)}
+        bw = {"shipped expand": lambda: reduce.launch_expand(grad, offsets, n_rows, mean=True),
+              "shipped expand max_seqlen": lambda: reduce.launch_expand(grad, offsets, n_rows, mean=True,
+                                                                        max_seqlen=longest)}
         for tile in (2048, 4096, 8192):
             cfg = _config.segments_config(M, longest, B, device, tile_elements=tile)
             if cfg is not None:
@@ -372,6 +377,12 @@ def main() -> int:
                     c = dataclasses.replace(cfg, num_warps=warps)
                     bw[f"seg_expand {c.group}x{c.block_l}x{c.block_m} w{warps}"] = (
                         lambda c=c: seg_expand(grad, offsets, n_rows, c))
+        written = torch.empty(n_rows * M, device=device)
+        for block, warps in ((2048, 4), (4096, 4), (8192, 8)):  # a plain write of grad_values' bytes
+            fn = lambda b=block, w=warps: stream_write(written, b, w)  # noqa: E731
+            fn()
+            results["rows"].append({"case": case.label, "candidate": f"backward stream write b{block} w{warps}",
+                                    "floor_us": bfloor, "rel_error": 0.0, "device_us": device_us(fn)})
         for name, fn in bw.items():
             row = {"case": case.label, "candidate": "backward " + name, "floor_us": bfloor}
             try:
