@@ -164,24 +164,6 @@ def test_triton_backward_kernel_matches_reference(chunk, segments, lengths, M, d
         assert_matches(out, ref, dtype, what=f"expand mean={mean}")
 
 
-@needs_interpreter
-@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,note", CASES[::2], ids=IDS[::2])
-def test_whole_segments_backward_splits_rows_over_tiles_whatever_max_seqlen_says(lengths, M, dtype, offsets_dtype,
-                                                                                   empty, note):
-    # 4-row tiles: a program per group and tile, up to 4 tiles; the last tile's programs write every row past
-    # them (a max_seqlen that understates the lengths), and programs past a segment's end write nothing
-    _, offsets = make(lengths, M, dtype, offsets_dtype)
-    n_rows = int(offsets[-1])
-    grad = torch.randn(len(lengths), M).to(dtype)
-    longest = max(lengths, default=0)
-    for hint in sorted({0, 1, 5, longest, 3 * longest + 1}):
-        out, launches = reduce.plan_expand(grad, offsets, n_rows, mean=True, max_seqlen=hint,
-                                           segments=SEGMENT_CONFIGS[0], poison=float("nan"))
-        assert launches[0].grid[2] == min(max(-(-hint // 4), 1), 4)
-        reduce.run_direct(launches)
-        assert_matches(out, reference_expand(grad, offsets, n_rows, mean=True), dtype, what=f"max_seqlen={hint}")
-
-
 @pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,note", CASES[::2], ids=IDS[::2])
 def test_cpu_backward_matches_reference(lengths, M, dtype, offsets_dtype, empty, note):
     values, offsets = make(lengths, M, dtype, offsets_dtype)
