@@ -135,16 +135,16 @@ class SegmentsConfig:
 # (balanced whatever the lengths) run.
 SEGMENT_TILE_ELEMENTS = 8192
 SEGMENT_TILES = 4
+# Tiles whose measured best warp count differs from the rule in _segments_config (2 per 8192 elements).
+# (4, 32, 64) with 2 warps: 151.7 µs one program per group and 157.0 looping for a mean at 32768×64×≤32
+# (ptxas keeps ~190 registers there and issues the tile's loads in batches; the same looping sum got 254
+# registers and 63.1 µs); with 4 warps 92.5 / 75.0, and at 4096×64×≤32 16.0 against 23.0 µs (runs 19-20).
+SEGMENT_WARPS_MEASURED = {(4, 32, 64): 4}
 # Many small groups (several segments per tile, at least LOOP_GROUPS_PER_PROGRAM groups for each of
 # LOOP_PROGRAMS_PER_SM programs per SM): a fixed grid of programs that loop over groups, each loading its
 # next group's offsets ahead (run 17 at 65536×16×≤64: 62.7 µs against 70.8 with one program per group; 2-16
 # programs per SM within 3 %). One program per group stays elsewhere: at the seed shapes (one segment per
 # group) the looping form was slower, 8.8 against 6.1 µs.
-# Tiles whose measured best warp count differs from the rule below (2 per 8192 elements). (4, 32, 64) with 2
-# warps: 151.7 µs one program per group and 157.0 looping for a mean at 32768×64×≤32 (ptxas keeps ~190
-# registers there and issues the tile's loads in batches; the same looping sum got 254 registers and 63.1
-# µs); with 4 warps 92.5 / 75.0, and at 4096×64×≤32 16.0 against 23.0 µs (runs 19-20).
-SEGMENT_WARPS_MEASURED = {(4, 32, 64): 4}
 LOOP_PROGRAMS_PER_SM = 8
 LOOP_GROUPS_PER_PROGRAM = 4
 LOOP_MIN_GROUP = 4
