@@ -220,17 +220,25 @@ def _reduce_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols,
     # tiles, one tile when every segment fits; longer segments loop, to the group's longest (so a max_seqlen
     # that understates the lengths costs time, never correctness). Rows outside [0, n_rows) are never read.
     length = end - start
-    steps = tl.arange(0, BLOCK_L)
     acc = tl.zeros([GROUP, BLOCK_L, BLOCK_M], dtype=tl.float32)
     for r in range(0, tl.minimum(tl.max(length, axis=0), n_rows), BLOCK_L):  # bounded by N, even for bad offsets
-        rows = start[:, None] + r + steps[None, :]  # (GROUP, BLOCK_L)
-        row_ok = ((r + steps)[None, :] < length[:, None]) & (rows >= 0) & (rows < n_rows)
-        ptrs = values_ptr + (rows * n_cols)[:, :, None] + cols[None, None, :]
-        mask = row_ok[:, :, None] & col_mask[None, None, :]
+        ptrs, mask = _group_tile(values_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOCK_L)
         acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
     res = _finish(tl.sum(acc, axis=1), length[:, None], MEAN, EMPTY_ZERO)
     out_ptrs = out_ptr + segs[:, None] * n_cols + cols[None, :]
     tl.store(out_ptrs, res.to(out_ptr.dtype.element_ty), mask=seg_ok[:, None] & col_mask[None, :])
+
+
+@triton.jit
+def _group_tile(base_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOCK_L: tl.constexpr):
+    # Rows [r, r + BLOCK_L) of each segment of a group (rows [start, start + length)) of the (n_rows, n_cols)
+    # tensor at base_ptr, columns `cols`: the pointers (GROUP, BLOCK_L, BLOCK_M) and which of them to touch,
+    # never a row outside [0, n_rows).
+    steps = tl.arange(0, BLOCK_L)
+    rows = start[:, None] + r + steps[None, :]  # (GROUP, BLOCK_L)
+    row_ok = ((r + steps)[None, :] < length[:, None]) & (rows >= 0) & (rows < n_rows)
+    ptrs = base_ptr + (rows * n_cols)[:, :, None] + cols[None, None, :]
+    return ptrs, row_ok[:, :, None] & col_mask[None, None, :]
 
 
 @triton.jit
@@ -363,12 +371,9 @@ def _segments_expand_kernel(
     if MEAN:
         g = g / tl.maximum(length, 1).to(tl.float32)[:, None]  # (an empty segment owns no rows)
     tile = (tl.zeros([GROUP, BLOCK_L, BLOCK_M], dtype=tl.float32) + g[:, None, :]).to(out_ptr.dtype.element_ty)
-    steps = tl.arange(0, BLOCK_L)
     for r in range(0, tl.minimum(tl.max(length, axis=0), n_rows), BLOCK_L):
-        rows = start[:, None] + r + steps[None, :]
-        row_ok = ((r + steps)[None, :] < length[:, None]) & (rows >= 0) & (rows < n_rows)
-        tl.store(out_ptr + (rows * n_cols)[:, :, None] + cols[None, None, :], tile,
-                 mask=row_ok[:, :, None] & col_mask[None, None, :])
+        ptrs, mask = _group_tile(out_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOCK_L)
+        tl.store(ptrs, tile, mask=mask)
 
 
 # ============================================================================================
