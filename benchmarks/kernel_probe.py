@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from jaggedperf.ops.reduce import _group_bounds
+from jaggedperf.ops.reduce import _group_bounds, _group_tile, _reduce_group
 
 T0 = time.time()
 
@@ -46,29 +46,6 @@ def log(msg):
 # ---- candidate kernels ------------------------------------------------------------------------------
 
 
-@triton.jit
-def _group_sum(values_ptr, offsets_ptr, out_ptr, g, n_rows, n_cols, n_segments, cols, col_mask,
-               GROUP: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
-    # the shipped whole-segments body for group g (sum only)
-    segs, seg_ok, start, end = _group_bounds(offsets_ptr, g, n_segments, GROUP)
-    _group_rows(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask, BLOCK_L, BLOCK_M)
-
-
-@triton.jit
-def _group_rows(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask,
-                BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
-    length = end - start
-    steps = tl.arange(0, BLOCK_L)
-    acc = tl.zeros([segs.shape[0], BLOCK_L, BLOCK_M], dtype=tl.float32)
-    for r in range(0, tl.minimum(tl.max(length, axis=0), n_rows), BLOCK_L):
-        rows = start[:, None] + r + steps[None, :]
-        row_ok = ((r + steps)[None, :] < length[:, None]) & (rows < n_rows)
-        ptrs = values_ptr + (rows * n_cols)[:, :, None] + cols[None, None, :]
-        acc += tl.load(ptrs, mask=row_ok[:, :, None] & col_mask[None, None, :], other=0.0).to(tl.float32)
-    res = tl.sum(acc, axis=1)
-    tl.store(out_ptr + segs[:, None] * n_cols + cols[None, :], res, mask=seg_ok[:, None] & col_mask[None, :])
-
-
 @triton.jit(do_not_specialize=["n_rows", "n_segments", "n_groups"])
 def _persist_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments, n_groups,
                     GROUP: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr, STAGES: tl.constexpr):
@@ -76,18 +53,16 @@ def _persist_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments
     col_mask = cols < n_cols
     for g in tl.range(tl.program_id(0), n_groups, tl.num_programs(0), num_stages=STAGES):
         g = tl.program_id(0) * 0 + g  # a tensor (the interpreter's tl.range yields plain ints)
-        _group_sum(values_ptr, offsets_ptr, out_ptr, g, n_rows, n_cols, n_segments, cols, col_mask,
-                   GROUP, BLOCK_L, BLOCK_M)
+        segs, seg_ok, start, end = _group_bounds(offsets_ptr, g, n_segments, GROUP)
+        _reduce_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask,
+                      False, False, GROUP, BLOCK_L, BLOCK_M)  # the shipped whole-segments body, as a sum
 
 
 @triton.jit
-def _group_tile(values_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOCK_L: tl.constexpr):
-    # rows [r, r + BLOCK_L) of each segment of a group: (GROUP, BLOCK_L, BLOCK_M) in fp32
-    steps = tl.arange(0, BLOCK_L)
-    rows = start[:, None] + r + steps[None, :]
-    row_ok = ((r + steps)[None, :] < length[:, None]) & (rows < n_rows)
-    ptrs = values_ptr + (rows * n_cols)[:, :, None] + cols[None, None, :]
-    return tl.load(ptrs, mask=row_ok[:, :, None] & col_mask[None, None, :], other=0.0).to(tl.float32)
+def _tile_of(values_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOCK_L: tl.constexpr):
+    # rows [r, r + BLOCK_L) of each segment of a group, loaded: (GROUP, BLOCK_L, BLOCK_M) in fp32
+    ptrs, mask = _group_tile(values_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOCK_L)
+    return tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
 
 
 @triton.jit(do_not_specialize=["n_rows", "n_segments", "n_groups"])
@@ -100,16 +75,16 @@ def _prefetch2_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segmen
     g = tl.program_id(0)
     segs, seg_ok, start, end = _group_bounds(offsets_ptr, g, n_segments, GROUP)
     length = end - start
-    tile = _group_tile(values_ptr, start, length, 0, n_rows, n_cols, cols, col_mask, BLOCK_L)
+    tile = _tile_of(values_ptr, start, length, 0, n_rows, n_cols, cols, col_mask, BLOCK_L)
     nsegs, nok, nstart, nend = _group_bounds(offsets_ptr, g + step, n_segments, GROUP)
     nlength = nend - nstart
     while g < n_groups:
-        ntile = _group_tile(values_ptr, nstart, nlength, 0, n_rows, n_cols, cols, col_mask, BLOCK_L)
+        ntile = _tile_of(values_ptr, nstart, nlength, 0, n_rows, n_cols, cols, col_mask, BLOCK_L)
         nnsegs, nnok, nnstart, nnend = _group_bounds(offsets_ptr, g + 2 * step, n_segments, GROUP)
         nnlength = nnend - nnstart
         acc = tile
         for r in range(BLOCK_L, tl.minimum(tl.max(length, axis=0), n_rows), BLOCK_L):  # segments past one tile
-            acc += _group_tile(values_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOCK_L)
+            acc += _tile_of(values_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOCK_L)
         tl.store(out_ptr + segs[:, None] * n_cols + cols[None, :], tl.sum(acc, axis=1),
                  mask=seg_ok[:, None] & col_mask[None, :])
         g += step
