@@ -28,6 +28,7 @@ import torch
 
 import jaggedperf
 from jaggedperf.inputs import Case, make_batch
+from jaggedperf.lab.env import triton_version
 from jaggedperf.lab.grid import SEED_CASES
 from jaggedperf.lab.timing import wall_stats
 from jaggedperf.ops import _launch, reduce
@@ -45,7 +46,7 @@ def main() -> int:
     cases = [_case(spec) for spec in args.case] if args.case else SEED_CASES
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda")
-    report = {"torch": torch.__version__, "triton": _triton_version(), "cases": {}}
+    report = {"torch": torch.__version__, "triton": triton_version(), "cases": {}}
     profiles = io.StringIO()
     for case in cases:
         walls, text, code = probe_case(case, device, args.profile_calls)
@@ -139,12 +140,6 @@ def _profile(fn, calls: int) -> str:
     stream = io.StringIO()
     pstats.Stats(prof, stream=stream).sort_stats("tottime").print_stats(35)
     return stream.getvalue()
-
-
-def _triton_version() -> str:
-    import triton
-
-    return triton.__version__
 
 
 if __name__ == "__main__":

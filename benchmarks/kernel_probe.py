@@ -243,6 +243,7 @@ def main() -> int:
     args = parser.parse_args()
     import dataclasses
 
+    from jaggedperf.impls.jagged_mean import must_move_bytes
     from jaggedperf.inputs import Case, make_batch
     from jaggedperf.lab import timing
     from jaggedperf.lab.grid import SEED_CASES
@@ -274,8 +275,7 @@ def main() -> int:
         B, M = offsets.numel() - 1, values.shape[1]
         ref = reduce._reduce_cpu(values.double().cpu(), offsets.cpu(), mean=False, empty_zero=False)
         mean_ref = reduce._reduce_cpu(values.double().cpu(), offsets.cpu(), mean=True, empty_zero=True)
-        must = values.numel() * 4 + offsets.numel() * 8 + B * M * 4
-        floor = must / (copy_gbps * 1e9) * 1e6
+        floor = must_move_bytes(batch) / (copy_gbps * 1e9) * 1e6
         base = _config.segments_config(M, longest, B, device) or _config.SegmentsConfig(1, 64, min(256, M), 2)
         base = dataclasses.replace(base, block_m=triton.next_power_of_2(base.block_m))
         log(f"{case.label}: N={values.shape[0]} max_seqlen={longest} floor {floor:.2f} us, segments {base}")

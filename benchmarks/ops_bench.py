@@ -498,10 +498,9 @@ def _kernel_time(fn, calls=30):
     if DEVICE == "cpu":
         return None
     prof = timing.profile_kernels(fn, torch.device(DEVICE), calls=calls, flush=True)
-    times = sorted(prof.device_us_per_call)
-    return {"median_us": prof.median_us, "p20_us": timing.percentile(times, 0.2),
-            "p80_us": timing.percentile(times, 0.8), "kernels_per_call": prof.kernels_per_call,
-            "method": "profiler", "l2_flushed": True}
+    t = timing.profiler_device_time(prof, flush=True)
+    return {"median_us": t.median_us, "p20_us": t.p20_us, "p80_us": t.p80_us, "kernels_per_call": prof.kernels_per_call,
+            "method": t.method, "l2_flushed": t.l2_flushed}
 
 
 def _wall(fn, warmup=50, calls=200):
