@@ -14,7 +14,12 @@ Candidates (all jagged *sums*; the mean is the same traffic):
 - ``flat``: for narrow rows, a program's GROUP segments read as one dense run of rows
   [offsets[g0], offsets[g0+GROUP]) in BLOCK_R-row tiles (no per-segment padding), each row's segment found
   by comparing with the group's ends, the per-segment sums by a one-hot reduction;
+- ``flatscan`` (round 5): a group's rows read as one dense run in BLOCK_R-row tiles like ``flat``, but the
+  per-segment sums taken from the tile's running sum along rows (``tl.cumsum``) at each segment's start and
+  end (``tl.gather``): about log2(lanes) shuffles per element instead of GROUP selects;
 - ``stream``: a flat read of values into one fp32 partial per program (not a jagged op: the reference);
+- ``stream dep`` (round 5): the same read, but each program first loads where to start from a cold int64
+  array, as any jagged kernel must read its offsets before its rows (the floor with one dependent load);
 - backward: the shipped chunked expand against ``seg_expand`` (whole segments, one store per tile), and a
   plain write of the same bytes (round 4).
 
@@ -94,7 +99,8 @@ def _prefetch2_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segmen
 
 @triton.jit(do_not_specialize=["n_rows", "n_segments"])
 def _flat_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments,
-                 GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr, DOT: tl.constexpr):
+                 GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr, DOT: tl.constexpr,
+                 PRECISION: tl.constexpr = "ieee"):
     g0 = tl.program_id(0).to(tl.int64) * GROUP
     segs = g0 + tl.arange(0, GROUP)
     seg_ok = segs < n_segments
@@ -113,10 +119,93 @@ def _flat_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments,
         seg_of = tl.sum((ends_b[None, :] <= rows[:, None]).to(tl.int32), axis=1)  # (BLOCK_R,) local segment
         onehot = seg_of[None, :] == tl.arange(0, GROUP)[:, None]  # (GROUP, BLOCK_R)
         if DOT:
-            acc += tl.dot(onehot.to(tl.float32), x, input_precision="ieee")
+            acc += tl.dot(onehot.to(tl.float32), x, input_precision=PRECISION)
         else:
             acc += tl.sum(tl.where(onehot[:, :, None], x[None, :, :], 0.0), axis=1)
     tl.store(out_ptr + segs[:, None] * n_cols + cols[None, :], acc, mask=seg_ok[:, None] & col_mask[None, :])
+
+
+@triton.jit
+def _lean_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask,
+                GROUP: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr, EXACT_M: tl.constexpr):
+    # _reduce_group with its addressing computed once per segment: a (GROUP,) row pointer, plus one (BLOCK_L,
+    # BLOCK_M) offset tile shared by every segment (compile-time when EXACT_M: n_cols == BLOCK_M is the stride),
+    # and one row bound per segment (its rows clamped to [0, n_rows)) instead of three compares per element
+    stride = BLOCK_M if EXACT_M else n_cols
+    first = tl.minimum(tl.maximum(start, 0), n_rows)
+    avail = tl.maximum(tl.minimum(end, n_rows) - first, 0)  # readable rows of each segment
+    seg_ptr = values_ptr + first * stride
+    steps = tl.arange(0, BLOCK_L)
+    inner = steps[:, None] * stride + cols[None, :]
+    acc = tl.zeros([GROUP, BLOCK_L, BLOCK_M], dtype=tl.float32)
+    for r in range(0, tl.max(avail, axis=0), BLOCK_L):
+        mask = (steps[None, :] < (avail - r)[:, None])[:, :, None]
+        if not EXACT_M:
+            mask = mask & col_mask[None, None, :]
+        acc += tl.load(seg_ptr[:, None, None] + r * stride + inner[None, :, :], mask=mask, other=0.0).to(tl.float32)
+    out_ptrs = out_ptr + segs[:, None] * n_cols + cols[None, :]
+    tl.store(out_ptrs, tl.sum(acc, axis=1), mask=seg_ok[:, None] & col_mask[None, :])
+
+
+@triton.jit(do_not_specialize=["n_rows", "n_segments"])
+def _lean_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments, GROUP: tl.constexpr,
+                 BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr, EXACT_M: tl.constexpr):
+    # the shipped _segments_loop_kernel (next group's offsets loaded ahead) around _lean_group; with one
+    # program per group it is the shipped _segments_kernel's traffic
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < n_cols
+    n_groups = (n_segments + GROUP - 1) // GROUP
+    g = tl.program_id(0)
+    step = tl.num_programs(0)
+    segs, seg_ok, start, end = _group_bounds(offsets_ptr, g, n_segments, GROUP)
+    while g < n_groups:
+        next_segs, next_ok, next_start, next_end = _group_bounds(offsets_ptr, g + step, n_segments, GROUP)
+        _lean_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask, GROUP, BLOCK_L,
+                    BLOCK_M, EXACT_M)
+        g += step
+        segs, seg_ok, start, end = next_segs, next_ok, next_start, next_end
+
+
+@triton.jit
+def _tile_prefix(csum, upto, BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr):
+    # sum of a tile's first `upto` rows (GROUP,) for every column, from its running sum csum (BLOCK_R, BLOCK_M):
+    # 0 when upto <= 0, the whole tile when upto >= BLOCK_R
+    idx = tl.minimum(tl.maximum(upto - 1, 0), BLOCK_R - 1).to(tl.int32)
+    picked = tl.gather(csum, tl.broadcast_to(idx[:, None], (idx.shape[0], BLOCK_M)), axis=0)
+    return tl.where((upto > 0)[:, None], picked, 0.0)
+
+
+@triton.jit(do_not_specialize=["n_rows", "n_segments", "n_groups"])
+def _flatscan_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments, n_groups,
+                     GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr):
+    # program p reduces groups p, p + P, ... (P = grid axis 0); a group's rows [first, last) in dense tiles
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < n_cols
+    g = tl.program_id(0).to(tl.int64)
+    while g < n_groups:
+        segs, seg_ok, start, end = _group_bounds(offsets_ptr, g, n_segments, GROUP)
+        first = tl.maximum(tl.load(offsets_ptr + g * GROUP).to(tl.int64), 0)
+        last = tl.minimum(tl.max(end, axis=0), n_rows)
+        acc = tl.zeros([GROUP, BLOCK_M], dtype=tl.float32)
+        for r in range(first, last, BLOCK_R):
+            rows = r + tl.arange(0, BLOCK_R)
+            x = tl.load(values_ptr + rows[:, None] * n_cols + cols[None, :],
+                        mask=(rows < last)[:, None] & col_mask[None, :], other=0.0).to(tl.float32)
+            csum = tl.cumsum(x, axis=0)
+            acc += _tile_prefix(csum, end - r, BLOCK_R, BLOCK_M) - _tile_prefix(csum, start - r, BLOCK_R, BLOCK_M)
+        tl.store(out_ptr + segs[:, None] * n_cols + cols[None, :], acc, mask=seg_ok[:, None] & col_mask[None, :])
+        g += tl.num_programs(0)
+
+
+@triton.jit
+def _stream_dep_kernel(x_ptr, starts_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+    # _stream_kernel, but the program's first element comes from starts[pid] (= pid·BLOCK·ITERS, cold in L2)
+    base = tl.load(starts_ptr + tl.program_id(0))
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in tl.static_range(ITERS):
+        offs = base + i * BLOCK + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+    tl.store(out_ptr + tl.program_id(0), tl.sum(acc, axis=0))
 
 
 @triton.jit
@@ -174,12 +263,14 @@ def prefetch2(values, offsets, cfg, per_sm):
     return _looping(_prefetch2_kernel, values, offsets, cfg, per_sm)
 
 
-def flat(values, offsets, group, block_r, warps, dot):
+def flat(values, offsets, group, block_r, warps, dot, precision="ieee"):
+    # dot: the one-hot sum as a matrix product, fp32 FMAs ("ieee") or tensor cores ("tf32x3": 0/1 are exact in
+    # tf32 and x = hi + lo, so the product keeps about fp32's precision)
     B, M = offsets.numel() - 1, values.shape[1]
     block_m = max(16, triton.next_power_of_2(M)) if dot else triton.next_power_of_2(M)
     out = torch.empty(B, M, device=values.device)
     _flat_kernel[(-(-B // group), -(-M // block_m))](values, offsets, out, values.shape[0], M, B, group, block_r,
-                                                     block_m, dot, num_warps=warps)
+                                                     block_m, dot, precision, num_warps=warps)
     return out
 
 
@@ -189,6 +280,39 @@ def stream(values, block, iters, warps):
     out = torch.empty(programs, device=values.device)
     _stream_kernel[(programs,)](values, out, n, block, iters, num_warps=warps)
     return out
+
+
+def flatscan(values, offsets, group, block_r, warps, per_sm):
+    # per_sm 0: one program per group; else SMs × per_sm programs looping over groups
+    B, M = offsets.numel() - 1, values.shape[1]
+    out = torch.empty(B, M, device=values.device)
+    groups = -(-B // group)
+    programs = groups if per_sm == 0 else min(groups, _sms(values.device) * per_sm)
+    _flatscan_kernel[(max(programs, 1), -(-M // triton.next_power_of_2(M)))](
+        values, offsets, out, values.shape[0], M, B, groups, group, block_r, triton.next_power_of_2(M),
+        num_warps=warps)
+    return out
+
+
+def lean(values, offsets, cfg, per_sm):
+    # per_sm 0: one program per group; else SMs × per_sm programs looping over groups
+    B, M = offsets.numel() - 1, values.shape[1]
+    out = torch.empty(B, M, device=values.device)
+    groups = -(-B // cfg.group)
+    programs = groups if per_sm == 0 else min(groups, _sms(values.device) * per_sm)
+    _lean_kernel[(max(programs, 1), -(-M // cfg.block_m))](values, offsets, out, values.shape[0], M, B, cfg.group,
+                                                          cfg.block_l, cfg.block_m, M == cfg.block_m,
+                                                          num_warps=cfg.num_warps)
+    return out
+
+
+def stream_dep(values, block, iters, warps):
+    n = values.numel()
+    programs = -(-n // (block * iters))
+    starts = torch.arange(programs, device=values.device, dtype=torch.int64) * (block * iters)
+    out = torch.empty(programs, device=values.device)
+    fn = lambda: _stream_dep_kernel[(programs,)](values, starts, out, n, block, iters, num_warps=warps)  # noqa: E731
+    return fn, out
 
 
 def seg_expand(grad, offsets, n_rows, cfg):
@@ -238,7 +362,7 @@ def _log_case(results, case):
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="kernel_probe.json")
-    parser.add_argument("--round", type=int, choices=(1, 2, 3, 4), default=2, help="which candidate set (see main)")
+    parser.add_argument("--round", type=int, choices=(1, 2, 3, 4, 5), default=2, help="which candidate set (see main)")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes under TRITON_INTERPRET=1: correctness")
     args = parser.parse_args()
     import dataclasses
@@ -297,6 +421,24 @@ def main() -> int:
                             cands[f"mean loop {group}x{block_l}x16 w{warps} k{per_sm}"] = (
                                 lambda c=c: reduce.launch_reduce(values, offsets, mean=True, empty_zero=True,
                                                                  segments=c))
+        elif args.round == 5:  # dense group tiles with a running-sum split; mean beside the sum
+            cands["mean shipped segments"] = lambda: reduce.launch_reduce(values, offsets, mean=True, empty_zero=True,
+                                                                          max_seqlen=longest)
+            tiles = [(1, base.block_l, 1), (1, base.block_l, 2), (1, base.block_l, 4)] if base.group == 1 else [
+                (4, 64, 2), (4, 64, 4), (8, 32, 1), (8, 32, 2), (8, 32, 4), (8, 64, 2), (8, 64, 4), (16, 32, 2),
+                (16, 32, 4)]
+            for group, block_l, warps in tiles:
+                c = dataclasses.replace(base, group=group, block_l=block_l, num_warps=warps)
+                for per_sm in ((0,) if base.group == 1 else (0, 4, 8, 16)):
+                    cands[f"lean {group}x{block_l}x{c.block_m} w{warps} k{per_sm}"] = (
+                        lambda c=c, k=per_sm: lean(values, offsets, c, k))
+            if M <= 32:
+                for group in (8, 16):
+                    for block_r in (64, 128):
+                        for warps in (1, 2, 4):
+                            for per_sm in (0, 8):
+                                cands[f"flatscan g{group} r{block_r} w{warps} k{per_sm}"] = (
+                                    lambda g=group, r=block_r, w=warps, k=per_sm: flatscan(values, offsets, g, r, w, k))
         elif args.round == 3:  # run 20: whole segments, one program per group or looping, around the default
             sms = _config.sm_count(device)
             groups = {base.group, max(base.group // 2, 1)}
@@ -334,6 +476,12 @@ def main() -> int:
             err = abs(float(out.double().sum()) - float(values.double().sum())) / max(1.0, float(values.abs().sum()))
             results["rows"].append({"case": case.label, "candidate": f"stream b{block} i{iters} w{warps}",
                                     "floor_us": floor, "rel_error": err, "device_us": device_us(fn)})
+            if args.round == 5:  # the same read after one dependent load of where to start
+                fn, out = stream_dep(values, block, iters, warps)
+                fn()
+                err = abs(float(out.double().sum()) - float(values.double().sum())) / max(1.0, float(values.abs().sum()))
+                results["rows"].append({"case": case.label, "candidate": f"stream dep b{block} i{iters} w{warps}",
+                                        "floor_us": floor, "rel_error": err, "device_us": device_us(fn)})
         # backward: grad (B, M) to (N, M), mean
         grad = torch.randn(B, M, device=device)
         n_rows = values.shape[0]
