@@ -99,8 +99,7 @@ def _prefetch2_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segmen
 
 @triton.jit(do_not_specialize=["n_rows", "n_segments"])
 def _flat_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments,
-                 GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr, DOT: tl.constexpr,
-                 PRECISION: tl.constexpr = "ieee"):
+                 GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr, DOT: tl.constexpr):
     g0 = tl.program_id(0).to(tl.int64) * GROUP
     segs = g0 + tl.arange(0, GROUP)
     seg_ok = segs < n_segments
@@ -119,7 +118,7 @@ def _flat_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments,
         seg_of = tl.sum((ends_b[None, :] <= rows[:, None]).to(tl.int32), axis=1)  # (BLOCK_R,) local segment
         onehot = seg_of[None, :] == tl.arange(0, GROUP)[:, None]  # (GROUP, BLOCK_R)
         if DOT:
-            acc += tl.dot(onehot.to(tl.float32), x, input_precision=PRECISION)
+            acc += tl.dot(onehot.to(tl.float32), x, input_precision="ieee")
         else:
             acc += tl.sum(tl.where(onehot[:, :, None], x[None, :, :], 0.0), axis=1)
     tl.store(out_ptr + segs[:, None] * n_cols + cols[None, :], acc, mask=seg_ok[:, None] & col_mask[None, :])
@@ -263,14 +262,12 @@ def prefetch2(values, offsets, cfg, per_sm):
     return _looping(_prefetch2_kernel, values, offsets, cfg, per_sm)
 
 
-def flat(values, offsets, group, block_r, warps, dot, precision="ieee"):
-    # dot: the one-hot sum as a matrix product, fp32 FMAs ("ieee") or tensor cores ("tf32x3": 0/1 are exact in
-    # tf32 and x = hi + lo, so the product keeps about fp32's precision)
+def flat(values, offsets, group, block_r, warps, dot):
     B, M = offsets.numel() - 1, values.shape[1]
     block_m = max(16, triton.next_power_of_2(M)) if dot else triton.next_power_of_2(M)
     out = torch.empty(B, M, device=values.device)
     _flat_kernel[(-(-B // group), -(-M // block_m))](values, offsets, out, values.shape[0], M, B, group, block_r,
-                                                     block_m, dot, precision, num_warps=warps)
+                                                     block_m, dot, num_warps=warps)
     return out
 
 
