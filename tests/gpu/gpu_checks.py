@@ -1,0 +1,29 @@
+"""float64 references on the GPU for the GPU tests (index_add over segment ids: not the kernels' method)."""
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+from ops_reference import assert_matches  # noqa: E402
+
+
+def gpu_reference(values, offsets, *, mean, empty_zero=False, absolute=False):
+    """(B, M) float64 on the device: index_add over segment ids (not the kernels' method)."""
+    v = values.double().abs() if absolute else values.double()
+    offsets = offsets.long()
+    lengths = offsets.diff()
+    seg = torch.repeat_interleave(torch.arange(lengths.numel(), device=v.device), lengths, output_size=v.shape[0])
+    out = torch.zeros(lengths.numel(), v.shape[1], dtype=torch.float64, device=v.device).index_add_(0, seg, v)
+    if mean:
+        out = out / lengths.unsqueeze(1).double()
+        if empty_zero:
+            out = torch.where(lengths.unsqueeze(1) == 0, 0.0, out)
+    return out
+
+
+def check(out, values, offsets, *, mean, empty_zero=False, what="output"):
+    ref = gpu_reference(values, offsets, mean=mean, empty_zero=empty_zero)
+    scale = gpu_reference(values, offsets, mean=mean, empty_zero=True, absolute=True)
+    assert_matches(out, ref.cpu(), values.dtype, scale=scale.cpu(), what=what)
