@@ -20,6 +20,7 @@ Candidates (all jagged *sums*; the mean is the same traffic):
 - ``stream``: a flat read of values into one fp32 partial per program (not a jagged op: the reference);
 - ``stream dep`` (round 5): the same read, but each program first loads where to start from a cold int64
   array, as any jagged kernel must read its offsets before its rows (the floor with one dependent load);
+  ``stream write dep`` the same for the backward's plain write;
 - backward: the shipped chunked expand against ``seg_expand`` (whole segments, one store per tile), and a
   plain write of the same bytes (round 4).
 
@@ -218,6 +219,13 @@ def _stream_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr):
 
 
 @triton.jit
+def _stream_write_dep_kernel(out_ptr, starts_ptr, n, BLOCK: tl.constexpr):
+    # _stream_write_kernel, but the program's first element comes from starts[pid] (= pid·BLOCK, cold in L2)
+    offs = tl.load(starts_ptr + tl.program_id(0)) + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.zeros([BLOCK], dtype=tl.float32) + tl.program_id(0), mask=offs < n)
+
+
+@triton.jit
 def _stream_write_kernel(out_ptr, n, BLOCK: tl.constexpr):
     # writes BLOCK fp32 per program (the program id): a plain write of n elements, the backward's reference
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -317,6 +325,12 @@ def seg_expand(grad, offsets, n_rows, cfg):
     from jaggedperf.ops import reduce
 
     return reduce.launch_expand(grad, offsets, n_rows, mean=True, segments=cfg)
+
+
+def stream_write_dep(out, block, warps):
+    programs = -(-out.numel() // block)
+    starts = torch.arange(programs, device=out.device, dtype=torch.int64) * block
+    return lambda: _stream_write_dep_kernel[(programs,)](out, starts, out.numel(), block, num_warps=warps)
 
 
 def stream_write(out, block, warps):
@@ -503,6 +517,11 @@ def main() -> int:
             fn()
             results["rows"].append({"case": case.label, "candidate": f"backward stream write b{block} w{warps}",
                                     "floor_us": bfloor, "rel_error": 0.0, "device_us": device_us(fn)})
+            if args.round == 5:  # the same write after one dependent load of where to start
+                fn = stream_write_dep(written, block, warps)
+                fn()
+                results["rows"].append({"case": case.label, "candidate": f"backward stream write dep b{block} w{warps}",
+                                        "floor_us": bfloor, "rel_error": 0.0, "device_us": device_us(fn)})
         for name, fn in bw.items():
             row = {"case": case.label, "candidate": "backward " + name, "floor_us": bfloor}
             try:

@@ -10,7 +10,8 @@
 A bar measured *not* to hold on the H200 is a strict xfail whose reason gives the limit measured there
 (``benchmarks/results/h200/``). If such a bar starts to hold, the suite fails until the mark goes.
 
-Run on the GPU machine: ``PYTHONPATH=src python -m pytest -v -m bars tests/gpu`` (part of ``-m gpu``).
+Run on the GPU machine: ``PYTHONPATH=src python -m pytest -v -m bars tests/gpu --junitxml bars.xml`` (part of
+``-m gpu``); the XML holds every measured number as a property of its test.
 """
 
 import dataclasses
@@ -52,8 +53,16 @@ COMPILED = ("H200, runs 12 and 14: torch.compile's own per-call cost (a compiled
 
 
 @pytest.fixture(scope="module")
-def copy_gbps():
-    return timing.copy_bandwidth_gbps(CUDA)
+def copy_gbps(record_testsuite_property):
+    gbps = timing.copy_bandwidth_gbps(CUDA)
+    record_testsuite_property("copy_gbps", round(gbps, 1))
+    return gbps
+
+
+def record(record_property, **numbers) -> None:
+    """Each measured number into the junit XML (``--junitxml``), xfailed tests included."""
+    for name, value in numbers.items():
+        record_property(name, round(value, 3))
 
 
 def kernel_us(fn) -> float:
@@ -85,22 +94,24 @@ def checked_batch(case):
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=BELOW_PLAIN_READ))
                                   if c == TINY_ROWS else c for c in BAR1_CASES], ids=lambda c: c.label)
-def test_bar1_forward_within_10_percent_of_the_floor(case, copy_gbps):
+def test_bar1_forward_within_10_percent_of_the_floor(case, copy_gbps, record_property):
     batch = checked_batch(case)
     us, floor = kernel_us(mean_of(batch)), floor_us(must_move_bytes(batch), copy_gbps)
+    record(record_property, device_us=us, floor_us=floor, ratio=us / floor)
     assert us <= 1.10 * floor, f"{us:.1f} µs = {us / floor:.2f}× the floor {floor:.1f} µs"
 
 
 @pytest.mark.xfail(strict=True, reason=SEED_DEVICE)
 @pytest.mark.parametrize("case", SEED_CASES, ids=lambda c: c.label)
-def test_bar2_seed_shapes_within_3_us_of_the_floor(case, copy_gbps):
+def test_bar2_seed_shapes_within_3_us_of_the_floor(case, copy_gbps, record_property):
     batch = checked_batch(case)
     us, floor = kernel_us(mean_of(batch)), floor_us(must_move_bytes(batch), copy_gbps)
+    record(record_property, device_us=us, floor_us=floor, ratio=us / floor)
     assert us <= floor + 3.0, f"{us:.2f} µs against floor {floor:.2f} µs + 3"
 
 
 @pytest.mark.xfail(strict=True, reason=SEED_WALL)
-def test_bar3_seed_shapes_wall_below_segment_reduce_and_sum_padded():
+def test_bar3_seed_shapes_wall_below_segment_reduce_and_sum_padded(record_property):
     failures = []
     for case in SEED_CASES:
         batch = checked_batch(case)
@@ -110,6 +121,7 @@ def test_bar3_seed_shapes_wall_below_segment_reduce_and_sum_padded():
             args = impl.prepare(batch)
             calls[name] = lambda impl=impl, args=args: impl.fn(*args)
         ms = walls_ms(calls)
+        record(record_property, **{f"{case.label} {name} wall_us": t * 1e3 for name, t in ms.items()})
         ours = ms["jaggedperf"]
         if ours > 0.6 * ms["segment_reduce"] or ours > 0.2 * ms["sum_padded"]:
             failures.append(f"{case.label}: {ours * 1e3:.1f} µs against segment_reduce {ms['segment_reduce'] * 1e3:.1f} "
@@ -118,7 +130,7 @@ def test_bar3_seed_shapes_wall_below_segment_reduce_and_sum_padded():
 
 
 @pytest.mark.xfail(strict=True, reason=COMPILED)
-def test_bar4_compiled_never_slower_than_eager():
+def test_bar4_compiled_never_slower_than_eager(record_property):
     def fn(values, offsets, max_seqlen):
         return jaggedperf.jagged_mean(values, offsets, max_seqlen=max_seqlen)
 
@@ -130,21 +142,23 @@ def test_bar4_compiled_never_slower_than_eager():
         args = (batch.values, batch.offsets, batch.max_seqlen)
         check(compiled(*args), batch.values, batch.offsets, mean=True, what="compiled")
         ms = walls_ms({"eager": lambda: fn(*args), "compiled": lambda: compiled(*args)})
+        record(record_property, **{f"{case.label} {name} wall_us": t * 1e3 for name, t in ms.items()})
         if ms["compiled"] > ms["eager"]:
             slower.append(f"{case.label}: compiled {ms['compiled'] * 1e3:.1f} µs, eager {ms['eager'] * 1e3:.1f} µs")
     assert not slower, "; ".join(slower)
 
 
 @pytest.mark.parametrize("case", LARGEST_TWO, ids=lambda c: c.label)
-def test_bar5_bf16_within_60_percent_of_fp32(case):
+def test_bar5_bf16_within_60_percent_of_fp32(case, record_property):
     fp32, bf16 = checked_batch(case), checked_batch(dataclasses.replace(case, dtype="bfloat16"))
     t32, t16 = kernel_us(mean_of(fp32)), kernel_us(mean_of(bf16))
+    record(record_property, fp32_us=t32, bf16_us=t16, ratio=t16 / t32)
     assert t16 <= 0.6 * t32, f"bf16 {t16:.1f} µs = {t16 / t32:.2f}× fp32 {t32:.1f} µs"
 
 
 @pytest.mark.parametrize("case", [*[pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=SEED_BACKWARD))
                                     for c in SEED_CASES], *BAR1_CASES], ids=lambda c: c.label)
-def test_bar5_backward_within_20_percent_of_its_floor(case, copy_gbps):
+def test_bar5_backward_within_20_percent_of_its_floor(case, copy_gbps, record_property):
     # what autograd runs for jagged_mean's backward: grad (B, M) / length, broadcast to every row (with max_seqlen)
     batch = make_batch(case, CUDA)
     values, offsets = batch.values.requires_grad_(), batch.offsets
@@ -158,4 +172,5 @@ def test_bar5_backward_within_20_percent_of_its_floor(case, copy_gbps):
     expand = lambda: torch.ops.jaggedperf.jagged_expand(grad, offsets, n_rows, True, batch.max_seqlen)  # noqa: E731
     nbytes = grad.numel() * 4 + offsets.numel() * offsets.element_size() + values.numel() * 4
     us, floor = kernel_us(expand), floor_us(nbytes, copy_gbps)
+    record(record_property, device_us=us, floor_us=floor, ratio=us / floor)
     assert us <= 1.20 * floor, f"{us:.1f} µs = {us / floor:.2f}× the floor {floor:.1f} µs"
