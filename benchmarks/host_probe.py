@@ -3,7 +3,8 @@
 Wall per call by the seed's method (50 warm-up, 200 calls, a sync after each; median µs) of:
 the sync alone, ``torch.empty`` of the output, the cached compiled kernel launched with prebuilt
 arguments (our launch path's floor), our eager calls (hinted, unhinted, NestedTensor, the operator
-through the dispatcher), ``torch.segment_reduce``, the compiled function the lab times, in two
+through the dispatcher, the lab's registered ``jaggedperf``), ``torch.segment_reduce``, the seed's
+``sum_padded`` (bar 3's other reference), the compiled function the lab times, in two
 modes, and torch.compile's own floor (a compiled ``offsets + 1``). Then the top of cProfile for our
 eager call, the NestedTensor call and the compiled call, and
 the code Inductor generated for the compiled one.
@@ -27,6 +28,7 @@ from pathlib import Path
 import torch
 
 import jaggedperf
+from jaggedperf.impls.registry import get_implementation
 from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab.env import triton_version
 from jaggedperf.lab.grid import SEED_CASES
@@ -102,6 +104,10 @@ def probe_case(case: Case, device: torch.device, profile_calls: int):
         "torch.ops.jaggedperf.jagged_mean": lambda: torch.ops.jaggedperf.jagged_mean(values, offsets, False),
         "torch.segment_reduce": lambda: torch.segment_reduce(values, "mean", offsets=offsets, axis=0),
     }
+    for name in ("jaggedperf", "sum_padded"):  # as the lab and the bars' test call them (the registry)
+        impl = get_implementation("jagged_mean", name)
+        args = impl.prepare(batch)
+        callables[f"lab implementation {name}"] = lambda impl=impl, args=args: impl.fn(*args)
     for mode, fn in compiled.items():
         callables[f"compiled {mode}"] = lambda fn=fn: fn(values, offsets)
     # torch.compile's own per-call floor in the same mode: a graph of one tiny Inductor kernel
