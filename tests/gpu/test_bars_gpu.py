@@ -41,13 +41,15 @@ BAR1_CASES = [Case(1024, 256, 1000, 0.5), Case(4096, 512, 512, 0.2), Case(256, 6
 LARGEST_TWO = [Case(4096, 512, 512, 0.2), Case(4096, 128, 32768, 0.0, "heavy")]  # by bytes moved
 
 BELOW_PLAIN_READ = ("H200, runs 21 and 26: 63.5 µs = 1.31× the floor; a plain streaming read of the same bytes "
-                    "takes 1.09-1.11× (53.1-53.8 µs), so the bar leaves no room for any jagged work")
+                    "takes 1.09-1.11× (53.1-53.8 µs), and 1.13× after one dependent load (as the offsets must be "
+                    "read before the rows)")
 SEED_DEVICE = ("H200, runs 21 and 26: 6.05 / 9.73 µs against floor + 3 = 5.51 / 7.28 µs; a plain read of the "
                "bytes after one dependent load (as the offsets must be read first) takes 5.47 / 8.22 µs")
-SEED_BACKWARD = ("H200, run 26: 3.81 / 6.59 µs = 1.52 / 1.54× the floor; a plain write of the same bytes "
-                 "takes 1.24 / 1.15×")
-SEED_WALL = ("H200, runs 9 and 12: the C launcher alone with prebuilt arguments, plus the sync, takes 15.1 µs, "
-             "0.58× segment_reduce's 25.9 µs, before the output's allocation (3.3 µs) or any Python")
+SEED_BACKWARD = ("H200, runs 27-28: 3.8-4.1 / 6.7-6.9 µs, 1.5-1.6× the floor; a plain write of the same bytes "
+                 "after one dependent load takes 1.38 / 1.18×, against the bar's 1.2×")
+SEED_WALL = ("H200, run 29 (second seed shape): the compiled kernel launched with prebuilt arguments, with its "
+             "sync (16.9 µs), and the output's allocation (3.6 µs) already make 0.61× segment_reduce's 33.8 µs, "
+             "before any Python")
 COMPILED = ("H200, runs 12 and 14: torch.compile's own per-call cost (a compiled `offsets + 1`: 45.6 µs) exceeds "
             "the whole eager call at the seed shapes; compiled is also slower on the large shapes (0.70-0.97×)")
 
