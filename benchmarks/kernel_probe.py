@@ -22,7 +22,8 @@ Candidates (all jagged *sums*; the mean is the same traffic):
   array, as any jagged kernel must read its offsets before its rows (the floor with one dependent load);
   ``stream write dep`` the same for the backward's plain write;
 - backward: the shipped chunked expand against ``seg_expand`` (whole segments, one store per tile), and a
-  plain write of the same bytes (round 4).
+  plain write of the same bytes (round 4); ``split_expand`` (round 6), a program per segment and tile of
+  BLOCK_T rows, so that the rows each SM writes even out at the seed shapes.
 
 Run:  PYTHONPATH=src python3 benchmarks/kernel_probe.py --out $OUT/kernel_probe.json
       TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/kernel_probe.py --cpu-smoke   (correctness only)
@@ -218,6 +219,29 @@ def _stream_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr):
     tl.store(out_ptr + tl.program_id(0), tl.sum(acc, axis=0))
 
 
+@triton.jit(do_not_specialize=["n_rows", "n_segments", "n_tiles"])
+def _split_expand_kernel(grad_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments, n_tiles,
+                         BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr):
+    # the mean's backward with a program per (segment, column block, tile of BLOCK_T rows): small programs,
+    # many per SM, so the rows each SM writes even out whatever the lengths; the last tile's program also
+    # writes whatever lies past n_tiles·BLOCK_T (a max_seqlen that understates the lengths)
+    s = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < n_cols
+    start = tl.load(offsets_ptr + s).to(tl.int64)
+    end = tl.minimum(tl.load(offsets_ptr + s + 1).to(tl.int64), n_rows)
+    g = tl.load(grad_ptr + s * n_cols + cols, mask=col_mask, other=0.0).to(tl.float32)
+    g = g / tl.maximum(end - start, 1).to(tl.float32)
+    tile = (tl.zeros([BLOCK_T, BLOCK_M], dtype=tl.float32) + g[None, :]).to(out_ptr.dtype.element_ty)
+    first = start + tl.program_id(2).to(tl.int64) * BLOCK_T
+    stop = tl.where(tl.program_id(2) == n_tiles - 1, end, tl.minimum(first + BLOCK_T, end))
+    steps = tl.arange(0, BLOCK_T)
+    for r in range(first, stop, BLOCK_T):
+        rows = r + steps
+        tl.store(out_ptr + rows[:, None] * n_cols + cols[None, :], tile,
+                 mask=((rows < stop) & (rows >= 0))[:, None] & col_mask[None, :])
+
+
 @triton.jit
 def _stream_write_dep_kernel(out_ptr, starts_ptr, n, BLOCK: tl.constexpr):
     # _stream_write_kernel, but the program's first element comes from starts[pid] (= pid·BLOCK, cold in L2)
@@ -327,6 +351,16 @@ def seg_expand(grad, offsets, n_rows, cfg):
     return reduce.launch_expand(grad, offsets, n_rows, mean=True, segments=cfg)
 
 
+def split_expand(grad, offsets, n_rows, longest, block_t, warps):
+    B, M = grad.shape
+    out = torch.empty(n_rows, M, device=grad.device, dtype=grad.dtype)
+    block_m = triton.next_power_of_2(M)
+    tiles = max(-(-longest // block_t), 1)
+    _split_expand_kernel[(B, -(-M // block_m), tiles)](grad, offsets, out, n_rows, M, B, tiles, block_t, block_m,
+                                                       num_warps=warps)
+    return out
+
+
 def stream_write_dep(out, block, warps):
     programs = -(-out.numel() // block)
     starts = torch.arange(programs, device=out.device, dtype=torch.int64) * block
@@ -373,7 +407,7 @@ def _log_case(results, case):
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="kernel_probe.json")
-    parser.add_argument("--round", type=int, choices=(1, 2, 3, 4, 5), default=2, help="which candidate set (see main)")
+    parser.add_argument("--round", type=int, choices=(1, 2, 3, 4, 5, 6), default=2, help="which candidate set (see main)")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes under TRITON_INTERPRET=1: correctness")
     args = parser.parse_args()
     import dataclasses
@@ -389,6 +423,8 @@ def main() -> int:
     if args.round == 3:  # short sequences at several widths: where segments_config takes whole segments
         cases = [Case(65536, 16, 64, 0.2), Case(32768, 64, 32, 0.2), Case(4096, 64, 32, 0.2), Case(16384, 32, 64, 0.2),
                  Case(8192, 128, 16, 0.2), Case(131072, 8, 32, 0.2), Case(2048, 256, 16, 0.2), Case(16384, 64, 100, 0.1)]
+    if args.round == 6:  # the backward at the seed shapes
+        cases = list(SEED_CASES)
     if args.cpu_smoke:
         cases = [Case(37, 16, 20, 0.2), Case(9, 64, 70, 0.5), Case(40, 5, 9, 0.0, "heavy")]
     results = {"meta": {"torch": torch.__version__, "triton": triton.__version__, "argv": sys.argv,
@@ -481,7 +517,8 @@ def main() -> int:
         if args.round == 3:
             _log_case(results, case)
             continue
-        for block, iters, warps in [(2048, 1, 4), (4096, 1, 4), (4096, 2, 8), (8192, 1, 8), (8192, 2, 8)]:
+        reads = [(2048, 1, 4), (4096, 1, 4), (4096, 2, 8), (8192, 1, 8), (8192, 2, 8)]
+        for block, iters, warps in [] if args.round == 6 else reads:
             fn = lambda b=block, i=iters, w=warps: stream(values, b, i, w)  # noqa: E731
             out = fn()
             err = abs(float(out.double().sum()) - float(values.double().sum())) / max(1.0, float(values.abs().sum()))
@@ -517,11 +554,16 @@ def main() -> int:
             fn()
             results["rows"].append({"case": case.label, "candidate": f"backward stream write b{block} w{warps}",
                                     "floor_us": bfloor, "rel_error": 0.0, "device_us": device_us(fn)})
-            if args.round == 5:  # the same write after one dependent load of where to start
+            if args.round >= 5:  # the same write after one dependent load of where to start
                 fn = stream_write_dep(written, block, warps)
                 fn()
                 results["rows"].append({"case": case.label, "candidate": f"backward stream write dep b{block} w{warps}",
                                         "floor_us": bfloor, "rel_error": 0.0, "device_us": device_us(fn)})
+        if args.round == 6:  # small programs, many per SM: a tile of rows each
+            for block_t in (8, 16, 32, 64):
+                for warps in (1, 2, 4):
+                    bw[f"split_expand t{block_t} w{warps}"] = (
+                        lambda t=block_t, w=warps: split_expand(grad, offsets, n_rows, longest, t, w))
         for name, fn in bw.items():
             row = {"case": case.label, "candidate": "backward " + name, "floor_us": bfloor}
             try:
