@@ -71,7 +71,7 @@ def main() -> int:
             if not vector:
                 return 2
             esig = {"grad_ptr": f"*{vdt}", "offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "n_rows": "i64",
-                    "n_cols": "i32", "n_segments": "i32", "MEAN": "constexpr", "GROUP": "constexpr",
+                    "n_cols": "i32", "n_segments": "i32", "n_tiles": "i32", "MEAN": "constexpr", "GROUP": "constexpr",
                     "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
             k = compile_one(reduce._segments_expand_kernel, esig, {"MEAN": True, "GROUP": seg.group,
                                                                    "BLOCK_L": seg.block_l, "BLOCK_M": seg.block_m},

@@ -14,7 +14,7 @@ from ops_reference import (
 )
 
 import jaggedperf
-from jaggedperf.ops import reduce
+from jaggedperf.ops import _config, reduce
 from jaggedperf.ops._config import SegmentsConfig
 
 FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
@@ -355,3 +355,23 @@ def test_galloping_search_finds_the_first_segment_at_or_after_x_from_any_hint():
         probe[(40,)](offsets, xs, hints, out, B)
         expected = torch.searchsorted(offsets[:B].contiguous(), xs, side="left") if B else torch.zeros(40, dtype=torch.int64)
         assert torch.equal(out, expected), (lengths, xs, hints, out, expected)
+
+
+@needs_interpreter
+def test_backward_spreads_a_long_segment_over_programs_and_stays_correct():
+    # 64 columns, sequences of up to 300 rows: one segment a program in 128-row tiles; the backward spreads each
+    # segment's rows over programs of EXPAND_SPLIT_ROWS rows (grid axis 2), the last one writing whatever lies past
+    lengths = [300, 5, 130, 0, 257, 64, 33]
+    _, offsets = make(lengths, 64, FP32, torch.int32, seed=31)
+    n_rows = int(offsets[-1])
+    grad = torch.randn(len(lengths), 64)
+    _, launches = reduce.plan_expand(grad, offsets, n_rows, mean=True, max_seqlen=300)
+    assert [launch.kernel for launch in launches] == [reduce._segments_expand_kernel]
+    assert launches[0].grid == (7, 1, -(-300 // _config.EXPAND_SPLIT_ROWS))
+    assert launches[0].args[-2] == _config.EXPAND_SPLIT_ROWS  # BLOCK_L
+    # a segment that fits one tile stays whole (one program, the forward's tile)
+    _, launches = reduce.plan_expand(grad, offsets, n_rows, mean=True, max_seqlen=100)
+    assert launches[0].grid[2] == 1 and launches[0].args[-2] == 128
+    for hint in (300, 200, 40):  # a max_seqlen that understates the lengths costs time, never correctness
+        out = reduce.launch_expand(grad, offsets, n_rows, mean=True, max_seqlen=hint, poison=float("nan"))
+        assert_matches(out, reference_expand(grad, offsets, n_rows, mean=True), FP32, what=f"max_seqlen={hint}")

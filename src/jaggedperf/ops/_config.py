@@ -148,6 +148,11 @@ SEGMENT_WARPS_MEASURED = {(4, 32, 64): 4}
 LOOP_PROGRAMS_PER_SM = 8
 LOOP_GROUPS_PER_PROGRAM = 4
 LOOP_MIN_GROUP = 4
+# The backward of a segment alone in its program and longer than its tile: its rows in programs of this many
+# rows each, with this many warps (run 30 at the second seed shape, 16-64 rows × 1-4 warps: 32 rows and 4
+# warps 5.76 µs, 1-2 warps 6.05-6.11, 16 rows 6.98, 64 rows 6.43; 8 rows 12.3).
+EXPAND_SPLIT_ROWS = 32
+EXPAND_SPLIT_WARPS = 4
 
 
 def segments_config(n_cols: int, max_seqlen: int, n_segments: int, device: torch.device,
