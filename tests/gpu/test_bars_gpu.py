@@ -45,8 +45,8 @@ BELOW_PLAIN_READ = ("H200, runs 21 and 26: 63.5 µs = 1.31× the floor; a plain 
                     "read before the rows)")
 SEED_DEVICE = ("H200, runs 21 and 26: 6.05 / 9.73 µs against floor + 3 = 5.51 / 7.28 µs; a plain read of the "
                "bytes after one dependent load (as the offsets must be read first) takes 5.47 / 8.22 µs")
-SEED_BACKWARD = ("H200, runs 27-28: 3.8-4.1 / 6.7-6.9 µs, 1.5-1.6× the floor; a plain write of the same bytes "
-                 "after one dependent load takes 1.38 / 1.18×, against the bar's 1.2×")
+SEED_BACKWARD = ("H200, run 31: 4.1 / 5.9 µs, 1.63 / 1.38× the floor; a plain write of the same bytes after one "
+                 "dependent load takes 1.38 / 1.18× (run 27), against the bar's 1.2×")
 SEED_WALL = ("H200, run 29 (second seed shape): the compiled kernel launched with prebuilt arguments, with its "
              "sync (16.9 µs), and the output's allocation (3.6 µs) already make 0.61× segment_reduce's 33.8 µs, "
              "before any Python")
