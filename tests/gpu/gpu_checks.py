@@ -23,6 +23,15 @@ def gpu_reference(values, offsets, *, mean, empty_zero=False, absolute=False):
     return out
 
 
+def expand_reference(grad, offsets, n_rows, *, mean):
+    """(n_rows, M) float64 on the device: each row the grad of its segment (/ its length for mean)."""
+    lengths = offsets.long().diff()
+    g = grad.double()
+    if mean:
+        g = g / lengths.clamp_min(1).unsqueeze(1).double()
+    return g.repeat_interleave(lengths, dim=0, output_size=n_rows)
+
+
 def check(out, values, offsets, *, mean, empty_zero=False, what="output"):
     ref = gpu_reference(values, offsets, mean=mean, empty_zero=empty_zero)
     scale = gpu_reference(values, offsets, mean=mean, empty_zero=True, absolute=True)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_checks import assert_matches, check, gpu_reference  # noqa: E402
+from gpu_checks import assert_matches, check, expand_reference, gpu_reference  # noqa: E402
 
 import jaggedperf  # noqa: E402
 from jaggedperf.inputs import Case, make_batch  # noqa: E402
@@ -255,12 +255,7 @@ def test_backward(case, dtype, hinted):
             out = jaggedperf.jagged_sum(v, offsets, max_seqlen=hint)
         grad = torch.randn_like(out)
         out.backward(grad)
-        lengths = offsets.diff()
-        seg = torch.repeat_interleave(torch.arange(lengths.numel(), device="cuda"), lengths, output_size=v.shape[0])
-        g = grad.double()
-        if mean:
-            g = g / lengths.clamp_min(1).unsqueeze(1).double()
-        ref = g.index_select(0, seg)
+        ref = expand_reference(grad, offsets, v.shape[0], mean=mean)
         assert_matches(v.grad, ref.cpu(), dtype, what=f"grad mean={mean}")
 
 
