@@ -199,19 +199,13 @@ def _flatscan_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segment
 
 
 @triton.jit
-def _stream_dep_kernel(x_ptr, starts_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr):
-    # _stream_kernel, but the program's first element comes from starts[pid] (= pid·BLOCK·ITERS, cold in L2)
-    base = tl.load(starts_ptr + tl.program_id(0))
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for i in tl.static_range(ITERS):
-        offs = base + i * BLOCK + tl.arange(0, BLOCK)
-        acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
-    tl.store(out_ptr + tl.program_id(0), tl.sum(acc, axis=0))
-
-
-@triton.jit
-def _stream_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr):
-    base = tl.program_id(0).to(tl.int64) * (BLOCK * ITERS)
+def _stream_kernel(x_ptr, starts_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr, DEP: tl.constexpr):
+    # a flat read of x, one fp32 partial per program; DEP: the program first loads where it starts (pid·BLOCK·ITERS)
+    # from starts[pid], cold in L2, as a jagged kernel reads its offsets before its rows
+    if DEP:
+        base = tl.load(starts_ptr + tl.program_id(0))
+    else:
+        base = tl.program_id(0).to(tl.int64) * (BLOCK * ITERS)
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for i in tl.static_range(ITERS):
         offs = base + i * BLOCK + tl.arange(0, BLOCK)
@@ -243,16 +237,13 @@ def _split_expand_kernel(grad_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segme
 
 
 @triton.jit
-def _stream_write_dep_kernel(out_ptr, starts_ptr, n, BLOCK: tl.constexpr):
-    # _stream_write_kernel, but the program's first element comes from starts[pid] (= pid·BLOCK, cold in L2)
-    offs = tl.load(starts_ptr + tl.program_id(0)) + tl.arange(0, BLOCK)
-    tl.store(out_ptr + offs, tl.zeros([BLOCK], dtype=tl.float32) + tl.program_id(0), mask=offs < n)
-
-
-@triton.jit
-def _stream_write_kernel(out_ptr, n, BLOCK: tl.constexpr):
-    # writes BLOCK fp32 per program (the program id): a plain write of n elements, the backward's reference
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+def _stream_write_kernel(out_ptr, starts_ptr, n, BLOCK: tl.constexpr, DEP: tl.constexpr):
+    # writes BLOCK fp32 per program (the program id): a plain write of n elements, the backward's reference;
+    # DEP: the program's start (pid·BLOCK) loaded from starts[pid] first, as in _stream_kernel
+    if DEP:
+        offs = tl.load(starts_ptr + tl.program_id(0)) + tl.arange(0, BLOCK)
+    else:
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     tl.store(out_ptr + offs, tl.zeros([BLOCK], dtype=tl.float32) + tl.program_id(0), mask=offs < n)
 
 
@@ -303,12 +294,13 @@ def flat(values, offsets, group, block_r, warps, dot):
     return out
 
 
-def stream(values, block, iters, warps):
+def stream(values, block, iters, warps, dep=False):
+    # a callable reading values once into per-program partials (dep: after one dependent load), and its output
     n = values.numel()
     programs = -(-n // (block * iters))
+    starts = torch.arange(programs, device=values.device, dtype=torch.int64) * (block * iters)
     out = torch.empty(programs, device=values.device)
-    _stream_kernel[(programs,)](values, out, n, block, iters, num_warps=warps)
-    return out
+    return lambda: _stream_kernel[(programs,)](values, starts, out, n, block, iters, dep, num_warps=warps), out
 
 
 def flatscan(values, offsets, group, block_r, warps, per_sm):
@@ -335,15 +327,6 @@ def lean(values, offsets, cfg, per_sm):
     return out
 
 
-def stream_dep(values, block, iters, warps):
-    n = values.numel()
-    programs = -(-n // (block * iters))
-    starts = torch.arange(programs, device=values.device, dtype=torch.int64) * (block * iters)
-    out = torch.empty(programs, device=values.device)
-    fn = lambda: _stream_dep_kernel[(programs,)](values, starts, out, n, block, iters, num_warps=warps)  # noqa: E731
-    return fn, out
-
-
 def seg_expand(grad, offsets, n_rows, cfg):
     # the shipped whole-segments backward (reduce._segments_expand_kernel; run 17 ran the same code from here)
     from jaggedperf.ops import reduce
@@ -361,15 +344,11 @@ def split_expand(grad, offsets, n_rows, longest, block_t, warps):
     return out
 
 
-def stream_write_dep(out, block, warps):
+def stream_write(out, block, warps, dep=False):
+    # a callable writing every element of out once (dep: after one dependent load)
     programs = -(-out.numel() // block)
     starts = torch.arange(programs, device=out.device, dtype=torch.int64) * block
-    return lambda: _stream_write_dep_kernel[(programs,)](out, starts, out.numel(), block, num_warps=warps)
-
-
-def stream_write(out, block, warps):
-    _stream_write_kernel[(-(-out.numel() // block),)](out, out.numel(), block, num_warps=warps)
-    return out
+    return lambda: _stream_write_kernel[(programs,)](out, starts, out.numel(), block, dep, num_warps=warps)
 
 
 def _round1(cands, values, offsets, base, M):
@@ -519,17 +498,12 @@ def main() -> int:
             continue
         reads = [(2048, 1, 4), (4096, 1, 4), (4096, 2, 8), (8192, 1, 8), (8192, 2, 8)]
         for block, iters, warps in [] if args.round == 6 else reads:
-            fn = lambda b=block, i=iters, w=warps: stream(values, b, i, w)  # noqa: E731
-            out = fn()
-            err = abs(float(out.double().sum()) - float(values.double().sum())) / max(1.0, float(values.abs().sum()))
-            results["rows"].append({"case": case.label, "candidate": f"stream b{block} i{iters} w{warps}",
-                                    "floor_us": floor, "rel_error": err, "device_us": device_us(fn)})
-            if args.round == 5:  # the same read after one dependent load of where to start
-                fn, out = stream_dep(values, block, iters, warps)
+            for dep in (False, True) if args.round == 5 else (False,):  # round 5: also after one dependent load
+                fn, out = stream(values, block, iters, warps, dep)
                 fn()
                 err = abs(float(out.double().sum()) - float(values.double().sum())) / max(1.0, float(values.abs().sum()))
-                results["rows"].append({"case": case.label, "candidate": f"stream dep b{block} i{iters} w{warps}",
-                                        "floor_us": floor, "rel_error": err, "device_us": device_us(fn)})
+                results["rows"].append({"case": case.label, "candidate": f"stream{' dep' * dep} b{block} i{iters} "
+                                        f"w{warps}", "floor_us": floor, "rel_error": err, "device_us": device_us(fn)})
         # backward: grad (B, M) to (N, M), mean
         grad = torch.randn(B, M, device=device)
         n_rows = values.shape[0]
@@ -550,15 +524,11 @@ def main() -> int:
                         lambda c=c: seg_expand(grad, offsets, n_rows, c))
         written = torch.empty(n_rows * M, device=device)
         for block, warps in ((2048, 4), (4096, 4), (8192, 8)):  # a plain write of grad_values' bytes
-            fn = lambda b=block, w=warps: stream_write(written, b, w)  # noqa: E731
-            fn()
-            results["rows"].append({"case": case.label, "candidate": f"backward stream write b{block} w{warps}",
-                                    "floor_us": bfloor, "rel_error": 0.0, "device_us": device_us(fn)})
-            if args.round >= 5:  # the same write after one dependent load of where to start
-                fn = stream_write_dep(written, block, warps)
+            for dep in (False, True) if args.round >= 5 else (False,):  # round 5 on: also after one dependent load
+                fn = stream_write(written, block, warps, dep)
                 fn()
-                results["rows"].append({"case": case.label, "candidate": f"backward stream write dep b{block} w{warps}",
-                                        "floor_us": bfloor, "rel_error": 0.0, "device_us": device_us(fn)})
+                results["rows"].append({"case": case.label, "candidate": f"backward stream write{' dep' * dep} b{block} "
+                                        f"w{warps}", "floor_us": bfloor, "rel_error": 0.0, "device_us": device_us(fn)})
         if args.round == 6:  # small programs, many per SM: a tile of rows each
             for block_t in (8, 16, 32, 64):
                 for warps in (1, 2, 4):
