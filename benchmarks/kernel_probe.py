@@ -23,7 +23,8 @@ Candidates (all jagged *sums*; the mean is the same traffic):
   ``stream write dep`` the same for the backward's plain write;
 - backward: the shipped chunked expand against ``seg_expand`` (whole segments, one store per tile), and a
   plain write of the same bytes (round 4); ``split_expand`` (round 6), a program per segment and tile of
-  BLOCK_T rows, so that the rows each SM writes even out at the seed shapes.
+  BLOCK_T rows, so that the rows each SM writes even out at the seed shapes (run 30 ran its own copy of that
+  kernel; the shipped one has done it since ``4b8319e``, and the probe launches that).
 
 Run:  PYTHONPATH=src python3 benchmarks/kernel_probe.py --out $OUT/kernel_probe.json
       TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/kernel_probe.py --cpu-smoke   (correctness only)
@@ -213,29 +214,6 @@ def _stream_kernel(x_ptr, starts_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl
     tl.store(out_ptr + tl.program_id(0), tl.sum(acc, axis=0))
 
 
-@triton.jit(do_not_specialize=["n_rows", "n_segments", "n_tiles"])
-def _split_expand_kernel(grad_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments, n_tiles,
-                         BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr):
-    # the mean's backward with a program per (segment, column block, tile of BLOCK_T rows): small programs,
-    # many per SM, so the rows each SM writes even out whatever the lengths; the last tile's program also
-    # writes whatever lies past n_tiles·BLOCK_T (a max_seqlen that understates the lengths)
-    s = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    col_mask = cols < n_cols
-    start = tl.load(offsets_ptr + s).to(tl.int64)
-    end = tl.minimum(tl.load(offsets_ptr + s + 1).to(tl.int64), n_rows)
-    g = tl.load(grad_ptr + s * n_cols + cols, mask=col_mask, other=0.0).to(tl.float32)
-    g = g / tl.maximum(end - start, 1).to(tl.float32)
-    tile = (tl.zeros([BLOCK_T, BLOCK_M], dtype=tl.float32) + g[None, :]).to(out_ptr.dtype.element_ty)
-    first = start + tl.program_id(2).to(tl.int64) * BLOCK_T
-    stop = tl.where(tl.program_id(2) == n_tiles - 1, end, tl.minimum(first + BLOCK_T, end))
-    steps = tl.arange(0, BLOCK_T)
-    for r in range(first, stop, BLOCK_T):
-        rows = r + steps
-        tl.store(out_ptr + rows[:, None] * n_cols + cols[None, :], tile,
-                 mask=((rows < stop) & (rows >= 0))[:, None] & col_mask[None, :])
-
-
 @triton.jit
 def _stream_write_kernel(out_ptr, starts_ptr, n, BLOCK: tl.constexpr, DEP: tl.constexpr):
     # writes BLOCK fp32 per program (the program id): a plain write of n elements, the backward's reference;
@@ -335,12 +313,16 @@ def seg_expand(grad, offsets, n_rows, cfg):
 
 
 def split_expand(grad, offsets, n_rows, longest, block_t, warps):
+    # the shipped whole-segments backward, one segment a program, its rows spread over programs of block_t rows
+    # (grid axis 2; since 4b8319e what plan_expand picks for long segments, with 32 rows)
+    from jaggedperf.ops import reduce
+
     B, M = grad.shape
     out = torch.empty(n_rows, M, device=grad.device, dtype=grad.dtype)
     block_m = triton.next_power_of_2(M)
     tiles = max(-(-longest // block_t), 1)
-    _split_expand_kernel[(B, -(-M // block_m), tiles)](grad, offsets, out, n_rows, M, B, tiles, block_t, block_m,
-                                                       num_warps=warps)
+    reduce._segments_expand_kernel[(B, -(-M // block_m), tiles)](grad, offsets, out, n_rows, M, B, tiles, True, 1,
+                                                                 block_t, block_m, num_warps=warps)
     return out
 
 
