@@ -42,6 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
+from jaggedperf.ops._config import SegmentsConfig
 from jaggedperf.ops.reduce import _group_bounds, _group_tile, _reduce_group
 
 T0 = time.time()
@@ -234,12 +235,18 @@ def _sms(device):
     return sm_count(device)
 
 
+def _programs(n_segments, group, per_sm, device):
+    # SMs × per_sm programs, at most one per group; per_sm 0: one per group
+    groups = -(-n_segments // group)
+    return max(1, groups if per_sm == 0 else min(groups, _sms(device) * per_sm))
+
+
 def _looping(kernel, values, offsets, cfg, per_sm, *constexprs):
-    # a grid of SMs × per_sm programs (at most one per group), each looping over groups
+    # a grid of SMs × per_sm programs (at most one per group; per_sm 0: one per group), each looping over groups
     B, M = offsets.numel() - 1, values.shape[1]
     out = torch.empty(B, M, device=values.device)
     groups = -(-B // cfg.group)
-    grid = (max(1, min(groups, _sms(values.device) * per_sm)), -(-M // cfg.block_m))
+    grid = (_programs(B, cfg.group, per_sm, values.device), -(-M // cfg.block_m))
     kernel[grid](values, offsets, out, values.shape[0], M, B, groups, cfg.group, cfg.block_l, cfg.block_m,
                  *constexprs, num_warps=cfg.num_warps)
     return out
@@ -255,7 +262,7 @@ def prefetch(values, offsets, cfg, per_sm):
 
     from jaggedperf.ops import reduce
 
-    programs = max(1, min(-(-(offsets.numel() - 1) // cfg.group), _sms(values.device) * per_sm))
+    programs = _programs(offsets.numel() - 1, cfg.group, per_sm, values.device)
     return reduce.launch_reduce(values, offsets, segments=dataclasses.replace(cfg, programs=programs))
 
 
@@ -282,26 +289,17 @@ def stream(values, block, iters, warps, dep=False):
 
 
 def flatscan(values, offsets, group, block_r, warps, per_sm):
-    # per_sm 0: one program per group; else SMs × per_sm programs looping over groups
-    B, M = offsets.numel() - 1, values.shape[1]
-    out = torch.empty(B, M, device=values.device)
-    groups = -(-B // group)
-    programs = groups if per_sm == 0 else min(groups, _sms(values.device) * per_sm)
-    _flatscan_kernel[(max(programs, 1), -(-M // triton.next_power_of_2(M)))](
-        values, offsets, out, values.shape[0], M, B, groups, group, block_r, triton.next_power_of_2(M),
-        num_warps=warps)
-    return out
+    cfg = SegmentsConfig(group, block_r, triton.next_power_of_2(values.shape[1]), warps)
+    return _looping(_flatscan_kernel, values, offsets, cfg, per_sm)
 
 
 def lean(values, offsets, cfg, per_sm):
-    # per_sm 0: one program per group; else SMs × per_sm programs looping over groups
+    # as _looping, without the group count (the kernel run 26 timed computes its own)
     B, M = offsets.numel() - 1, values.shape[1]
     out = torch.empty(B, M, device=values.device)
-    groups = -(-B // cfg.group)
-    programs = groups if per_sm == 0 else min(groups, _sms(values.device) * per_sm)
-    _lean_kernel[(max(programs, 1), -(-M // cfg.block_m))](values, offsets, out, values.shape[0], M, B, cfg.group,
-                                                          cfg.block_l, cfg.block_m, M == cfg.block_m,
-                                                          num_warps=cfg.num_warps)
+    _lean_kernel[(_programs(B, cfg.group, per_sm, values.device), -(-M // cfg.block_m))](
+        values, offsets, out, values.shape[0], M, B, cfg.group, cfg.block_l, cfg.block_m, M == cfg.block_m,
+        num_warps=cfg.num_warps)
     return out
 
 
