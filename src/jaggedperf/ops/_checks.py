@@ -15,11 +15,23 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 OFFSET_DTYPES = (torch.int32, torch.int64)
 
 
+VALIDATE_ENV = "JAGGEDPERF_VALIDATE"
+# os.environ.get costs ~1 µs (it encodes the key each time), as much as the rest of a native call's Python: the
+# environment's encoded entries are read directly where CPython keeps them (os.environ's own dict, which
+# every os.environ update writes), with os.environ.get wherever that dict is not there.
+_ENV_DATA = getattr(os.environ, "_data", None)
+_ENV_KEY = os.environ.encodekey(VALIDATE_ENV) if _ENV_DATA is not None and hasattr(os.environ, "encodekey") else None
+_OFF = ("", "0", "false", "False")
+
+
 def validation_requested(validate: bool | None) -> bool:
     """``validate`` if given, else the JAGGEDPERF_VALIDATE environment variable (off by default)."""
     if validate is not None:
         return validate
-    return os.environ.get("JAGGEDPERF_VALIDATE", "0") not in ("", "0", "false", "False")
+    if _ENV_KEY is None:
+        return os.environ.get(VALIDATE_ENV, "0") not in _OFF
+    raw = _ENV_DATA.get(_ENV_KEY)
+    return raw is not None and os.environ.decodevalue(raw) not in _OFF
 
 
 def check_layout(values: torch.Tensor, offsets: torch.Tensor, *, dtypes=SUPPORTED_DTYPES) -> None:
