@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from jaggedperf.ops import _native
+
 TIERS = ("launch", "run", "getitem", "jit")
 POISON_BYTE = 0xFB  # fp32 0xFBFBFBFB / half 0xFBFB: finite, and no kernel here produces it
 
@@ -74,6 +76,7 @@ def launch_path() -> dict:
         "launches": dict(_state.counts),
         "compiled_kernels_cached": len(_cache),
         "dropped": list(_state.reasons),
+        "native": _native.state(),
     }
 
 
@@ -83,6 +86,7 @@ def force_tier(tier: str | None) -> None:
         raise ValueError(f"force_tier: tier must be one of {TIERS} or None; got {tier!r}")
     global _forced
     _forced = tier
+    _native.pause(tier is not None)  # a forced tier is what the benchmark times: no native calls meanwhile
 
 
 def reset() -> None:
@@ -123,6 +127,12 @@ def launch(kernel, grid: tuple, args: tuple, num_warps: int, key: tuple, written
         _jit(kernel, grid, args, num_warps)
         return
     _verify(kernel, grid, args, num_warps, entry, written)
+
+
+def compiled(key: tuple):
+    """The compiled kernel cached for ``key`` (None before its first launch, or in the interpreter)."""
+    entry = _cache.get(key)
+    return None if entry is None else entry.compiled
 
 
 def _capturing() -> bool:

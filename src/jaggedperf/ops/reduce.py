@@ -59,7 +59,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from jaggedperf.ops import _launch
+from jaggedperf.ops import _launch, _native
 from jaggedperf.ops._checks import check_layout, check_offsets, validation_requested
 from jaggedperf.ops._config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMENT_TILES, SegmentsConfig,
                                     reduce_config, segments_config, sm_count)
@@ -399,6 +399,7 @@ class Launch:
     num_warps: int
     written: tuple  # tensors the kernel writes (the fast path's self-check compares them)
     key: tuple  # kernel name + constexprs: with the caller's dtypes/alignment, what the JIT specialises on
+    native: dict | None = None  # what the native path needs to launch it alone (_native.offer), if it can
 
 
 def _chunking(n_rows, n_cols: int, cfg, device: torch.device, rows_per_chunk=None):
@@ -495,7 +496,13 @@ def _plan_segments(values, offsets, mean, empty_zero, cfg: SegmentsConfig, poiso
     grid = (programs, -(-int(n_cols) // cfg.block_m), 1)
     args = (values, offsets, out, n_rows, int(n_cols), n_segments, mean, empty_zero, cfg.group, cfg.block_l,
             cfg.block_m)
-    return out, (Launch(kernel, grid, args, cfg.num_warps, (out,), (name, *args[-5:])),)
+    native = {"sources": SEGMENT_SOURCES, "group": 0 if cfg.programs else cfg.group, "programs": cfg.programs,
+              "block_m": cfg.block_m}
+    return out, (Launch(kernel, grid, args, cfg.num_warps, (out,), (name, *args[-5:]), native),)
+
+
+# what fills the whole-segments kernels' runtime arguments (the native path's parameter sources)
+SEGMENT_SOURCES = ("values", "offsets", "out", "n_rows", "n_cols", "n_segments")
 
 
 def plan_expand(grad, offsets, n_rows, *, mean: bool, max_seqlen=None, rows_per_chunk=None,
@@ -767,8 +774,11 @@ def jagged_sum(values, offsets=None, *, max_seqlen=None, validate=None) -> torch
     A NestedTensor's ``_values``/``_offsets`` are read directly (the accessors cost ≈45 µs each),
     except when it requires grad or under ``torch.compile``.
     """
-    return _reduce(values, offsets, "jagged_sum", mean=False, empty_zero=False, max_seqlen=max_seqlen,
-                   validate=validate)
+    out = _native_call(values, offsets, max_seqlen, False, False, validate)
+    if out is not None:
+        return out
+    return _python_reduce(values, offsets, "jagged_sum", mean=False, empty_zero=False, max_seqlen=max_seqlen,
+                          validate=validate)
 
 
 def jagged_mean(values, offsets=None, *, max_seqlen=None, empty="nan", validate=None) -> torch.Tensor:
@@ -778,16 +788,36 @@ def jagged_mean(values, offsets=None, *, max_seqlen=None, empty="nan", validate=
     """
     if empty not in EMPTY_MODES:
         raise ValueError(f"jagged_mean: empty must be 'nan' or 'zero'; got {empty!r}")
-    return _reduce(values, offsets, "jagged_mean", mean=True, empty_zero=empty == "zero", max_seqlen=max_seqlen,
-                   validate=validate)
+    out = _native_call(values, offsets, max_seqlen, True, empty == "zero", validate)
+    if out is not None:
+        return out
+    return _python_reduce(values, offsets, "jagged_mean", mean=True, empty_zero=empty == "zero",
+                          max_seqlen=max_seqlen, validate=validate)
 
 
-def _reduce(values, offsets, name: str, *, mean: bool, empty_zero: bool, max_seqlen, validate) -> torch.Tensor:
-    # the public functions: checks, then eager plain CUDA tensors launch directly, the rest call the operator
+def _native_call(values, offsets, max_seqlen, mean, empty_zero, validate):
+    # A call the native module has a plan for, in one C++ call (None: the Python path). is_compiling first:
+    # Dynamo folds it and never reads the module's state (no guard on it, no graph break).
+    if torch.compiler.is_compiling() or _native.active is None or validate is not None \
+            or type(values) is not torch.Tensor or type(offsets) is not torch.Tensor or validation_requested(None):
+        return None
+    # None -> -1 (no hint); anything but a non-negative int -> -2, which no plan has (the Python path raises)
+    hint = -1 if max_seqlen is None else max_seqlen if type(max_seqlen) is int and max_seqlen >= 0 else -2
+    return _native.active.reduce(values, offsets, hint, mean, empty_zero)
+
+
+def _python_reduce(values, offsets, name: str, *, mean: bool, empty_zero: bool, max_seqlen, validate,
+                   offer: bool = True):
+    # every call the native path does not serve (and the host probe's Python path, offer=False). offer: a
+    # whole-segments launch registers its plan with the native path (a no-op once it is registered and
+    # checked, but ~15 µs of Python: the probe times the Python path without it)
     values, offsets, max_seqlen = _inputs(values, offsets, name, max_seqlen, validate)
     if _fast_ok(values, offsets):
         out, launches = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen)
-        _run_fast(launches, values.device, _fast_key(values, offsets))
+        key = _fast_key(values, offsets)
+        _run_fast(launches, values.device, key)
+        if offer and len(launches) == 1 and launches[0].native is not None and _native.offering():
+            _offer(launches[0], key, values, offsets, max_seqlen, mean, empty_zero, out)
         return out
     if mean:
         return torch.ops.jaggedperf.jagged_mean(values, offsets, empty_zero, max_seqlen)
@@ -856,6 +886,15 @@ def _from_nested(nt: torch.Tensor, name: str):
     if getattr(nt, "_lengths", None) is not None:
         raise ValueError(f"{name}: a NestedTensor with lengths (holes between sequences) is not supported")
     return (values, offsets) if direct else (nt.values(), nt.offsets())
+
+
+def _offer(launch: Launch, key: tuple, values, offsets, max_seqlen, mean, empty_zero, out) -> None:
+    # the native path may serve the next call with this key (a NestedTensor's call registers the plain one)
+    if type(max_seqlen) is not int and max_seqlen is not None:
+        return
+    compiled = _launch.compiled((launch.key, launch.num_warps, key))
+    plan = dict(launch.native, compiled=compiled, arg_names=launch.kernel.arg_names)
+    _native.offer(values, offsets, max_seqlen, mean, empty_zero, plan, out)
 
 
 def _fast_ok(values, offsets) -> bool:

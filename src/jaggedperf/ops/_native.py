@@ -1,0 +1,304 @@
+"""The native launch path: an eager jagged sum/mean in one C++ call (``_native.cpp``).
+
+The Python fast path plans each call, allocates with ``torch.empty`` and launches through Triton's
+launcher: ≈15 µs of host time before a 6-10 µs kernel starts at the seed shapes (host_probe, run 29).
+The native module does the same work for a call it has a *plan* for, in C++: checks, output
+allocation (``at::empty``), grid, parameter block, ``cuLaunchKernel``.
+
+Plans. After the Python path has planned a call onto the whole-segments kernel (one launch, no
+workspace) and launched it through a verified tier (``_launch``), ``offer`` registers the plan for the
+call's key: the compiled kernel's CUfunction and launch config, and its parameter list read from the
+compiled signature. The first plan of each compiled kernel is checked: its launch, into an output
+poisoned with ``_launch.POISON_BYTE``, must match the Python path's output bitwise (one sync, once per
+compiled kernel); a mismatch or error turns the native path off for the process, with the reason in
+``state()``. Only calls with a registered plan take the native path; everything else (the chunked
+kernels, autograd, NestedTensor, torch.compile, dispatch modes, other devices) stays in Python.
+
+The module. Built with the C++ compiler torch's own extensions use (``CXX``, else ``c++``) against the
+installed torch's headers, into ``$JAGGEDPERF_CACHE`` (default ``~/.cache/jaggedperf``)/native/<hash of
+source, torch, Python and flags>/, and written there atomically (a killed build leaves no lock behind).
+``JAGGEDPERF_NATIVE``: ``auto`` (default) loads a built module and, on the first eligible CUDA call,
+starts the build in a background thread (the Python path serves until it is ready); ``build`` builds
+in the calling thread at that first call; ``0`` turns the path off. ``ensure()`` builds and loads now
+(the CLI and the benchmarks call it before timing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shlex
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("_native.cpp")
+MODULE_NAME = "jaggedperf_native"
+BUILD_TIMEOUT_S = 600
+# _native.cpp's parameter sources and kinds
+SOURCES = ("values", "offsets", "out", "n_rows", "n_cols", "n_segments", "null")
+KINDS = {"i32": 1, "i64": 2}
+
+
+@dataclass
+class _State:
+    status: str = "not loaded"  # not loaded | building | ready | off | failed | disabled
+    reason: str = ""
+    module: object = None
+    paused: bool = False  # a benchmark forces a launch tier (_launch.force_tier)
+    build_seconds: float | None = None
+    verified_functions: set = field(default_factory=set)  # CUfunctions whose native launch matched
+    registered: int = 0
+
+
+_state = _State()
+_lock = threading.Lock()
+_thread: threading.Thread | None = None
+active = None  # the module while the path is on (ready, not paused): the one thing the hot path reads
+
+
+def _refresh() -> None:
+    global active
+    active = _state.module if _state.status == "ready" and not _state.paused else None
+
+
+def state() -> dict:
+    """Where the native path stands: status, why it is off, build time, plans registered."""
+    return {"status": _state.status, "reason": _state.reason, "paused": _state.paused,
+            "build_seconds": _state.build_seconds,
+            "module": getattr(_state.module, "__file__", None), "registered": _state.registered,
+            "plans": _state.module.size() if _state.module is not None else 0,
+            "served": _state.module.served() if _state.module is not None else 0,
+            "verified_kernels": len(_state.verified_functions)}
+
+
+def setting() -> str:
+    value = os.environ.get("JAGGEDPERF_NATIVE", "auto").strip().lower()
+    return "off" if value in ("0", "off", "false", "no") else ("build" if value == "build" else "auto")
+
+
+# --- building and loading ---------------------------------------------------------------------
+
+
+def compiler() -> str:
+    return os.environ.get("CXX", "c++")
+
+
+def build_command(output: Path) -> list[str]:
+    """The compile-and-link command for the module (torch's headers and libraries, Python's headers)."""
+    from torch.utils import cpp_extension
+
+    includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
+    libdirs = cpp_extension.library_paths()
+    return [
+        *shlex.split(compiler()), "-shared", "-fPIC", "-O2", "-std=c++17", "-w",
+        f"-DTORCH_EXTENSION_NAME={MODULE_NAME}", "-DTORCH_API_INCLUDE_EXTENSION_H",
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+        *(f"-I{p}" for p in includes), str(SOURCE), "-o", str(output),
+        *(f"-L{p}" for p in libdirs), *(f"-Wl,-rpath,{p}" for p in libdirs),
+        "-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python", "-ldl",
+    ]
+
+
+def module_path() -> Path:
+    """Where the module for this source, torch and Python lives (built or not)."""
+    digest = hashlib.sha256()
+    digest.update(SOURCE.read_bytes())
+    digest.update(f"{torch.__version__}|{sys.version}|{compiler()}".encode())
+    root = Path(os.environ.get("JAGGEDPERF_CACHE", Path.home() / ".cache" / "jaggedperf"))
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    return root / "native" / digest.hexdigest()[:16] / f"{MODULE_NAME}{suffix}"
+
+
+def build(path: Path | None = None) -> Path:
+    """Compile the module into ``path`` (default ``module_path()``); atomic: a partial build never lands."""
+    path = path or module_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        partial = Path(tmp) / path.name
+        done = subprocess.run(build_command(partial), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        if done.returncode != 0:
+            raise RuntimeError(f"building {SOURCE.name} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+        os.replace(partial, path)
+    return path
+
+
+def _import(path: Path):
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ensure() -> dict:
+    """Build (if needed) and load the module now, in this thread; returns ``state()``. Never raises."""
+    global _thread
+    if setting() == "off":
+        _state.status, _state.reason = "off", "JAGGEDPERF_NATIVE=0"
+        _refresh()
+        return state()
+    thread = _thread
+    if thread is not None:
+        thread.join()
+    if _state.module is None and _state.status not in ("disabled",):
+        _load_or_build()
+    return state()
+
+
+def _load_or_build() -> None:
+    try:
+        path = module_path()
+        if not path.exists():
+            _state.status = "building"
+            started = time.perf_counter()
+            build(path)
+            _state.build_seconds = round(time.perf_counter() - started, 1)
+        module = _import(path)
+    except Exception as exc:  # noqa: BLE001 - no compiler, no headers, a failed build: the Python path stays
+        with _lock:
+            _state.status, _state.reason = "failed", f"{type(exc).__name__}: {exc}"
+            _refresh()
+        return
+    with _lock:
+        _state.module = module
+        if _state.status != "disabled":
+            _state.status = "ready"
+        _refresh()
+
+
+def _start() -> None:
+    # the first eligible CUDA call: load a built module now; else build (in the background unless asked)
+    global _thread
+    with _lock:
+        if _state.status != "not loaded":
+            return
+        mode = setting()
+        if mode == "off":
+            _state.status, _state.reason = "off", "JAGGEDPERF_NATIVE=0"
+            return
+        _state.status = "building"
+    if mode == "build" or module_path().exists():
+        _load_or_build()
+        return
+    _thread = threading.Thread(target=_load_or_build, name="jaggedperf-native-build", daemon=True)
+    _thread.start()
+
+
+# --- the fast call and its plans ---------------------------------------------------------------
+
+
+def offering() -> bool:
+    """Whether the Python path should offer its plans (the path is on, or not yet loaded)."""
+    return _state.status in ("not loaded", "ready") and not _state.paused
+
+
+def pause(paused: bool) -> None:
+    """Benchmarks timing a forced launch tier keep the native path out of the way meanwhile."""
+    with _lock:
+        _state.paused = paused
+        _refresh()
+
+
+def disable(reason: str) -> None:
+    """Turn the native path off for this process (a failed check)."""
+    with _lock:
+        _state.status, _state.reason = "disabled", reason
+        _refresh()
+
+
+def reset() -> None:
+    """Forget plans and verdicts and re-enable a disabled path; keep a loaded module (tests)."""
+    with _lock:
+        if _state.module is not None:
+            _state.module.forget()
+        _state.verified_functions.clear()
+        _state.registered = 0
+        if _state.status == "disabled":
+            _state.status, _state.reason = ("ready", "") if _state.module is not None else ("not loaded", "")
+        _refresh()
+
+
+def parameters(compiled, arg_names, sources: tuple) -> list[tuple[int, int]] | None:
+    """The (source, kind) list of a compiled kernel's launch parameters, or None when it cannot be served.
+
+    ``arg_names``: the kernel's arguments in order; ``sources``: what fills the first ones (names from
+    SOURCES; the rest must be constexprs). Triton's launcher passes every non-constexpr argument, then
+    the global and profile scratch pointers (null here: the kernel must need no scratch).
+    """
+    metadata = compiled.metadata
+    if (getattr(metadata, "num_ctas", 1) != 1 or getattr(metadata, "launch_cooperative_grid", False)
+            or getattr(metadata, "launch_pdl", False) or getattr(metadata, "global_scratch_size", 0)
+            or getattr(metadata, "profile_scratch_size", 0) or getattr(metadata, "tensordesc_meta", None)):
+        return None
+    signature = getattr(getattr(compiled, "src", None), "signature", None)
+    if not isinstance(signature, dict):
+        return None
+    params = []
+    for position, name in enumerate(arg_names):
+        kind = signature.get(name, signature.get(position))
+        if kind == "constexpr":
+            continue
+        if position >= len(sources) or not isinstance(kind, str):
+            return None
+        if kind.startswith("*"):
+            params.append((SOURCES.index(sources[position]), 0))
+        elif kind in KINDS and sources[position] in ("n_rows", "n_cols", "n_segments"):
+            params.append((SOURCES.index(sources[position]), KINDS[kind]))
+        else:
+            return None
+    null = SOURCES.index("null")
+    return [*params, (null, 0), (null, 0)]
+
+
+def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: dict, out) -> None:
+    """Register the plan of a call the Python path has just served into ``out``, checking it first if
+    its compiled kernel has not been checked. ``plan``: compiled, arg_names, sources, group, programs,
+    block_m (the whole-segments launch). Never raises; a failed check disables the path."""
+    if _state.status == "not loaded":
+        _start()
+    native = active
+    if native is None or plan["compiled"] is None or getattr(plan["compiled"], "function", None) is None:
+        return
+    compiled = plan["compiled"]
+    key = native.key(values, offsets, -1 if max_seqlen is None else max_seqlen, mean, empty_zero)
+    if key is None or native.has(key):
+        return
+    params = parameters(compiled, plan["arg_names"], plan["sources"])
+    capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    if key is None or params is None or capturing:
+        return
+    function = int(compiled.function)
+    try:
+        native.register(key, function, values.get_device(), int(compiled.metadata.num_warps),
+                        int(compiled.metadata.shared), plan["group"], plan["programs"], plan["block_m"], params)
+        _state.registered += 1
+        if function in _state.verified_functions:
+            return
+        if out.numel() == 0:
+            native.forget()  # nothing written, nothing proven: check again on a call that writes
+            return
+        trial = torch.empty_like(out)
+        trial.view(torch.uint8).fill_(0xFB)
+        native.launch(key, values, offsets, trial)
+        same = torch.equal(trial.view(torch.uint8), out.view(torch.uint8))
+    except Exception as exc:  # noqa: BLE001
+        _fail(native, f"{type(exc).__name__}: {exc}")
+        return
+    if not same:
+        _fail(native, "output differs from the Python path's launch")
+        return
+    _state.verified_functions.add(function)
+
+
+def _fail(native, reason: str) -> None:
+    native.forget()
+    disable(reason)

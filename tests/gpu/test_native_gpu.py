@@ -1,0 +1,156 @@
+"""The native launch path on the GPU: it builds and loads; a call with a registered plan is served by it,
+matches float64 and is bitwise equal to the Python path; every dtype, int32 offsets, M = 1 (the JIT
+makes M a constant), odd M, the looping kernel, empty sequences; the current stream; CUDA-graph capture;
+autograd and other devices stay on the Python path.
+
+Run on the GPU machine: ``PYTHONPATH=src python -m pytest -q -m gpu tests/gpu``.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_checks import check  # noqa: E402
+
+import jaggedperf  # noqa: E402
+from jaggedperf.inputs import Case, make_batch  # noqa: E402
+from jaggedperf.ops import _launch, _native, reduce  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+CASES = [Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75), Case(65536, 16, 64, 0.2), Case(300, 1, 40, 0.5),
+         Case(777, 33, 60, 0.9, "heavy")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def native():
+    state = _native.ensure()
+    assert state["status"] == "ready", state
+    return _native.active
+
+
+def _bitwise(a, b):
+    return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def _python_path(values, offsets, max_seqlen, mean=True):
+    return reduce._python_reduce(values, offsets, "test", mean=mean, empty_zero=False, max_seqlen=max_seqlen,
+                                 validate=None)
+
+
+def _served():
+    return _native.state()["served"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.label)
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_served_natively_and_equal_to_the_python_path(case, dtype):
+    batch = make_batch(case, "cuda")
+    values = batch.values.to(dtype)
+    offsets = batch.offsets.to(torch.int32 if dtype == torch.float16 else torch.int64)
+    longest = int(offsets.diff().max())
+    for mean in (False, True):
+        name = "mean" if mean else "sum"
+        fn = getattr(jaggedperf, f"jagged_{name}")
+        expected = _python_path(values, offsets, longest, mean)  # plans, launches, registers the native plan
+        check(expected, values, offsets, mean=mean, what=f"Python path {name}")
+        before = _served()
+        got = fn(values, offsets, max_seqlen=longest)
+        assert _served() == before + 1, _native.state()
+        check(got, values, offsets, mean=mean, what=f"native {name}")
+        assert _bitwise(got, expected)
+        assert (got.shape, got.stride(), got.dtype, got.device) == (expected.shape, expected.stride(), dtype,
+                                                                    values.device)
+        assert not got.requires_grad and got.is_contiguous()
+        assert _bitwise(got.clone(), got) and _bitwise(torch.cat([got, got])[len(got):], got)  # an ordinary tensor
+    assert _native.state()["status"] == "ready", _native.state()
+
+
+def test_new_batch_sizes_and_lengths_register_their_own_plans():
+    for case in (Case(512, 64, 90, 0.3), Case(513, 64, 90, 0.3), Case(4000, 64, 30, 0.5)):
+        batch = make_batch(case, "cuda")
+        longest = int(batch.offsets.diff().max())
+        _, launches = reduce.plan_reduce(batch.values, batch.offsets, mean=True, empty_zero=False, max_seqlen=longest)
+        assert [launch.native is not None for launch in launches] == [True]  # the whole-segments kernel
+        first = jaggedperf.jagged_mean(batch.values, batch.offsets, max_seqlen=longest)
+        before = _served()
+        again = jaggedperf.jagged_mean(batch.values, batch.offsets, max_seqlen=longest)
+        assert _served() == before + 1 and _bitwise(first, again)
+        check(again, batch.values, batch.offsets, mean=True)
+
+
+def test_runs_on_the_current_stream():
+    batch = make_batch(CASES[1], "cuda")
+    longest = batch.max_seqlen
+    jaggedperf.jagged_mean(batch.values, batch.offsets, max_seqlen=longest)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # a busy side stream: a launch on the wrong stream would read too early
+        values = batch.values * 2
+        before = _served()
+        out = jaggedperf.jagged_mean(values, batch.offsets, max_seqlen=longest)
+        assert _served() == before + 1
+    torch.cuda.current_stream().wait_stream(side)
+    check(out, values, batch.offsets, mean=True)
+
+
+def test_captured_in_a_cuda_graph_and_replayed_on_new_values():
+    batch = make_batch(CASES[0], "cuda")
+    values, offsets, longest = batch.values.clone(), batch.offsets, batch.max_seqlen
+    for _ in range(2):
+        jaggedperf.jagged_mean(values, offsets, max_seqlen=longest)
+    graph = torch.cuda.CUDAGraph()
+    before = _served()
+    with torch.cuda.graph(graph):
+        out = jaggedperf.jagged_mean(values, offsets, max_seqlen=longest)
+    assert _served() == before + 1
+    values.copy_(torch.randn_like(values))
+    graph.replay()
+    torch.cuda.synchronize()
+    check(out, values, offsets, mean=True)
+
+
+def test_autograd_stays_on_the_python_path():
+    batch = make_batch(CASES[0], "cuda")
+    longest = batch.max_seqlen
+    jaggedperf.jagged_mean(batch.values, batch.offsets, max_seqlen=longest)
+    values = batch.values.clone().requires_grad_(True)
+    before = _served()
+    out = jaggedperf.jagged_mean(values, batch.offsets, max_seqlen=longest)
+    out.sum().backward()
+    assert _served() == before and out.grad_fn is not None
+    lengths = batch.offsets.diff().clamp_min(1).double()
+    expected = (1 / lengths).repeat_interleave(batch.offsets.diff()).unsqueeze(1).expand_as(values)
+    torch.testing.assert_close(values.grad.double(), expected, rtol=1e-6, atol=1e-7)
+    with torch.no_grad():
+        before = _served()
+        jaggedperf.jagged_mean(values, batch.offsets, max_seqlen=longest)
+        assert _served() == before + 1  # no grad to record: served
+
+
+def test_forced_tier_and_validation_bypass_it():
+    batch = make_batch(CASES[0], "cuda")
+    longest = batch.max_seqlen
+    jaggedperf.jagged_sum(batch.values, batch.offsets, max_seqlen=longest)
+    before = _served()
+    _launch.force_tier("jit")
+    try:
+        jaggedperf.jagged_sum(batch.values, batch.offsets, max_seqlen=longest)
+    finally:
+        _launch.force_tier(None)
+    jaggedperf.jagged_sum(batch.values, batch.offsets, max_seqlen=longest, validate=True)
+    assert _served() == before
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_tensor_on_another_device_takes_the_python_path():
+    batch = make_batch(CASES[0], "cuda:1")
+    longest = batch.max_seqlen
+    for _ in range(3):
+        out = jaggedperf.jagged_mean(batch.values, batch.offsets, max_seqlen=longest)
+    check(out, batch.values, batch.offsets, mean=True)

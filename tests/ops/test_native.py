@@ -1,0 +1,300 @@
+"""The native launch path on the CPU: the module builds against the installed torch; its key, grid and
+parameter block are what a launch would use; the Python side's plan reading, first-launch check and
+fallbacks. Launching needs a GPU (tests/gpu/test_native_gpu.py)."""
+
+import dataclasses
+import os
+import shutil
+import struct
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import jaggedperf
+from jaggedperf.ops import _launch, _native, reduce
+
+VALUES, OFFSETS, OUT, N_ROWS, N_COLS, N_SEGMENTS, NULL = range(7)
+POINTER, I32, I64 = range(3)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The module, built from scratch into a fresh cache (CI must build it: no compiler is a failure there)."""
+    if shutil.which(_native.compiler().split()[0]) is None and not os.environ.get("CI"):
+        pytest.skip(f"no C++ compiler ({_native.compiler()})")
+    cache = tmp_path_factory.mktemp("native-cache")
+    old = os.environ.get("JAGGEDPERF_CACHE")
+    os.environ["JAGGEDPERF_CACHE"] = str(cache)
+    try:
+        path = _native.build()
+        assert path == _native.module_path() and path.is_relative_to(cache)
+        yield _native._import(path)
+    finally:
+        if old is None:
+            os.environ.pop("JAGGEDPERF_CACHE")
+        else:
+            os.environ["JAGGEDPERF_CACHE"] = old
+
+
+@pytest.fixture(autouse=True)
+def _restore_state():
+    saved = dataclasses.replace(_native._state, verified_functions=set(_native._state.verified_functions))
+    yield
+    _native._state = saved
+    _native._refresh()
+    _launch.force_tier(None)
+
+
+def _batch(n_rows=10, n_cols=8, lengths=(3, 0, 7)):
+    values = torch.randn(n_rows, n_cols)
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    return values, offsets
+
+
+def test_key_names_everything_the_plan_depends_on(built):
+    values, offsets = _batch()
+    key = built.key(values, offsets, 5, True, False)
+    assert key[:2] == [1, 0] and key[4:10] == [8, 5, 3, -1, 3, 1]  # mean, M, max_seqlen, B, device, aligned, int32
+    assert key != built.key(values, offsets, 5, False, False)  # the op
+    assert key != built.key(values, offsets, 6, True, False)  # max_seqlen
+    assert key != built.key(values, offsets.int(), 5, True, False)  # offsets dtype
+    assert key != built.key(values.half(), offsets, 5, True, False)  # values dtype
+    assert key != built.key(values[:, :4].contiguous(), offsets, 5, True, False)  # M
+    assert key != built.key(values, offsets[:-1], 5, True, False)  # B
+    misaligned = torch.randn(81)[1:].view(10, 8)  # 4 bytes past a 16-byte boundary
+    assert key != built.key(misaligned, offsets, 5, True, False)
+
+
+def test_key_refuses_what_the_path_cannot_serve(built):
+    values, offsets = _batch()
+    assert built.key(values.t(), offsets, -1, True, False) is None  # not contiguous
+    assert built.key(values[None], offsets, -1, True, False) is None  # 3-D
+    assert built.key(values, offsets[None], -1, True, False) is None  # 2-D offsets
+    assert built.key(values, offsets[:0], -1, True, False) is None  # no B + 1
+    assert built.key(values, offsets, -2, True, False) is None  # not a max_seqlen
+    assert built.key(values, offsets, -1, True, False) is not None  # no hint
+
+
+def test_pack_writes_pointers_and_narrowed_ints_in_kernel_order(built):
+    values, offsets = _batch(n_rows=3, n_cols=8, lengths=(1, 2))
+    out = torch.empty(2, 8)
+    params = [(VALUES, POINTER), (OFFSETS, POINTER), (OUT, POINTER), (N_ROWS, I64), (N_COLS, I32),
+              (N_SEGMENTS, I32), (NULL, POINTER), (NULL, POINTER)]
+    block, grid = built.pack(0, 4, 0, 4, params, values, offsets, out)
+    slots = struct.unpack("<QQQqiiiiQQ", block)
+    assert slots[:3] == (values.data_ptr(), offsets.data_ptr(), out.data_ptr())
+    assert slots[3] == 3
+    assert (slots[4], slots[6], slots[8], slots[9]) == (8, 2, 0, 0)
+    assert slots[5] == slots[7] == 0  # an int32's slot is zero past its 4 bytes
+    assert grid == (1, 2, 1)  # cdiv(B=2, group 4) at least 1; cdiv(M=8, block_m 4)
+
+
+def test_grid_from_group_or_fixed_programs(built):
+    values, offsets = _batch(n_rows=9, n_cols=33, lengths=(1,) * 9)
+    out = torch.empty(9, 33)
+    params = [(VALUES, POINTER)]
+    assert built.pack(0, 2, 0, 16, params, values, offsets, out)[1] == (5, 3, 1)
+    assert built.pack(0, 0, 7, 64, params, values, offsets, out)[1] == (7, 1, 1)
+    empty_values, no_segments = torch.empty(0, 4), torch.zeros(1, dtype=torch.int64)
+    assert built.pack(0, 8, 0, 4, params, empty_values, no_segments, torch.empty(0, 4))[1] == (1, 1, 1)
+    with pytest.raises(ValueError):
+        built.pack(0, 0, 0, 4, params, values, offsets, out)  # neither a group nor programs
+    with pytest.raises(ValueError):
+        built.pack(0, 1, 0, 4, [(9, POINTER)], values, offsets, out)  # unknown source
+
+
+def test_reduce_and_launch_leave_cpu_tensors_and_unknown_keys_alone(built):
+    values, offsets = _batch()
+    built.forget()
+    built.register(built.key(values, offsets, -1, True, False), 0, 0, 1, 0, 1, 0, 8, [(VALUES, POINTER)])
+    assert built.size() == 1
+    assert built.reduce(values, offsets, -1, True, False) is None  # CPU tensors: never launched
+    with pytest.raises(ValueError):
+        built.launch([0] * 11, values, offsets, torch.empty(3, 8))
+    built.forget()
+    assert built.size() == 0
+
+
+def _compiled(signature: dict, **metadata):
+    meta = dict(num_warps=4, shared=0, num_ctas=1, launch_cooperative_grid=False, launch_pdl=False,
+                global_scratch_size=0, profile_scratch_size=0)
+    meta.update(metadata)
+    return SimpleNamespace(src=SimpleNamespace(signature=signature), metadata=SimpleNamespace(**meta), function=1234)
+
+
+NAMES = ("values_ptr", "offsets_ptr", "out_ptr", "n_rows", "n_cols", "n_segments", "MEAN", "GROUP")
+SIGNATURE = {"values_ptr": "*fp32", "offsets_ptr": "*i64", "out_ptr": "*fp32", "n_rows": "i32", "n_cols": "i32",
+             "n_segments": "i64", "MEAN": "constexpr", "GROUP": "constexpr"}
+
+
+def test_parameters_follow_the_compiled_signature():
+    params = _native.parameters(_compiled(SIGNATURE), NAMES, reduce.SEGMENT_SOURCES)
+    assert params == [(VALUES, POINTER), (OFFSETS, POINTER), (OUT, POINTER), (N_ROWS, I32), (N_COLS, I32),
+                      (N_SEGMENTS, I64), (NULL, POINTER), (NULL, POINTER)]
+    specialised = dict(SIGNATURE, n_cols="constexpr")  # M == 1: the JIT makes it a constant
+    assert _native.parameters(_compiled(specialised), NAMES, reduce.SEGMENT_SOURCES)[3:5] == [(N_ROWS, I32),
+                                                                                            (N_SEGMENTS, I64)]
+
+
+@pytest.mark.parametrize("change", [
+    {"signature": dict(SIGNATURE, n_rows="fp32")},  # a type the path does not pack
+    {"signature": dict(SIGNATURE, GROUP="i32")},  # a runtime argument with no source
+    {"global_scratch_size": 128}, {"profile_scratch_size": 8}, {"num_ctas": 2}, {"launch_pdl": True},
+    {"launch_cooperative_grid": True},
+])
+def test_parameters_refuse_what_the_launcher_would_do_differently(change):
+    signature = change.pop("signature", SIGNATURE)
+    assert _native.parameters(_compiled(signature, **change), NAMES, reduce.SEGMENT_SOURCES) is None
+
+
+class FakeModule:
+    """Stands in for the built module: launch() writes what ``write`` says into the output."""
+
+    def __init__(self, write):
+        self.write, self.plans, self.served_calls, self.hints = write, {}, 0, []
+
+    def key(self, values, offsets, max_seqlen, mean, empty_zero):
+        return [int(mean), max_seqlen, values.shape[1]]
+
+    def register(self, key, function, device, num_warps, shared, group, programs, block_m, params):
+        self.plans[tuple(key)] = (function, group, programs, block_m, params)
+
+    def launch(self, key, values, offsets, out):
+        self.write(out)
+
+    def forget(self):
+        self.plans.clear()
+
+    def has(self, key):
+        return tuple(key) in self.plans
+
+    def size(self):
+        return len(self.plans)
+
+    def served(self):
+        return self.served_calls
+
+    def reduce(self, values, offsets, max_seqlen, mean, empty_zero):
+        self.hints.append(max_seqlen)
+        if max_seqlen < -1:  # the real key() refuses it (test_key_refuses_what_the_path_cannot_serve)
+            return None
+        self.served_calls += 1
+        return "native output"
+
+
+def _ready(module):
+    _native._state = _native._State(status="ready", module=module)
+    _native._refresh()
+
+
+PLAN = {"compiled": _compiled(SIGNATURE), "arg_names": NAMES, "sources": reduce.SEGMENT_SOURCES, "group": 2,
+        "programs": 0, "block_m": 8}
+
+
+def test_offer_registers_after_a_matching_first_launch():
+    values, offsets = _batch()
+    out = torch.randn(3, 8)
+    fake = FakeModule(lambda trial: trial.copy_(out))
+    _ready(fake)
+    _native.offer(values, offsets, 7, True, False, PLAN, out)
+    assert list(fake.plans) == [(1, 7, 8)] and fake.plans[(1, 7, 8)][1:4] == (2, 0, 8)
+    assert _native.state()["verified_kernels"] == 1 and _native.active is fake
+
+
+def test_offer_disables_the_path_when_the_first_launch_differs():
+    values, offsets = _batch()
+    out = torch.randn(3, 8)
+    fake = FakeModule(lambda trial: trial.copy_(out).view(-1)[5].add_(1))
+    _ready(fake)
+    _native.offer(values, offsets, 7, True, False, PLAN, out)
+    assert _native.active is None and fake.plans == {}
+    assert _native.state()["status"] == "disabled" and "differs" in _native.state()["reason"]
+
+
+def test_offer_proves_nothing_on_an_empty_output():
+    values, offsets = torch.empty(0, 8), torch.zeros(1, dtype=torch.int64)
+    fake = FakeModule(lambda trial: None)
+    _ready(fake)
+    _native.offer(values, offsets, None, False, False, PLAN, torch.empty(0, 8))
+    assert fake.plans == {} and _native.active is fake and _native.state()["verified_kernels"] == 0
+
+
+def test_offer_skips_kernels_it_cannot_pack():
+    values, offsets = _batch()
+    fake = FakeModule(lambda trial: pytest.fail("must not launch"))
+    _ready(fake)
+    _native.offer(values, offsets, 7, True, False, dict(PLAN, compiled=_compiled(SIGNATURE, num_ctas=2)),
+                  torch.randn(3, 8))
+    assert fake.plans == {} and _native.active is fake
+
+
+def test_public_functions_take_the_native_call_first_and_fall_back_on_none():
+    values, offsets = _batch()
+    fake = FakeModule(None)
+    _ready(fake)
+    assert jaggedperf.jagged_mean(values, offsets, max_seqlen=7) == "native output"
+    assert jaggedperf.jagged_sum(values, offsets) == "native output"
+    assert fake.served_calls == 2
+    fake.reduce = lambda *args: None  # no plan: the Python path (the CPU kernel here)
+    torch.testing.assert_close(jaggedperf.jagged_sum(values, offsets), reduce._reduce_cpu(values, offsets, mean=False,
+                                                                                          empty_zero=False))
+
+
+@pytest.mark.parametrize("how", ["validate", "env", "forced tier", "nested", "bad max_seqlen"])
+def test_native_call_is_skipped_where_the_python_path_must_run(how, monkeypatch):
+    values, offsets = _batch()
+    fake = FakeModule(None)
+    _ready(fake)
+    kwargs = {}
+    if how == "validate":
+        kwargs["validate"] = True
+    elif how == "env":
+        monkeypatch.setenv("JAGGEDPERF_VALIDATE", "1")
+    elif how == "forced tier":
+        _launch.force_tier("jit")
+    elif how == "nested":
+        values = torch.nested.nested_tensor_from_jagged(values, offsets)
+        offsets = None
+    if how == "bad max_seqlen":
+        for bad in (-1, 2.0, "7"):
+            with pytest.raises(ValueError, match="max_seqlen"):
+                jaggedperf.jagged_mean(values, offsets, max_seqlen=bad)
+        assert fake.hints == [-2, -2, -2]
+    else:
+        assert isinstance(jaggedperf.jagged_mean(values, offsets, **kwargs), torch.Tensor)
+    assert fake.served_calls == 0
+
+
+def test_compiled_callers_never_reach_the_native_call():
+    values, offsets = _batch()
+    fake = FakeModule(None)
+    _ready(fake)
+    compiled = torch.compile(lambda v, o: jaggedperf.jagged_mean(v, o, max_seqlen=7), fullgraph=True)
+    torch.testing.assert_close(compiled(values, offsets), reduce._reduce_cpu(values, offsets, mean=True,
+                                                                             empty_zero=False), equal_nan=True)
+    assert fake.served_calls == 0
+
+
+def test_a_failed_build_leaves_the_python_path(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAGGEDPERF_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", "false")  # a compiler that always fails
+    _native._state = _native._State()
+    state = _native.ensure()
+    assert state["status"] == "failed" and "building _native.cpp failed" in state["reason"]
+    assert _native.active is None and not list(tmp_path.rglob("*.so"))
+
+
+def test_native_off_by_environment(monkeypatch):
+    monkeypatch.setenv("JAGGEDPERF_NATIVE", "0")
+    _native._state = _native._State()
+    assert _native.ensure()["status"] == "off" and _native.active is None and not _native.offering()
+
+
+def test_launch_path_reports_the_native_path_and_force_tier_pauses_it():
+    fake = FakeModule(None)
+    _ready(fake)
+    _launch.force_tier("launch")
+    assert _native.active is None and _launch.launch_path()["native"]["paused"]
+    _launch.force_tier(None)
+    assert _native.active is fake and _launch.launch_path()["native"]["status"] == "ready"
