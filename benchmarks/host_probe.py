@@ -2,7 +2,8 @@
 
 Wall per call by the seed's method (50 warm-up, 200 calls, a sync after each; median µs) of:
 the sync alone, ``torch.empty`` of the output, the cached compiled kernel launched with prebuilt
-arguments (our launch path's floor), our eager calls (hinted, unhinted, NestedTensor, the operator
+arguments (the Python launch path's floor), our eager calls (hinted: the native path, and the same call
+on the Python path; unhinted, NestedTensor, the operator
 through the dispatcher, the lab's registered ``jaggedperf``), ``torch.segment_reduce``, the seed's
 ``sum_padded`` (bar 3's other reference), the compiled function the lab times, in two
 modes, and torch.compile's own floor (a compiled ``offsets + 1``). Then the top of cProfile for our
@@ -33,7 +34,7 @@ from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab.env import triton_version
 from jaggedperf.lab.grid import SEED_CASES
 from jaggedperf.lab.timing import wall_stats
-from jaggedperf.ops import _launch, reduce
+from jaggedperf.ops import _launch, _native, reduce
 
 MODES = ("max-autotune-no-cudagraphs", "default")
 
@@ -48,7 +49,8 @@ def main() -> int:
     cases = [_case(spec) for spec in args.case] if args.case else SEED_CASES
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda")
-    report = {"torch": torch.__version__, "triton": triton_version(), "cases": {}}
+    native = _native.ensure()  # built (or loaded) before anything is timed
+    report = {"torch": torch.__version__, "triton": triton_version(), "native_build": native, "cases": {}}
     profiles = io.StringIO()
     for case in cases:
         walls, text, code = probe_case(case, device, args.profile_calls)
@@ -99,6 +101,8 @@ def probe_case(case: Case, device: torch.device, profile_calls: int):
         "torch.empty(B, M)": lambda: torch.empty((case.B, case.M), device=device),
         "compiled kernel launched, args prebuilt": launch_only,
         "jagged_mean(max_seqlen=...)": hinted,
+        "jagged_mean(max_seqlen=...), Python path": lambda: reduce._python_reduce(
+            values, offsets, "jagged_mean", mean=True, empty_zero=False, max_seqlen=longest, validate=None),
         "jagged_mean (no hint)": lambda: jaggedperf.jagged_mean(values, offsets),
         "jagged_mean(nt)": lambda: jaggedperf.jagged_mean(nt),
         "torch.ops.jaggedperf.jagged_mean": lambda: torch.ops.jaggedperf.jagged_mean(values, offsets, False),
@@ -125,7 +129,8 @@ def probe_case(case: Case, device: torch.device, profile_calls: int):
             walls.setdefault(name, []).append(wall_stats(fn, device).median_ms * 1e3)
     walls = {name: statistics.median(ms) for name, ms in walls.items()}
     text = []
-    for name in ("jagged_mean(max_seqlen=...)", "jagged_mean(nt)", f"compiled {MODES[0]}"):
+    for name in ("jagged_mean(max_seqlen=...)", "jagged_mean(max_seqlen=...), Python path", "jagged_mean(nt)",
+                 f"compiled {MODES[0]}"):
         text.append(f"--- {name}: cProfile over {profile_calls} calls (sync after each), by own time\n")
         text.append(_profile(callables[name], profile_calls))
     return walls, "".join(text), "\n\n".join(codes)

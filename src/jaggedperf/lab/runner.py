@@ -77,6 +77,8 @@ def run(
     """Run every cell. ``on_result(result, record)`` sees the record growing, so a caller can save it
     after each cell (a killed run then keeps every finished result)."""
     record = RunRecord(environment(), [], measure_copy_bandwidth(options.device))
+    if options.device.type == "cuda" and any(c.implementation.startswith("jaggedperf") for c in cells):
+        record.environment["native_launch"] = _native_launch()
     run_one = CellRunner(options, record.copy_gbps)
     for cell in cells:
         if on_start:
@@ -87,6 +89,14 @@ def run(
         if on_result:
             on_result(result, record)
     return record
+
+
+def _native_launch() -> dict:
+    # jaggedperf's eager calls take the native launch path once it is built: build it before any timing
+    from jaggedperf.ops import _native
+
+    state = _native.ensure()
+    return {k: state[k] for k in ("status", "reason", "build_seconds")}
 
 
 class CellRunner:
