@@ -83,6 +83,16 @@ def test_new_batch_sizes_and_lengths_register_their_own_plans():
         check(again, batch.values, batch.offsets, mean=True)
 
 
+def test_nested_tensor_with_a_cached_max_seqlen_is_served():
+    batch = make_batch(CASES[1], "cuda")
+    nt = torch.nested.nested_tensor_from_jagged(batch.values, batch.offsets, max_seqlen=batch.max_seqlen)
+    first = jaggedperf.jagged_mean(nt)  # plans and registers the plain call's plan
+    before = _served()
+    again = jaggedperf.jagged_mean(nt)
+    assert _served() == before + 1 and _bitwise(first, again)
+    check(again, batch.values, batch.offsets, mean=True)
+
+
 def test_runs_on_the_current_stream():
     batch = make_batch(CASES[1], "cuda")
     longest = batch.max_seqlen

@@ -253,9 +253,10 @@ def test_native_call_is_skipped_where_the_python_path_must_run(how, monkeypatch)
         monkeypatch.setenv("JAGGEDPERF_VALIDATE", "1")
     elif how == "forced tier":
         _launch.force_tier("jit")
-    elif how == "nested":
+    elif how == "nested":  # the native call is tried once its values and offsets are unpacked (the CPU: no plan)
         values = torch.nested.nested_tensor_from_jagged(values, offsets)
         offsets = None
+        fake.reduce = lambda *args: fake.hints.append(args[2])
     if how == "bad max_seqlen":
         for bad in (-1, 2.0, "7"):
             with pytest.raises(ValueError, match="max_seqlen"):
@@ -264,6 +265,7 @@ def test_native_call_is_skipped_where_the_python_path_must_run(how, monkeypatch)
     else:
         assert isinstance(jaggedperf.jagged_mean(values, offsets, **kwargs), torch.Tensor)
     assert fake.served_calls == 0
+    assert fake.hints == ([-1] if how == "nested" else [-2, -2, -2] if how == "bad max_seqlen" else [])
 
 
 def test_compiled_callers_never_reach_the_native_call():

@@ -811,7 +811,12 @@ def _python_reduce(values, offsets, name: str, *, mean: bool, empty_zero: bool, 
     # every call the native path does not serve (and the host probe's Python path, offer=False). offer: a
     # whole-segments launch registers its plan with the native path (a no-op once it is registered and
     # checked, but ~15 µs of Python: the probe times the Python path without it)
+    given = values
     values, offsets, max_seqlen = _inputs(values, offsets, name, max_seqlen, validate)
+    if values is not given:  # a NestedTensor's values and offsets (or a contiguous copy): a plan may serve them
+        out = _native_call(values, offsets, max_seqlen, mean, empty_zero, validate)
+        if out is not None:
+            return out
     if _fast_ok(values, offsets):
         out, launches = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen)
         key = _fast_key(values, offsets)
