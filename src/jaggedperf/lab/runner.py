@@ -77,13 +77,13 @@ def run(
     """Run every cell. ``on_result(result, record)`` sees the record growing, so a caller can save it
     after each cell (a killed run then keeps every finished result)."""
     record = RunRecord(environment(), [], measure_copy_bandwidth(options.device))
-    if options.device.type == "cuda" and any(c.implementation.startswith("jaggedperf") for c in cells):
-        record.environment["native_launch"] = _native_launch()
     run_one = CellRunner(options, record.copy_gbps)
     for cell in cells:
         if on_start:
             on_start(cell)
         record.results.append(run_one(cell))
+        if run_one.native_launch is not None:
+            record.environment["native_launch"] = run_one.native_launch
         attach_speedups(record.results)
         result = record.results[-1]
         if on_result:
@@ -102,16 +102,22 @@ def _native_launch() -> dict:
 class CellRunner:
     """Runs one cell at a time, keeping the current case's batch and reference: cells grouped by case
     (as ``plan`` orders them) make each batch once. Turns the compile caches off before the first
-    compiled cell when ``options.cold_compile`` (not before: importing Inductor takes a while)."""
+    compiled cell when ``options.cold_compile`` (not before: importing Inductor takes a while). Before
+    the first CUDA cell of one of jaggedperf's own implementations, builds (or loads) the ops' native
+    launch path, which their eager calls take once it is there (``native_launch``: its state)."""
 
     def __init__(self, options: Options, copy_gbps: float | None) -> None:
         self.options = options
         self.copy_gbps = copy_gbps
         self._case: tuple[Case, JaggedBatch | Exception, torch.Tensor | None] | None = None
+        self.native_launch: dict | None = None
 
     def __call__(self, cell: Cell) -> Result:
         if self.options.cold_compile and modes_mod.is_compiled(cell.mode):
             modes_mod.disable_compile_caches()
+        if self.native_launch is None and self.options.device.type == "cuda" and \
+                cell.implementation.startswith("jaggedperf"):
+            self.native_launch = _native_launch()
         if self._case is None or self._case[0] != cell.case:
             self._case = None  # free the previous batch before making the next
             self._case = (cell.case, *prepare_case(cell.op, cell.case, self.options))
