@@ -37,8 +37,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from jaggedperf.ops import _native
-
 TIERS = ("launch", "run", "getitem", "jit")
 POISON_BYTE = 0xFB  # fp32 0xFBFBFBFB / half 0xFBFB: finite, and no kernel here produces it
 
@@ -76,7 +74,7 @@ def launch_path() -> dict:
         "launches": dict(_state.counts),
         "compiled_kernels_cached": len(_cache),
         "dropped": list(_state.reasons),
-        "native": _native.state(),
+        "native": _native().state(),
     }
 
 
@@ -86,7 +84,7 @@ def force_tier(tier: str | None) -> None:
         raise ValueError(f"force_tier: tier must be one of {TIERS} or None; got {tier!r}")
     global _forced
     _forced = tier
-    _native.pause(tier is not None)  # a forced tier is what the benchmark times: no native calls meanwhile
+    _native().pause(tier is not None)  # a forced tier is what the benchmark times: no native calls meanwhile
 
 
 def reset() -> None:
@@ -135,6 +133,13 @@ def compiled(key: tuple):
     return None if entry is None else entry.compiled
 
 
+def _native():
+    # the native launch path (imported here: it imports this module's verification helpers)
+    from jaggedperf.ops import _native as native
+
+    return native
+
+
 def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
@@ -156,12 +161,12 @@ def _verify(kernel, grid, args, num_warps, entry: _Entry, written: tuple) -> Non
     while _state.tier != "jit":
         tier = _state.tier
         try:
-            _poison(written)
+            poison(written)
             _jit(kernel, grid, args, num_warps)
             expected = [w.clone() for w in written]
-            _poison(written)
+            poison(written)
             _FAST[tier](entry.compiled, grid, args)
-            same = all(_bitwise_equal(a, b) for a, b in zip(expected, written))
+            same = all(bitwise_equal(a, b) for a, b in zip(expected, written))
             wrote = any(bool((e.view(torch.uint8) != POISON_BYTE).any()) for e in expected)
         except Exception as exc:  # noqa: BLE001
             _drop(tier, f"{type(exc).__name__}: {exc}")
@@ -201,12 +206,14 @@ def _drop(tier: str, reason: str) -> None:
             e.verified = False
 
 
-def _poison(tensors) -> None:
+def poison(tensors) -> None:
+    """Fill each tensor with POISON_BYTE (before a launch whose output is checked)."""
     for t in tensors:
         t.view(torch.uint8).fill_(POISON_BYTE)
 
 
-def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same bytes (NaNs included)."""
     return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
