@@ -48,8 +48,9 @@ SEED_DEVICE = ("H200, runs 21 and 26: 6.05 / 9.73 µs against floor + 3 = 5.51 /
                "bytes after one dependent load (as the offsets must be read first) takes 5.47 / 8.22 µs")
 SEED_BACKWARD = ("H200, run 31: 4.1 / 5.9 µs, 1.63 / 1.38× the floor; a plain write of the same bytes after one "
                  "dependent load takes 1.38 / 1.18× (run 27), against the bar's 1.2×")
-COMPILED = ("H200, runs 12 and 14: torch.compile's own per-call cost (a compiled `offsets + 1`: 45.6 µs) exceeds "
-            "the whole eager call at the seed shapes; compiled is also slower on the large shapes (0.70-0.97×)")
+COMPILED = ("H200, runs 12, 14 and 33: torch.compile's own per-call cost (a compiled `offsets + 1`: 41-60 µs) "
+            "exceeds the whole eager call at the seed shapes (16-18 µs on the native launch path); compiled is "
+            "also slower on the large shapes (0.64-0.97×)")
 
 
 @pytest.fixture(scope="module")
