@@ -1,7 +1,8 @@
 """The native launch path on the GPU: it builds and loads; a call with a registered plan is served by it,
-matches float64 and is bitwise equal to the Python path; every dtype, int32 offsets, M = 1 (the JIT
-makes M a constant), odd M, the looping kernel, empty sequences; the current stream; CUDA-graph capture;
-autograd and other devices stay on the Python path.
+matches float64 and is bitwise equal to the Python path: the whole-segments kernels (every dtype, int32
+offsets, M = 1 (the JIT makes M a constant), odd M, the looping kernel, empty sequences) and the chunked
+reduce + combine (long rows, heavy tails; one plan for every B and N); the current stream; CUDA-graph
+capture; autograd and other devices stay on the Python path.
 
 Run on the GPU machine: ``PYTHONPATH=src python -m pytest -q -m gpu tests/gpu``.
 """
@@ -38,6 +39,7 @@ def _bitwise(a, b):
 
 
 def _python_path(values, offsets, max_seqlen, mean=True):
+    # plans and launches in Python, and registers the plan (a no-op once registered)
     return reduce._python_reduce(values, offsets, "test", mean=mean, empty_zero=False, max_seqlen=max_seqlen,
                                  validate=None)
 
@@ -68,6 +70,40 @@ def test_served_natively_and_equal_to_the_python_path(case, dtype):
         assert not got.requires_grad and got.is_contiguous()
         assert _bitwise(got.clone(), got) and _bitwise(torch.cat([got, got])[len(got):], got)  # an ordinary tensor
     assert _native.state()["status"] == "ready", _native.state()
+
+
+CHUNKED = [Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75), Case(1024, 256, 1000, 0.5), Case(256, 64, 20000, 0.5),
+           Case(4096, 128, 32768, 0.0, "heavy"), Case(7, 3, 50, 0.5, "heavy")]
+
+
+@pytest.mark.parametrize("case", CHUNKED, ids=lambda c: c.label)
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_chunked_kernels_without_max_seqlen_served_and_equal(case, dtype):
+    batch = make_batch(case, "cuda")
+    values = batch.values.to(dtype)
+    offsets = batch.offsets.to(torch.int32 if dtype == torch.bfloat16 else torch.int64)
+    _, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False)
+    assert [launch.native["grid"] for launch in launches] == ["chunks", "chunks"]  # reduce, then combine
+    for mean in (False, True):
+        fn = getattr(jaggedperf, "jagged_mean" if mean else "jagged_sum")
+        expected = _python_path(values, offsets, None, mean)
+        before = _served()
+        got = fn(values, offsets)
+        assert _served() == before + 1, _native.state()
+        check(got, values, offsets, mean=mean, what="native chunks")
+        assert _bitwise(got, expected)
+
+
+def test_one_chunked_plan_serves_new_lengths_and_batch_sizes_from_their_first_call():
+    first = make_batch(Case(600, 96, 120, 0.2), "cuda")
+    jaggedperf.jagged_mean(first.values, first.offsets)  # registers the plan (the Python path)
+    for case in (Case(900, 96, 40, 0.5), Case(3, 96, 7000, 0.0, "heavy"), Case(20000, 96, 10, 0.9)):
+        batch = make_batch(case, "cuda")
+        before = _served()
+        out = jaggedperf.jagged_mean(batch.values, batch.offsets)
+        assert _served() == before + 1  # no Python path first: the key has neither B nor N
+        check(out, batch.values, batch.offsets, mean=True)
+        assert _bitwise(out, _python_path(batch.values, batch.offsets, None))
 
 
 def test_new_batch_sizes_and_lengths_register_their_own_plans():

@@ -16,7 +16,7 @@ from gpu_checks import assert_matches, check, expand_reference, gpu_reference  #
 
 import jaggedperf  # noqa: E402
 from jaggedperf.inputs import Case, make_batch  # noqa: E402
-from jaggedperf.ops import _launch  # noqa: E402
+from jaggedperf.ops import _launch, _native  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -92,7 +92,15 @@ def test_deterministic_bitwise():
     assert len(grads) == 1
 
 
-def test_fast_path_is_taken_and_equals_the_normal_path():
+@pytest.fixture
+def python_launch_path():
+    # the Python path's launch tiers, with the native path standing aside (it would serve these calls)
+    _native.pause("test", True)
+    yield
+    _native.pause("test", False)
+
+
+def test_fast_path_is_taken_and_equals_the_normal_path(python_launch_path):
     values, offsets = batch(SHAPES[0], torch.float32)
     _launch.force_tier("jit")  # the normal launch: triton's JIT
     try:

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 import jaggedperf
-from jaggedperf.ops import _launch, _native, reduce
+from jaggedperf.ops import _config, _launch, _native, reduce
 
-VALUES, OFFSETS, OUT, N_ROWS, N_COLS, N_SEGMENTS, NULL = range(7)
+VALUES, OFFSETS, OUT, N_ROWS, N_COLS, N_SEGMENTS, NULL, WORKSPACE, ROWS_PER_CHUNK, N_CHUNKS = range(10)
 POINTER, I32, I64 = range(3)
+SEGMENTS, CHUNKS = range(2)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,8 @@ def built(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _restore_state():
-    saved = dataclasses.replace(_native._state, verified_functions=set(_native._state.verified_functions))
+    saved = dataclasses.replace(_native._state, verified_functions=set(_native._state.verified_functions),
+                                paused=set(_native._state.paused))
     yield
     _native._state = saved
     _native._refresh()
@@ -61,9 +63,17 @@ def test_key_names_everything_the_plan_depends_on(built):
     assert key != built.key(values, offsets.int(), 5, True, False)  # offsets dtype
     assert key != built.key(values.half(), offsets, 5, True, False)  # values dtype
     assert key != built.key(values[:, :4].contiguous(), offsets, 5, True, False)  # M
-    assert key != built.key(values, offsets[:-1], 5, True, False)  # B
+    assert key != built.key(values, offsets[:-1], 5, True, False)  # B, when max_seqlen is given
     misaligned = torch.randn(81)[1:].view(10, 8)  # 4 bytes past a 16-byte boundary
     assert key != built.key(misaligned, offsets, 5, True, False)
+
+
+def test_without_max_seqlen_one_key_serves_every_batch_size_and_length(built):
+    values, offsets = _batch()
+    key = built.key(values, offsets, -1, True, False)
+    assert key[5:7] == [-1, -1]  # the chunked kernels take whatever B and N come
+    longer, more = _batch(n_rows=30, lengths=(3, 0, 7, 20))
+    assert built.key(longer, more, -1, True, False) == key
 
 
 def test_key_refuses_what_the_path_cannot_serve(built):
@@ -78,37 +88,64 @@ def test_key_refuses_what_the_path_cannot_serve(built):
 
 def test_pack_writes_pointers_and_narrowed_ints_in_kernel_order(built):
     values, offsets = _batch(n_rows=3, n_cols=8, lengths=(1, 2))
-    out = torch.empty(2, 8)
-    params = [(VALUES, POINTER), (OFFSETS, POINTER), (OUT, POINTER), (N_ROWS, I64), (N_COLS, I32),
-              (N_SEGMENTS, I32), (NULL, POINTER), (NULL, POINTER)]
-    block, grid = built.pack(0, 4, 0, 4, params, values, offsets, out)
-    slots = struct.unpack("<QQQqiiiiQQ", block)
-    assert slots[:3] == (values.data_ptr(), offsets.data_ptr(), out.data_ptr())
-    assert slots[3] == 3
-    assert (slots[4], slots[6], slots[8], slots[9]) == (8, 2, 0, 0)
-    assert slots[5] == slots[7] == 0  # an int32's slot is zero past its 4 bytes
-    assert grid == (1, 2, 1)  # cdiv(B=2, group 4) at least 1; cdiv(M=8, block_m 4)
+    out, workspace = torch.empty(2, 8), torch.empty(40)
+    params = [(VALUES, POINTER), (OFFSETS, POINTER), (OUT, POINTER), (WORKSPACE, POINTER), (N_ROWS, I64),
+              (N_COLS, I32), (N_SEGMENTS, I32), (ROWS_PER_CHUNK, I64), (N_CHUNKS, I32), (NULL, POINTER)]
+    block = built.pack(params, values, offsets, out, workspace, 128, 5)
+    slots = struct.unpack("<QQQQqiiiiqiiQ", block)
+    assert slots[:4] == (values.data_ptr(), offsets.data_ptr(), out.data_ptr(), workspace.data_ptr())
+    assert slots[4] == 3 and (slots[5], slots[7]) == (8, 2) and slots[9] == 128 and slots[10] == 5
+    assert slots[6] == slots[8] == slots[11] == 0  # an int32's slot is zero past its 4 bytes
+    assert slots[12] == 0  # a scratch pointer Triton passes as null
+    assert struct.unpack("<Q", built.pack([(WORKSPACE, POINTER)], values, offsets, out, None, 0, 0))[0] == 0
 
 
-def test_grid_from_group_or_fixed_programs(built):
-    values, offsets = _batch(n_rows=9, n_cols=33, lengths=(1,) * 9)
-    out = torch.empty(9, 33)
-    params = [(VALUES, POINTER)]
-    assert built.pack(0, 2, 0, 16, params, values, offsets, out)[1] == (5, 3, 1)
-    assert built.pack(0, 0, 7, 64, params, values, offsets, out)[1] == (7, 1, 1)
-    empty_values, no_segments = torch.empty(0, 4), torch.zeros(1, dtype=torch.int64)
-    assert built.pack(0, 8, 0, 4, params, empty_values, no_segments, torch.empty(0, 4))[1] == (1, 1, 1)
+def _chunking(n_rows, n_cols, block_m, chunk_programs, block_l, min_chunk_rows):
+    # reduce._chunking's arithmetic, with the programs aimed at given directly
+    col_blocks = -(-n_cols // block_m)
+    target = max(1, -(-chunk_programs // col_blocks))
+    per = -(-(-(-n_rows // target)) // block_l) * block_l
+    rows = max(per, min_chunk_rows)
+    return rows, max(-(-n_rows // rows), 1)
+
+
+@pytest.mark.parametrize("n_rows,n_cols", [(0, 8), (1, 8), (1000, 64), (123_457, 33), (5_000_000, 512)])
+def test_chunk_geometry_is_reduce_chunking(built, n_rows, n_cols):
+    rows, chunks = _chunking(n_rows, n_cols, 64, 132 * 16, 32, 128)
+    got = built.geometry(64, 0, 0, 132 * 16, 32, 128, [CHUNKS, CHUNKS], n_rows, n_cols, 7)
+    assert got == (rows, chunks, [(chunks, -(-n_cols // 64), 1)] * 2)
+
+
+def test_chunk_geometry_matches_the_python_plan(built, monkeypatch):
+    values, offsets = _batch(n_rows=5000, n_cols=40, lengths=(1000, 0, 3000, 1000))
+    monkeypatch.setattr(reduce, "sm_count", lambda device: 132)
+    _, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False)
+    plan = launches[0].native["plan"]
+    got = built.geometry(plan["block_m"], 0, 0, plan["chunk_programs"], plan["block_l"], plan["min_chunk_rows"],
+                         [CHUNKS, CHUNKS], 5000, 40, 4)
+    rows, chunks = launches[0].args[7], launches[0].args[8]
+    assert got == (rows, chunks, [launches[0].grid, launches[1].grid])
+    assert [launch.native["sources"] for launch in launches] == [reduce.REDUCE_SOURCES, reduce.COMBINE_SOURCES]
+
+
+def test_segment_grid_from_group_or_fixed_programs(built):
+    assert built.geometry(16, 2, 0, 0, 0, 0, [SEGMENTS], 9, 33, 9)[2] == [(5, 3, 1)]
+    assert built.geometry(64, 0, 7, 0, 0, 0, [SEGMENTS], 9, 33, 9)[2] == [(7, 1, 1)]
+    assert built.geometry(4, 8, 0, 0, 0, 0, [SEGMENTS], 0, 4, 0)[2] == [(1, 1, 1)]  # B = 0: one program
     with pytest.raises(ValueError):
-        built.pack(0, 0, 0, 4, params, values, offsets, out)  # neither a group nor programs
+        built.geometry(4, 0, 0, 0, 0, 0, [SEGMENTS], 9, 33, 9)  # neither a group nor programs
     with pytest.raises(ValueError):
-        built.pack(0, 1, 0, 4, [(9, POINTER)], values, offsets, out)  # unknown source
+        built.geometry(4, 1, 0, 0, 0, 0, [CHUNKS], 9, 33, 9)  # a chunks kernel with no chunking
+    with pytest.raises(ValueError):
+        built.register([0] * 11, 0, 4, 1, 0, 0, 0, 0, [(0, 1, 0, SEGMENTS, [(12, POINTER)])])  # unknown source
 
 
 def test_reduce_and_launch_leave_cpu_tensors_and_unknown_keys_alone(built):
     values, offsets = _batch()
     built.forget()
-    built.register(built.key(values, offsets, -1, True, False), 0, 0, 1, 0, 1, 0, 8, [(VALUES, POINTER)])
-    assert built.size() == 1
+    built.register(built.key(values, offsets, -1, True, False), 0, 8, 1, 0, 0, 0, 0,
+                   [(0, 1, 0, SEGMENTS, [(VALUES, POINTER)])])
+    assert built.size() == 1 and built.has(built.key(values, offsets, -1, True, False))
     assert built.reduce(values, offsets, -1, True, False) is None  # CPU tensors: never launched
     with pytest.raises(ValueError):
         built.launch([0] * 11, values, offsets, torch.empty(3, 8))
@@ -137,6 +174,17 @@ def test_parameters_follow_the_compiled_signature():
                                                                                             (N_SEGMENTS, I64)]
 
 
+def test_parameters_of_the_combine_kernel():
+    names = ("offsets_ptr", "out_ptr", "ws_ptr", "n_cols", "rows_per_chunk", "n_chunks", "MEAN")
+    signature = {"offsets_ptr": "*i32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "n_cols": "i32",
+                 "rows_per_chunk": "i32", "n_chunks": "i32", "MEAN": "constexpr"}
+    assert _native.parameters(_compiled(signature), names, reduce.COMBINE_SOURCES) == [
+        (OFFSETS, POINTER), (OUT, POINTER), (WORKSPACE, POINTER), (N_COLS, I32), (ROWS_PER_CHUNK, I32),
+        (N_CHUNKS, I32), (NULL, POINTER), (NULL, POINTER)]
+    swapped = dict(signature, n_cols="*fp32")  # a pointer where the source is an integer
+    assert _native.parameters(_compiled(swapped), names, reduce.COMBINE_SOURCES) is None
+
+
 @pytest.mark.parametrize("change", [
     {"signature": dict(SIGNATURE, n_rows="fp32")},  # a type the path does not pack
     {"signature": dict(SIGNATURE, GROUP="i32")},  # a runtime argument with no source
@@ -157,8 +205,8 @@ class FakeModule:
     def key(self, values, offsets, max_seqlen, mean, empty_zero):
         return [int(mean), max_seqlen, values.shape[1]]
 
-    def register(self, key, function, device, num_warps, shared, group, programs, block_m, params):
-        self.plans[tuple(key)] = (function, group, programs, block_m, params)
+    def register(self, key, device, block_m, group, programs, chunk_programs, block_l, min_chunk_rows, kernels):
+        self.plans[tuple(key)] = (block_m, group, programs, chunk_programs, kernels)
 
     def launch(self, key, values, offsets, out):
         self.write(out)
@@ -188,8 +236,9 @@ def _ready(module):
     _native._refresh()
 
 
-PLAN = {"compiled": _compiled(SIGNATURE), "arg_names": NAMES, "sources": reduce.SEGMENT_SOURCES, "group": 2,
-        "programs": 0, "block_m": 8}
+PLAN = {"block_m": 8, "group": 2, "programs": 0, "chunk_programs": 0, "block_l": 0, "min_chunk_rows": 0}
+KERNELS = [{"compiled": _compiled(SIGNATURE), "arg_names": NAMES, "sources": reduce.SEGMENT_SOURCES,
+            "grid": "segments"}]
 
 
 def test_offer_registers_after_a_matching_first_launch():
@@ -197,8 +246,10 @@ def test_offer_registers_after_a_matching_first_launch():
     out = torch.randn(3, 8)
     fake = FakeModule(lambda trial: trial.copy_(out))
     _ready(fake)
-    _native.offer(values, offsets, 7, True, False, PLAN, out)
-    assert list(fake.plans) == [(1, 7, 8)] and fake.plans[(1, 7, 8)][1:4] == (2, 0, 8)
+    _native.offer(values, offsets, 7, True, False, PLAN, KERNELS, out)
+    assert list(fake.plans) == [(1, 7, 8)] and fake.plans[(1, 7, 8)][:4] == (8, 2, 0, 0)
+    assert fake.plans[(1, 7, 8)][4] == [(1234, 4, 0, 0, _native.parameters(_compiled(SIGNATURE), NAMES,
+                                                                             reduce.SEGMENT_SOURCES))]
     assert _native.state()["verified_kernels"] == 1 and _native.active is fake
 
 
@@ -207,7 +258,7 @@ def test_offer_disables_the_path_when_the_first_launch_differs():
     out = torch.randn(3, 8)
     fake = FakeModule(lambda trial: trial.copy_(out).view(-1)[5].add_(1))
     _ready(fake)
-    _native.offer(values, offsets, 7, True, False, PLAN, out)
+    _native.offer(values, offsets, 7, True, False, PLAN, KERNELS, out)
     assert _native.active is None and fake.plans == {}
     assert _native.state()["status"] == "disabled" and "differs" in _native.state()["reason"]
 
@@ -216,7 +267,7 @@ def test_offer_proves_nothing_on_an_empty_output():
     values, offsets = torch.empty(0, 8), torch.zeros(1, dtype=torch.int64)
     fake = FakeModule(lambda trial: None)
     _ready(fake)
-    _native.offer(values, offsets, None, False, False, PLAN, torch.empty(0, 8))
+    _native.offer(values, offsets, None, False, False, PLAN, KERNELS, torch.empty(0, 8))
     assert fake.plans == {} and _native.active is fake and _native.state()["verified_kernels"] == 0
 
 
@@ -224,8 +275,8 @@ def test_offer_skips_kernels_it_cannot_pack():
     values, offsets = _batch()
     fake = FakeModule(lambda trial: pytest.fail("must not launch"))
     _ready(fake)
-    _native.offer(values, offsets, 7, True, False, dict(PLAN, compiled=_compiled(SIGNATURE, num_ctas=2)),
-                  torch.randn(3, 8))
+    kernels = [dict(KERNELS[0], compiled=_compiled(SIGNATURE, num_ctas=2))]
+    _native.offer(values, offsets, 7, True, False, PLAN, kernels, torch.randn(3, 8))
     assert fake.plans == {} and _native.active is fake
 
 
@@ -293,10 +344,13 @@ def test_native_off_by_environment(monkeypatch):
     assert _native.ensure()["status"] == "off" and _native.active is None and not _native.offering()
 
 
-def test_launch_path_reports_the_native_path_and_force_tier_pauses_it():
+def test_launch_path_reports_the_native_path_and_force_tier_and_overrides_pause_it():
     fake = FakeModule(None)
     _ready(fake)
     _launch.force_tier("launch")
-    assert _native.active is None and _launch.launch_path()["native"]["paused"]
-    _launch.force_tier(None)
+    assert _native.active is None and _launch.launch_path()["native"]["paused"] == ["force_tier"]
+    with _config.override(block_l=8):
+        assert _native.state()["paused"] == ["config override", "force_tier"] and not _native.offering()
+        _launch.force_tier(None)
+        assert _native.active is None
     assert _native.active is fake and _launch.launch_path()["native"]["status"] == "ready"

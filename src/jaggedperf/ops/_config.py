@@ -111,6 +111,9 @@ def set_override(cfg: ReduceConfig | dict | None) -> None:
         if unknown:
             raise ValueError(f"override: unknown config fields {sorted(unknown)}")
     _override = cfg
+    from jaggedperf.ops import _native  # its plans run the configs they were registered with: it stands aside
+
+    _native.pause("config override", cfg is not None)
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ def force_tier(tier: str | None) -> None:
         raise ValueError(f"force_tier: tier must be one of {TIERS} or None; got {tier!r}")
     global _forced
     _forced = tier
-    _native().pause(tier is not None)  # a forced tier is what the benchmark times: no native calls meanwhile
+    _native().pause("force_tier", tier is not None)  # a forced tier is what the benchmark times: no native calls meanwhile
 
 
 def reset() -> None:

@@ -1,6 +1,7 @@
 // The native launch path of an eager jagged sum/mean on CUDA tensors: one C++ call that checks the
-// inputs, finds the plan the Python path registered for their key, allocates the output and launches
-// Triton's compiled kernel through the CUDA driver, with no Python in between.
+// inputs, finds the plan the Python path registered for their key, allocates the output (and the chunked
+// kernels' workspace) and launches Triton's compiled kernels through the CUDA driver, with no Python in
+// between. A plan is one whole-segments launch, or the balanced chunks' two (reduce, then combine).
 //
 // Why: the kernel at the seed shapes takes 6-10 µs of device time; the Python planning, torch.empty
 // and Triton's launcher cost ~15 µs of host time before it starts (host_probe, run 29).
@@ -27,12 +28,15 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace py = pybind11;
@@ -40,30 +44,45 @@ namespace py = pybind11;
 namespace {
 
 // What fills one kernel parameter, and how it is passed (the compiled signature's type).
-enum Source : int { VALUES = 0, OFFSETS = 1, OUT = 2, N_ROWS = 3, N_COLS = 4, N_SEGMENTS = 5, NULL_POINTER = 6 };
+enum Source : int {
+  VALUES = 0, OFFSETS = 1, OUT = 2, N_ROWS = 3, N_COLS = 4, N_SEGMENTS = 5, NULL_POINTER = 6,
+  WORKSPACE = 7, ROWS_PER_CHUNK = 8, N_CHUNKS = 9
+};
 enum Kind : int { POINTER = 0, I32 = 1, I64 = 2 };
+enum GridKind : int { SEGMENTS = 0, CHUNKS = 1 };
 
-struct Plan {
-  uintptr_t function = 0;  // CUfunction of the compiled kernel, loaded in `device`'s primary context
-  int device = 0;
-  unsigned threads = 0;  // 32 × num_warps
-  unsigned shared = 0;   // dynamic shared memory bytes (Triton has raised the function's limit already)
-  int64_t group = 0;     // > 0: grid axis 0 = cdiv(B, group); 0: `programs` programs (the looping kernel)
-  int64_t programs = 0;
-  int64_t block_m = 1;  // grid axis 1 = cdiv(M, block_m)
+struct Kernel {
+  uintptr_t function = 0;  // CUfunction of a compiled kernel, loaded in the plan's device's primary context
+  unsigned threads = 0;    // 32 × num_warps
+  unsigned shared = 0;     // dynamic shared memory bytes (Triton has raised the function's limit already)
+  int grid = SEGMENTS;     // SEGMENTS: axis 0 from group / programs; CHUNKS: axis 0 = the chunk count
   std::vector<std::pair<int, int>> params;  // (Source, Kind), in the kernel's parameter order
 };
 
-// Everything the plan depends on: the op, dtypes, row width, max_seqlen (-1: none), B, device, the
-// 16-byte alignment the JIT specialises pointers on, and whether the varying integers fit int32.
+struct Plan {
+  int device = 0;
+  int64_t block_m = 1;          // grid axis 1 = cdiv(M, block_m)
+  int64_t group = 0;            // segments: > 0: axis 0 = cdiv(B, group); 0: `programs` looping programs
+  int64_t programs = 0;
+  int64_t chunk_programs = 0;   // chunks (> 0): the programs aimed at (SM count × programs per SM), ...
+  int64_t block_l = 1;          // ... rows per tile (a chunk is a whole number of tiles) ...
+  int64_t min_chunk_rows = 1;   // ... and the fewest rows in a chunk (reduce._chunking, the same arithmetic)
+  std::vector<Kernel> kernels;  // launched in order on the current stream
+};
+
+// Everything a plan depends on: the op, dtypes, row width, max_seqlen (-1: none), B (-1 when max_seqlen is
+// none: the chunked kernels then serve every B), device, the 16-byte alignment the JIT specialises
+// pointers on, and whether the varying integers fit int32.
 using Key = std::array<int64_t, 11>;
 
 std::map<Key, Plan>& plans() {
   static std::map<Key, Plan> table;
   return table;
 }
-constexpr size_t MAX_PLANS = 4096;
-uint64_t served = 0;  // calls launched by reduce()  // a new (B, max_seqlen) each call must not grow the table forever
+constexpr size_t MAX_PLANS = 4096;  // a new (B, max_seqlen) each call must not grow the table forever
+uint64_t served = 0;                // calls launched by reduce()
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // None when the inputs are not a plain eager call this path can serve.
 std::optional<Key> key_of(const at::Tensor& values, const at::Tensor& offsets, int64_t max_seqlen, bool mean,
@@ -76,11 +95,43 @@ std::optional<Key> key_of(const at::Tensor& values, const at::Tensor& offsets, i
   const int64_t n_rows = values.size(0), n_cols = values.size(1), n_segments = offsets.size(0) - 1;
   const bool fits = std::max(n_rows, n_segments + 1) < INT32_MAX;
   return Key{mean, empty_zero, static_cast<int64_t>(values.scalar_type()), static_cast<int64_t>(offsets.scalar_type()),
-             n_cols, max_seqlen, n_segments, values.device().index(),
+             n_cols, max_seqlen, max_seqlen == -1 ? -1 : n_segments, values.device().index(),
              static_cast<int64_t>(reinterpret_cast<uintptr_t>(values.data_ptr()) % 16 == 0) |
                  (static_cast<int64_t>(reinterpret_cast<uintptr_t>(offsets.data_ptr()) % 16 == 0) << 1),
              fits, static_cast<int64_t>(values.device().type())};
 }
+
+// One call's sizes: the chunking (chunked plans) and each kernel's grid.
+struct Geometry {
+  int64_t rows_per_chunk = 0, n_chunks = 0;
+  std::vector<std::array<unsigned, 3>> grids;
+};
+
+Geometry geometry_of(const Plan& plan, int64_t n_rows, int64_t n_cols, int64_t n_segments) {
+  Geometry g;
+  const int64_t col_blocks = cdiv(n_cols, plan.block_m);
+  if (plan.chunk_programs > 0) {
+    const int64_t target = std::max<int64_t>(1, cdiv(plan.chunk_programs, std::max<int64_t>(col_blocks, 1)));
+    const int64_t per = cdiv(cdiv(n_rows, target), plan.block_l) * plan.block_l;
+    g.rows_per_chunk = std::max(per, plan.min_chunk_rows);
+    g.n_chunks = std::max<int64_t>(cdiv(n_rows, g.rows_per_chunk), 1);
+  }
+  for (const Kernel& k : plan.kernels) {
+    const int64_t x = k.grid == CHUNKS ? g.n_chunks
+                      : plan.group > 0 ? std::max<int64_t>(cdiv(n_segments, plan.group), 1) : plan.programs;
+    g.grids.push_back({static_cast<unsigned>(x), static_cast<unsigned>(col_blocks), 1u});
+  }
+  return g;
+}
+
+// What one launch's parameters are filled from.
+struct Call {
+  const at::Tensor& values;
+  const at::Tensor& offsets;
+  const at::Tensor& out;
+  const at::Tensor* workspace;
+  int64_t rows_per_chunk, n_chunks;
+};
 
 // The parameter block cuLaunchKernel reads: one 8-byte slot per parameter (an int32 uses the first 4).
 struct Params {
@@ -88,20 +139,25 @@ struct Params {
   std::vector<void*> pointers;
 };
 
-Params pack(const Plan& plan, const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& out) {
+intptr_t address(const at::Tensor* t) { return t == nullptr ? 0 : reinterpret_cast<intptr_t>(t->data_ptr()); }
+
+Params pack(const std::vector<std::pair<int, int>>& params, const Call& call) {
   Params p;
-  p.slots.resize(plan.params.size());
-  p.pointers.resize(plan.params.size());
-  for (size_t i = 0; i < plan.params.size(); ++i) {
-    const auto [source, kind] = plan.params[i];
+  p.slots.resize(params.size());
+  p.pointers.resize(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto [source, kind] = params[i];
     int64_t value = 0;
     switch (source) {
-      case VALUES: value = reinterpret_cast<intptr_t>(values.data_ptr()); break;
-      case OFFSETS: value = reinterpret_cast<intptr_t>(offsets.data_ptr()); break;
-      case OUT: value = reinterpret_cast<intptr_t>(out.data_ptr()); break;
-      case N_ROWS: value = values.size(0); break;
-      case N_COLS: value = values.size(1); break;
-      case N_SEGMENTS: value = offsets.size(0) - 1; break;
+      case VALUES: value = address(&call.values); break;
+      case OFFSETS: value = address(&call.offsets); break;
+      case OUT: value = address(&call.out); break;
+      case WORKSPACE: value = address(call.workspace); break;
+      case N_ROWS: value = call.values.size(0); break;
+      case N_COLS: value = call.values.size(1); break;
+      case N_SEGMENTS: value = call.offsets.size(0) - 1; break;
+      case ROWS_PER_CHUNK: value = call.rows_per_chunk; break;
+      case N_CHUNKS: value = call.n_chunks; break;
       case NULL_POINTER: value = 0; break;
       default: throw std::invalid_argument("jaggedperf native: unknown parameter source");
     }
@@ -114,12 +170,6 @@ Params pack(const Plan& plan, const at::Tensor& values, const at::Tensor& offset
     p.pointers[i] = &p.slots[i];
   }
   return p;
-}
-
-std::array<unsigned, 3> grid_of(const Plan& plan, int64_t n_cols, int64_t n_segments) {
-  const int64_t x = plan.group > 0 ? std::max<int64_t>((n_segments + plan.group - 1) / plan.group, 1) : plan.programs;
-  const int64_t y = (n_cols + plan.block_m - 1) / plan.block_m;
-  return {static_cast<unsigned>(x), static_cast<unsigned>(y), 1u};
 }
 
 // --- the CUDA driver, looked up once in the libcuda torch has loaded ----------------------------------
@@ -146,17 +196,37 @@ const Driver& driver() {
   return d;
 }
 
+// A contiguous tensor from the CUDA caching allocator on the current device (plan_for has checked it is the
+// inputs' device) and stream, as at::empty makes it but without the dispatcher.
+at::Tensor empty_cuda(c10::IntArrayRef sizes, c10::ScalarType dtype, const at::Tensor& like) {
+  c10::Allocator* allocator = c10::GetAllocator(c10::DeviceType::CUDA);
+  if (allocator == nullptr) return at::empty(sizes, like.options().dtype(dtype));
+  return at::detail::empty_generic(sizes, allocator, c10::DispatchKeySet(c10::DispatchKey::CUDA), dtype, std::nullopt);
+}
+
 void launch_plan(const Plan& plan, const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& out) {
-  const auto grid = grid_of(plan, values.size(1), offsets.size(0) - 1);
-  if (grid[0] == 0 || grid[1] == 0) return;  // nothing to write (M = 0), as Triton's launcher skips it
+  const int64_t n_cols = values.size(1);
+  const Geometry g = geometry_of(plan, values.size(0), n_cols, offsets.size(0) - 1);
+  if (n_cols == 0) return;  // nothing to write, as Triton's launcher skips an empty grid
   const Driver& d = driver();
   if (d.launch == nullptr) throw std::runtime_error("jaggedperf native: cuLaunchKernel not found in libcuda.so.1");
+  // the chunks' workspace: (2·C, M) fp32 pieces, then C int32 crossing slots (reduce.plan_reduce)
+  at::Tensor workspace;
+  if (plan.chunk_programs > 0) {
+    const int64_t ws_size[1] = {2 * g.n_chunks * n_cols + g.n_chunks};
+    workspace = empty_cuda(ws_size, c10::ScalarType::Float, values);
+  }
+  const Call call{values, offsets, out, workspace.defined() ? &workspace : nullptr, g.rows_per_chunk, g.n_chunks};
   const c10::Device device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(plan.device));
   void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle();
-  Params p = pack(plan, values, offsets, out);
-  const int rc = d.launch(reinterpret_cast<void*>(plan.function), grid[0], grid[1], grid[2], plan.threads, 1, 1,
-                          plan.shared, stream, p.pointers.data(), nullptr);
-  if (rc != 0) throw std::runtime_error("jaggedperf native: cuLaunchKernel returned CUresult " + std::to_string(rc));
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    const Kernel& k = plan.kernels[i];
+    const auto& grid = g.grids[i];
+    Params p = pack(k.params, call);
+    const int rc = d.launch(reinterpret_cast<void*>(k.function), grid[0], grid[1], grid[2], k.threads, 1, 1, k.shared,
+                            stream, p.pointers.data(), nullptr);
+    if (rc != 0) throw std::runtime_error("jaggedperf native: cuLaunchKernel returned CUresult " + std::to_string(rc));
+  }
 }
 
 // The plan for a call on the current device with a current CUDA context, or nullptr.
@@ -177,36 +247,49 @@ const Plan* plan_for(const at::Tensor& values, const at::Tensor& offsets, int64_
   return &found->second;
 }
 
-// A contiguous (B, M) tensor like values, from the CUDA caching allocator on the current device (plan_for has
-// checked it is values' device) on the current stream, as at::empty makes it but without the dispatcher.
-at::Tensor empty_like_rows(const at::Tensor& values, int64_t n_segments) {
-  const int64_t sizes[2] = {n_segments, values.size(1)};
-  c10::Allocator* allocator = c10::GetAllocator(c10::DeviceType::CUDA);
-  if (allocator == nullptr) return at::empty(sizes, values.options());
-  return at::detail::empty_generic(sizes, allocator, c10::DispatchKeySet(c10::DispatchKey::CUDA),
-                                   values.scalar_type(), std::nullopt);
-}
-
 py::object reduce(const at::Tensor& values, const at::Tensor& offsets, int64_t max_seqlen, bool mean, bool empty_zero) {
   const Plan* plan = plan_for(values, offsets, max_seqlen, mean, empty_zero);
   if (plan == nullptr) return py::none();
-  at::Tensor out = empty_like_rows(values, offsets.size(0) - 1);
+  const int64_t sizes[2] = {offsets.size(0) - 1, values.size(1)};
+  at::Tensor out = empty_cuda(sizes, values.scalar_type(), values);
   launch_plan(*plan, values, offsets, out);
   ++served;
   return py::cast(out);
 }
 
-Plan make_plan(uintptr_t function, int device, unsigned num_warps, unsigned shared, int64_t group, int64_t programs,
-               int64_t block_m, const std::vector<std::pair<int, int>>& params) {
-  if (block_m < 1 || group < 0 || (group == 0 && programs < 1) || num_warps < 1) {
-    throw std::invalid_argument("jaggedperf native: a plan needs block_m >= 1, num_warps >= 1 and a group or programs");
-  }
-  for (const auto& [source, kind] : params) {
-    if (source < VALUES || source > NULL_POINTER || kind < POINTER || kind > I64) {
-      throw std::invalid_argument("jaggedperf native: parameter (source, kind) out of range");
+// kernels: (function, num_warps, shared bytes, grid kind, [(source, kind), ...]) each
+using KernelSpec = std::tuple<uintptr_t, unsigned, unsigned, int, std::vector<std::pair<int, int>>>;
+
+Plan make_plan(int device, int64_t block_m, int64_t group, int64_t programs, int64_t chunk_programs, int64_t block_l,
+               int64_t min_chunk_rows, const std::vector<KernelSpec>& kernels) {
+  bool chunked = false, segmented = false;
+  Plan plan{device, block_m, group, programs, chunk_programs, block_l, min_chunk_rows, {}};
+  for (const auto& [function, num_warps, shared, grid, params] : kernels) {
+    if (num_warps < 1 || (grid != SEGMENTS && grid != CHUNKS)) {
+      throw std::invalid_argument("jaggedperf native: a kernel needs num_warps >= 1 and a grid kind");
     }
+    for (const auto& [source, kind] : params) {
+      if (source < VALUES || source > N_CHUNKS || kind < POINTER || kind > I64) {
+        throw std::invalid_argument("jaggedperf native: parameter (source, kind) out of range");
+      }
+    }
+    (grid == CHUNKS ? chunked : segmented) = true;
+    plan.kernels.push_back(Kernel{function, 32 * num_warps, shared, grid, params});
   }
-  return Plan{function, device, 32 * num_warps, shared, group, programs, block_m, params};
+  if (kernels.empty() || block_m < 1 || (segmented && group < 0) || (segmented && group == 0 && programs < 1) ||
+      (chunked && (chunk_programs < 1 || block_l < 1 || min_chunk_rows < 1)) || (!chunked && chunk_programs != 0)) {
+    throw std::invalid_argument(
+        "jaggedperf native: a plan needs kernels, block_m >= 1, a group or programs for a segments kernel, and "
+        "chunk_programs, block_l, min_chunk_rows >= 1 exactly when it has a chunks kernel");
+  }
+  return plan;
+}
+
+Key to_key(const std::vector<int64_t>& key) {
+  Key k;
+  if (key.size() != k.size()) throw std::invalid_argument("jaggedperf native: bad key length");
+  std::copy(key.begin(), key.end(), k.begin());
+  return k;
 }
 
 }  // namespace
@@ -224,46 +307,47 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "the plan key of a call (a list), or None when the inputs are not eligible");
   m.def(
       "register",
-      [](const std::vector<int64_t>& key, uintptr_t function, int device, unsigned num_warps, unsigned shared,
-         int64_t group, int64_t programs, int64_t block_m, const std::vector<std::pair<int, int>>& params) {
-        if (key.size() != std::tuple_size<Key>::value) throw std::invalid_argument("jaggedperf native: bad key length");
-        Key k;
-        std::copy(key.begin(), key.end(), k.begin());
+      [](const std::vector<int64_t>& key, int device, int64_t block_m, int64_t group, int64_t programs,
+         int64_t chunk_programs, int64_t block_l, int64_t min_chunk_rows, const std::vector<KernelSpec>& kernels) {
+        const Key k = to_key(key);
+        Plan plan = make_plan(device, block_m, group, programs, chunk_programs, block_l, min_chunk_rows, kernels);
         if (plans().size() >= MAX_PLANS) plans().clear();
-        plans()[k] = make_plan(function, device, num_warps, shared, group, programs, block_m, params);
+        plans()[k] = std::move(plan);
       },
       "register (or replace) the plan for a key");
   m.def(
       "launch",
       [](const std::vector<int64_t>& key, const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& out) {
-        Key k;
-        if (key.size() != k.size()) throw std::invalid_argument("jaggedperf native: bad key length");
-        std::copy(key.begin(), key.end(), k.begin());
-        const auto found = plans().find(k);
+        const auto found = plans().find(to_key(key));
         if (found == plans().end()) throw std::invalid_argument("jaggedperf native: no plan for this key");
         launch_plan(found->second, values, offsets, out);
       },
       "launch a registered plan into a given output (verification)");
   m.def(
-      "pack",
-      [](uintptr_t function, int64_t group, int64_t programs, int64_t block_m,
-         const std::vector<std::pair<int, int>>& params, const at::Tensor& values, const at::Tensor& offsets,
-         const at::Tensor& out) {
-        const Plan plan = make_plan(function, 0, 1, 0, group, programs, block_m, params);
-        const Params p = pack(plan, values, offsets, out);
-        const auto grid = grid_of(plan, values.size(1), offsets.size(0) - 1);
-        return py::make_tuple(py::bytes(reinterpret_cast<const char*>(p.slots.data()), p.slots.size() * 8),
-                              py::make_tuple(grid[0], grid[1], grid[2]));
+      "geometry",
+      [](int64_t block_m, int64_t group, int64_t programs, int64_t chunk_programs, int64_t block_l,
+         int64_t min_chunk_rows, const std::vector<int>& grid_kinds, int64_t n_rows, int64_t n_cols,
+         int64_t n_segments) {
+        std::vector<KernelSpec> kernels;
+        for (int kind : grid_kinds) kernels.emplace_back(0, 1, 0, kind, std::vector<std::pair<int, int>>{});
+        const Plan plan = make_plan(0, block_m, group, programs, chunk_programs, block_l, min_chunk_rows, kernels);
+        const Geometry g = geometry_of(plan, n_rows, n_cols, n_segments);
+        py::list grids;
+        for (const auto& grid : g.grids) grids.append(py::make_tuple(grid[0], grid[1], grid[2]));
+        return py::make_tuple(g.rows_per_chunk, g.n_chunks, grids);
       },
-      "the parameter block (8 bytes a parameter) and grid a plan would launch with (tests)");
+      "(rows_per_chunk, n_chunks, grids) a plan would launch with (tests)");
   m.def(
-      "has",
-      [](const std::vector<int64_t>& key) {
-        Key k;
-        if (key.size() != k.size()) return false;
-        std::copy(key.begin(), key.end(), k.begin());
-        return plans().count(k) > 0;
+      "pack",
+      [](const std::vector<std::pair<int, int>>& params, const at::Tensor& values, const at::Tensor& offsets,
+         const at::Tensor& out, const std::optional<at::Tensor>& workspace, int64_t rows_per_chunk, int64_t n_chunks) {
+        const Call call{values, offsets, out, workspace ? &*workspace : nullptr, rows_per_chunk, n_chunks};
+        const Params p = pack(params, call);
+        return py::bytes(reinterpret_cast<const char*>(p.slots.data()), p.slots.size() * 8);
       },
+      "the parameter block (8 bytes a parameter) a launch would read (tests)");
+  m.def(
+      "has", [](const std::vector<int64_t>& key) { return plans().count(to_key(key)) > 0; },
       "whether a plan is registered for a key");
   m.def("forget", [] { plans().clear(); }, "drop every registered plan");
   m.def("size", [] { return plans().size(); }, "registered plans");

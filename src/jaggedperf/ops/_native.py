@@ -2,17 +2,20 @@
 
 The Python fast path plans each call, allocates with ``torch.empty`` and launches through Triton's
 launcher: ≈15 µs of host time before a 6-10 µs kernel starts at the seed shapes (host_probe, run 29).
-The native module does the same work for a call it has a *plan* for, in C++: checks, output
-allocation (``at::empty``), grid, parameter block, ``cuLaunchKernel``.
+The native module does the same work for a call it has a *plan* for, in C++: checks, output (and
+workspace) allocation from the CUDA caching allocator, grids, parameter blocks, ``cuLaunchKernel``.
 
-Plans. After the Python path has planned a call onto the whole-segments kernel (one launch, no
-workspace) and launched it through a verified tier (``_launch``), ``offer`` registers the plan for the
-call's key: the compiled kernel's CUfunction and launch config, and its parameter list read from the
-compiled signature. The first plan of each compiled kernel is checked: its launch, into an output
-poisoned with ``_launch.POISON_BYTE``, must match the Python path's output bitwise (one sync, once per
-compiled kernel); a mismatch or error turns the native path off for the process, with the reason in
-``state()``. Only calls with a registered plan take the native path; everything else (the chunked
-kernels, autograd, NestedTensor, torch.compile, dispatch modes, other devices) stays in Python.
+Plans. After the Python path has planned and launched a call (through a verified tier, ``_launch``),
+``offer`` registers the plan for the call's key: the compiled kernels' CUfunctions and launch configs,
+their parameter lists read from the compiled signatures, and how to size the grid: one whole-segments
+launch, or the balanced chunks' two launches (reduce, combine) with their fp32 workspace, the chunking
+redone per call from the config (so one plan serves every N and B when there is no ``max_seqlen``).
+The first plan of each set of compiled kernels is checked: its launches, into an output poisoned with
+``_launch.POISON_BYTE``, must match the Python path's output bitwise (one sync, once per set); a
+mismatch or error turns the native path off for the process, with the reason in ``state()``. Only
+calls with a registered plan take the native path; everything else (autograd, torch.compile, dispatch
+modes, other devices, forced chunk sizes) stays in Python, and the path stands aside while a benchmark
+forces a launch tier or overrides the config.
 
 The module. Built with the C++ compiler torch's own extensions use (``CXX``, else ``c++``) against the
 installed torch's headers, into ``$JAGGEDPERF_CACHE`` (default ``~/.cache/jaggedperf``)/native/<hash of
@@ -46,9 +49,12 @@ from jaggedperf.ops._launch import bitwise_equal, poison
 SOURCE = Path(__file__).with_name("_native.cpp")
 MODULE_NAME = "jaggedperf_native"
 BUILD_TIMEOUT_S = 600
-# _native.cpp's parameter sources and kinds
-SOURCES = ("values", "offsets", "out", "n_rows", "n_cols", "n_segments", "null")
+# _native.cpp's parameter sources (its Source enum, in order), which of them are pointers, and int kinds
+SOURCES = ("values", "offsets", "out", "n_rows", "n_cols", "n_segments", "null", "workspace", "rows_per_chunk",
+           "n_chunks")
+POINTER_SOURCES = ("values", "offsets", "out", "workspace")
 KINDS = {"i32": 1, "i64": 2}
+GRIDS = {"segments": 0, "chunks": 1}
 
 
 @dataclass
@@ -56,9 +62,9 @@ class _State:
     status: str = "not loaded"  # not loaded | building | ready | off | failed | disabled
     reason: str = ""
     module: object = None
-    paused: bool = False  # a benchmark forces a launch tier (_launch.force_tier)
+    paused: set = field(default_factory=set)  # why the path stands aside: a forced launch tier, a config override
     build_seconds: float | None = None
-    verified_functions: set = field(default_factory=set)  # CUfunctions whose native launch matched
+    verified_functions: set = field(default_factory=set)  # CUfunction tuples whose native launches matched
     registered: int = 0
 
 
@@ -70,12 +76,12 @@ active = None  # the module while the path is on (ready, not paused): the one th
 
 def _refresh() -> None:
     global active
-    active = _state.module if _state.status == "ready" and not _state.paused else None
+    active = _state.module if _state.status == "ready" and not _state.paused else None  # an empty set: not paused
 
 
 def state() -> dict:
     """Where the native path stands: status, why it is off, build time, plans registered."""
-    return {"status": _state.status, "reason": _state.reason, "paused": _state.paused,
+    return {"status": _state.status, "reason": _state.reason, "paused": sorted(_state.paused),
             "build_seconds": _state.build_seconds,
             "module": getattr(_state.module, "__file__", None), "registered": _state.registered,
             "plans": _state.module.size() if _state.module is not None else 0,
@@ -203,10 +209,11 @@ def offering() -> bool:
     return _state.status in ("not loaded", "ready") and not _state.paused
 
 
-def pause(paused: bool) -> None:
-    """Benchmarks timing a forced launch tier keep the native path out of the way meanwhile."""
+def pause(reason: str, paused: bool) -> None:
+    """Stand aside (``paused``) or come back, for ``reason``: a benchmark timing a forced launch tier
+    (``_launch.force_tier``), a config override (``_config.set_override``: plans would run the old config)."""
     with _lock:
-        _state.paused = paused
+        (_state.paused.add if paused else _state.paused.discard)(reason)
         _refresh()
 
 
@@ -251,39 +258,46 @@ def parameters(compiled, arg_names, sources: tuple) -> list[tuple[int, int]] | N
             continue
         if position >= len(sources) or not isinstance(kind, str):
             return None
-        if kind.startswith("*"):
-            params.append((SOURCES.index(sources[position]), 0))
-        elif kind in KINDS and sources[position] in ("n_rows", "n_cols", "n_segments"):
-            params.append((SOURCES.index(sources[position]), KINDS[kind]))
+        source = sources[position]
+        if kind.startswith("*") and source in POINTER_SOURCES:
+            params.append((SOURCES.index(source), 0))
+        elif kind in KINDS and source in SOURCES and source not in POINTER_SOURCES + ("null",):
+            params.append((SOURCES.index(source), KINDS[kind]))
         else:
             return None
     null = SOURCES.index("null")
     return [*params, (null, 0), (null, 0)]
 
 
-def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: dict, out) -> None:
-    """Register the plan of a call the Python path has just served into ``out``, checking it first if
-    its compiled kernel has not been checked. ``plan``: compiled, arg_names, sources, group, programs,
-    block_m (the whole-segments launch). Never raises; a failed check disables the path."""
+def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: dict, kernels: list[dict], out) -> None:
+    """Register the plan of a call the Python path has just served into ``out``, checking it first if its
+    compiled kernels have not been checked together. ``plan``: block_m, group, programs, chunk_programs,
+    block_l, min_chunk_rows; ``kernels``: per launch, in order, compiled, arg_names, sources, grid
+    ("segments" or "chunks"). Never raises; a failed check disables the path."""
     if _state.status == "not loaded":
         _start()
     native = active
-    if native is None or plan["compiled"] is None or getattr(plan["compiled"], "function", None) is None:
+    if native is None:
         return
-    compiled = plan["compiled"]
     key = native.key(values, offsets, -1 if max_seqlen is None else max_seqlen, mean, empty_zero)
-    if key is None or native.has(key):
+    if key is None or native.has(key) or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
         return
-    params = parameters(compiled, plan["arg_names"], plan["sources"])
-    capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-    if key is None or params is None or capturing:
-        return
-    function = int(compiled.function)
+    specs = []
+    for kernel in kernels:
+        compiled = kernel["compiled"]
+        if compiled is None or getattr(compiled, "function", None) is None:
+            return
+        params = parameters(compiled, kernel["arg_names"], kernel["sources"])
+        if params is None:
+            return
+        specs.append((int(compiled.function), int(compiled.metadata.num_warps), int(compiled.metadata.shared),
+                      GRIDS[kernel["grid"]], params))
+    functions = tuple(spec[0] for spec in specs)
     try:
-        native.register(key, function, values.get_device(), int(compiled.metadata.num_warps),
-                        int(compiled.metadata.shared), plan["group"], plan["programs"], plan["block_m"], params)
+        native.register(key, values.get_device(), plan["block_m"], plan["group"], plan["programs"],
+                        plan["chunk_programs"], plan["block_l"], plan["min_chunk_rows"], specs)
         _state.registered += 1
-        if function in _state.verified_functions:
+        if functions in _state.verified_functions:
             return
         if out.numel() == 0:
             native.forget()  # nothing written, nothing proven: check again on a call that writes
@@ -298,7 +312,7 @@ def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: dict,
     if not same:
         _fail(native, "output differs from the Python path's launch")
         return
-    _state.verified_functions.add(function)
+    _state.verified_functions.add(functions)
 
 
 def _fail(native, reason: str) -> None:

@@ -399,7 +399,7 @@ class Launch:
     num_warps: int
     written: tuple  # tensors the kernel writes (the fast path's self-check compares them)
     key: tuple  # kernel name + constexprs: with the caller's dtypes/alignment, what the JIT specialises on
-    native: dict | None = None  # what the native path needs to launch it alone (_native.offer), if it can
+    native: dict | None = None  # what the native path needs to launch it (_native.offer): sources, grid, plan
 
 
 def _chunking(n_rows, n_cols: int, cfg, device: torch.device, rows_per_chunk=None):
@@ -453,8 +453,14 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
     reduce_args = (values, offsets, out, ws, n_rows, n_cols, n_segments, rows, chunks,
                    mean, empty_zero, cfg.block_l, cfg.block_m)
     combine_args = (offsets, out, ws, n_cols, rows, chunks, mean, empty_zero, cfg.block_p, cfg.block_m)
-    return out, (Launch(_reduce_kernel, grid, reduce_args, cfg.num_warps, (out, ws), ("reduce", *reduce_args[-4:])),
-                 Launch(_combine_kernel, grid, combine_args, cfg.num_warps, (out,), ("combine", *combine_args[-4:])))
+    # the native path redoes _chunking per call (so one plan serves every N and B) unless R was forced
+    plan = None if rows_per_chunk is not None else {
+        "block_m": cfg.block_m, "group": 0, "programs": 0, "block_l": cfg.block_l,
+        "chunk_programs": sm_count(values.device) * cfg.programs_per_sm, "min_chunk_rows": cfg.min_chunk_rows}
+    return out, (Launch(_reduce_kernel, grid, reduce_args, cfg.num_warps, (out, ws), ("reduce", *reduce_args[-4:]),
+                        plan and {"sources": REDUCE_SOURCES, "grid": "chunks", "plan": plan}),
+                 Launch(_combine_kernel, grid, combine_args, cfg.num_warps, (out,), ("combine", *combine_args[-4:]),
+                        plan and {"sources": COMBINE_SOURCES, "grid": "chunks", "plan": plan}))
 
 
 def _segments_for(n_cols, max_seqlen, n_segments, device) -> SegmentsConfig | None:
@@ -496,13 +502,17 @@ def _plan_segments(values, offsets, mean, empty_zero, cfg: SegmentsConfig, poiso
     grid = (programs, -(-int(n_cols) // cfg.block_m), 1)
     args = (values, offsets, out, n_rows, int(n_cols), n_segments, mean, empty_zero, cfg.group, cfg.block_l,
             cfg.block_m)
-    native = {"sources": SEGMENT_SOURCES, "group": 0 if cfg.programs else cfg.group, "programs": cfg.programs,
-              "block_m": cfg.block_m}
+    plan = {"block_m": cfg.block_m, "group": 0 if cfg.programs else cfg.group, "programs": cfg.programs,
+            "block_l": 0, "chunk_programs": 0, "min_chunk_rows": 0}
+    native = {"sources": SEGMENT_SOURCES, "grid": "segments", "plan": plan}
     return out, (Launch(kernel, grid, args, cfg.num_warps, (out,), (name, *args[-5:]), native),)
 
 
-# what fills the whole-segments kernels' runtime arguments (the native path's parameter sources)
+# what fills the kernels' runtime arguments, in order (the native path's parameter sources)
 SEGMENT_SOURCES = ("values", "offsets", "out", "n_rows", "n_cols", "n_segments")
+REDUCE_SOURCES = ("values", "offsets", "out", "workspace", "n_rows", "n_cols", "n_segments", "rows_per_chunk",
+                  "n_chunks")
+COMBINE_SOURCES = ("offsets", "out", "workspace", "n_cols", "rows_per_chunk", "n_chunks")
 
 
 def plan_expand(grad, offsets, n_rows, *, mean: bool, max_seqlen=None, rows_per_chunk=None,
@@ -808,9 +818,9 @@ def _native_call(values, offsets, max_seqlen, mean, empty_zero, validate):
 
 def _python_reduce(values, offsets, name: str, *, mean: bool, empty_zero: bool, max_seqlen, validate,
                    offer: bool = True):
-    # every call the native path does not serve (and the host probe's Python path, offer=False). offer: a
-    # whole-segments launch registers its plan with the native path (a no-op once it is registered and
-    # checked, but ~15 µs of Python: the probe times the Python path without it)
+    # every call the native path does not serve (and the host probe's Python path, offer=False). offer: the
+    # launches register their plan with the native path (a no-op once it is registered, but a little Python:
+    # the probe times the Python path without it)
     given = values
     values, offsets, max_seqlen = _inputs(values, offsets, name, max_seqlen, validate)
     if values is not given:  # a NestedTensor's values and offsets (or a contiguous copy): a plan may serve them
@@ -821,8 +831,8 @@ def _python_reduce(values, offsets, name: str, *, mean: bool, empty_zero: bool, 
         out, launches = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen)
         key = _fast_key(values, offsets)
         _run_fast(launches, values.device, key)
-        if offer and len(launches) == 1 and launches[0].native is not None and _native.offering():
-            _offer(launches[0], key, values, offsets, max_seqlen, mean, empty_zero, out)
+        if offer and launches[0].native is not None and _native.offering():
+            _offer(launches, key, values, offsets, max_seqlen, mean, empty_zero, out)
         return out
     if mean:
         return torch.ops.jaggedperf.jagged_mean(values, offsets, empty_zero, max_seqlen)
@@ -893,13 +903,13 @@ def _from_nested(nt: torch.Tensor, name: str):
     return (values, offsets) if direct else (nt.values(), nt.offsets())
 
 
-def _offer(launch: Launch, key: tuple, values, offsets, max_seqlen, mean, empty_zero, out) -> None:
+def _offer(launches, key: tuple, values, offsets, max_seqlen, mean, empty_zero, out) -> None:
     # the native path may serve the next call with this key (a NestedTensor's call registers the plain one)
     if type(max_seqlen) is not int and max_seqlen is not None:
         return
-    compiled = _launch.compiled((launch.key, launch.num_warps, key))
-    plan = dict(launch.native, compiled=compiled, arg_names=launch.kernel.arg_names)
-    _native.offer(values, offsets, max_seqlen, mean, empty_zero, plan, out)
+    kernels = [dict(launch.native, compiled=_launch.compiled((launch.key, launch.num_warps, key)),
+                    arg_names=launch.kernel.arg_names) for launch in launches]
+    _native.offer(values, offsets, max_seqlen, mean, empty_zero, launches[0].native["plan"], kernels, out)
 
 
 def _fast_ok(values, offsets) -> bool:
