@@ -121,7 +121,7 @@ def launch(kernel, grid: tuple, args: tuple, num_warps: int, key: tuple, written
             with _lock:
                 _cache[key] = _Entry(compiled)
         return
-    if tier == "jit" or _capturing():
+    if tier == "jit" or capturing():
         _jit(kernel, grid, args, num_warps)
         return
     _verify(kernel, grid, args, num_warps, entry, written)
@@ -140,7 +140,8 @@ def _native():
     return native
 
 
-def _capturing() -> bool:
+def capturing() -> bool:
+    """Whether the current CUDA stream is capturing a graph (no checks, no syncs then)."""
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 

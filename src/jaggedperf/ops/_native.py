@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from jaggedperf.ops._launch import bitwise_equal, poison
+from jaggedperf.ops._launch import bitwise_equal, capturing, poison
 
 SOURCE = Path(__file__).with_name("_native.cpp")
 MODULE_NAME = "jaggedperf_native"
@@ -149,10 +149,8 @@ def _import(path: Path):
 
 def ensure() -> dict:
     """Build (if needed) and load the module now, in this thread; returns ``state()``. Never raises."""
-    global _thread
     if setting() == "off":
-        _state.status, _state.reason = "off", "JAGGEDPERF_NATIVE=0"
-        _refresh()
+        _off()
         return state()
     thread = _thread
     if thread is not None:
@@ -183,6 +181,12 @@ def _load_or_build() -> None:
         _refresh()
 
 
+def _off() -> None:
+    with _lock:
+        _state.status, _state.reason = "off", "JAGGEDPERF_NATIVE=0"
+        _refresh()
+
+
 def _start() -> None:
     # the first eligible CUDA call: load a built module now; else build (in the background unless asked)
     global _thread
@@ -190,10 +194,11 @@ def _start() -> None:
         if _state.status != "not loaded":
             return
         mode = setting()
-        if mode == "off":
-            _state.status, _state.reason = "off", "JAGGEDPERF_NATIVE=0"
-            return
-        _state.status = "building"
+        if mode != "off":
+            _state.status = "building"
+    if mode == "off":
+        _off()
+        return
     if mode == "build" or module_path().exists():
         _load_or_build()
         return
@@ -280,7 +285,7 @@ def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: dict,
     if native is None:
         return
     key = native.key(values, offsets, -1 if max_seqlen is None else max_seqlen, mean, empty_zero)
-    if key is None or native.has(key) or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+    if key is None or native.has(key) or capturing():
         return
     specs = []
     for kernel in kernels:
