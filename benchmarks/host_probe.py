@@ -12,7 +12,8 @@ the code Inductor generated for the compiled one.
 
     PYTHONPATH=src python3 benchmarks/host_probe.py --out DIR [--case 1024,256,1000,0.5 ...]
 
-Writes DIR/host_probe.json, DIR/host_probe_profiles.txt and DIR/host_probe_inductor_code.py.
+Writes DIR/host_probe.json, DIR/host_probe_profiles.txt and DIR/host_probe_inductor_code_<case>.py.txt
+(Inductor's code as text: no tool takes it for project code).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def main() -> int:
         walls, text, code = probe_case(case, device, args.profile_calls)
         report["cases"][case.label] = walls
         profiles.write(f"#### {case.label}\n{text}\n")
-        (args.out / f"host_probe_inductor_code_{case.label}.py").write_text(code)
+        (args.out / f"host_probe_inductor_code_{case.label}.py.txt").write_text(code)
     report["launch_path"] = _launch.launch_path()
     (args.out / "host_probe.json").write_text(json.dumps(report, indent=2))
     (args.out / "host_probe_profiles.txt").write_text(profiles.getvalue())
