@@ -1,0 +1,255 @@
+"""Make the project's virtual environment, reusing a torch that the chosen Python already has.
+
+Run by ``scripts/setup-env.sh`` (which then activates the environment) with the Python that should
+host it. Standard library only: it runs before anything is installed.
+
+Two routes:
+
+- **reuse**: the host Python imports torch >= MIN_TORCH (a CUDA build on a GPU machine, or a CPU
+  build). The environment is made with ``--system-site-packages`` *and* a ``.pth`` file naming the
+  host's own site directories: when the host is itself a virtualenv (or conda env), the system site
+  that ``venv`` sees is its base interpreter's, not the host's, so torch would be missing without it.
+  Nothing is downloaded for torch; the project is linked by a ``.pth`` file and a console script, so
+  no build backend or network is needed. Packages still missing are installed, offline from
+  whatever pip's configuration allows, and named in one error when that fails.
+- **fresh**: no usable torch. A plain environment with torch pinned to PINNED_TORCH (a CPU build where
+  only that is at hand) and Triton for the interpreter, then ``pip install -e``.
+
+The environment is kept once made; it is remade when its Python can no longer import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+MIN_TORCH = (2, 6)
+PINNED_TORCH = "torch==2.13.0"
+PINNED_TRITON = "triton==3.7.1"  # CPU builds of torch bring no Triton; the tests run it under TRITON_INTERPRET=1
+BASE_REQUIREMENTS = {"numpy": "numpy", "rich": "rich>=13"}  # import name -> requirement
+EXTRAS = {
+    "plot": {"matplotlib": "matplotlib>=3.7"},
+    "test": {"pytest": "pytest>=7", "hypothesis": "hypothesis>=6", "matplotlib": "matplotlib>=3.7"},
+}
+LINK_NAME = "jaggedperf-src.pth"
+HOST_LINK_NAME = "jaggedperf-host-site.pth"
+
+PROBE = """
+import json, site, sys, sysconfig
+info = {"prefix": sys.prefix, "base_prefix": sys.base_prefix, "version": list(sys.version_info[:2])}
+dirs = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+try:
+    dirs += site.getsitepackages()
+except AttributeError:  # some old virtualenvs
+    pass
+info["site_dirs"] = list(dict.fromkeys(d for d in dirs if d))
+try:
+    import torch
+    info["torch"] = torch.__version__
+    # where torch lives, which a .pth file or PYTHONPATH may have added beside the site directories
+    info["site_dirs"].append(str(__import__("pathlib").Path(torch.__file__).resolve().parent.parent))
+except Exception as exc:
+    info["torch"] = None
+    info["torch_error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(info))
+"""
+
+
+class SetupError(RuntimeError):
+    """A set-up step that cannot succeed here; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Host:
+    python: str
+    prefix: str
+    base_prefix: str
+    site_dirs: tuple[str, ...]
+    torch: str | None  # version, or None when torch is missing or unusable
+
+    @property
+    def usable_torch(self) -> bool:
+        return self.torch is not None and _version_tuple(self.torch) >= MIN_TORCH
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("+")[0].split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def probe(python: str) -> Host:
+    """What the given Python is and whether it imports torch."""
+    done = subprocess.run([python, "-c", PROBE], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SetupError(f"cannot run {python}: {done.stderr.strip() or done.stdout.strip()}")
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    return Host(python, info["prefix"], info["base_prefix"], tuple(info["site_dirs"]), info.get("torch"))
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def _site_packages(venv: Path) -> Path:
+    python = venv_python(venv)
+    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def _imports(python: Path, module: str) -> bool:
+    return subprocess.run([str(python), "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
+def _has_pip(python: Path) -> bool:
+    return _imports(python, "pip")
+
+
+def _pip(python: Path, *args: str) -> None:
+    cmd = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args]
+    if subprocess.run(cmd).returncode != 0:
+        raise SetupError(f"pip failed: {' '.join(cmd[3:])}")
+
+
+def _make_venv(host: Host, venv: Path, *, system_site: bool) -> None:
+    args = [host.python, "-m", "venv", *(["--system-site-packages"] if system_site else []), str(venv)]
+    if subprocess.run(args, capture_output=True).returncode != 0:
+        # no ensurepip on this Python (Debian's python3 without python3-venv, some virtualenvs): no pip inside
+        done = subprocess.run([*args[:3], "--without-pip", *args[3:]], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SetupError(f"cannot make a virtual environment with {host.python}: {done.stderr.strip()}")
+
+
+def _link_host(host: Host, venv: Path) -> None:
+    # The host's own site directories after the environment's own: torch (and whatever else the host has)
+    # imports from where the host keeps it, while packages installed into the environment come first.
+    own = _site_packages(venv)
+    dirs = [d for d in host.site_dirs if Path(d).is_dir() and Path(d).resolve() != own.resolve()]
+    (own / HOST_LINK_NAME).write_text("".join(f"{d}\n" for d in dirs))
+
+
+def _link_project(root: Path, venv: Path) -> None:
+    # What an editable install does, without a build backend or the network: src on the path, and the CLI.
+    own = _site_packages(venv)
+    (own / LINK_NAME).write_text(f"{root / 'src'}\n")
+    script = venv / "bin" / "jaggedperf"
+    script.write_text(textwrap.dedent(f"""\
+        #!{venv_python(venv)}
+        import sys
+        from jaggedperf.cli import main
+        sys.exit(main())
+        """))
+    script.chmod(0o755)
+
+
+def _missing(python: Path, requirements: dict[str, str]) -> list[str]:
+    return [req for module, req in requirements.items() if not _imports(python, module)]
+
+
+def _install_missing(python: Path, requirements: dict[str, str]) -> None:
+    missing = list(dict.fromkeys(_missing(python, requirements)))
+    if not missing:
+        return
+    if not _has_pip(python):
+        raise SetupError(f"missing {', '.join(missing)} and no pip in {python.parent.parent}: install them into "
+                         f"the Python that has torch, then run this again")
+    try:
+        _pip(python, *missing)
+    except SetupError as exc:
+        raise SetupError(f"missing {', '.join(missing)} and pip could not install them ({exc}); install them "
+                         f"into the Python that has torch (offline: from wheels), then run this again") from None
+
+
+def requirements_for(extra: str | None) -> dict[str, str]:
+    wanted = dict(BASE_REQUIREMENTS)
+    if extra:
+        for name in extra.split(","):
+            if name not in EXTRAS:
+                raise SetupError(f"unknown extra {name!r}; known: {', '.join(EXTRAS)}")
+            wanted.update(EXTRAS[name])
+    return wanted
+
+
+def _usable(venv: Path, root: Path) -> bool:
+    python = venv_python(venv)
+    if not python.exists():
+        return False
+    check = (f"import sys, torch, jaggedperf; from pathlib import Path; "
+             f"sys.exit(0 if Path(jaggedperf.__file__).resolve().is_relative_to(Path({str(root)!r}).resolve()) else 1)")
+    return subprocess.run([str(python), "-c", check], capture_output=True).returncode == 0
+
+
+def set_up(root: Path, venv: Path, host_python: str, extra: str | None) -> str:
+    """Make (or keep) ``venv`` for the project at ``root``; returns the route taken."""
+    wanted = requirements_for(extra)
+    if _usable(venv, root):
+        _install_missing(venv_python(venv), wanted)
+        return "kept"
+    if venv.exists():
+        raise SetupError(f"{venv} exists but cannot import torch and jaggedperf from {root}: remove it and run "
+                         f"this again")
+    host = probe(host_python)
+    try:
+        return _make(root, venv, host, wanted)
+    except BaseException:  # a half-made environment would be kept by the next run: remove it
+        shutil.rmtree(venv, ignore_errors=True)
+        raise
+
+
+def _make(root: Path, venv: Path, host: Host, wanted: dict[str, str]) -> str:
+    python = venv_python(venv)
+    if host.usable_torch:
+        _make_venv(host, venv, system_site=True)
+        _link_host(host, venv)
+        if not _imports(python, "torch"):
+            raise SetupError(f"the environment made from {host.python} cannot import torch {host.torch}")
+        _link_project(root, venv)
+        _install_missing(python, wanted)
+        return f"reuse torch {host.torch} from {host.prefix}"
+    _make_venv(host, venv, system_site=False)
+    if not _has_pip(python):
+        raise SetupError(f"{host.python} has no usable torch (>= {'.'.join(map(str, MIN_TORCH))}) and no pip to "
+                         f"install one")
+    _pip(python, PINNED_TORCH)
+    if not _imports(python, "triton"):
+        try:
+            _pip(python, PINNED_TRITON)
+        except SetupError:
+            print("setup-env: Triton unavailable; the ops' Triton kernels will be skipped", file=sys.stderr)
+    _pip(python, *dict.fromkeys(wanted.values()))
+    try:  # an ordinary editable install where a build backend can be had; else the same link as reuse
+        _pip(python, "--no-deps", "-e", str(root))
+    except SetupError:
+        _link_project(root, venv)
+    return f"fresh: {PINNED_TORCH}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, required=True, help="the project's checkout")
+    parser.add_argument("--venv", type=Path, required=True, help="the environment to make or keep")
+    parser.add_argument("--python", default="python3", help="the Python to reuse or build from")
+    parser.add_argument("--extra", default=None, help="comma-separated extras: " + ", ".join(EXTRAS))
+    args = parser.parse_args(argv)
+    try:
+        route = set_up(args.root.resolve(), args.venv.absolute(), args.python, args.extra)
+    except SetupError as exc:
+        print(f"setup-env: error: {exc}", file=sys.stderr)
+        return 1
+    if route != "kept":
+        print(f"setup-env: {args.venv}: {route}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The README's set-up path (scripts/setup-env.sh → scripts/setup_env.py), offline.
+
+The GPU machine's ``python3`` is itself a virtualenv holding torch; ``venv --system-site-packages`` made
+from it sees the *base* interpreter's packages, not the host's, so torch went missing and pip tried the
+network. These tests build such a host — a virtualenv whose torch lives only in its own site directories
+— and run the set-up with the package index off.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SETUP = ROOT / "scripts" / "setup-env.sh"
+
+
+def _base_python() -> str:
+    return getattr(sys, "_base_executable", sys.executable)
+
+
+def _host_venv(path: Path, *, with_torch: bool) -> Path:
+    """A virtualenv without pip; with_torch: it imports this test run's torch through its own site dir."""
+    subprocess.run([_base_python(), "-m", "venv", "--without-pip", str(path)], check=True)
+    python = path / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    if with_torch:
+        ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+        Path(site, "torch-from-elsewhere.pth").write_text("".join(f"{d}\n" for d in sorted(ours)))
+    return python
+
+
+def _offline_env(host: Path, venv: Path) -> dict[str, str]:
+    # no index, no configured wheel folders: pip can install nothing
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON", "PIP_"))}
+    empty = venv.parent / "no-wheels"
+    empty.mkdir(exist_ok=True)
+    env.update(PYTHON=str(host), JAGGEDPERF_VENV=str(venv), PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull,
+               PIP_FIND_LINKS=str(empty),
+               PATH=os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if ".venv" not in p))
+    return env
+
+
+def _source_and_run(env: dict[str, str], command: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    script = f'source "{SETUP}" test && {command}'
+    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT)
+
+
+def test_reuses_torch_of_a_virtualenv_host_offline(tmp_path):
+    host = _host_venv(tmp_path / "host", with_torch=True)
+    venv = tmp_path / "env"
+    env = _offline_env(host, venv)
+    probe = "python -c 'import torch, jaggedperf; print(torch.__file__); print(jaggedperf.__file__)'"
+    done = _source_and_run(env, f"{probe} && jaggedperf --help >/dev/null && echo CLI-OK")
+    assert done.returncode == 0, done.stderr
+    assert "reuse torch" in done.stderr
+    torch_file, project_file, cli = done.stdout.strip().splitlines()[-3:]
+    assert Path(torch_file).resolve() == Path(torch.__file__).resolve()
+    assert Path(project_file).resolve().is_relative_to(ROOT / "src")
+    assert cli == "CLI-OK"
+    again = _source_and_run(env, "python -c 'import jaggedperf'")  # a second run keeps what the first made
+    assert again.returncode == 0, again.stderr
+    assert "reuse torch" not in again.stderr
+
+
+def test_host_without_torch_offline_fails_with_one_clear_error(tmp_path):
+    host = _host_venv(tmp_path / "host", with_torch=False)
+    done = _source_and_run(_offline_env(host, tmp_path / "env"), "true")
+    assert done.returncode != 0
+    assert "setup-env: error:" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "env").exists()  # nothing half-made is left for the next run to keep
+
+
+@pytest.mark.parametrize("version, usable", [("2.11.0+cu130", True), ("2.6.0", True), ("2.5.1", False),
+                                             ("2.13.0.dev20260101+cpu", True)])
+def test_torch_version_floor(version, usable):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import setup_env
+    finally:
+        sys.path.pop(0)
+    host = setup_env.Host("python3", "/p", "/p", (), version)
+    assert host.usable_torch is usable
