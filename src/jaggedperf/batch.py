@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from jaggedperf.ops._checks import check_layout, check_offsets
+from jaggedperf.checks import check_layout, check_offsets
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab import timing
 from jaggedperf.lab.env import environment
 from jaggedperf.lab.result import ERROR, OK, SKIPPED, WRONG, Result, RunRecord
-from jaggedperf.ops._checks import check_layout, check_offsets
+from jaggedperf.checks import check_layout, check_offsets
 
 # Relative error ‖out − ref‖/‖ref‖ allowed per dtype (accumulation order differs between implementations).
 TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}
@@ -93,9 +93,9 @@ def run(
 
 def _native_launch() -> dict:
     # jaggedperf's eager calls take the native launch path once it is built: build it before any timing
-    from jaggedperf.ops import _native
+    from jaggedperf.ops import prepare_native_launch
 
-    state = _native.ensure()
+    state = prepare_native_launch()
     return {k: state[k] for k in ("status", "reason", "build_seconds")}
 
 

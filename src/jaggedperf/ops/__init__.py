@@ -6,6 +6,7 @@ are ``torch.ops.jaggedperf.jagged_sum``, ``jagged_mean`` and ``jagged_expand`` (
 """
 
 from jaggedperf.ops._launch import launch_path
+from jaggedperf.ops._native import ensure as prepare_native_launch
 from jaggedperf.ops.reduce import jagged_mean, jagged_sum
 
-__all__ = ["jagged_mean", "jagged_sum", "launch_path"]
+__all__ = ["jagged_mean", "jagged_sum", "launch_path", "prepare_native_launch"]

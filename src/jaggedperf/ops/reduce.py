@@ -60,7 +60,7 @@ import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
 from jaggedperf.ops import _launch, _native
-from jaggedperf.ops._checks import check_layout, check_offsets, validation_requested
+from jaggedperf.checks import check_layout, check_offsets, validation_requested
 from jaggedperf.ops._config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMENT_TILES, SegmentsConfig,
                                     reduce_config, segments_config, sm_count)
 
