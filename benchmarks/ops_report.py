@@ -2,7 +2,7 @@
 """Markdown tables from an ``ops_bench.py`` JSON: device time against the floor per shape, the
 whole-segments grid, the config grid's best, and the host wall per call.
 
-    python3 benchmarks/ops_report.py benchmarks/results/h200/run8/ops_bench.json -o benchmarks/results/h200/ops.md
+    python3 benchmarks/ops_report.py benchmarks/results/h200/ops.json -o benchmarks/results/h200/ops.md
 """
 
 from __future__ import annotations
