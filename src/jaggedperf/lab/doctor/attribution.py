@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from jaggedperf.lab import modes as modes_mod
-from jaggedperf.lab.evidence import Evidence, EvidenceRun
+from jaggedperf.lab.doctor.evidence import Evidence, EvidenceRun
 from jaggedperf.lab.result import OK
 
 DEVICE = "device"

@@ -24,7 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter
 
 from jaggedperf.lab.result import OK, Result, RunRecord
-from jaggedperf.lab.views import (
+from jaggedperf.lab.results.views import (
     EAGER,
     OURS,
     Shape,

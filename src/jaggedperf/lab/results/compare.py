@@ -22,7 +22,7 @@ from typing import Any
 
 from jaggedperf.inputs import Case
 from jaggedperf.lab.result import ERROR, OK, WRONG, Result, RunRecord
-from jaggedperf.lab.views import result_rank
+from jaggedperf.lab.results.views import result_rank
 
 K = 2.0  # how many (summed) standard deviations a change must exceed
 MIN_REL = 0.05  # ... and at least this fraction of A's median

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 from jaggedperf.inputs import Case
 from jaggedperf.lab.result import OK, STATUSES, Result, RunRecord
-from jaggedperf.lab.views import (
+from jaggedperf.lab.results.views import (
     EAGER,
     OURS,
     case_rank,
