@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from jaggedperf import ops
 from jaggedperf.batch import JaggedBatch
 from jaggedperf.impls.registry import Op, implementation, register_op
 
@@ -94,23 +95,17 @@ def segment_reduce(values, offsets):
 
 
 def jaggedperf_plain(values, offsets, padded_len):
-    import jaggedperf.ops
-
-    return jaggedperf.ops.jagged_mean(values, offsets)
+    return ops.jagged_mean(values, offsets)
 
 
 @implementation("jagged_mean", "jaggedperf", takes="dense", takes_max_seqlen=True,
                 description="jaggedperf.ops.jagged_mean(values, offsets, max_seqlen=…): balanced Triton "
                             "kernels (pure torch on the CPU)")
 def jaggedperf_mean(values, offsets, max_seqlen):
-    import jaggedperf.ops
-
-    return jaggedperf.ops.jagged_mean(values, offsets, max_seqlen=max_seqlen)
+    return ops.jagged_mean(values, offsets, max_seqlen=max_seqlen)
 
 
 @implementation("jagged_mean", "jaggedperf_njt", takes="njt", plain=jaggedperf_plain,
                 description="jaggedperf.ops.jagged_mean(nt): the same op on the seed's NestedTensor input")
 def jaggedperf_mean_njt(nt):
-    import jaggedperf.ops
-
-    return jaggedperf.ops.jagged_mean(nt)
+    return ops.jagged_mean(nt)

@@ -5,6 +5,10 @@ An implementation takes either a jagged NestedTensor (``takes="njt"``) or plain
 implementation is called with, once, outside any timed region. An NJT implementation may also name
 a ``plain`` twin: the same computation written on (values, offsets), which the doctor compiles to
 separate NestedTensor overhead from the computation itself.
+
+The built-in ops and implementations are registered when ``jaggedperf.impls`` is imported (its
+``__init__`` imports this module, then each built-in module), so they are there before any plugin
+registers more.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class Implementation:
         return (batch.values, batch.offsets, *extra)
 
     def prepare_plain(self, batch: JaggedBatch) -> tuple:
+        """Arguments for ``plain``: (values, offsets, padded_len)."""
         return (batch.values, batch.offsets, batch.padded_len)
 
 
@@ -58,18 +63,40 @@ OPS: dict[str, Op] = {}
 
 
 def register_op(op: Op) -> Op:
+    """Register ``op`` under its name (replacing one of the same name).
+
+    Args:
+        op: the op, with no implementations yet or some.
+
+    Returns:
+        ``op``.
+    """
     OPS[op.name] = op
     return op
 
 
 def implementation(op: str, name: str, *, takes: str, description: str, pads: bool = False, plain=None,
                    devices=("cpu", "cuda"), takes_max_seqlen: bool = False):
-    """Decorator: register ``fn`` as implementation ``name`` of ``op``."""
+    """Decorator: register ``fn`` as implementation ``name`` of ``op``.
+
+    Args:
+        op: a registered op's name.
+        name: the implementation's name (replaces one of the same name).
+        takes: ``"njt"`` or ``"dense"``.
+        description: one line for ``jaggedperf list``.
+        pads, plain, devices, takes_max_seqlen: see ``Implementation``.
+
+    Returns:
+        The decorator; it returns ``fn`` unchanged.
+
+    Raises:
+        ValueError: ``takes`` is neither.
+        KeyError: ``op`` is not registered (when the decorator is applied).
+    """
     if takes not in TAKES:
         raise ValueError(f"takes must be one of {TAKES}; got {takes!r}")
 
     def register(fn):
-        # get_op: the built-in ops are registered first, so a plugin module may register in any order.
         get_op(op).implementations[name] = Implementation(op, name, fn, takes, description, pads, plain,
                                                           tuple(devices), takes_max_seqlen)
         return fn
@@ -78,13 +105,22 @@ def implementation(op: str, name: str, *, takes: str, description: str, pads: bo
 
 
 def get_op(name: str) -> Op:
-    _load_builtin()
+    """The op registered as ``name``.
+
+    Raises:
+        KeyError: no such op (the message lists the valid ones).
+    """
     if name not in OPS:
         raise KeyError(f"unknown op {name!r}; valid ops: {', '.join(sorted(OPS)) or '(none)'}")
     return OPS[name]
 
 
 def get_implementation(op: str, name: str) -> Implementation:
+    """Implementation ``name`` of ``op``.
+
+    Raises:
+        KeyError: no such op or implementation (the message lists the valid ones).
+    """
     impls = get_op(op).implementations
     if name not in impls:
         raise KeyError(f"unknown implementation {name!r} of {op}; valid: {', '.join(impls)}")
@@ -92,9 +128,9 @@ def get_implementation(op: str, name: str) -> Implementation:
 
 
 def implementation_names(op: str) -> list[str]:
+    """The names of ``op``'s implementations, in registration order.
+
+    Raises:
+        KeyError: no such op.
+    """
     return list(get_op(op).implementations)
-
-
-def _load_builtin() -> None:
-    # Importing the modules registers their ops and implementations.
-    from jaggedperf.impls import jagged_mean  # noqa: F401
