@@ -6,6 +6,17 @@ implementation is called with, once, outside any timed region. An NJT implementa
 a ``plain`` twin: the same computation written on (values, offsets), which the doctor compiles to
 separate NestedTensor overhead from the computation itself.
 
+Setup hook. An implementation may name ``setup(device) -> dict | None``: the lab's runner calls it
+once per device, before the first cell of that implementation on that device is made or timed (a
+hook shared by several implementations runs once per device). It readies what the implementation's
+calls need and must not be timed (a build, a cache load, a warm pool). What it returns is merged into
+the run's environment (its keys are the hook's to name, e.g. ``{"native_launch": {...}}``); None
+records nothing. A hook that raises makes each cell of its implementations on that device an error
+with the reason, and the run goes on. Plugins register hooks the same way as the built-ins:
+
+    @implementation("jagged_mean", "mine", takes="dense", description="…", setup=load_my_library)
+    def mine(values, offsets): ...
+
 The built-in ops and implementations are registered when ``jaggedperf.impls`` is imported (its
 ``__init__`` imports this module, then each built-in module), so they are there before any plugin
 registers more.
@@ -22,6 +33,8 @@ from jaggedperf.batch import JaggedBatch
 
 TAKES = ("njt", "dense")
 
+SetupHook = Callable[[torch.device], "dict | None"]
+
 
 @dataclass(frozen=True)
 class Implementation:
@@ -34,6 +47,7 @@ class Implementation:
     plain: Callable[..., torch.Tensor] | None = None  # (values, offsets, padded_len) twin of an NJT implementation
     devices: tuple[str, ...] = ("cpu", "cuda")
     takes_max_seqlen: bool = False  # a dense implementation that takes the batch's max_seqlen (a host int)
+    setup: SetupHook | None = None  # called once per device before its first cell (see the module docstring)
 
     def prepare(self, batch: JaggedBatch) -> tuple:
         """Arguments for ``fn``: (nt,) or (values, offsets), plus the padded length where it pads, plus
@@ -76,7 +90,7 @@ def register_op(op: Op) -> Op:
 
 
 def implementation(op: str, name: str, *, takes: str, description: str, pads: bool = False, plain=None,
-                   devices=("cpu", "cuda"), takes_max_seqlen: bool = False):
+                   devices=("cpu", "cuda"), takes_max_seqlen: bool = False, setup: SetupHook | None = None):
     """Decorator: register ``fn`` as implementation ``name`` of ``op``.
 
     Args:
@@ -85,6 +99,7 @@ def implementation(op: str, name: str, *, takes: str, description: str, pads: bo
         takes: ``"njt"`` or ``"dense"``.
         description: one line for ``jaggedperf list``.
         pads, plain, devices, takes_max_seqlen: see ``Implementation``.
+        setup: the setup hook (see the module docstring), or None.
 
     Returns:
         The decorator; it returns ``fn`` unchanged.
@@ -98,7 +113,7 @@ def implementation(op: str, name: str, *, takes: str, description: str, pads: bo
 
     def register(fn):
         get_op(op).implementations[name] = Implementation(op, name, fn, takes, description, pads, plain,
-                                                          tuple(devices), takes_max_seqlen)
+                                                          tuple(devices), takes_max_seqlen, setup)
         return fn
 
     return register

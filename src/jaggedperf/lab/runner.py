@@ -18,7 +18,7 @@ from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab import timing
 from jaggedperf.lab.env import environment
-from jaggedperf.lab.result import ERROR, OK, SKIPPED, WRONG, Result, RunRecord
+from jaggedperf.lab.result import ERROR, SKIPPED, WRONG, Result, RunRecord
 from jaggedperf.checks import check_layout, check_offsets
 
 # Relative error ‖out − ref‖/‖ref‖ allowed per dtype (accumulation order differs between implementations).
@@ -82,8 +82,7 @@ def run(
         if on_start:
             on_start(cell)
         record.results.append(run_one(cell))
-        if run_one.native_launch is not None:
-            record.environment["native_launch"] = run_one.native_launch
+        record.environment.update(run_one.setup_state)
         attach_speedups(record.results)
         result = record.results[-1]
         if on_result:
@@ -91,33 +90,28 @@ def run(
     return record
 
 
-def _native_launch() -> dict:
-    # jaggedperf's eager calls take the native launch path once it is built: build it before any timing
-    from jaggedperf.ops import prepare_native_launch
-
-    state = prepare_native_launch()
-    return {k: state[k] for k in ("status", "reason", "build_seconds")}
-
-
 class CellRunner:
     """Runs one cell at a time, keeping the current case's batch and reference: cells grouped by case
     (as ``plan`` orders them) make each batch once. Turns the compile caches off before the first
     compiled cell when ``options.cold_compile`` (not before: importing Inductor takes a while). Before
-    the first CUDA cell of one of jaggedperf's own implementations, builds (or loads) the ops' native
-    launch path, which their eager calls take once it is there (``native_launch``: its state)."""
+    an implementation's first cell, calls its setup hook (once per hook: the runner has one device);
+    what the hooks returned is in ``setup_state``, for the run's environment."""
 
     def __init__(self, options: Options, copy_gbps: float | None) -> None:
         self.options = options
         self.copy_gbps = copy_gbps
         self._case: tuple[Case, JaggedBatch | Exception, torch.Tensor | None] | None = None
-        self.native_launch: dict | None = None
+        self._setups: dict[Callable, Exception | None] = {}  # hook -> how it failed (None: it ran)
+        self.setup_state: dict = {}
 
     def __call__(self, cell: Cell) -> Result:
+        """Check and time ``cell`` (see ``run_cell``); its failures are in the result, never raised."""
         if self.options.cold_compile and modes_mod.is_compiled(cell.mode):
             modes_mod.disable_compile_caches()
-        if self.native_launch is None and self.options.device.type == "cuda" and \
-                cell.implementation.startswith("jaggedperf"):
-            self.native_launch = _native_launch()
+        failed = self._setup(get_implementation(cell.op, cell.implementation))
+        if failed is not None:
+            return Result(cell.op, cell.implementation, cell.mode, cell.case, self.options.device.type,
+                          status=ERROR, reason=f"setup: {type(failed).__name__}: {_first_line(failed)}")
         if self._case is None or self._case[0] != cell.case:
             self._case = None  # free the previous batch before making the next
             self._case = (cell.case, *prepare_case(cell.op, cell.case, self.options))
@@ -125,6 +119,19 @@ class CellRunner:
         if isinstance(batch, Exception):
             return input_result(cell, self.options.device, batch)
         return run_cell(cell, batch, reference, self.options, self.copy_gbps)
+
+    def _setup(self, impl: Implementation) -> Exception | None:
+        """Run ``impl``'s setup hook the first time it is met; how it failed, or None."""
+        hook = impl.setup
+        if hook is None or self.options.device.type not in impl.devices:  # its cells are skipped: nothing to ready
+            return None
+        if hook not in self._setups:
+            try:
+                self.setup_state.update(hook(self.options.device) or {})
+                self._setups[hook] = None
+            except Exception as exc:  # a plugin's failing setup is a finding about its cells, not a crash
+                self._setups[hook] = exc
+        return self._setups[hook]
 
 
 def measure_copy_bandwidth(device: torch.device) -> float | None:
