@@ -12,7 +12,7 @@ from jaggedperf.inputs import Case, make_batch
 from jaggedperf.impls.registry import get_op
 from jaggedperf.lab import modes, runner
 from jaggedperf.lab.doctor import attribution, evidence, gather, probes
-from jaggedperf.lab.result import ERROR, OK, DeviceTime, Result, WallStats
+from jaggedperf.lab.result import ERROR, OK, SKIPPED, DeviceTime, Result, WallStats
 
 CPU = torch.device("cpu")
 SEED = Case(512, 64, 100, 0.1)
@@ -332,6 +332,21 @@ def test_gather_skips_the_extra_compiles_over_the_compile_budget():
     assert {p.key for p in d.contributions} >= {attribution.GUARDS, attribution.OTHER}
 
 
+def test_gather_all_records_a_case_over_the_byte_limit_as_skipped_with_the_reason():
+    big, small = Case(8, 4, 20, 0.5), Case(2, 1, 3, 0.5)
+    opts = runner.Options(device=CPU, warmup=1, iters=2, byte_limit=small.values_nbytes())
+    assert runner.input_too_large(big, opts.byte_limit) is not None
+    run = gather.gather_all("jagged_mean", [big], ["segment_reduce", "sum_padded"], MODE, opts)
+    assert [(e.implementation, e.case) for e in run.evidence] == [("segment_reduce", big), ("sum_padded", big)]
+    for ev in run.evidence:
+        assert ev.eager.status == SKIPPED and ev.compiled.status == SKIPPED
+        assert ev.eager.reason.startswith("input: values would take") and "byte limit" in ev.eager.reason
+        assert not ev.host.device_time and ev.host.reason == ev.eager.reason and not ev.kernels.available
+        assert not ev.input_form.available and ev.notes == [ev.eager.reason]
+        d = attribution.diagnose(ev)
+        assert not d.available and d.verdict.startswith("cannot attribute: ") and "skipped" in d.verdict
+
+
 def test_gather_refuses_a_mode_that_is_not_compiled():
     case = Case(4, 2, 5, 0.2)
     opts = runner.Options(device=CPU, warmup=1, iters=2)
@@ -345,6 +360,15 @@ def test_gather_refuses_a_mode_that_is_not_compiled():
 
 TINY = ["--B", "8", "--M", "4", "--seqlen", "20", "--sparsity", "0.5", "--impls", "sum_padded", "--warmup", "1",
         "--iters", "5", "--device", "cpu"]
+
+
+def test_cli_doctor_records_a_case_over_the_byte_limit_as_skipped(tmp_path, capsys):
+    path = tmp_path / "doctor.json"
+    assert main(["doctor", *TINY, "--byte-limit", "100B", "--json", str(path)]) == 0
+    assert "cannot attribute" in capsys.readouterr().out
+    (cell,) = json.loads(path.read_text())["cells"]
+    assert cell["evidence"]["eager"]["status"] == SKIPPED and cell["evidence"]["compiled"]["status"] == SKIPPED
+    assert "byte limit" in cell["evidence"]["eager"]["reason"] and not cell["diagnosis"]["available"]
 
 
 def test_cli_doctor_end_to_end_on_cpu(tmp_path, capsys):

@@ -155,10 +155,25 @@ def input_too_large(case: Case, byte_limit: int) -> InputTooLarge | None:
     return None
 
 
+def input_status(problem: Exception) -> str:
+    """The status of a cell whose batch could not be made (``prepare_case`` gave ``problem``): ``SKIPPED``
+    when the case is over the byte limit (``InputTooLarge``), else ``ERROR``."""
+    return SKIPPED if isinstance(problem, InputTooLarge) else ERROR
+
+
 def input_result(cell: Cell, device: torch.device, problem: Exception) -> Result:
-    """The result of a cell whose batch could not be made: skipped when too large, else an error."""
-    return Result(cell.op, cell.implementation, cell.mode, cell.case, device.type,
-                  status=SKIPPED if isinstance(problem, InputTooLarge) else ERROR, reason=f"input: {problem}")
+    """The result of a cell whose batch could not be made: skipped when too large, else an error.
+
+    Args:
+        cell: the cell.
+        device: where it would have run.
+        problem: what ``prepare_case`` gave instead of a batch.
+
+    Returns:
+        The result, status from ``input_status``, reason ``input: <problem>``.
+    """
+    return Result(cell.op, cell.implementation, cell.mode, cell.case, device.type, status=input_status(problem),
+                  reason=f"input: {problem}")
 
 
 def prepare_case(op: str, case: Case, options: Options) -> tuple[JaggedBatch | Exception, torch.Tensor | None]:

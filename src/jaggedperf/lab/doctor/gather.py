@@ -271,8 +271,8 @@ def gather_all(op: str, cases: Iterable[Case], implementations: list[str], mode:
             if on_start:
                 on_start(name, case)
             if isinstance(batch, Exception):
-                status = SKIPPED if isinstance(batch, runner._TooLarge) else ERROR
-                ev = unavailable_evidence(op, name, mode, case, options.device.type, status, f"input: {batch}")
+                ev = unavailable_evidence(op, name, mode, case, options.device.type, runner.input_status(batch),
+                                          f"input: {batch}")
             else:
                 ev = gather(op, name, mode, case, batch, reference, options, copy_gbps, cudagraphs=cudagraphs,
                             compile_budget_s=compile_budget_s, on_stage=on_stage)
