@@ -54,11 +54,26 @@ class Options:
 
 
 def default_device() -> torch.device:
+    """The device cells run on by default: CUDA when a GPU is present, else the CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def plan(op: str, cases: Iterable[Case], implementations: Iterable[str], modes: Iterable[str]) -> list[Cell]:
-    """Every implementation × mode × case, grouped by case (each case's batch is made once)."""
+    """Every implementation × mode × case, grouped by case (each case's batch is made once).
+
+    Args:
+        op: a registered op.
+        cases: the cases, in order.
+        implementations: names of ``op``'s implementations.
+        modes: mode names (``modes.MODES``).
+
+    Returns:
+        The cells, case by case; within a case, implementation by implementation, then mode.
+
+    Raises:
+        KeyError: an unknown op or implementation (the message lists the valid ones).
+        ValueError: an unknown mode.
+    """
     get_op(op)
     implementations = list(implementations)
     for name in implementations:
@@ -74,8 +89,19 @@ def run(
     on_start: Callable[[Cell], None] | None = None,
     on_result: Callable[[Result, RunRecord], None] | None = None,
 ) -> RunRecord:
-    """Run every cell. ``on_result(result, record)`` sees the record growing, so a caller can save it
-    after each cell (a killed run then keeps every finished result)."""
+    """Run every cell in this process; one cell's failure is recorded in its result, never raised.
+
+    Args:
+        cells: from ``plan``.
+        options: how each cell is measured.
+        on_start: called with each cell before it runs.
+        on_result: called with (result, record) after each cell; the record grows, so a caller can save
+            it after each cell (a killed run then keeps every finished result).
+
+    Returns:
+        The record: the environment (with what the implementations' setup hooks returned), the copy
+        bandwidth, and one result per cell in plan order, speedups filled in.
+    """
     record = RunRecord(environment(), [], measure_copy_bandwidth(options.device))
     run_one = CellRunner(options, record.copy_gbps)
     for cell in cells:
@@ -135,6 +161,7 @@ class CellRunner:
 
 
 def measure_copy_bandwidth(device: torch.device) -> float | None:
+    """Device-to-device copy bandwidth of ``device`` in GB/s, or None (not CUDA, or the measurement failed)."""
     if device.type != "cuda":
         return None
     try:
@@ -177,7 +204,18 @@ def input_result(cell: Cell, device: torch.device, problem: Exception) -> Result
 
 
 def prepare_case(op: str, case: Case, options: Options) -> tuple[JaggedBatch | Exception, torch.Tensor | None]:
-    """The case's batch on the device and the op's float64 reference (or the reason there is none)."""
+    """The case's batch on the device and the op's float64 reference, or the reason there is none.
+
+    Args:
+        op: a registered op.
+        case: the case to make.
+        options: the device and the byte limit.
+
+    Returns:
+        ``(batch, reference)``; or ``(problem, None)`` where ``problem`` is an ``InputTooLarge`` (the values
+        alone pass the byte limit: nothing is made) or another exception saying why the batch could not
+        be made (out of memory included). See ``input_status``.
+    """
     too_large = input_too_large(case, options.byte_limit)
     if too_large is not None:
         return too_large, None
@@ -195,9 +233,21 @@ def prepare_case(op: str, case: Case, options: Options) -> tuple[JaggedBatch | E
 
 def run_cell(cell: Cell, batch: JaggedBatch, reference: torch.Tensor, options: Options, copy_gbps: float | None,
              *, plain: bool = False) -> Result:
-    """Check and time one cell. ``plain=True`` runs the implementation's ``plain`` twin on
-    (values, offsets, padded_len) instead (the doctor's input-form check); the result says so in
-    ``extra["input_form"]``."""
+    """Check and time one cell on a batch that is already made.
+
+    Args:
+        cell: the cell.
+        batch: its case's batch, on ``options.device``.
+        reference: the op's float64 result for ``batch``.
+        options: how the cell is measured.
+        copy_gbps: the run's copy bandwidth (for ``pct_of_copy``), or None.
+        plain: run the implementation's ``plain`` twin on (values, offsets, padded_len) instead (the
+            doctor's input-form check); the result says so in ``extra["input_form"]``.
+
+    Returns:
+        The result: ok (timed), wrong (not timed), skipped or error, with the reason; never raises for
+        the implementation's own failures.
+    """
     impl = get_implementation(cell.op, cell.implementation)
     device = options.device
     result = Result(cell.op, cell.implementation, cell.mode, cell.case, device.type)
@@ -245,6 +295,9 @@ def run_cell(cell: Cell, batch: JaggedBatch, reference: torch.Tensor, options: O
 
 
 def why_skip(impl: Implementation, cell: Cell, batch: JaggedBatch, options: Options) -> str | None:
+    """Why ``cell`` is not run on ``options.device`` (wrong device, padded tensor over the byte limit, graph
+    mode without CUDA), or None.
+    """
     if options.device.type not in impl.devices:
         return f"{impl.name} does not run on {options.device.type}"
     if impl.pads and batch.padded_nbytes() > options.byte_limit:
@@ -257,6 +310,9 @@ def why_skip(impl: Implementation, cell: Cell, batch: JaggedBatch, options: Opti
 
 def measure_device(call: Callable, cell: Cell, result: Result, options: Options, copy_gbps: float | None,
                    *, tag: str = "") -> None:
+    """Fill in ``result``'s kernels, device time, host time and bandwidth from the profiler and, where the
+    call can be captured, CUDA-graph replay (CUDA only); a chrome trace per cell when ``options.trace_dir``.
+    """
     device = options.device
     trace = None
     if options.trace_dir:
@@ -285,7 +341,18 @@ def device_time(call: Callable, mode: str, device: torch.device, flush: bool):
 
 
 def check_output(out: torch.Tensor, reference: torch.Tensor, dtype: str) -> tuple[bool, float | None, str | None]:
-    """(ok, relative error, reason). NaN in the reference (empty sequences) must be NaN in the output."""
+    """Whether ``out`` matches the float64 ``reference`` within ``dtype``'s tolerance.
+
+    NaN in the reference (an empty sequence) must be NaN in the output.
+
+    Args:
+        out: what the implementation returned.
+        reference: the op's float64 result, on the CPU.
+        dtype: the case's dtype name (a key of ``TOLERANCE``).
+
+    Returns:
+        ``(ok, relative error or None, reason or None)``.
+    """
     if not isinstance(out, torch.Tensor):
         return False, None, f"returned {type(out).__name__}, not a tensor"
     if tuple(out.shape) != tuple(reference.shape):

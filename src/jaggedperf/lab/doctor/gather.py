@@ -62,7 +62,7 @@ from jaggedperf.lab.doctor.probes import (
     watch_dynamo,
 )
 from jaggedperf.lab.env import environment
-from jaggedperf.lab.result import ERROR, OK, SKIPPED, Result
+from jaggedperf.lab.result import OK, Result
 
 NEEDS_CUDA = "needs CUDA"
 
@@ -92,10 +92,26 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: JaggedBat
            on_stage: Callable[[str], None] | None = None) -> Evidence:
     """Measure one compiled cell and its eager twin (see the module docstring for what runs).
 
-    Frugality: when the compiled call's first call (its compile) took longer than
-    ``compile_budget_s``, the two extra compiles (plain twin, CUDA-graph counterpart) are skipped
-    and the sections say so (None: no limit). Eager is put in a CUDA graph only when the lab could
-    capture it for its device time (``device_time.method == "graph"``).
+    Frugality: when the compiled call's first call (its compile) took longer than ``compile_budget_s``,
+    the two extra compiles (plain twin, CUDA-graph counterpart) are skipped and the sections say so.
+    Eager is put in a CUDA graph only when the lab could capture it for its device time
+    (``device_time.method == "graph"``).
+
+    Args:
+        op, implementation, mode, case: the cell; ``mode`` must be compiled.
+        batch, reference: the case's batch and the op's float64 result (``runner.prepare_case``).
+        options: how each callable is measured.
+        copy_gbps: the run's copy bandwidth, or None.
+        cudagraphs: run the CUDA-graph comparison (CUDA only).
+        compile_budget_s: see above (None: no limit).
+        on_stage: called with the name of each stage as it starts.
+
+    Returns:
+        The evidence; a callable that fails is recorded in its section, not raised.
+
+    Raises:
+        ValueError: ``mode`` is not a compiled mode.
+        KeyError: an unknown op or implementation.
     """
     if not modes_mod.is_compiled(mode):
         raise ValueError(f"the doctor explains a compiled mode; got {mode!r}")
@@ -234,7 +250,20 @@ def _kernels(cuda: bool, options: runner.Options, must_move: int, copy_gbps: flo
 
 def unavailable_evidence(op: str, implementation: str, mode: str, case: Case, device: str, status: str,
                          reason: str) -> Evidence:
-    """An ``Evidence`` whose cells never ran (the case's input could not be made): every section says why."""
+    """An ``Evidence`` whose cells never ran (the case's input could not be made): every section says why.
+
+    Args:
+        op, implementation, mode, case: the cell.
+        device: the device type it would have run on.
+        status: the cells' status (``runner.input_status``).
+        reason: why, as the results say it.
+
+    Returns:
+        The evidence, every section unavailable with ``reason``.
+
+    Raises:
+        KeyError: an unknown op or implementation.
+    """
     impl = get_implementation(op, implementation)
 
     def result(m: str) -> Result:
@@ -256,7 +285,29 @@ def gather_all(op: str, cases: Iterable[Case], implementations: list[str], mode:
                on_start: Callable[[str, Case], None] | None = None,
                on_stage: Callable[[str], None] | None = None,
                on_evidence: Callable[[Evidence], None] | None = None) -> EvidenceRun:
-    """Evidence for every implementation × case (each case's batch made once), with the run's environment."""
+    """Evidence for every implementation × case (each case's batch made once), with the run's environment.
+
+    A case whose batch cannot be made gives each implementation an ``unavailable_evidence``: skipped when
+    the case is over the byte limit, else an error.
+
+    Args:
+        op: a registered op.
+        cases: the cases.
+        implementations: names of ``op``'s implementations.
+        mode: the compiled mode to explain.
+        options: how each callable is measured; turns the compile caches off when ``cold_compile``.
+        cudagraphs, compile_budget_s: as for ``gather``.
+        on_start: called with (implementation, case) before each cell.
+        on_stage: called with each stage's name (see ``gather``).
+        on_evidence: called with each cell's evidence when it is complete.
+
+    Returns:
+        The environment, the copy bandwidth and the evidence, case by case.
+
+    Raises:
+        KeyError: an unknown op or implementation.
+        ValueError: an unknown mode, or one that is not compiled.
+    """
     get_op(op)
     for name in implementations:
         get_implementation(op, name)
