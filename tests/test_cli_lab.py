@@ -58,7 +58,7 @@ def test_repro_eager_only_on_cpu_prints_the_seed_shapes(capsys):
 
 def test_an_interrupted_run_keeps_the_finished_cells_in_its_json(tmp_path, monkeypatch):
     from jaggedperf.lab import runner
-    from jaggedperf.lab.store import load_results
+    from jaggedperf.lab.results.store import load_results
 
     real = runner.run_cell
     calls = []
@@ -82,7 +82,7 @@ def test_an_interrupted_run_keeps_the_finished_cells_in_its_json(tmp_path, monke
 
 
 def _cells(path):
-    from jaggedperf.lab.store import load_results
+    from jaggedperf.lab.results.store import load_results
 
     return [(r.implementation, r.mode, r.case.label, r.status, r.reason) for r in load_results(path).results]
 

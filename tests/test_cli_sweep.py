@@ -6,7 +6,7 @@ from jaggedperf.cli import main
 from jaggedperf.impls.registry import implementation_names
 from jaggedperf.lab import grid
 from jaggedperf.lab.plugins import PLUGINS_ENV
-from jaggedperf.lab.store import load_results
+from jaggedperf.lab.results.store import load_results
 
 TINY = ["--B", "8", "--M", "3", "--seqlen", "10:20:10", "--sparsity", "0.5", "--warmup", "1", "--iters", "2",
         "--device", "cpu"]

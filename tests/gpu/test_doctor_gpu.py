@@ -7,7 +7,8 @@ import torch
 
 from jaggedperf.cli import main
 from jaggedperf.inputs import Case
-from jaggedperf.lab import doctor, evidence, modes, runner
+from jaggedperf.lab import modes, runner
+from jaggedperf.lab.doctor import attribution, gather
 from jaggedperf.lab.result import OK
 
 pytestmark = pytest.mark.gpu
@@ -21,9 +22,9 @@ def sum_padded_evidence():
     opts = runner.Options(device=device, warmup=20, iters=100, flush_l2=False)
     modes.disable_compile_caches()
     batch, reference = runner.prepare_case("jagged_mean", SEED, opts)
-    ev = evidence.gather("jagged_mean", "sum_padded", modes.SEED_COMPILED_MODE, SEED, batch, reference, opts,
+    ev = gather.gather("jagged_mean", "sum_padded", modes.SEED_COMPILED_MODE, SEED, batch, reference, opts,
                          runner.measure_copy_bandwidth(device), compile_budget_s=None)
-    return ev, doctor.diagnose(ev)
+    return ev, attribution.diagnose(ev)
 
 
 def test_parts_add_up_to_the_measured_delta(sum_padded_evidence):
@@ -32,7 +33,7 @@ def test_parts_add_up_to_the_measured_delta(sum_padded_evidence):
     assert ev.host.device_time, ev.host.reason
     assert d.available and d.sums_ok
     assert abs(sum(p.us for p in d.contributions) - d.delta_us) <= 0.10 * abs(d.delta_us)
-    assert {doctor.DEVICE, doctor.NJT, doctor.GUARDS, doctor.OTHER} <= {p.key for p in d.contributions}
+    assert {attribution.DEVICE, attribution.NJT, attribution.GUARDS, attribution.OTHER} <= {p.key for p in d.contributions}
 
 
 def test_kernels_per_call(sum_padded_evidence):

@@ -33,9 +33,9 @@ def raises(values, offsets):
 @implementation("jagged_mean", POISONS, takes="dense", description="test: fails and leaves its device unusable")
 def poisons(values, offsets):
     # What a sticky CUDA error does, simulated on any device: from now on, this worker's device check fails.
-    from jaggedperf.lab import sweep
+    from jaggedperf.lab.sweep import worker
 
-    sweep._device_unusable = lambda device: "simulated sticky error"
+    worker._device_unusable = lambda device: "simulated sticky error"
     raise RuntimeError("simulated illegal memory access")
 
 

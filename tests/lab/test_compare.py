@@ -3,7 +3,7 @@ from dataclasses import replace
 
 import pytest
 
-from jaggedperf.lab.compare import (
+from jaggedperf.lab.results.compare import (
     BROKEN,
     FIXED,
     IMPROVEMENT,

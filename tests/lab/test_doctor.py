@@ -10,8 +10,9 @@ from jaggedperf.cli.doctor import doctor_cases
 from jaggedperf.cli._args import SEED_CASES
 from jaggedperf.inputs import Case, make_batch
 from jaggedperf.impls.registry import get_op
-from jaggedperf.lab import doctor, evidence, modes, probes, runner
-from jaggedperf.lab.result import ERROR, OK, DeviceTime, Result, WallStats
+from jaggedperf.lab import modes, runner
+from jaggedperf.lab.doctor import attribution, evidence, gather, probes
+from jaggedperf.lab.result import ERROR, OK, SKIPPED, DeviceTime, Result, WallStats
 
 CPU = torch.device("cpu")
 SEED = Case(512, 64, 100, 0.1)
@@ -65,7 +66,7 @@ def make_evidence(*, eager, compiled, plain=None, njt_guard_us=None, plain_guard
                              graphs, evidence.compile_cost(e, c))
 
 
-def _assert_adds_up_and_ordered(d: doctor.Diagnosis):
+def _assert_adds_up_and_ordered(d: attribution.Diagnosis):
     assert d.available and d.sums_ok
     assert sum(p.us for p in d.contributions) == pytest.approx(d.delta_us, abs=1e-6)
     assert abs(d.residual_us) < 1e-6
@@ -107,19 +108,19 @@ def test_padding_model_at_the_first_seed_shape():
 def test_njt_host_overhead_dominates():
     # The team's H200 numbers at the first seed shape: eager 112 µs (4 kernels, 20 µs), compiled 290 µs (1 kernel, 6 µs).
     ev = make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30, plain_guard_us=4)
-    d = doctor.diagnose(ev)
+    d = attribution.diagnose(ev)
     _assert_adds_up_and_ordered(d)
     assert d.delta_us == pytest.approx(178)
     parts = {p.key: p.us for p in d.contributions}
-    assert parts[doctor.DEVICE] == pytest.approx(-14)
-    assert parts[doctor.NJT] == pytest.approx(284 - 34)
-    assert parts[doctor.GUARDS] == pytest.approx(4)
-    assert parts[doctor.OTHER] == pytest.approx(178 + 14 - 250 - 4)
-    assert d.contributions[0].key == doctor.NJT
+    assert parts[attribution.DEVICE] == pytest.approx(-14)
+    assert parts[attribution.NJT] == pytest.approx(284 - 34)
+    assert parts[attribution.GUARDS] == pytest.approx(4)
+    assert parts[attribution.OTHER] == pytest.approx(178 + 14 - 250 - 4)
+    assert d.contributions[0].key == attribution.NJT
     assert d.verdict.startswith("slower by 178 µs")
     assert "250 µs host overhead on NJT inputs" in d.verdict
     assert "its kernel is 14 µs faster than eager's" in d.verdict
-    njt = next(p for p in d.contributions if p.key == doctor.NJT)
+    njt = next(p for p in d.contributions if p.key == attribution.NJT)
     assert "26.0 µs is extra guard evaluation" in njt.detail
     assert any("never repaid" in f for f in d.findings)
 
@@ -127,9 +128,9 @@ def test_njt_host_overhead_dominates():
 def test_slower_kernel_dominates():
     ev = make_evidence(eager=(100, 20), compiled=(180, 100), plain=(170, 100), njt_guard_us=3, plain_guard_us=2,
                        compiled_kernels=3)
-    d = doctor.diagnose(ev)
+    d = attribution.diagnose(ev)
     _assert_adds_up_and_ordered(d)
-    assert d.contributions[0].key == doctor.DEVICE and d.contributions[0].us == pytest.approx(80)
+    assert d.contributions[0].key == attribution.DEVICE and d.contributions[0].us == pytest.approx(80)
     assert d.verdict.startswith("slower by 80 µs")
     assert "its kernels are 80 µs slower than eager's" in d.verdict
     assert "NJT" not in d.verdict.split(":")[1].split(";")[0]
@@ -138,7 +139,7 @@ def test_slower_kernel_dominates():
 def test_compiled_faster_repays_its_compile_in_a_finite_number_of_calls():
     ev = make_evidence(eager=(500, 450), compiled=(300, 260), plain=(290, 260), njt_guard_us=8, plain_guard_us=2,
                        compile_s=2.0)
-    d = doctor.diagnose(ev)
+    d = attribution.diagnose(ev)
     _assert_adds_up_and_ordered(d)
     assert ev.compile_cost.saving_us == pytest.approx(200)
     assert ev.compile_cost.repay_calls == 10_000 and ev.compile_cost.repay == "after 10000 calls"
@@ -150,24 +151,24 @@ def test_compiled_faster_repays_its_compile_in_a_finite_number_of_calls():
 
 def test_wall_only_evidence_still_adds_up_and_says_so():
     ev = make_evidence(eager=(170, None), compiled=(200, None), plain=(100, None), njt_guard_us=47, plain_guard_us=3)
-    d = doctor.diagnose(ev)
+    d = attribution.diagnose(ev)
     _assert_adds_up_and_ordered(d)
-    assert d.wall_only and doctor.DEVICE not in {p.key for p in d.contributions}
-    assert {p.key: p.us for p in d.contributions}[doctor.NJT] == pytest.approx(100)
+    assert d.wall_only and attribution.DEVICE not in {p.key for p in d.contributions}
+    assert {p.key: p.us for p in d.contributions}[attribution.NJT] == pytest.approx(100)
     assert "wall only" in d.verdict and "100 µs overhead on NJT inputs" in d.verdict
 
 
 def test_dense_implementation_has_no_njt_part_and_uses_its_own_guards():
     ev = make_evidence(eager=(50, 10), compiled=(60, 8), njt_guard_us=2, takes="dense")
-    d = doctor.diagnose(ev)
+    d = attribution.diagnose(ev)
     _assert_adds_up_and_ordered(d)
     keys = {p.key for p in d.contributions}
-    assert doctor.NJT not in keys and doctor.GUARDS in keys
-    assert {p.key: p.us for p in d.contributions}[doctor.GUARDS] == pytest.approx(2)
+    assert attribution.NJT not in keys and attribution.GUARDS in keys
+    assert {p.key: p.us for p in d.contributions}[attribution.GUARDS] == pytest.approx(2)
 
 
 def test_on_par_wording():
-    d = doctor.diagnose(make_evidence(eager=(100, 20), compiled=(101, 20), plain=(99, 20), njt_guard_us=3,
+    d = attribution.diagnose(make_evidence(eager=(100, 20), compiled=(101, 20), plain=(99, 20), njt_guard_us=3,
                                       plain_guard_us=2))
     assert d.verdict.startswith("on par with eager")
 
@@ -178,7 +179,7 @@ def test_cudagraph_findings_from_recorded_numbers():
                                         eager_graph=_result("graph", 25, 20),
                                         counterpart=_result("compile:max-autotune", 280, 6),
                                         skip_reason="cpu device (arg3_1)")
-    line = next(f for f in doctor.diagnose(ev).findings if f.startswith("CUDA graphs"))
+    line = next(f for f in attribution.diagnose(ev).findings if f.startswith("CUDA graphs"))
     assert "compile:max-autotune 280 µs per call (vs compile:max-autotune-no-cudagraphs 290 µs)" in line
     assert "eager in a CUDA graph 25 µs (vs eager 112 µs)" in line
     assert "Inductor skipped cudagraphs in compile:max-autotune: cpu device (arg3_1)" in line
@@ -197,7 +198,7 @@ def test_kernel_and_padding_findings_from_recorded_numbers():
     assert ev.kernels.compiled[0].inductor and not ev.kernels.eager[0].inductor
     assert ev.kernels.compiled[0].gbps == pytest.approx(must / 6e-6 / 1e9)
     assert ev.kernels.compiled[0].pct_of_copy == pytest.approx(100 * must / 6e-6 / 1e9 / 4000)
-    found = doctor.diagnose(ev).findings
+    found = attribution.diagnose(ev).findings
     kline = next(f for f in found if f.startswith("kernels per call"))
     assert "eager 4 (20.0 µs" in kline and "compiled 1 (6.0 µs" in kline and "Inductor generated 1" in kline
     pline = next(f for f in found if f.startswith("padding"))
@@ -207,15 +208,15 @@ def test_kernel_and_padding_findings_from_recorded_numbers():
 def test_a_failed_cell_cannot_be_attributed():
     ev = make_evidence(eager=(100, 20), compiled=(200, 10), plain=(50, 10), njt_guard_us=3, plain_guard_us=1)
     ev.compiled = _result(MODE, 0, status=ERROR)
-    d = doctor.diagnose(ev)
+    d = attribution.diagnose(ev)
     assert not d.available and d.verdict.startswith("cannot attribute") and "boom" in d.verdict
 
 
 def test_check_sum_flags_parts_that_miss_delta():
-    parts = [doctor.Contribution("a", "a", 50.0, None, ""), doctor.Contribution("b", "b", 30.0, None, "")]
-    total, residual, ok = doctor.check_sum(100.0, parts)
+    parts = [attribution.Contribution("a", "a", 50.0, None, ""), attribution.Contribution("b", "b", 30.0, None, "")]
+    total, residual, ok = attribution.check_sum(100.0, parts)
     assert (total, residual, ok) == (80.0, 20.0, False)
-    assert doctor.check_sum(100.0, parts + [doctor.Contribution("c", "c", 15.0, None, "")])[2]
+    assert attribution.check_sum(100.0, parts + [attribution.Contribution("c", "c", 15.0, None, "")])[2]
 
 
 def test_compile_cost_never_and_unknown():
@@ -227,12 +228,12 @@ def test_compile_cost_never_and_unknown():
 
 def test_doctor_record_serialises_every_section():
     ev = make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30, plain_guard_us=4)
-    record = doctor.DoctorRecord({"torch": "x"}, None, [ev], [doctor.diagnose(ev)])
+    record = attribution.DoctorRecord({"torch": "x"}, None, [ev], [attribution.diagnose(ev)])
     data = json.loads(json.dumps(record.to_dict()))
     cell = data["cells"][0]
     for section in ("host", "input_form", "kernels", "jagged", "cudagraphs", "compile_cost"):
         assert section in cell["evidence"]
-    assert cell["diagnosis"]["contributions"][0]["key"] == doctor.NJT
+    assert cell["diagnosis"]["contributions"][0]["key"] == attribution.NJT
 
 
 # --- Dynamo counters, guards, cudagraph messages (real torch) ------------------------------------
@@ -307,28 +308,43 @@ def test_gather_a_dense_implementation_on_cpu():
     case = Case(8, 3, 12, 0.3)
     opts = runner.Options(device=CPU, warmup=1, iters=3)
     batch, ref = runner.prepare_case("jagged_mean", case, opts)
-    ev = evidence.gather("jagged_mean", "segment_reduce", "compile:default", case, batch, ref, opts, None)
+    ev = gather.gather("jagged_mean", "segment_reduce", "compile:default", case, batch, ref, opts, None)
     assert ev.eager.status == OK and ev.compiled.status == OK
     assert not ev.input_form.available and "already takes" in ev.input_form.reason
     assert not ev.kernels.available and "needs CUDA" in ev.kernels.reason
     assert not ev.cudagraphs.available and "needs CUDA" in ev.cudagraphs.reason
     assert not ev.host.device_time and ev.host.compiled_host_us == pytest.approx(ev.compiled.wall.median_ms * 1e3)
     assert ev.jagged is not None and not ev.jagged.pads
-    assert doctor.diagnose(ev).sums_ok
+    assert attribution.diagnose(ev).sums_ok
 
 
 def test_gather_skips_the_extra_compiles_over_the_compile_budget():
     case = Case(8, 3, 12, 0.3)
     opts = runner.Options(device=CPU, warmup=1, iters=3)
     batch, ref = runner.prepare_case("jagged_mean", case, opts)
-    ev = evidence.gather("jagged_mean", "sum_padded", "compile:default", case, batch, ref, opts, None,
+    ev = gather.gather("jagged_mean", "sum_padded", "compile:default", case, batch, ref, opts, None,
                          compile_budget_s=0.0)
     assert ev.compiled.status == OK and ev.input_form.plain is None
     assert not ev.input_form.available and "compile budget" in ev.input_form.reason
     assert set(ev.stage_s) >= {"eager", "compile:default", "guards"} and all(v >= 0 for v in ev.stage_s.values())
-    d = doctor.diagnose(ev)
-    assert d.sums_ok and doctor.NJT not in {p.key for p in d.contributions}
-    assert {p.key for p in d.contributions} >= {doctor.GUARDS, doctor.OTHER}
+    d = attribution.diagnose(ev)
+    assert d.sums_ok and attribution.NJT not in {p.key for p in d.contributions}
+    assert {p.key for p in d.contributions} >= {attribution.GUARDS, attribution.OTHER}
+
+
+def test_gather_all_records_a_case_over_the_byte_limit_as_skipped_with_the_reason():
+    big, small = Case(8, 4, 20, 0.5), Case(2, 1, 3, 0.5)
+    opts = runner.Options(device=CPU, warmup=1, iters=2, byte_limit=small.values_nbytes())
+    assert runner.input_too_large(big, opts.byte_limit) is not None
+    run = gather.gather_all("jagged_mean", [big], ["segment_reduce", "sum_padded"], MODE, opts)
+    assert [(e.implementation, e.case) for e in run.evidence] == [("segment_reduce", big), ("sum_padded", big)]
+    for ev in run.evidence:
+        assert ev.eager.status == SKIPPED and ev.compiled.status == SKIPPED
+        assert ev.eager.reason.startswith("input: values would take") and "byte limit" in ev.eager.reason
+        assert not ev.host.device_time and ev.host.reason == ev.eager.reason and not ev.kernels.available
+        assert not ev.input_form.available and ev.notes == [ev.eager.reason]
+        d = attribution.diagnose(ev)
+        assert not d.available and d.verdict.startswith("cannot attribute: ") and "skipped" in d.verdict
 
 
 def test_gather_refuses_a_mode_that_is_not_compiled():
@@ -336,7 +352,7 @@ def test_gather_refuses_a_mode_that_is_not_compiled():
     opts = runner.Options(device=CPU, warmup=1, iters=2)
     batch, ref = runner.prepare_case("jagged_mean", case, opts)
     with pytest.raises(ValueError, match="compiled mode"):
-        evidence.gather("jagged_mean", "sum_padded", "eager", case, batch, ref, opts, None)
+        gather.gather("jagged_mean", "sum_padded", "eager", case, batch, ref, opts, None)
 
 
 # --- CLI -----------------------------------------------------------------------------------------
@@ -344,6 +360,15 @@ def test_gather_refuses_a_mode_that_is_not_compiled():
 
 TINY = ["--B", "8", "--M", "4", "--seqlen", "20", "--sparsity", "0.5", "--impls", "sum_padded", "--warmup", "1",
         "--iters", "5", "--device", "cpu"]
+
+
+def test_cli_doctor_records_a_case_over_the_byte_limit_as_skipped(tmp_path, capsys):
+    path = tmp_path / "doctor.json"
+    assert main(["doctor", *TINY, "--byte-limit", "100B", "--json", str(path)]) == 0
+    assert "cannot attribute" in capsys.readouterr().out
+    (cell,) = json.loads(path.read_text())["cells"]
+    assert cell["evidence"]["eager"]["status"] == SKIPPED and cell["evidence"]["compiled"]["status"] == SKIPPED
+    assert "byte limit" in cell["evidence"]["eager"]["reason"] and not cell["diagnosis"]["available"]
 
 
 def test_cli_doctor_end_to_end_on_cpu(tmp_path, capsys):

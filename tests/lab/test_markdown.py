@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from jaggedperf.lab.markdown import render_report
+from jaggedperf.lab.results.markdown import render_report
 from jaggedperf.lab.result import OK, RunRecord
 from lab.fake_results import ENVIRONMENT, MODES, make_record
 

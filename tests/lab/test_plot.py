@@ -5,7 +5,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from jaggedperf.lab.plot import heatmap_data, latency, latency_data, roofline, roofline_data, speedup_heatmaps
+from jaggedperf.lab.results.plot import heatmap_data, latency, latency_data, roofline, roofline_data, speedup_heatmaps
 from jaggedperf.lab.result import ERROR, OK, DeviceTime, RunRecord, WallStats
 from lab.fake_results import IMPLEMENTATIONS, MODES, SEQLENS, SPARSITIES, cases, make_record, make_result
 

@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from jaggedperf.impls.registry import Implementation, get_op
+from jaggedperf.impls import jagged_mean as builtin
+from jaggedperf.impls.registry import Implementation, get_implementation, get_op
 from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab import runner
 from jaggedperf.lab.result import ERROR, OK, SKIPPED, WRONG
@@ -154,3 +155,66 @@ def test_a_case_over_the_byte_limit_is_skipped_before_its_batch_is_made():
     record = runner.run(runner.plan("jagged_mean", [case], ["segment_reduce"], ["eager"]), quick(byte_limit=limit))
     (r,) = record.results
     assert r.status == SKIPPED and r.reason.startswith("input: values would take")
+
+
+# --- setup hooks ----------------------------------------------------------------------------------
+
+
+def test_a_setup_hook_runs_once_before_its_implementations_first_cell_and_its_state_is_recorded(extra_impls):
+    events = []
+
+    def setup(device):
+        events.append(("setup", device))
+        return {"fake_setup": {"ready": True}}
+
+    def hooked(values, offsets):
+        events.append(("call",))
+        return torch.segment_reduce(values, "mean", offsets=offsets, axis=0)
+
+    extra_impls("hooked", hooked, setup=setup)
+    other = runner.run(runner.plan("jagged_mean", [SMALL], ["segment_reduce"], ["eager"]), quick())
+    assert events == [] and "fake_setup" not in other.environment  # only for the implementation that has it
+
+    seen = []
+    cases = [SMALL, Case(8, 2, 10, 0.1)]
+    record = runner.run(runner.plan("jagged_mean", cases, ["segment_reduce", "hooked"], ["eager"]), quick(),
+                        on_start=lambda cell: seen.append((cell.implementation, len(events))))
+    assert [r.status for r in record.results] == [OK] * 4
+    assert events[0] == ("setup", CPU) and events.count(events[0]) == 1  # once, before any call of it
+    assert len(events) > 1 and all(e == ("call",) for e in events[1:])
+    assert seen[:2] == [("segment_reduce", 0), ("hooked", 0)]  # not before the first cell of its own
+    assert record.environment["fake_setup"] == {"ready": True}
+
+
+def test_a_failing_setup_hook_fails_its_cells_once_and_the_run_goes_on(extra_impls):
+    calls = []
+
+    def setup(device):
+        calls.append(device)
+        raise RuntimeError("no library\nmore")
+
+    extra_impls("needs_lib", lambda v, o: torch.segment_reduce(v, "mean", offsets=o, axis=0), setup=setup)
+    extra_impls("needs_lib_too", lambda v, o: torch.segment_reduce(v, "mean", offsets=o, axis=0), setup=setup)
+    cells = runner.plan("jagged_mean", [SMALL, Case(8, 2, 10, 0.1)], ["needs_lib", "segment_reduce", "needs_lib_too"],
+                        ["eager"])
+    results = runner.run(cells, quick()).results
+    assert len(calls) == 1  # one hook, one device: called once, shared by both implementations
+    assert [r.status for r in results] == [ERROR, OK, ERROR] * 2
+    assert all(r.reason == "setup: RuntimeError: no library" for r in results if r.status == ERROR)
+
+
+def test_our_implementations_build_the_native_launch_path_on_cuda_only(monkeypatch):
+    assert get_implementation("jagged_mean", "jaggedperf").setup is builtin.native_launch
+    assert get_implementation("jagged_mean", "jaggedperf_njt").setup is builtin.native_launch
+    assert {n for n, i in get_op("jagged_mean").implementations.items() if i.setup} == {"jaggedperf", "jaggedperf_njt"}
+    built = []
+
+    def prepare():
+        built.append(True)
+        return {"status": "ready", "reason": None, "build_seconds": 1.5, "plans": 3}
+
+    monkeypatch.setattr(builtin.ops, "prepare_native_launch", prepare)
+    assert builtin.native_launch(CPU) is None and built == []
+    assert builtin.native_launch(torch.device("cuda")) == {
+        "native_launch": {"status": "ready", "reason": None, "build_seconds": 1.5}}
+    assert built == [True]

@@ -6,7 +6,7 @@ import pytest
 
 from jaggedperf.inputs import Case
 from jaggedperf.lab.result import OK, Result, RunRecord
-from jaggedperf.lab.store import (
+from jaggedperf.lab.results.store import (
     ResultsFileError,
     append_result,
     csv_columns,

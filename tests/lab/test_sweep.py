@@ -4,9 +4,11 @@ test starts few; GPUs are simulated by CPU slots that carry their own CUDA_VISIB
 import json
 import multiprocessing
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +16,9 @@ import pytest
 import torch
 
 from jaggedperf.inputs import Case
-from jaggedperf.lab import runner, store, sweep
+from jaggedperf.lab import runner, sweep
+from jaggedperf.lab.results import store
+from jaggedperf.lab.sweep import worker
 from jaggedperf.lab.plugins import import_plugins, plugin_names
 from jaggedperf.lab.result import ERROR, OK, SKIPPED, Result, WallStats
 
@@ -114,6 +118,85 @@ def test_sweep_appends_a_header_and_a_line_per_cell_and_resumes_a_partial_file(t
     assert (again.done, again.to_run) == (4, 0)
     assert sweep.run_sweep(again, CPU, OPTIONS).results == []
     assert out.read_bytes() == before
+
+
+class _ThreadWorker:
+    """A back end's handle on a worker that is a thread of this process (no timeouts: it cannot be killed)."""
+
+    class _Channel:  # the worker's end
+        def __init__(self, handle):
+            self.handle = handle
+
+        def send(self, message):
+            self.handle.inbox.put(message)
+
+        def recv(self):
+            return self.handle.outbox.get()
+
+    def __init__(self, slot, options, plugins):
+        self.inbox, self.outbox, self.code = queue.Queue(), queue.Queue(), None
+        self.thread = threading.Thread(target=self._serve, args=(slot, options, plugins), daemon=True)
+        self.thread.start()
+
+    def _serve(self, slot, options, plugins):
+        try:
+            worker.serve(self._Channel(self), slot, options, plugins)
+            self.code = 0
+        except SystemExit as exc:
+            self.code = exc.code
+
+    def send(self, message):
+        self.outbox.put(message)
+
+    def receive(self):
+        messages = []
+        while not self.inbox.empty():
+            messages.append(self.inbox.get())
+        return messages
+
+    def has_message(self):
+        return not self.inbox.empty()
+
+    def alive(self):
+        return self.thread.is_alive()
+
+    def exit_code(self):
+        return self.code
+
+    def kill(self):
+        self.stop()
+
+    def stop(self):
+        self.outbox.put(worker.STOP)
+        self.thread.join(10)
+
+
+class _Threads:
+    """A second back end, written against ``sweep.Backend`` alone."""
+
+    def __init__(self):
+        self.started = []
+
+    def start(self, slot, options, plugins, log_path):
+        self.started.append(slot.name)
+        return _ThreadWorker(slot, options, plugins)
+
+    def wait(self, handles, timeout):
+        deadline = time.monotonic() + (timeout if timeout is not None else 60)
+        while time.monotonic() < deadline and not any(h.has_message() or not h.alive() for h in handles):
+            time.sleep(0.01)
+
+
+def test_another_backend_runs_the_sweep_through_the_same_scheduler(tmp_path):
+    out = tmp_path / "r.jsonl"
+    p = plan(out, [C1, C2], ["segment_reduce"], ["eager"])
+    backend = _Threads()
+    outcome = sweep.run_sweep(p, CPU, OPTIONS, backend=backend)
+    assert backend.started == ["cpu"]
+    assert [(r.case, r.status, r.extra["worker"]) for r in outcome.results] == [(C1, OK, "cpu"), (C2, OK, "cpu")]
+    record, warnings = store.read_results(out)
+    assert warnings == [] and len(record.results) == 2
+    assert record.environment["workers"][0]["name"] == "cpu"
 
 
 def test_hang_exit_raise_and_a_broken_device_are_recorded_and_the_other_cells_finish(tmp_path, sweep_plugin):

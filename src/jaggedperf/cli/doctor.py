@@ -22,11 +22,11 @@ from jaggedperf.cli._args import (
 )
 from jaggedperf.cli.lab import _footer, console
 from jaggedperf.inputs import Case
-from jaggedperf.lab import doctor, evidence
 from jaggedperf.lab import modes as modes_mod
+from jaggedperf.lab.doctor import attribution, evidence, gather
 from jaggedperf.lab.result import OK
+from jaggedperf.lab.results.store import write_json
 from jaggedperf.lab.runner import DEFAULT_BYTE_LIMIT, Options
-from jaggedperf.lab.store import write_json
 
 OP = "jagged_mean"
 CASE_FLAGS = ("B", "M", "seqlen", "sparsity")
@@ -57,10 +57,10 @@ def register(sub) -> None:
                    help="flush L2 between device-timed calls (default: no flush, as in the wall loop, so that "
                         "host = wall − device compares like with like)")
     g.add_argument("--no-cudagraphs", action="store_true", help="skip the CUDA-graph comparison (saves two cells)")
-    g.add_argument("--compile-budget", type=float, default=evidence.DEFAULT_COMPILE_BUDGET_S, metavar="S",
+    g.add_argument("--compile-budget", type=float, default=gather.DEFAULT_COMPILE_BUDGET_S, metavar="S",
                    help="when a compiled cell takes longer than S seconds to compile, skip its two extra compiles "
                         "(plain twin, CUDA-graph counterpart); a negative S means no limit "
-                        f"(default {evidence.DEFAULT_COMPILE_BUDGET_S:g})")
+                        f"(default {gather.DEFAULT_COMPILE_BUDGET_S:g})")
     g.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
     g.add_argument("--json", metavar="PATH", help="write every piece of evidence, the diagnoses and the environment")
     g.add_argument("--trace", metavar="DIR", help="write a chrome trace per profiled callable (CUDA)")
@@ -113,7 +113,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except (KeyError, ValueError) as exc:
         print_error(err, exc)
         return 2
-    record = doctor.diagnose_run(run)
+    record = attribution.diagnose_run(run)
     for ev, diagnosis in zip(record.evidence, record.diagnoses):
         out.print(measurements_table(ev))
         out.print(attribution_table(ev, diagnosis))
@@ -155,7 +155,7 @@ def gather_with_progress(op, cases, impls, mode, options, cudagraphs, compile_bu
             progress.advance(task)
             progress.refresh()
 
-        return evidence.gather_all(op, cases, impls, mode, options, cudagraphs=cudagraphs,
+        return gather.gather_all(op, cases, impls, mode, options, cudagraphs=cudagraphs,
                                    compile_budget_s=compile_budget_s, on_start=on_start, on_stage=on_stage,
                                    on_evidence=on_evidence)
 
@@ -199,7 +199,7 @@ def measurements_table(ev: evidence.Evidence) -> Table:
     return table
 
 
-def attribution_table(ev: evidence.Evidence, d: doctor.Diagnosis) -> Table:
+def attribution_table(ev: evidence.Evidence, d: attribution.Diagnosis) -> Table:
     table = Table(title=f"{ev.implementation} · {ev.case.label}: compiled − eager, part by part")
     for name in ("part", "µs per call", "share of Δ", "how it is measured"):
         table.add_column(name, justify="right" if name in ("µs per call", "share of Δ") else "left")
@@ -218,7 +218,7 @@ def attribution_table(ev: evidence.Evidence, d: doctor.Diagnosis) -> Table:
     return table
 
 
-def verdicts_table(record: doctor.DoctorRecord) -> Table:
+def verdicts_table(record: attribution.DoctorRecord) -> Table:
     table = Table(title="verdicts")
     for name in ("case", "implementation", "mode", "verdict"):
         table.add_column(name)

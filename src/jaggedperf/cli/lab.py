@@ -1,16 +1,14 @@
 """repro | run | list: plan cells, run them with a progress bar, print the tables, write JSON/CSV.
 
 repro and run run their cells in this process, or, with ``--timeout``, through the sweep's engine
-(``run_isolated``): one worker process per GPU (one on the CPU), each cell under the timeout, the
-results gathered in a temporary JSON-lines file. Everything before and after the running is shared."""
+(``sweep.run_isolated``): one worker process per GPU (one on the CPU), each cell under the timeout.
+Everything before and after the running is shared."""
 
 from __future__ import annotations
 
 import argparse
 import functools
 import sys
-import tempfile
-from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
@@ -29,11 +27,11 @@ from jaggedperf.cli._args import (
 )
 from jaggedperf.impls.registry import get_op, implementation_names
 from jaggedperf.lab import modes as modes_mod
-from jaggedperf.lab import report, runner, store, sweep
-from jaggedperf.lab.env import environment
+from jaggedperf.lab import runner, sweep
 from jaggedperf.lab.plugins import PluginError, import_plugins, plugin_names
 from jaggedperf.lab.result import RunRecord
-from jaggedperf.lab.store import write_csv, write_json
+from jaggedperf.lab.results import tables
+from jaggedperf.lab.results.store import write_csv, write_json
 
 OP = "jagged_mean"
 
@@ -94,7 +92,7 @@ def execute(args, op, cases, impls, modes, *, compiled_mode) -> int:
         cells = runner.plan(op, cases, impls, modes)
         run = runner.run
         if args.timeout is not None:
-            run = functools.partial(run_isolated, slots=sweep.worker_slots("all", args.device),
+            run = functools.partial(sweep.run_isolated, slots=sweep.worker_slots("all", args.device),
                                     settings=sweep.Settings(timeout_s=args.timeout, plugins=tuple(plugins)),
                                     on_note=lambda note: err.print(f"[yellow]{escape(note)}[/yellow]", highlight=False))
     except (PluginError, KeyError, ValueError) as exc:
@@ -110,12 +108,12 @@ def execute(args, op, cases, impls, modes, *, compiled_mode) -> int:
         print_error(err, str(exc))
         return 1
     if compiled_mode:
-        out.print(report.seed_table(record.results, compiled_mode))
-    out.print(report.cells_table(record.results))
-    for line in report.problems(record.results):
+        out.print(tables.seed_table(record.results, compiled_mode))
+    out.print(tables.cells_table(record.results))
+    for line in tables.problems(record.results):
         out.print(f"• {line}", markup=False, highlight=False, style="red")
     if compiled_mode:
-        for line in report.findings(record.results, compiled_mode):
+        for line in tables.findings(record.results, compiled_mode):
             out.print(f"• {line}", markup=False, highlight=False)
     _footer(out, record)
     if args.json:
@@ -134,7 +132,7 @@ def console() -> Console:
 
 
 def run_with_progress(cells, options, console: Console, save_to: str | None = None, run=runner.run) -> RunRecord:
-    """``run`` (``runner.run`` or ``run_isolated``) with a progress bar; with ``save_to``, the JSON is rewritten
+    """``run`` (``runner.run`` or ``sweep.run_isolated``) with a progress bar; with ``save_to``, the JSON is rewritten
     (atomically) after every cell."""
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn()]
@@ -150,43 +148,6 @@ def run_with_progress(cells, options, console: Console, save_to: str | None = No
                 write_json(save_to, record)
 
         return run(cells, options, on_start=on_start, on_result=on_result)
-
-
-def run_isolated(cells, options, *, slots, settings, on_start=None, on_result=None, on_note=None) -> RunRecord:
-    """``runner.run`` through the sweep's engine: the cells on one worker process per slot, each under
-    ``settings.timeout_s`` (one past it is recorded as an error, "timed out after N s", and the run goes on),
-    into a temporary JSON-lines file. The record's results are in plan order; its environment is the file's
-    header (with each worker's). Raises ``sweep.SweepError`` when no worker can start."""
-    order = {cell.key: i for i, cell in enumerate(cells)}
-    record = RunRecord({}, [], None)
-
-    def add(result):
-        record.results.append(result)
-        record.results.sort(key=lambda r: order[r.key])
-        if on_result:
-            on_result(result, record)
-
-    def finished(_worker, result):
-        if not record.environment:  # the first: the file now holds the header and the cells skipped before dispatch
-            head = store.load_results(plan.out)
-            record.environment, record.copy_gbps = head.environment, head.copy_gbps
-            for skipped in plan.too_large:
-                add(skipped)
-        add(result)
-
-    def started(_worker, cell):
-        if cell is not None and on_start:
-            on_start(cell)
-
-    with tempfile.TemporaryDirectory(prefix="jaggedperf-") as tmp:
-        plan = sweep.plan_sweep(Path(tmp) / "results.jsonl", next((c.op for c in cells), OP),
-                                list(dict.fromkeys(c.case for c in cells)),
-                                list(dict.fromkeys(c.implementation for c in cells)),
-                                list(dict.fromkeys(c.mode for c in cells)),
-                                byte_limit=options.byte_limit, device=slots[0].device)
-        outcome = sweep.run_sweep(plan, slots, options, settings, on_start=started, on_result=finished, on_note=on_note)
-    return RunRecord(outcome.environment or environment(), sorted(outcome.results, key=lambda r: order[r.key]),
-                     outcome.copy_gbps)
 
 
 def _footer(console: Console, record: RunRecord) -> None:

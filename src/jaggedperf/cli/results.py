@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -17,8 +16,20 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from jaggedperf.lab.compare import BROKEN, FIXED, IMPROVEMENT, K, MIN_REL, NOT_COMPARED, REGRESSION, VERDICTS, Change, compare
-from jaggedperf.lab.store import ResultsFileError, read_results, write_text_atomic
+from jaggedperf.lab.results.compare import (
+    BROKEN,
+    FIXED,
+    IMPROVEMENT,
+    K,
+    MIN_REL,
+    NOT_COMPARED,
+    REGRESSION,
+    VERDICTS,
+    Change,
+    compare,
+)
+from jaggedperf.lab.results.report import plots_dir, write_report
+from jaggedperf.lab.results.store import ResultsFileError, read_results, write_text_atomic
 
 EXIT_REGRESSION = 1
 EXIT_ERROR = 2
@@ -60,7 +71,7 @@ def register(sub) -> None:
 def _plot(args) -> int:
     record = _load(args.results)
     plot = _plot_module()
-    out = args.out if args.out is not None else _plots_dir(Path(args.results))
+    out = args.out if args.out is not None else plots_dir(Path(args.results))
     files = plot.plot_all(record, out)
     console = Console()
     if not files:
@@ -109,18 +120,13 @@ def _compare(args) -> int:
 
 
 def _report(args) -> int:
-    from jaggedperf.lab.markdown import render_report
-
     record = _load(args.results)
-    out: Path = args.output
-    plots = {}
-    if not args.no_plots:
-        plot = _plot_module()
-        for f in plot.plot_all(record, _plots_dir(out)):
-            plots[f.title] = Path(os.path.relpath(f.png, out.parent)).as_posix()
-    write_text_atomic(out, render_report(record, plots))
-    more = f" and {len(plots)} figures in {_plots_dir(out)}" if plots else ""
-    Console().print(escape(f"wrote {out}{more}"), highlight=False)
+    try:
+        written = write_report(record, args.output, plots=not args.no_plots)
+    except ImportError as err:
+        raise _without_matplotlib(err) from None
+    more = f" and {written.figures} figures in {written.figures_dir}" if written.figures else ""
+    Console().print(escape(f"wrote {written.path}{more}"), highlight=False)
     return 0
 
 
@@ -158,18 +164,18 @@ def _load(path: str):
 
 def _plot_module():
     try:
-        from jaggedperf.lab import plot
+        from jaggedperf.lab.results import plot  # matplotlib is optional: imported only by the commands that draw
     except ImportError as err:
-        if (err.name or "").split(".")[0] == "matplotlib":
-            raise _CommandError("plots need matplotlib: pip install 'jaggedperf[plot]' "
-                                "('jaggedperf report --no-plots' writes the tables without them)") from None
-        raise
+        raise _without_matplotlib(err) from None
     return plot
 
 
-def _plots_dir(path: Path) -> Path:
-    """Where the figures of ``path`` (a results file or a report) go: a folder beside it, ``<stem>-plots``."""
-    return path.parent / f"{path.stem}-plots"
+def _without_matplotlib(err: ImportError) -> Exception:
+    """The one-line error for a missing matplotlib; any other import error as it was."""
+    if (err.name or "").split(".")[0] == "matplotlib":
+        return _CommandError("plots need matplotlib: pip install 'jaggedperf[plot]' "
+                             "('jaggedperf report --no-plots' writes the tables without them)")
+    return err
 
 
 def _change_cells(change: Change | None, fmt: str) -> list:

@@ -25,10 +25,10 @@ from jaggedperf.inputs import DISTRIBUTIONS
 from jaggedperf.lab import grid, sweep
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab.plugins import PLUGINS_ENV, PluginError, import_plugins, plugin_names
-from jaggedperf.lab.report import problems
 from jaggedperf.lab.result import SKIPPED
-from jaggedperf.lab.store import ResultsFileError
-from jaggedperf.lab.views import status_counts
+from jaggedperf.lab.results.store import ResultsFileError
+from jaggedperf.lab.results.tables import problems
+from jaggedperf.lab.results.views import status_counts
 
 EXIT_INTERRUPTED = 130
 SHOWN_PROBLEMS = 10

@@ -21,6 +21,7 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
 
 
 def triton_version() -> str | None:
+    """Triton's version, or None when Triton is not installed."""
     try:
         import triton
     except ImportError:
@@ -39,6 +40,7 @@ def git_commit() -> str | None:
 
 
 def gpu_facts(device: torch.device | None = None) -> dict:
+    """The GPU's name, driver, SM count, L2 and memory size (``device``, else the current one); Nones without CUDA."""
     if not torch.cuda.is_available():
         return {"gpu": None, "driver": None, "sm_count": None, "l2_bytes": None}
     props = torch.cuda.get_device_properties(device or torch.cuda.current_device())

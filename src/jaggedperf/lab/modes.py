@@ -33,6 +33,11 @@ class ModeUnavailable(RuntimeError):
 
 
 def check_modes(names: list[str]) -> list[str]:
+    """``names`` when every one is a mode.
+
+    Raises:
+        ValueError: an unknown mode (the message lists the valid ones).
+    """
     unknown = [n for n in names if n not in MODES]
     if unknown:
         raise ValueError(f"unknown mode(s) {', '.join(unknown)}; valid modes: {', '.join(MODES)}")
@@ -40,10 +45,12 @@ def check_modes(names: list[str]) -> list[str]:
 
 
 def is_compiled(mode: str) -> bool:
+    """Whether ``mode`` runs through ``torch.compile``."""
     return mode in COMPILE_MODES
 
 
 def uses_cuda_graphs(mode: str) -> bool:
+    """Whether ``mode`` replays CUDA graphs (``graph``, or an Inductor mode with cudagraphs)."""
     return mode in (GRAPH, "compile:reduce-overhead", "compile:max-autotune")
 
 
@@ -63,6 +70,23 @@ def compile_fn(fn: Callable, mode: str, *, dynamic: bool | None = None) -> Calla
 
 
 def build(fn: Callable, args: tuple, mode: str, device: torch.device, *, dynamic: bool | None = None) -> Callable[[], torch.Tensor]:
+    """A no-argument callable that runs ``fn(*args)`` in ``mode`` (compiling or capturing happens on its first call
+    for compiled modes, here for ``graph``).
+
+    Args:
+        fn: the implementation.
+        args: its prepared arguments.
+        mode: one of ``MODES``.
+        device: where it runs.
+        dynamic: ``torch.compile(dynamic=...)`` for compiled modes.
+
+    Returns:
+        The callable; each call returns the output tensor.
+
+    Raises:
+        ValueError: an unknown mode.
+        ModeUnavailable: the mode needs CUDA and ``device`` is not CUDA.
+    """
     check_modes([mode])
     if mode == EAGER:
         return lambda: fn(*args)

@@ -16,12 +16,28 @@ class PluginError(Exception):
 
 
 def plugin_names(explicit: Iterable[str] = (), environ: Mapping[str, str] = os.environ) -> list[str]:
-    """``explicit``, then the modules in ``$JAGGEDPERF_PLUGINS``, each once."""
+    """The plugin modules to import: ``explicit``, then those in ``$JAGGEDPERF_PLUGINS``, each once.
+
+    Args:
+        explicit: module names given on the command line (``--plugin``).
+        environ: where ``$JAGGEDPERF_PLUGINS`` is read (comma-separated).
+
+    Returns:
+        Module names, in order, without repeats or blanks.
+    """
     from_env = [part.strip() for part in environ.get(PLUGINS_ENV, "").split(",")]
     return list(dict.fromkeys(name for name in (*explicit, *from_env) if name))
 
 
 def import_plugins(names: Iterable[str]) -> None:
+    """Import each plugin module (which registers its implementations as it is imported).
+
+    Args:
+        names: module names, importable from ``sys.path``.
+
+    Raises:
+        PluginError: a module could not be imported (one line: the module and why).
+    """
     for name in names:
         try:
             importlib.import_module(name)

@@ -18,7 +18,7 @@ from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab import timing
 from jaggedperf.lab.env import environment
-from jaggedperf.lab.result import ERROR, OK, SKIPPED, WRONG, Result, RunRecord
+from jaggedperf.lab.result import ERROR, SKIPPED, WRONG, Result, RunRecord
 from jaggedperf.checks import check_layout, check_offsets
 
 # Relative error ‖out − ref‖/‖ref‖ allowed per dtype (accumulation order differs between implementations).
@@ -54,11 +54,26 @@ class Options:
 
 
 def default_device() -> torch.device:
+    """The device cells run on by default: CUDA when a GPU is present, else the CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def plan(op: str, cases: Iterable[Case], implementations: Iterable[str], modes: Iterable[str]) -> list[Cell]:
-    """Every implementation × mode × case, grouped by case (each case's batch is made once)."""
+    """Every implementation × mode × case, grouped by case (each case's batch is made once).
+
+    Args:
+        op: a registered op.
+        cases: the cases, in order.
+        implementations: names of ``op``'s implementations.
+        modes: mode names (``modes.MODES``).
+
+    Returns:
+        The cells, case by case; within a case, implementation by implementation, then mode.
+
+    Raises:
+        KeyError: an unknown op or implementation (the message lists the valid ones).
+        ValueError: an unknown mode.
+    """
     get_op(op)
     implementations = list(implementations)
     for name in implementations:
@@ -74,16 +89,26 @@ def run(
     on_start: Callable[[Cell], None] | None = None,
     on_result: Callable[[Result, RunRecord], None] | None = None,
 ) -> RunRecord:
-    """Run every cell. ``on_result(result, record)`` sees the record growing, so a caller can save it
-    after each cell (a killed run then keeps every finished result)."""
+    """Run every cell in this process; one cell's failure is recorded in its result, never raised.
+
+    Args:
+        cells: from ``plan``.
+        options: how each cell is measured.
+        on_start: called with each cell before it runs.
+        on_result: called with (result, record) after each cell; the record grows, so a caller can save
+            it after each cell (a killed run then keeps every finished result).
+
+    Returns:
+        The record: the environment (with what the implementations' setup hooks returned), the copy
+        bandwidth, and one result per cell in plan order, speedups filled in.
+    """
     record = RunRecord(environment(), [], measure_copy_bandwidth(options.device))
     run_one = CellRunner(options, record.copy_gbps)
     for cell in cells:
         if on_start:
             on_start(cell)
         record.results.append(run_one(cell))
-        if run_one.native_launch is not None:
-            record.environment["native_launch"] = run_one.native_launch
+        record.environment.update(run_one.setup_state)
         attach_speedups(record.results)
         result = record.results[-1]
         if on_result:
@@ -91,33 +116,28 @@ def run(
     return record
 
 
-def _native_launch() -> dict:
-    # jaggedperf's eager calls take the native launch path once it is built: build it before any timing
-    from jaggedperf.ops import prepare_native_launch
-
-    state = prepare_native_launch()
-    return {k: state[k] for k in ("status", "reason", "build_seconds")}
-
-
 class CellRunner:
     """Runs one cell at a time, keeping the current case's batch and reference: cells grouped by case
     (as ``plan`` orders them) make each batch once. Turns the compile caches off before the first
     compiled cell when ``options.cold_compile`` (not before: importing Inductor takes a while). Before
-    the first CUDA cell of one of jaggedperf's own implementations, builds (or loads) the ops' native
-    launch path, which their eager calls take once it is there (``native_launch``: its state)."""
+    an implementation's first cell, calls its setup hook (once per hook: the runner has one device);
+    what the hooks returned is in ``setup_state``, for the run's environment."""
 
     def __init__(self, options: Options, copy_gbps: float | None) -> None:
         self.options = options
         self.copy_gbps = copy_gbps
         self._case: tuple[Case, JaggedBatch | Exception, torch.Tensor | None] | None = None
-        self.native_launch: dict | None = None
+        self._setups: dict[Callable, Exception | None] = {}  # hook -> how it failed (None: it ran)
+        self.setup_state: dict = {}
 
     def __call__(self, cell: Cell) -> Result:
+        """Check and time ``cell`` (see ``run_cell``); its failures are in the result, never raised."""
         if self.options.cold_compile and modes_mod.is_compiled(cell.mode):
             modes_mod.disable_compile_caches()
-        if self.native_launch is None and self.options.device.type == "cuda" and \
-                cell.implementation.startswith("jaggedperf"):
-            self.native_launch = _native_launch()
+        failed = self._setup(get_implementation(cell.op, cell.implementation))
+        if failed is not None:
+            return Result(cell.op, cell.implementation, cell.mode, cell.case, self.options.device.type,
+                          status=ERROR, reason=f"setup: {type(failed).__name__}: {_first_line(failed)}")
         if self._case is None or self._case[0] != cell.case:
             self._case = None  # free the previous batch before making the next
             self._case = (cell.case, *prepare_case(cell.op, cell.case, self.options))
@@ -126,8 +146,22 @@ class CellRunner:
             return input_result(cell, self.options.device, batch)
         return run_cell(cell, batch, reference, self.options, self.copy_gbps)
 
+    def _setup(self, impl: Implementation) -> Exception | None:
+        """Run ``impl``'s setup hook the first time it is met; how it failed, or None."""
+        hook = impl.setup
+        if hook is None or self.options.device.type not in impl.devices:  # its cells are skipped: nothing to ready
+            return None
+        if hook not in self._setups:
+            try:
+                self.setup_state.update(hook(self.options.device) or {})
+                self._setups[hook] = None
+            except Exception as exc:  # a plugin's failing setup is a finding about its cells, not a crash
+                self._setups[hook] = exc
+        return self._setups[hook]
+
 
 def measure_copy_bandwidth(device: torch.device) -> float | None:
+    """Device-to-device copy bandwidth of ``device`` in GB/s, or None (not CUDA, or the measurement failed)."""
     if device.type != "cuda":
         return None
     try:
@@ -148,14 +182,40 @@ def input_too_large(case: Case, byte_limit: int) -> InputTooLarge | None:
     return None
 
 
+def input_status(problem: Exception) -> str:
+    """The status of a cell whose batch could not be made (``prepare_case`` gave ``problem``): ``SKIPPED``
+    when the case is over the byte limit (``InputTooLarge``), else ``ERROR``."""
+    return SKIPPED if isinstance(problem, InputTooLarge) else ERROR
+
+
 def input_result(cell: Cell, device: torch.device, problem: Exception) -> Result:
-    """The result of a cell whose batch could not be made: skipped when too large, else an error."""
-    return Result(cell.op, cell.implementation, cell.mode, cell.case, device.type,
-                  status=SKIPPED if isinstance(problem, InputTooLarge) else ERROR, reason=f"input: {problem}")
+    """The result of a cell whose batch could not be made: skipped when too large, else an error.
+
+    Args:
+        cell: the cell.
+        device: where it would have run.
+        problem: what ``prepare_case`` gave instead of a batch.
+
+    Returns:
+        The result, status from ``input_status``, reason ``input: <problem>``.
+    """
+    return Result(cell.op, cell.implementation, cell.mode, cell.case, device.type, status=input_status(problem),
+                  reason=f"input: {problem}")
 
 
 def prepare_case(op: str, case: Case, options: Options) -> tuple[JaggedBatch | Exception, torch.Tensor | None]:
-    """The case's batch on the device and the op's float64 reference (or the reason there is none)."""
+    """The case's batch on the device and the op's float64 reference, or the reason there is none.
+
+    Args:
+        op: a registered op.
+        case: the case to make.
+        options: the device and the byte limit.
+
+    Returns:
+        ``(batch, reference)``; or ``(problem, None)`` where ``problem`` is an ``InputTooLarge`` (the values
+        alone pass the byte limit: nothing is made) or another exception saying why the batch could not
+        be made (out of memory included). See ``input_status``.
+    """
     too_large = input_too_large(case, options.byte_limit)
     if too_large is not None:
         return too_large, None
@@ -173,9 +233,21 @@ def prepare_case(op: str, case: Case, options: Options) -> tuple[JaggedBatch | E
 
 def run_cell(cell: Cell, batch: JaggedBatch, reference: torch.Tensor, options: Options, copy_gbps: float | None,
              *, plain: bool = False) -> Result:
-    """Check and time one cell. ``plain=True`` runs the implementation's ``plain`` twin on
-    (values, offsets, padded_len) instead (the doctor's input-form check); the result says so in
-    ``extra["input_form"]``."""
+    """Check and time one cell on a batch that is already made.
+
+    Args:
+        cell: the cell.
+        batch: its case's batch, on ``options.device``.
+        reference: the op's float64 result for ``batch``.
+        options: how the cell is measured.
+        copy_gbps: the run's copy bandwidth (for ``pct_of_copy``), or None.
+        plain: run the implementation's ``plain`` twin on (values, offsets, padded_len) instead (the
+            doctor's input-form check); the result says so in ``extra["input_form"]``.
+
+    Returns:
+        The result: ok (timed), wrong (not timed), skipped or error, with the reason; never raises for
+        the implementation's own failures.
+    """
     impl = get_implementation(cell.op, cell.implementation)
     device = options.device
     result = Result(cell.op, cell.implementation, cell.mode, cell.case, device.type)
@@ -223,6 +295,9 @@ def run_cell(cell: Cell, batch: JaggedBatch, reference: torch.Tensor, options: O
 
 
 def why_skip(impl: Implementation, cell: Cell, batch: JaggedBatch, options: Options) -> str | None:
+    """Why ``cell`` is not run on ``options.device`` (wrong device, padded tensor over the byte limit, graph
+    mode without CUDA), or None.
+    """
     if options.device.type not in impl.devices:
         return f"{impl.name} does not run on {options.device.type}"
     if impl.pads and batch.padded_nbytes() > options.byte_limit:
@@ -235,6 +310,9 @@ def why_skip(impl: Implementation, cell: Cell, batch: JaggedBatch, options: Opti
 
 def measure_device(call: Callable, cell: Cell, result: Result, options: Options, copy_gbps: float | None,
                    *, tag: str = "") -> None:
+    """Fill in ``result``'s kernels, device time, host time and bandwidth from the profiler and, where the
+    call can be captured, CUDA-graph replay (CUDA only); a chrome trace per cell when ``options.trace_dir``.
+    """
     device = options.device
     trace = None
     if options.trace_dir:
@@ -263,7 +341,18 @@ def device_time(call: Callable, mode: str, device: torch.device, flush: bool):
 
 
 def check_output(out: torch.Tensor, reference: torch.Tensor, dtype: str) -> tuple[bool, float | None, str | None]:
-    """(ok, relative error, reason). NaN in the reference (empty sequences) must be NaN in the output."""
+    """Whether ``out`` matches the float64 ``reference`` within ``dtype``'s tolerance.
+
+    NaN in the reference (an empty sequence) must be NaN in the output.
+
+    Args:
+        out: what the implementation returned.
+        reference: the op's float64 result, on the CPU.
+        dtype: the case's dtype name (a key of ``TOLERANCE``).
+
+    Returns:
+        ``(ok, relative error or None, reason or None)``.
+    """
     if not isinstance(out, torch.Tensor):
         return False, None, f"returned {type(out).__name__}, not a tensor"
     if tuple(out.shape) != tuple(reference.shape):

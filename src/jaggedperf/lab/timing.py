@@ -28,12 +28,27 @@ _MEMORY_OP_PREFIXES = ("Memcpy", "Memset")
 
 
 def synchronizer(device: torch.device) -> Callable[[], None]:
+    """A no-argument function that waits for ``device``'s queued work (a no-op on the CPU)."""
     if device.type == "cuda":
         return torch.cuda.synchronize
     return lambda: None
 
 
 def wall_stats(fn: Callable[[], object], device: torch.device, *, warmup: int = 50, iters: int = 200) -> WallStats:
+    """Wall time per call by the seed's method: ``warmup`` calls, then ``iters`` calls, each followed by a sync.
+
+    Args:
+        fn: the call to time.
+        device: where it runs (what to sync).
+        warmup: untimed calls first.
+        iters: timed calls; every sample is kept in the statistics.
+
+    Returns:
+        Mean, std, median, min, max (ms) and the count.
+
+    Raises:
+        ValueError: ``iters`` is 0.
+    """
     sync = synchronizer(device)
     for _ in range(warmup):
         fn()
@@ -48,6 +63,11 @@ def wall_stats(fn: Callable[[], object], device: torch.device, *, warmup: int = 
 
 
 def summarize_ms(times: list[float]) -> WallStats:
+    """Statistics of per-call times in ms.
+
+    Raises:
+        ValueError: no times.
+    """
     if not times:
         raise ValueError("no timings to summarize")
     return WallStats(
@@ -85,6 +105,7 @@ def flush_buffer(device: torch.device) -> torch.Tensor:
 
 
 def flush_l2(device: torch.device) -> None:
+    """Overwrite ``device``'s flush buffer (larger than L2), evicting what the measured call left in L2."""
     flush_buffer(device).bitwise_not_()
 
 
@@ -214,6 +235,7 @@ def profile_kernels(
 
 
 def profiler_device_time(profile: KernelProfile, flush: bool) -> DeviceTime:
+    """Device time from a kernel profile: median, p20 and p80 of the per-call kernel sums (method ``profiler``)."""
     times = sorted(profile.device_us_per_call)
     return DeviceTime(percentile(times, 0.5), percentile(times, 0.2), percentile(times, 0.8), "profiler", flush)
 

@@ -24,7 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter
 
 from jaggedperf.lab.result import OK, Result, RunRecord
-from jaggedperf.lab.views import (
+from jaggedperf.lab.results.views import (
     EAGER,
     OURS,
     Shape,
@@ -265,7 +265,18 @@ def latency(record: RunRecord, out_dir: str | Path) -> list[PlotFile]:
 
 
 def plot_all(record: RunRecord, out_dir: str | Path) -> list[PlotFile]:
-    """Every figure above, in the order heatmaps, roofline, latency."""
+    """Every figure of ``record``: speedup heatmaps, roofline, latency, each as PNG and SVG.
+
+    Args:
+        record: the run.
+        out_dir: the folder for the figures (made if missing).
+
+    Returns:
+        The figures written, in the order heatmaps, roofline, latency (none when there is nothing to plot).
+
+    Raises:
+        OSError: a figure cannot be written.
+    """
     return speedup_heatmaps(record, out_dir) + roofline(record, out_dir) + latency(record, out_dir)
 
 

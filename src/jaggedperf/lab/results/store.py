@@ -47,12 +47,35 @@ class ResultsFileError(Exception):
 
 
 def load_results(path: str | os.PathLike) -> RunRecord:
-    """The ``RunRecord`` in ``path`` (either form). Raises ``ResultsFileError``; see ``read_results`` for warnings."""
+    """The ``RunRecord`` in ``path`` (a JSON document or JSON lines), without its warnings.
+
+    Args:
+        path: the results file.
+
+    Returns:
+        The record (see ``read_results``).
+
+    Raises:
+        ResultsFileError: the file cannot be read as results.
+    """
     return read_results(path)[0]
 
 
 def read_results(path: str | os.PathLike) -> tuple[RunRecord, list[str]]:
-    """The ``RunRecord`` in ``path`` and the warnings met while reading it (unfinished last line, repeated cells)."""
+    """The ``RunRecord`` in ``path`` and the warnings met while reading it.
+
+    Args:
+        path: a JSON document (``write_json``) or JSON lines (a sweep's: environment headers and one
+            result per line).
+
+    Returns:
+        ``(record, warnings)``; warnings name an unfinished last line, repeated cells (the later line
+        wins) or an empty file.
+
+    Raises:
+        ResultsFileError: the file is missing, unreadable, not JSON, or holds something that is not a
+            result (one line: the file, the line and what is wrong).
+    """
     path = Path(path)
     text = _read_text(path)
     if not text.strip():
@@ -75,8 +98,14 @@ def read_results(path: str | os.PathLike) -> tuple[RunRecord, list[str]]:
 def finished_keys(path: str | os.PathLike) -> tuple[set[tuple], list[str]]:
     """Keys (``Result.key``) of the cells already in ``path``, whatever their status, for a resumed sweep.
 
-    A missing file has none. Returns ``(keys, warnings)``; an unfinished last line is not a finished cell
-    and is reported in ``warnings``. Raises ``ResultsFileError`` for anything else wrong with the file.
+    Args:
+        path: the results file; a missing file has none.
+
+    Returns:
+        ``(keys, warnings)``; an unfinished last line is not a finished cell and is reported in ``warnings``.
+
+    Raises:
+        ResultsFileError: anything else wrong with the file.
     """
     path = Path(path)
     if not path.exists():
@@ -233,7 +262,17 @@ def _try_json(s: str) -> Any:
 
 
 def write_environment_header(path: str | os.PathLike, environment: dict[str, Any], copy_gbps: float | None) -> None:
-    """Append an environment header line to the JSON-lines file ``path`` (created if missing)."""
+    """Append an environment header line to the JSON-lines file ``path`` (created if missing).
+
+    Args:
+        path: the results file.
+        environment: the run's environment (``env.environment``).
+        copy_gbps: the run's copy bandwidth, or None.
+
+    Raises:
+        ResultsFileError: as ``append_result``.
+        OSError: the file cannot be written.
+    """
     _append_line(Path(path), {"environment": environment, "copy_gbps": copy_gbps})
 
 
@@ -241,9 +280,17 @@ def append_result(path: str | os.PathLike, result: Result) -> None:
     """Append ``result`` as one JSON line to ``path`` (created if missing), flushed and fsync'ed.
 
     If the file ends in an unfinished line (a writer killed mid-line), that line is cut off first; if it
-    is in fact a complete JSON object missing only its newline, the newline is added instead. Raises
-    ``ResultsFileError``, leaving the file as it was, when it is not JSON lines (a pretty-printed
-    document, say) or ends in a line this module did not begin. One writer at a time.
+    is in fact a complete JSON object missing only its newline, the newline is added instead. One writer
+    at a time.
+
+    Args:
+        path: the results file.
+        result: the cell's result.
+
+    Raises:
+        ResultsFileError: the file is not JSON lines (a pretty-printed document, say) or ends in a line
+            this module did not begin; the file is left as it was.
+        OSError: the file cannot be written.
     """
     _append_line(Path(path), result.to_dict())
 
@@ -328,12 +375,28 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def write_json(path: str | os.PathLike, record: RunRecord) -> None:
-    """Write ``record`` as one JSON document, atomically: a reader sees the old file or the new one."""
+    """Write ``record`` as one JSON document, atomically: a reader sees the old file or the new one.
+
+    Args:
+        path: the file to write.
+        record: the run.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
     write_text_atomic(path, json.dumps(record.to_dict(), indent=1) + "\n")
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
+
+    Args:
+        path: the file to write (its folder is made if missing).
+        text: the whole content.
+
+    Raises:
+        OSError: the file cannot be written; no temporary file is left behind.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -385,7 +448,15 @@ def csv_columns(results: Iterable[Result]) -> list[str]:
 
 
 def write_csv(path: str | os.PathLike, results: Iterable[Result]) -> None:
-    """Write ``results`` as CSV (one row per cell, the columns of ``csv_columns``), atomically."""
+    """Write ``results`` as CSV (one row per cell, the columns of ``csv_columns``), atomically.
+
+    Args:
+        path: the file to write.
+        results: the results, in row order.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
     results = list(results)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=csv_columns(results), restval="", lineterminator="\n")

@@ -22,7 +22,7 @@ from typing import Any
 
 from jaggedperf.inputs import Case
 from jaggedperf.lab.result import ERROR, OK, WRONG, Result, RunRecord
-from jaggedperf.lab.views import result_rank
+from jaggedperf.lab.results.views import result_rank
 
 K = 2.0  # how many (summed) standard deviations a change must exceed
 MIN_REL = 0.05  # ... and at least this fraction of A's median
@@ -128,7 +128,18 @@ class Comparison:
 
 
 def compare(a: RunRecord, b: RunRecord, *, k: float = K, min_rel: float = MIN_REL) -> Comparison:
-    """Compare run ``b`` against baseline ``a`` (see the module notes for the rule)."""
+    """Compare run ``b`` against baseline ``a`` cell by cell (see the module notes for the rule).
+
+    Args:
+        a: the baseline run.
+        b: the run to judge.
+        k: standard deviations a change must exceed.
+        min_rel: the smallest relative change that counts.
+
+    Returns:
+        The cells in both runs with their verdicts, in report order; the cells only in one; the
+        environment entries that differ.
+    """
     by_a = {r.key: r for r in a.results}
     by_b = {r.key: r for r in b.results}
     cells = [_cell(by_a[key], by_b[key], k, min_rel) for key in by_a if key in by_b]

@@ -49,6 +49,9 @@ def _wall_cell(r: Result | None) -> str:
 
 
 def seed_table(results: list[Result], compiled_mode: str, title: str | None = None) -> Table:
+    """The seed's table as a rich ``Table``: per case and implementation, eager against ``compiled_mode``
+    (wall, device, host, kernels, compile time); red where compiled is over 5% slower, green over 5% faster.
+    """
     table = Table(title=title or f"jagged_mean: eager vs {compiled_mode} (wall per call, median of the seed's 200 calls)")
     for name, justify in [("case", "left"), ("implementation", "left"), ("eager ms", "right"),
                           ("compiled ms", "right"), ("speedup", "right"), ("eager dev µs", "right"),
@@ -72,6 +75,9 @@ def seed_table(results: list[Result], compiled_mode: str, title: str | None = No
 
 
 def cells_table(results: list[Result], title: str = "every cell") -> Table:
+    """Every cell as a row of a rich ``Table`` (wall, spread, speedup, device, host, kernels, bandwidth,
+    first call, status); red where the status is not ok.
+    """
     table = Table(title=title)
     columns = ["case", "implementation", "mode", "wall ms", "± std", "speedup", "device µs", "host µs",
                "kernels", "GB/s", "% copy", "first call s", "status"]

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 from jaggedperf.inputs import Case
 from jaggedperf.lab.result import OK, STATUSES, Result, RunRecord
-from jaggedperf.lab.views import (
+from jaggedperf.lab.results.views import (
     EAGER,
     OURS,
     case_rank,
@@ -33,7 +33,15 @@ NONE = "—"
 
 
 def render_report(record: RunRecord, plots: dict[str, str | os.PathLike] | None = None) -> str:
-    """The report for ``record``; ``plots`` maps a caption to an image path (written as a relative link)."""
+    """The Markdown report of ``record``.
+
+    Args:
+        record: the run.
+        plots: caption → image path, written as given (pass paths relative to where the report will live).
+
+    Returns:
+        The report's text, ending in one newline.
+    """
     results = sorted(record.results, key=result_rank)
     ops = ordered((r.op for r in results), str)
     out: list[str] = [f"# jaggedperf results{': ' + ', '.join(ops) if ops else ''}", ""]

@@ -26,18 +26,22 @@ def mode_rank(mode: str) -> tuple:
 
 
 def impl_rank(name: str) -> tuple:
+    """Implementations in the order of ``IMPL_ORDER``, unknown ones after, by name."""
     return (IMPL_ORDER.index(name), "") if name in IMPL_ORDER else (len(IMPL_ORDER), name)
 
 
 def case_rank(case: Case) -> tuple:
+    """Cases by distribution, B, M, dtype and seed, then seqlen and sparsity (the axes a table varies last)."""
     return (case.distribution, case.B, case.M, case.dtype, case.seed, case.seqlen, case.sparsity)
 
 
 def result_rank(r: Result) -> tuple:
+    """Results in report order: op, case, implementation, mode."""
     return (r.op, case_rank(r.case), impl_rank(r.implementation), mode_rank(r.mode))
 
 
 def ordered(values: Iterable[str], rank) -> list[str]:
+    """The distinct ``values`` sorted by ``rank``."""
     return sorted(set(values), key=rank)
 
 
@@ -141,6 +145,7 @@ class Shape:
 
 
 def shape_of(r: Result) -> Shape:
+    """The heatmap ``r`` belongs to: its op and its case less seqlen and sparsity."""
     c = r.case
     return Shape(r.op, c.B, c.M, c.dtype, c.distribution, c.seed)
 

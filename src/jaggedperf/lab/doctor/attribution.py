@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from jaggedperf.lab import modes as modes_mod
-from jaggedperf.lab.evidence import Evidence, EvidenceRun
+from jaggedperf.lab.doctor.evidence import Evidence, EvidenceRun
 from jaggedperf.lab.result import OK
 
 DEVICE = "device"
@@ -88,7 +88,17 @@ class DoctorRecord:
 
 
 def attribute(e: Evidence) -> tuple[float, list[Contribution]]:
-    """(Δ, parts ordered by |µs|). Needs both walls; see the module docstring for each part."""
+    """Split compiled − eager into parts (see the module docstring for each part).
+
+    Args:
+        e: the cell's evidence.
+
+    Returns:
+        ``(Δ in µs per call, parts ordered by |µs|, largest first)``; the parts add up to Δ.
+
+    Raises:
+        ValueError: the wall time of the eager or the compiled call is missing.
+    """
     eager_wall, compiled_wall = _wall_us(e.eager), _wall_us(e.compiled)
     if eager_wall is None or compiled_wall is None:
         raise ValueError("attribution needs the wall time of both the eager and the compiled call")
@@ -143,7 +153,11 @@ def attribute(e: Evidence) -> tuple[float, list[Contribution]]:
 
 
 def check_sum(delta: float, parts: list[Contribution], tolerance: float = SUM_TOLERANCE) -> tuple[float, float, bool]:
-    """(Σ parts, residual Δ − Σ, ok) with ok = |residual| ≤ tolerance·|Δ|."""
+    """How well ``parts`` add up to ``delta``.
+
+    Returns:
+        ``(Σ parts, residual Δ − Σ, ok)`` with ok = |residual| ≤ ``tolerance``·|Δ|.
+    """
     total = sum(p.us for p in parts)
     residual = delta - total
     return total, residual, abs(residual) <= tolerance * abs(delta) + 1e-9
@@ -177,6 +191,7 @@ def verdict(e: Evidence, delta: float, parts: list[Contribution]) -> str:
 
 
 def phrase(p: Contribution, e: Evidence) -> str:
+    """A few words for one part of the attribution, for the verdict line."""
     size = abs(p.us)
     if p.key == DEVICE:
         n = e.compiled.kernels_per_call
@@ -328,6 +343,15 @@ def _wall_us(result) -> float | None:
 
 
 def diagnose(e: Evidence) -> Diagnosis:
+    """The diagnosis of one cell: the attribution, its sum check, the verdict and the findings.
+
+    Args:
+        e: the cell's evidence.
+
+    Returns:
+        The diagnosis; ``available=False`` with the reason when the eager or the compiled call did not
+        run to a wall time (skipped, wrong, error).
+    """
     d = Diagnosis(e.op, e.implementation, e.mode, e.case.label, available=False, wall_only=not e.host.device_time)
     broken = [r for r in (e.eager, e.compiled) if r.status != OK or r.wall is None]
     if broken:
@@ -347,4 +371,12 @@ def diagnose(e: Evidence) -> Diagnosis:
 
 
 def diagnose_run(run: EvidenceRun) -> DoctorRecord:
+    """Diagnose every cell of a doctor run.
+
+    Args:
+        run: from ``gather.gather_all``.
+
+    Returns:
+        The run's environment, copy bandwidth, evidence and one diagnosis per piece of evidence.
+    """
     return DoctorRecord(run.environment, run.copy_gbps, run.evidence, [diagnose(e) for e in run.evidence])
