@@ -51,7 +51,9 @@ def test_split_reads_components_without_copies():
     assert reason is None and kwargs == {}
     assert isinstance(parts, _Parts)
     assert parts.values is nt._values and parts.offsets is nt._offsets
-    assert (parts.min_seqlen.shape[0], parts.max_seqlen.shape[0]) == (2, 5)
+    # the NJT's own cached (seqlen, 0) tensors: nothing allocated
+    assert parts.min_seqlen is nt._metadata_cache["min_seqlen"]
+    assert parts.max_seqlen is nt._metadata_cache["max_seqlen"]
     for t in parts:
         assert 0 in t._dynamo_weak_dynamic_indices  # ragged dims cross marked dynamic
     (no_cache,), _, _ = _split_args((torch.nested.nested_tensor_from_jagged(nt._values, nt._offsets),), {}, mark=False)
@@ -142,18 +144,21 @@ def test_module_is_compiled_through_the_boundary():
 
 
 def test_no_recompile_across_calls_of_varying_b_total_and_max_seqlen():
-    def masked_mean(nt, bias):
-        return nt.mean(dim=1) + bias
+    def mean_plus(nt, bias):
+        # to_padded_tensor pads to the NJT's max_seqlen: the graph depends on it
+        return nt.to_padded_tensor(0.0).sum(dim=1) / nt.offsets().diff().unsqueeze(1) + bias
 
     counter = CompileCounterWithBackend("aot_eager")
-    compiled = jaggedperf.compile(masked_mean, backend=counter)
+    compiled = jaggedperf.compile(mean_plus, backend=counter)
     shapes = set()
     for i in range(22):
+        # min_seqlen stays 0 (sparse data): a seqlen moving between 0, 1 and >= 2 is specialised by
+        # Dynamo as any size is, here as under torch.compile on the NJT (see the module's notes)
         B, max_len = 3 + (i * 5) % 17, 2 + (i * 7) % 13
         nt, _ = make_njt(B, max_len, seed=i)
         shapes.add((B, nt._values.shape[0], max_len))
         bias = torch.randn(3)
-        assert_close(compiled(nt, bias), masked_mean(nt, bias))
+        assert_close(compiled(nt, bias), mean_plus(nt, bias))
     assert len(shapes) == 22
     assert counter.frame_count == 1
 
