@@ -1,8 +1,9 @@
 """jaggedperf: measure, explain and fix jagged reductions in eager PyTorch and under torch.compile."""
 
 from jaggedperf.batch import JaggedBatch
+from jaggedperf.boundary import compile
 from jaggedperf.inputs import Case, make_batch
 from jaggedperf.ops import jagged_mean, jagged_sum
 
 __version__ = "0.1.0"
-__all__ = ["Case", "JaggedBatch", "jagged_mean", "jagged_sum", "make_batch", "__version__"]
+__all__ = ["Case", "JaggedBatch", "compile", "jagged_mean", "jagged_sum", "make_batch", "__version__"]
