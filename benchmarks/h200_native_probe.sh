@@ -7,7 +7,7 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 python3 - <<'PY'
 import json, time
-from jaggedperf.ops import _native
+from jaggedperf.ops.launch import native as _native
 started = time.time()
 print("native:", json.dumps(_native.ensure()), f"({time.time() - started:.1f} s)")
 PY

@@ -35,7 +35,10 @@ from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab.env import triton_version
 from jaggedperf.lab.grid import SEED_CASES
 from jaggedperf.lab.timing import wall_stats
-from jaggedperf.ops import _launch, _native, reduce
+from jaggedperf.ops import launch as _launch
+from jaggedperf.ops.launch import native as _native
+from jaggedperf.ops.launch import tiers
+from jaggedperf.ops.reduce import api, op, plan
 
 MODES = ("max-autotune-no-cudagraphs", "default")
 
@@ -72,19 +75,19 @@ def probe_case(case: Case, device: torch.device, profile_calls: int):
     batch = make_batch(case, device)
     values, offsets, longest = batch.values, batch.offsets, batch.max_seqlen
     nt = batch.to_nested()
-    ref = reduce._reduce_cpu(values.double().cpu(), offsets.cpu(), mean=True, empty_zero=False)
+    ref = op._reduce_cpu(values.double().cpu(), offsets.cpu(), mean=True, empty_zero=False)
 
     def hinted():
         return jaggedperf.jagged_mean(values, offsets, max_seqlen=longest)
 
-    out, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=longest)
+    out, launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=longest)
     hinted()
     hinted()  # the second call verifies the fast tier; from here the compiled kernel is cached
-    key = (launches[0].key, launches[0].num_warps, reduce._fast_key(values, offsets))
-    compiled_kernel = _launch._cache[key].compiled
+    key = (launches[0].key, launches[0].num_warps, _launch.eager_key(values, offsets))
+    compiled_kernel = tiers._cache[key].compiled
     launch = launches[0]
 
-    tier = _launch._FAST[_launch.launch_path()["tier"]]  # the active fast tier
+    tier = tiers._FAST[_launch.launch_path()["tier"]]  # the active fast tier
 
     def launch_only():
         tier(compiled_kernel, launch.grid, launch.args)
@@ -102,7 +105,7 @@ def probe_case(case: Case, device: torch.device, profile_calls: int):
         "torch.empty(B, M)": lambda: torch.empty((case.B, case.M), device=device),
         "compiled kernel launched, args prebuilt": launch_only,
         "jagged_mean(max_seqlen=...)": hinted,
-        "jagged_mean(max_seqlen=...), Python path": lambda: reduce._python_reduce(
+        "jagged_mean(max_seqlen=...), Python path": lambda: api._python_reduce(
             values, offsets, "jagged_mean", mean=True, empty_zero=False, max_seqlen=longest, validate=None),
         "jagged_mean (no hint)": lambda: jaggedperf.jagged_mean(values, offsets),
         "jagged_mean(nt)": lambda: jaggedperf.jagged_mean(nt),

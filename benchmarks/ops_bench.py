@@ -93,7 +93,8 @@ def main() -> int:
     import jaggedperf
     from jaggedperf.inputs import Case, make_batch
     from jaggedperf.lab.grid import SEED_CASES
-    from jaggedperf.ops import _config, _launch
+    from jaggedperf.ops import config as _config
+    from jaggedperf.ops import launch as _launch
 
     shapes = [
         *SEED_CASES,
@@ -221,7 +222,7 @@ def main() -> int:
     def _segments_grid():
         import dataclasses
 
-        from jaggedperf.ops import reduce
+        from jaggedperf.ops.reduce import plan
 
         RESULTS["segments_grid"] = []
         for case in shapes:
@@ -240,7 +241,7 @@ def main() -> int:
             for cfg in sorted(variants, key=lambda c: dataclasses.astuple(c)):
                 row = {"case": case.label, "config": cfg.to_dict(), "bucket": cfg == base, "floor_us": floor}
                 try:
-                    run = lambda cfg=cfg: reduce.launch_reduce(values, offsets, mean=True, segments=cfg)  # noqa: E731
+                    run = lambda cfg=cfg: plan.launch_reduce(values, offsets, mean=True, segments=cfg)  # noqa: E731
                     row["rel_error"] = _rel_error(run(), ref)
                     row["device"] = _graph_time(run, rep=30)
                     row["ratio_to_floor"] = row["device"]["median_us"] / floor

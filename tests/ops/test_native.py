@@ -12,7 +12,9 @@ import pytest
 import torch
 
 import jaggedperf
-from jaggedperf.ops import _config, _launch, _native, reduce
+from jaggedperf.ops import config, launch
+from jaggedperf.ops.launch import native
+from jaggedperf.ops.reduce import op, plan
 
 VALUES, OFFSETS, OUT, N_ROWS, N_COLS, N_SEGMENTS, NULL, WORKSPACE, ROWS_PER_CHUNK, N_CHUNKS = range(10)
 POINTER, I32, I64 = range(3)
@@ -22,15 +24,15 @@ SEGMENTS, CHUNKS = range(2)
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """The module, built from scratch into a fresh cache (CI must build it: no compiler is a failure there)."""
-    if shutil.which(_native.compiler().split()[0]) is None and not os.environ.get("CI"):
-        pytest.skip(f"no C++ compiler ({_native.compiler()})")
+    if shutil.which(native.compiler().split()[0]) is None and not os.environ.get("CI"):
+        pytest.skip(f"no C++ compiler ({native.compiler()})")
     cache = tmp_path_factory.mktemp("native-cache")
     old = os.environ.get("JAGGEDPERF_CACHE")
     os.environ["JAGGEDPERF_CACHE"] = str(cache)
     try:
-        path = _native.build()
-        assert path == _native.module_path() and path.is_relative_to(cache)
-        yield _native._import(path)
+        path = native.build()
+        assert path == native.module_path() and path.is_relative_to(cache)
+        yield native._import(path)
     finally:
         if old is None:
             os.environ.pop("JAGGEDPERF_CACHE")
@@ -40,12 +42,12 @@ def built(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _restore_state():
-    saved = dataclasses.replace(_native._state, verified_functions=set(_native._state.verified_functions),
-                                paused=set(_native._state.paused))
+    saved = dataclasses.replace(native._state, verified_functions=set(native._state.verified_functions),
+                                paused=set(native._state.paused))
     yield
-    _native._state = saved
-    _native._refresh()
-    _launch.force_tier(None)
+    native._state = saved
+    native._refresh()
+    launch.force_tier(None)
 
 
 def _batch(n_rows=10, n_cols=8, lengths=(3, 0, 7)):
@@ -101,7 +103,7 @@ def test_pack_writes_pointers_and_narrowed_ints_in_kernel_order(built):
 
 
 def _chunking(n_rows, n_cols, block_m, chunk_programs, block_l, min_chunk_rows):
-    # reduce._chunking's arithmetic, with the programs aimed at given directly
+    # plan._chunking's arithmetic, with the programs aimed at given directly
     col_blocks = -(-n_cols // block_m)
     target = max(1, -(-chunk_programs // col_blocks))
     per = -(-(-(-n_rows // target)) // block_l) * block_l
@@ -118,14 +120,14 @@ def test_chunk_geometry_is_reduce_chunking(built, n_rows, n_cols):
 
 def test_chunk_geometry_matches_the_python_plan(built, monkeypatch):
     values, offsets = _batch(n_rows=5000, n_cols=40, lengths=(1000, 0, 3000, 1000))
-    monkeypatch.setattr(reduce, "sm_count", lambda device: 132)
-    _, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False)
-    plan = launches[0].native["plan"]
-    got = built.geometry(plan["block_m"], 0, 0, plan["chunk_programs"], plan["block_l"], plan["min_chunk_rows"],
+    monkeypatch.setattr(plan, "sm_count", lambda device: 132)
+    _, launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False)
+    grids = launches[0].native["plan"]
+    got = built.geometry(grids["block_m"], 0, 0, grids["chunk_programs"], grids["block_l"], grids["min_chunk_rows"],
                          [CHUNKS, CHUNKS], 5000, 40, 4)
     rows, chunks = launches[0].args[7], launches[0].args[8]
     assert got == (rows, chunks, [launches[0].grid, launches[1].grid])
-    assert [launch.native["sources"] for launch in launches] == [reduce.REDUCE_SOURCES, reduce.COMBINE_SOURCES]
+    assert [launch.native["sources"] for launch in launches] == [plan.REDUCE_SOURCES, plan.COMBINE_SOURCES]
 
 
 def test_segment_grid_from_group_or_fixed_programs(built):
@@ -166,11 +168,11 @@ SIGNATURE = {"values_ptr": "*fp32", "offsets_ptr": "*i64", "out_ptr": "*fp32", "
 
 
 def test_parameters_follow_the_compiled_signature():
-    params = _native.parameters(_compiled(SIGNATURE), NAMES, reduce.SEGMENT_SOURCES)
+    params = native.parameters(_compiled(SIGNATURE), NAMES, plan.SEGMENT_SOURCES)
     assert params == [(VALUES, POINTER), (OFFSETS, POINTER), (OUT, POINTER), (N_ROWS, I32), (N_COLS, I32),
                       (N_SEGMENTS, I64), (NULL, POINTER), (NULL, POINTER)]
     specialised = dict(SIGNATURE, n_cols="constexpr")  # M == 1: the JIT makes it a constant
-    assert _native.parameters(_compiled(specialised), NAMES, reduce.SEGMENT_SOURCES)[3:5] == [(N_ROWS, I32),
+    assert native.parameters(_compiled(specialised), NAMES, plan.SEGMENT_SOURCES)[3:5] == [(N_ROWS, I32),
                                                                                             (N_SEGMENTS, I64)]
 
 
@@ -178,11 +180,11 @@ def test_parameters_of_the_combine_kernel():
     names = ("offsets_ptr", "out_ptr", "ws_ptr", "n_cols", "rows_per_chunk", "n_chunks", "MEAN")
     signature = {"offsets_ptr": "*i32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "n_cols": "i32",
                  "rows_per_chunk": "i32", "n_chunks": "i32", "MEAN": "constexpr"}
-    assert _native.parameters(_compiled(signature), names, reduce.COMBINE_SOURCES) == [
+    assert native.parameters(_compiled(signature), names, plan.COMBINE_SOURCES) == [
         (OFFSETS, POINTER), (OUT, POINTER), (WORKSPACE, POINTER), (N_COLS, I32), (ROWS_PER_CHUNK, I32),
         (N_CHUNKS, I32), (NULL, POINTER), (NULL, POINTER)]
     swapped = dict(signature, n_cols="*fp32")  # a pointer where the source is an integer
-    assert _native.parameters(_compiled(swapped), names, reduce.COMBINE_SOURCES) is None
+    assert native.parameters(_compiled(swapped), names, plan.COMBINE_SOURCES) is None
 
 
 @pytest.mark.parametrize("change", [
@@ -193,7 +195,7 @@ def test_parameters_of_the_combine_kernel():
 ])
 def test_parameters_refuse_what_the_launcher_would_do_differently(change):
     signature = change.pop("signature", SIGNATURE)
-    assert _native.parameters(_compiled(signature, **change), NAMES, reduce.SEGMENT_SOURCES) is None
+    assert native.parameters(_compiled(signature, **change), NAMES, plan.SEGMENT_SOURCES) is None
 
 
 class FakeModule:
@@ -232,12 +234,12 @@ class FakeModule:
 
 
 def _ready(module):
-    _native._state = _native._State(status="ready", module=module)
-    _native._refresh()
+    native._state = native._State(status="ready", module=module)
+    native._refresh()
 
 
 PLAN = {"block_m": 8, "group": 2, "programs": 0, "chunk_programs": 0, "block_l": 0, "min_chunk_rows": 0}
-KERNELS = [{"compiled": _compiled(SIGNATURE), "arg_names": NAMES, "sources": reduce.SEGMENT_SOURCES,
+KERNELS = [{"compiled": _compiled(SIGNATURE), "arg_names": NAMES, "sources": plan.SEGMENT_SOURCES,
             "grid": "segments"}]
 
 
@@ -246,11 +248,11 @@ def test_offer_registers_after_a_matching_first_launch():
     out = torch.randn(3, 8)
     fake = FakeModule(lambda trial: trial.copy_(out))
     _ready(fake)
-    _native.offer(values, offsets, 7, True, False, PLAN, KERNELS, out)
+    native.offer(values, offsets, 7, True, False, PLAN, KERNELS, out)
     assert list(fake.plans) == [(1, 7, 8)] and fake.plans[(1, 7, 8)][:4] == (8, 2, 0, 0)
-    assert fake.plans[(1, 7, 8)][4] == [(1234, 4, 0, 0, _native.parameters(_compiled(SIGNATURE), NAMES,
-                                                                             reduce.SEGMENT_SOURCES))]
-    assert _native.state()["verified_kernels"] == 1 and _native.active is fake
+    assert fake.plans[(1, 7, 8)][4] == [(1234, 4, 0, 0, native.parameters(_compiled(SIGNATURE), NAMES,
+                                                                             plan.SEGMENT_SOURCES))]
+    assert native.state()["verified_kernels"] == 1 and native.active is fake
 
 
 def test_offer_disables_the_path_when_the_first_launch_differs():
@@ -258,17 +260,17 @@ def test_offer_disables_the_path_when_the_first_launch_differs():
     out = torch.randn(3, 8)
     fake = FakeModule(lambda trial: trial.copy_(out).view(-1)[5].add_(1))
     _ready(fake)
-    _native.offer(values, offsets, 7, True, False, PLAN, KERNELS, out)
-    assert _native.active is None and fake.plans == {}
-    assert _native.state()["status"] == "disabled" and "differs" in _native.state()["reason"]
+    native.offer(values, offsets, 7, True, False, PLAN, KERNELS, out)
+    assert native.active is None and fake.plans == {}
+    assert native.state()["status"] == "disabled" and "differs" in native.state()["reason"]
 
 
 def test_offer_proves_nothing_on_an_empty_output():
     values, offsets = torch.empty(0, 8), torch.zeros(1, dtype=torch.int64)
     fake = FakeModule(lambda trial: None)
     _ready(fake)
-    _native.offer(values, offsets, None, False, False, PLAN, KERNELS, torch.empty(0, 8))
-    assert fake.plans == {} and _native.active is fake and _native.state()["verified_kernels"] == 0
+    native.offer(values, offsets, None, False, False, PLAN, KERNELS, torch.empty(0, 8))
+    assert fake.plans == {} and native.active is fake and native.state()["verified_kernels"] == 0
 
 
 def test_offer_skips_kernels_it_cannot_pack():
@@ -276,8 +278,8 @@ def test_offer_skips_kernels_it_cannot_pack():
     fake = FakeModule(lambda trial: pytest.fail("must not launch"))
     _ready(fake)
     kernels = [dict(KERNELS[0], compiled=_compiled(SIGNATURE, num_ctas=2))]
-    _native.offer(values, offsets, 7, True, False, PLAN, kernels, torch.randn(3, 8))
-    assert fake.plans == {} and _native.active is fake
+    native.offer(values, offsets, 7, True, False, PLAN, kernels, torch.randn(3, 8))
+    assert fake.plans == {} and native.active is fake
 
 
 def test_public_functions_take_the_native_call_first_and_fall_back_on_none():
@@ -288,7 +290,7 @@ def test_public_functions_take_the_native_call_first_and_fall_back_on_none():
     assert jaggedperf.jagged_sum(values, offsets) == "native output"
     assert fake.served_calls == 2
     fake.reduce = lambda *args: None  # no plan: the Python path (the CPU kernel here)
-    torch.testing.assert_close(jaggedperf.jagged_sum(values, offsets), reduce._reduce_cpu(values, offsets, mean=False,
+    torch.testing.assert_close(jaggedperf.jagged_sum(values, offsets), op._reduce_cpu(values, offsets, mean=False,
                                                                                           empty_zero=False))
 
 
@@ -303,7 +305,7 @@ def test_native_call_is_skipped_where_the_python_path_must_run(how, monkeypatch)
     elif how == "env":
         monkeypatch.setenv("JAGGEDPERF_VALIDATE", "1")
     elif how == "forced tier":
-        _launch.force_tier("jit")
+        launch.force_tier("jit")
     elif how == "nested":  # the native call is tried once its values and offsets are unpacked (the CPU: no plan)
         values = torch.nested.nested_tensor_from_jagged(values, offsets)
         offsets = None
@@ -324,7 +326,7 @@ def test_compiled_callers_never_reach_the_native_call():
     fake = FakeModule(None)
     _ready(fake)
     compiled = torch.compile(lambda v, o: jaggedperf.jagged_mean(v, o, max_seqlen=7), fullgraph=True)
-    torch.testing.assert_close(compiled(values, offsets), reduce._reduce_cpu(values, offsets, mean=True,
+    torch.testing.assert_close(compiled(values, offsets), op._reduce_cpu(values, offsets, mean=True,
                                                                              empty_zero=False), equal_nan=True)
     assert fake.served_calls == 0
 
@@ -332,25 +334,25 @@ def test_compiled_callers_never_reach_the_native_call():
 def test_a_failed_build_leaves_the_python_path(monkeypatch, tmp_path):
     monkeypatch.setenv("JAGGEDPERF_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", "false")  # a compiler that always fails
-    _native._state = _native._State()
-    state = _native.ensure()
-    assert state["status"] == "failed" and "building _native.cpp failed" in state["reason"]
-    assert _native.active is None and not list(tmp_path.rglob("*.so"))
+    native._state = native._State()
+    state = native.ensure()
+    assert state["status"] == "failed" and "building native.cpp failed" in state["reason"]
+    assert native.active is None and not list(tmp_path.rglob("*.so"))
 
 
 def test_native_off_by_environment(monkeypatch):
     monkeypatch.setenv("JAGGEDPERF_NATIVE", "0")
-    _native._state = _native._State()
-    assert _native.ensure()["status"] == "off" and _native.active is None and not _native.offering()
+    native._state = native._State()
+    assert native.ensure()["status"] == "off" and native.active is None and not native.offering()
 
 
 def test_launch_path_reports_the_native_path_and_force_tier_and_overrides_pause_it():
     fake = FakeModule(None)
     _ready(fake)
-    _launch.force_tier("launch")
-    assert _native.active is None and _launch.launch_path()["native"]["paused"] == ["force_tier"]
-    with _config.override(block_l=8):
-        assert _native.state()["paused"] == ["config override", "force_tier"] and not _native.offering()
-        _launch.force_tier(None)
-        assert _native.active is None
-    assert _native.active is fake and _launch.launch_path()["native"]["status"] == "ready"
+    launch.force_tier("launch")
+    assert native.active is None and launch.launch_path()["native"]["paused"] == ["force_tier"]
+    with config.override(block_l=8):
+        assert native.state()["paused"] == ["config override", "force_tier"] and not native.offering()
+        launch.force_tier(None)
+        assert native.active is None
+    assert native.active is fake and launch.launch_path()["native"]["status"] == "ready"

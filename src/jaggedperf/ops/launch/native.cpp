@@ -6,11 +6,11 @@
 // Why: the kernel at the seed shapes takes 6-10 µs of device time; the Python planning, torch.empty
 // and Triton's launcher cost ~15 µs of host time before it starts (host_probe, run 29).
 //
-// What it trusts: nothing it has not been shown. A plan is registered by _native.py only after the
+// What it trusts: nothing it has not been shown. A plan is registered by native.py only after the
 // Python path has planned the call and launched the same compiled kernel through a verified tier; the
 // kernel's parameter list comes from that compiled kernel's own signature (Triton's launcher passes
 // every non-constexpr argument, then two scratch pointers, as cuLaunchKernelEx parameters); and
-// _native.py checks a plan's first launch bitwise against the Python path's output before using it.
+// native.py checks a plan's first launch bitwise against the Python path's output before using it.
 // Any input it does not recognise (another key, a grad to record, a dispatch mode, another current
 // device, no current CUDA context) returns None, and the caller takes the Python path.
 //
@@ -295,7 +295,7 @@ Key to_key(const std::vector<int64_t>& key) {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "jaggedperf's native launch path for eager jagged sum/mean (see _native.py)";
+  m.doc() = "jaggedperf's native launch path for eager jagged sum/mean (see native.py)";
   m.def("reduce", &reduce, "the output of a registered plan, launched; None when the call has no plan",
         py::arg("values"), py::arg("offsets"), py::arg("max_seqlen"), py::arg("mean"), py::arg("empty_zero"));
   m.def(

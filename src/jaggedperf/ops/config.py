@@ -5,7 +5,9 @@ device and cached). It never depends on the total length N or the batch size B, 
 never triggers a recompile, an autotune pause or a guard under ``torch.compile(dynamic=True)``.
 
 ``override`` replaces the bucket table (benchmarks use it to try alternatives); it is a plain
-process-wide setting, not meant for concurrent use.
+process-wide setting, not meant for concurrent use. Whoever must know when an override starts or ends
+(the native launch path, whose plans keep the configs they were made with) says so through
+``watch_override``: this module imports nothing of ops.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +38,7 @@ class ReduceConfig:
 
 
 _override: ReduceConfig | dict | None = None
+_watchers: list[Callable[[bool], None]] = []
 
 
 def next_pow2(n: int) -> int:
@@ -104,16 +108,32 @@ def _cached_bucket(n_cols: int, element_size: int) -> ReduceConfig:
 
 
 def set_override(cfg: ReduceConfig | dict | None) -> None:
-    """Use ``cfg`` (a whole config, or fields replacing the bucket's) for every call; None restores."""
+    """Use ``cfg`` (a whole config, or fields replacing the bucket's) for every call; None restores.
+
+    Args:
+        cfg: a ReduceConfig, a dict of ReduceConfig fields, or None.
+
+    Raises:
+        ValueError: a dict naming a field ReduceConfig does not have.
+    """
     global _override
     if isinstance(cfg, dict):
         unknown = set(cfg) - {f.name for f in dataclasses.fields(ReduceConfig)}
         if unknown:
             raise ValueError(f"override: unknown config fields {sorted(unknown)}")
     _override = cfg
-    from jaggedperf.ops import _native  # its plans run the configs they were registered with: it stands aside
+    for watcher in _watchers:
+        watcher(cfg is not None)
 
-    _native.pause("config override", cfg is not None)
+
+def watch_override(watcher: Callable[[bool], None]) -> None:
+    """Call ``watcher(active)`` now and whenever an override is set (True) or cleared (False).
+
+    Args:
+        watcher: a callable taking whether an override is active.
+    """
+    _watchers.append(watcher)
+    watcher(_override is not None)
 
 
 @dataclass(frozen=True)

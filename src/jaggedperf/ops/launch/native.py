@@ -1,17 +1,17 @@
-"""The native launch path: an eager jagged sum/mean in one C++ call (``_native.cpp``).
+"""The native launch path: an eager jagged sum/mean in one C++ call (``native.cpp``).
 
 The Python fast path plans each call, allocates with ``torch.empty`` and launches through Triton's
 launcher: ≈15 µs of host time before a 6-10 µs kernel starts at the seed shapes (host_probe, run 29).
 The native module does the same work for a call it has a *plan* for, in C++: checks, output (and
 workspace) allocation from the CUDA caching allocator, grids, parameter blocks, ``cuLaunchKernel``.
 
-Plans. After the Python path has planned and launched a call (through a verified tier, ``_launch``),
+Plans. After the Python path has planned and launched a call (through a verified tier, ``tiers``),
 ``offer`` registers the plan for the call's key: the compiled kernels' CUfunctions and launch configs,
 their parameter lists read from the compiled signatures, and how to size the grid: one whole-segments
 launch, or the balanced chunks' two launches (reduce, combine) with their fp32 workspace, the chunking
 redone per call from the config (so one plan serves every N and B when there is no ``max_seqlen``).
 The first plan of each set of compiled kernels is checked: its launches, into an output poisoned with
-``_launch.POISON_BYTE``, must match the Python path's output bitwise (one sync, once per set); a
+``verification.POISON_BYTE``, must match the Python path's output bitwise (one sync, once per set); a
 mismatch or error turns the native path off for the process, with the reason in ``state()``. Only
 calls with a registered plan take the native path; everything else (autograd, torch.compile, dispatch
 modes, other devices, forced chunk sizes) stays in Python, and the path stands aside while a benchmark
@@ -44,12 +44,13 @@ from pathlib import Path
 
 import torch
 
-from jaggedperf.ops._launch import bitwise_equal, capturing, poison
+from jaggedperf.ops import config
+from jaggedperf.ops.launch.verification import bitwise_equal, capturing, poison
 
-SOURCE = Path(__file__).with_name("_native.cpp")
+SOURCE = Path(__file__).with_name("native.cpp")
 MODULE_NAME = "jaggedperf_native"
 BUILD_TIMEOUT_S = 600
-# _native.cpp's parameter sources (its Source enum, in order), which of them are pointers, and int kinds
+# native.cpp's parameter sources (its Source enum, in order), which of them are pointers, and int kinds
 SOURCES = ("values", "offsets", "out", "n_rows", "n_cols", "n_segments", "null", "workspace", "rows_per_chunk",
            "n_chunks")
 POINTER_SOURCES = ("values", "offsets", "out", "workspace")
@@ -216,7 +217,13 @@ def offering() -> bool:
 
 def pause(reason: str, paused: bool) -> None:
     """Stand aside (``paused``) or come back, for ``reason``: a benchmark timing a forced launch tier
-    (``_launch.force_tier``), a config override (``_config.set_override``: plans would run the old config)."""
+    (``jaggedperf.ops.launch.force_tier``), a config override (``config.set_override``: plans would run the
+    old config).
+
+    Args:
+        reason: why; the path comes back once no reason is left.
+        paused: True to stand aside for ``reason``, False to drop it.
+    """
     with _lock:
         (_state.paused.add if paused else _state.paused.discard)(reason)
         _refresh()
@@ -323,3 +330,7 @@ def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: dict,
 def _fail(native, reason: str) -> None:
     native.forget()
     disable(reason)
+
+
+# plans run the configs they were registered with: while a config override is set, the path stands aside
+config.watch_override(lambda active: pause("config override", active))
