@@ -18,9 +18,10 @@ from gpu_checks import check  # noqa: E402
 
 import jaggedperf  # noqa: E402
 from jaggedperf.inputs import Case, make_batch  # noqa: E402
-from jaggedperf.ops import launch  # noqa: E402
+from jaggedperf.ops import launch, testing  # noqa: E402
 from jaggedperf.ops.launch import native as native_launch  # noqa: E402
-from jaggedperf.ops.reduce import api, plan  # noqa: E402
+from jaggedperf.ops.launch.layout import GridKind  # noqa: E402
+from jaggedperf.ops.reduce import plan  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -42,8 +43,7 @@ def _bitwise(a, b):
 
 def _python_path(values, offsets, max_seqlen, mean=True):
     # plans and launches in Python, and registers the plan (a no-op once registered)
-    return api._python_reduce(values, offsets, "test", mean=mean, empty_zero=False, max_seqlen=max_seqlen,
-                                 validate=None)
+    return testing.python_path(values, offsets, mean=mean, max_seqlen=max_seqlen)
 
 
 def _served():
@@ -84,8 +84,8 @@ def test_chunked_kernels_without_max_seqlen_served_and_equal(case, dtype):
     batch = make_batch(case, "cuda")
     values = batch.values.to(dtype)
     offsets = batch.offsets.to(torch.int32 if dtype == torch.bfloat16 else torch.int64)
-    _, launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False)
-    assert [launch.native["grid"] for launch in launches] == ["chunks", "chunks"]  # reduce, then combine
+    launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False).launches
+    assert [launch.native.grid for launch in launches] == [GridKind.CHUNKS] * 2  # reduce, then combine
     for mean in (False, True):
         fn = getattr(jaggedperf, "jagged_mean" if mean else "jagged_sum")
         expected = _python_path(values, offsets, None, mean)
@@ -112,7 +112,8 @@ def test_new_batch_sizes_and_lengths_register_their_own_plans():
     for case in (Case(512, 64, 90, 0.3), Case(513, 64, 90, 0.3), Case(4000, 64, 30, 0.5)):
         batch = make_batch(case, "cuda")
         longest = int(batch.offsets.diff().max())
-        _, launches = plan.plan_reduce(batch.values, batch.offsets, mean=True, empty_zero=False, max_seqlen=longest)
+        launches = plan.plan_reduce(batch.values, batch.offsets, mean=True, empty_zero=False,
+                                    max_seqlen=longest).launches
         assert [launch.native is not None for launch in launches] == [True]  # the whole-segments kernel
         first = jaggedperf.jagged_mean(batch.values, batch.offsets, max_seqlen=longest)
         before = _served()

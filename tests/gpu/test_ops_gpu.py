@@ -65,7 +65,7 @@ def test_known_max_seqlen_whole_segments_kernel(case, dtype):
     planned = plan.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=longest)
     if case.distribution != "heavy":  # many small groups (65536 × 16): the looping form
         expected = kernels._segments_loop_kernel if case.B == 65536 else kernels._segments_kernel
-        assert [launch.kernel for launch in planned[1]] == [expected]
+        assert [launch.kernel for launch in planned.launches] == [expected]
     for hint in (longest, max(longest // 3, 1)):
         check(jaggedperf.jagged_sum(values, offsets, max_seqlen=hint), values, offsets, mean=False, what="sum")
         first = jaggedperf.jagged_mean(values, offsets, max_seqlen=hint)
@@ -253,7 +253,7 @@ def test_backward(case, dtype, hinted):
     values, offsets = batch(case, dtype)
     hint = int(offsets.diff().max()) if hinted else None
     grad_plan = plan.plan_expand(values[: offsets.numel() - 1], offsets, values.shape[0], mean=True,
-                                                  max_seqlen=hint)[1]
+                                 max_seqlen=hint).launches
     whole = hinted and case.distribution != "heavy"
     assert (grad_plan[0].kernel is kernels._segments_expand_kernel) == whole
     for mean in (False, True):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from jaggedperf.ops import config
-from jaggedperf.ops.reduce.plan import _chunking
+from jaggedperf.ops.reduce import plan
 
 CPU = torch.device("cpu")
 
@@ -23,8 +23,14 @@ def test_buckets_are_powers_of_two_and_cover_the_row(M, dtype):
 @pytest.mark.parametrize("n_rows", [0, 1, 15, 16, 17, 1000, 123457, 2**31 + 5])
 @pytest.mark.parametrize("M", [1, 64, 300])
 def test_chunks_cover_all_rows_at_least_one_chunk(n_rows, M):
+    # the production plan on meta tensors (no memory, any N): its reduce launch's R, C and grid
     cfg = config.reduce_config(M, torch.float32, CPU)
-    rows, chunks, col_blocks = _chunking(n_rows, M, cfg, CPU)
+    values = torch.empty(n_rows, M, device="meta")
+    offsets = torch.empty(8, dtype=torch.int64, device="meta")
+    reduce_launch = plan.plan_reduce(values, offsets, mean=True, empty_zero=False).launches[0]
+    rows, chunks = reduce_launch.args[7:9]
+    col_blocks = reduce_launch.grid[1]
+    assert reduce_launch.grid == (chunks, col_blocks, 1)
     assert chunks >= 1 and rows >= cfg.min_chunk_rows and rows % cfg.block_l == 0
     assert rows * chunks >= n_rows and rows * (chunks - 1) < max(n_rows, 1)
     assert col_blocks * cfg.block_m >= M

@@ -10,15 +10,21 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import jaggedperf
 from jaggedperf.ops import config, launch
-from jaggedperf.ops.launch import native
+from jaggedperf.ops.launch import layout, native
+from jaggedperf.ops.launch.layout import POINTER_SOURCES, GridKind, Kind, Source
+from jaggedperf.ops.launch.plan import NativePlan, chunking
 from jaggedperf.ops.reduce import op, plan
 
-VALUES, OFFSETS, OUT, N_ROWS, N_COLS, N_SEGMENTS, NULL, WORKSPACE, ROWS_PER_CHUNK, N_CHUNKS = range(10)
-POINTER, I32, I64 = range(3)
-SEGMENTS, CHUNKS = range(2)
+VALUES, OFFSETS, OUT, WORKSPACE = Source.VALUES, Source.OFFSETS, Source.OUT, Source.WORKSPACE
+N_ROWS, N_COLS, N_SEGMENTS, NULL = Source.N_ROWS, Source.N_COLS, Source.N_SEGMENTS, Source.NULL_POINTER
+ROWS_PER_CHUNK, N_CHUNKS = Source.ROWS_PER_CHUNK, Source.N_CHUNKS
+POINTER, I32, I64 = Kind.POINTER, Kind.I32, Kind.I64
+SEGMENTS, CHUNKS = GridKind.SEGMENTS, GridKind.CHUNKS
 
 
 @pytest.fixture(scope="module")
@@ -102,32 +108,72 @@ def test_pack_writes_pointers_and_narrowed_ints_in_kernel_order(built):
     assert struct.unpack("<Q", built.pack([(WORKSPACE, POINTER)], values, offsets, out, None, 0, 0))[0] == 0
 
 
-def _chunking(n_rows, n_cols, block_m, chunk_programs, block_l, min_chunk_rows):
-    # plan._chunking's arithmetic, with the programs aimed at given directly
-    col_blocks = -(-n_cols // block_m)
-    target = max(1, -(-chunk_programs // col_blocks))
-    per = -(-(-(-n_rows // target)) // block_l) * block_l
-    rows = max(per, min_chunk_rows)
-    return rows, max(-(-n_rows // rows), 1)
+def test_every_layout_source_packs(built):
+    # a Source that layout.py declares and native.cpp's pack() has no case for raises here
+    values, offsets = _batch(n_rows=3, n_cols=8, lengths=(1, 2))
+    params = [(source, POINTER if source in POINTER_SOURCES or source == NULL else I64) for source in Source]
+    block = built.pack(params, values, offsets, torch.empty(2, 8), torch.empty(40), 7, 1)
+    assert len(block) == 8 * len(Source)
 
 
-@pytest.mark.parametrize("n_rows,n_cols", [(0, 8), (1, 8), (1000, 64), (123_457, 33), (5_000_000, 512)])
-def test_chunk_geometry_is_reduce_chunking(built, n_rows, n_cols):
-    rows, chunks = _chunking(n_rows, n_cols, 64, 132 * 16, 32, 128)
-    got = built.geometry(64, 0, 0, 132 * 16, 32, 128, [CHUNKS, CHUNKS], n_rows, n_cols, 7)
-    assert got == (rows, chunks, [(chunks, -(-n_cols // 64), 1)] * 2)
+SEGMENT_PLAN = NativePlan(block_m=8, group=2, programs=0, chunk_programs=0, block_l=0, min_chunk_rows=0)
 
 
-def test_chunk_geometry_matches_the_python_plan(built, monkeypatch):
-    values, offsets = _batch(n_rows=5000, n_cols=40, lengths=(1000, 0, 3000, 1000))
-    monkeypatch.setattr(plan, "sm_count", lambda device: 132)
-    _, launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False)
-    grids = launches[0].native["plan"]
-    got = built.geometry(grids["block_m"], 0, 0, grids["chunk_programs"], grids["block_l"], grids["min_chunk_rows"],
-                         [CHUNKS, CHUNKS], 5000, 40, 4)
-    rows, chunks = launches[0].args[7], launches[0].args[8]
-    assert got == (rows, chunks, [launches[0].grid, launches[1].grid])
-    assert [launch.native["sources"] for launch in launches] == [plan.REDUCE_SOURCES, plan.COMBINE_SOURCES]
+def test_the_module_is_built_from_the_layout_header(built):
+    # native.cpp's range checks are the header's counts: the last Source and Kind register, one past them do not
+    kernel = (0, 1, 0, SEGMENTS, [(len(Source) - 1, I64), (0, len(Kind) - 1)])
+    built.register([0] * 11, 0, kernels=[kernel], **dataclasses.asdict(SEGMENT_PLAN))
+    for bad in ((len(Source), POINTER), (0, len(Kind))):
+        with pytest.raises(ValueError, match="out of range"):
+            built.register([0] * 11, 0, kernels=[(0, 1, 0, SEGMENTS, [bad])], **dataclasses.asdict(SEGMENT_PLAN))
+    built.forget()
+    assert f"constexpr int SOURCE_COUNT = {len(Source)};" in layout.header()
+
+
+def _meta(n_rows, n_cols, n_segments, dtype=torch.float32):
+    # shapes without memory: the production planners run on meta tensors for any N
+    return (torch.empty(n_rows, n_cols, dtype=dtype, device="meta"),
+            torch.empty(n_segments + 1, dtype=torch.int64, device="meta"))
+
+
+@pytest.mark.parametrize("sms", [4, 132])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("n_cols", [1, 8, 33, 64, 300, 4096])
+@pytest.mark.parametrize("n_rows", [0, 1, 31, 1000, 123_457, 5_000_000, 2**31 + 5])
+def test_native_chunk_geometry_is_the_python_plans(built, monkeypatch, n_rows, n_cols, dtype, sms):
+    # the native path redoes the chunking per call in C++ (geometry_of): it must be the Python plan's
+    monkeypatch.setattr(plan, "sm_count", lambda device: sms)
+    planned = plan.plan_reduce(*_meta(n_rows, n_cols, 7, dtype), mean=True, empty_zero=False)
+    grids = planned.native_plan()
+    assert grids.chunk_programs == sms * config.reduce_config(n_cols, dtype, planned.out.device).programs_per_sm
+    got = built.geometry(**dataclasses.asdict(grids), grid_kinds=[step.native.grid for step in planned.launches],
+                         n_rows=n_rows, n_cols=n_cols, n_segments=7)
+    rows, chunks = planned.launches[0].args[7:9]
+    assert got == (rows, chunks, [step.grid for step in planned.launches])
+    assert [step.native for step in planned.launches] == [plan.REDUCE_NATIVE, plan.COMBINE_NATIVE]
+
+
+@pytest.mark.parametrize("n_segments", [4, 7, 512, 65536])
+@pytest.mark.parametrize("n_cols,max_seqlen", [(1, 40), (16, 64), (64, 100), (64, 500), (300, 40)])
+def test_native_segment_geometry_is_the_python_plans(built, n_segments, n_cols, max_seqlen):
+    planned = plan.plan_reduce(*_meta(n_segments * max_seqlen // 2, n_cols, n_segments), mean=False,
+                               empty_zero=False, max_seqlen=max_seqlen)
+    assert planned.launches[0].native == plan.SEGMENTS_NATIVE
+    got = built.geometry(**dataclasses.asdict(planned.native_plan()), grid_kinds=[SEGMENTS],
+                         n_rows=planned.launches[0].args[3], n_cols=n_cols, n_segments=n_segments)
+    assert got[2] == [planned.launches[0].grid]
+
+
+@given(n_rows=st.integers(0, 2**40), col_blocks=st.integers(1, 64), chunk_programs=st.integers(1, 10**5),
+       block_l=st.sampled_from([1, 8, 16, 32, 64, 128]), min_tiles=st.integers(1, 16))
+def test_chunking_is_native_geometry_of(built, n_rows, col_blocks, chunk_programs, block_l, min_tiles):
+    # launch.plan.chunking (Python) and geometry_of (C++) are one arithmetic written twice: a divergence fails here
+    grids = NativePlan(block_m=16, group=0, programs=0, chunk_programs=chunk_programs, block_l=block_l,
+                       min_chunk_rows=min_tiles * block_l)
+    rows, chunks = chunking(n_rows, col_blocks, chunk_programs, block_l, grids.min_chunk_rows)
+    got = built.geometry(**dataclasses.asdict(grids), grid_kinds=[CHUNKS], n_rows=n_rows, n_cols=col_blocks * 16,
+                         n_segments=3)
+    assert got == (rows, chunks, [(chunks, col_blocks, 1)])
 
 
 def test_segment_grid_from_group_or_fixed_programs(built):
@@ -138,15 +184,13 @@ def test_segment_grid_from_group_or_fixed_programs(built):
         built.geometry(4, 0, 0, 0, 0, 0, [SEGMENTS], 9, 33, 9)  # neither a group nor programs
     with pytest.raises(ValueError):
         built.geometry(4, 1, 0, 0, 0, 0, [CHUNKS], 9, 33, 9)  # a chunks kernel with no chunking
-    with pytest.raises(ValueError):
-        built.register([0] * 11, 0, 4, 1, 0, 0, 0, 0, [(0, 1, 0, SEGMENTS, [(12, POINTER)])])  # unknown source
 
 
 def test_reduce_and_launch_leave_cpu_tensors_and_unknown_keys_alone(built):
     values, offsets = _batch()
     built.forget()
-    built.register(built.key(values, offsets, -1, True, False), 0, 8, 1, 0, 0, 0, 0,
-                   [(0, 1, 0, SEGMENTS, [(VALUES, POINTER)])])
+    native.register(built, built.key(values, offsets, -1, True, False), 0, SEGMENT_PLAN,
+                    [(0, 1, 0, SEGMENTS, [(VALUES, POINTER)])])
     assert built.size() == 1 and built.has(built.key(values, offsets, -1, True, False))
     assert built.reduce(values, offsets, -1, True, False) is None  # CPU tensors: never launched
     with pytest.raises(ValueError):
@@ -168,11 +212,11 @@ SIGNATURE = {"values_ptr": "*fp32", "offsets_ptr": "*i64", "out_ptr": "*fp32", "
 
 
 def test_parameters_follow_the_compiled_signature():
-    params = native.parameters(_compiled(SIGNATURE), NAMES, plan.SEGMENT_SOURCES)
+    params = native.parameters(_compiled(SIGNATURE), NAMES, plan.SEGMENTS_NATIVE.sources)
     assert params == [(VALUES, POINTER), (OFFSETS, POINTER), (OUT, POINTER), (N_ROWS, I32), (N_COLS, I32),
                       (N_SEGMENTS, I64), (NULL, POINTER), (NULL, POINTER)]
     specialised = dict(SIGNATURE, n_cols="constexpr")  # M == 1: the JIT makes it a constant
-    assert native.parameters(_compiled(specialised), NAMES, plan.SEGMENT_SOURCES)[3:5] == [(N_ROWS, I32),
+    assert native.parameters(_compiled(specialised), NAMES, plan.SEGMENTS_NATIVE.sources)[3:5] == [(N_ROWS, I32),
                                                                                             (N_SEGMENTS, I64)]
 
 
@@ -180,11 +224,11 @@ def test_parameters_of_the_combine_kernel():
     names = ("offsets_ptr", "out_ptr", "ws_ptr", "n_cols", "rows_per_chunk", "n_chunks", "MEAN")
     signature = {"offsets_ptr": "*i32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "n_cols": "i32",
                  "rows_per_chunk": "i32", "n_chunks": "i32", "MEAN": "constexpr"}
-    assert native.parameters(_compiled(signature), names, plan.COMBINE_SOURCES) == [
+    assert native.parameters(_compiled(signature), names, plan.COMBINE_NATIVE.sources) == [
         (OFFSETS, POINTER), (OUT, POINTER), (WORKSPACE, POINTER), (N_COLS, I32), (ROWS_PER_CHUNK, I32),
         (N_CHUNKS, I32), (NULL, POINTER), (NULL, POINTER)]
     swapped = dict(signature, n_cols="*fp32")  # a pointer where the source is an integer
-    assert native.parameters(_compiled(swapped), names, plan.COMBINE_SOURCES) is None
+    assert native.parameters(_compiled(swapped), names, plan.COMBINE_NATIVE.sources) is None
 
 
 @pytest.mark.parametrize("change", [
@@ -195,7 +239,7 @@ def test_parameters_of_the_combine_kernel():
 ])
 def test_parameters_refuse_what_the_launcher_would_do_differently(change):
     signature = change.pop("signature", SIGNATURE)
-    assert native.parameters(_compiled(signature, **change), NAMES, plan.SEGMENT_SOURCES) is None
+    assert native.parameters(_compiled(signature, **change), NAMES, plan.SEGMENTS_NATIVE.sources) is None
 
 
 class FakeModule:
@@ -238,9 +282,8 @@ def _ready(module):
     native._refresh()
 
 
-PLAN = {"block_m": 8, "group": 2, "programs": 0, "chunk_programs": 0, "block_l": 0, "min_chunk_rows": 0}
-KERNELS = [{"compiled": _compiled(SIGNATURE), "arg_names": NAMES, "sources": plan.SEGMENT_SOURCES,
-            "grid": "segments"}]
+PLAN = SEGMENT_PLAN
+KERNELS = [native.OfferedKernel(_compiled(SIGNATURE), NAMES, plan.SEGMENTS_NATIVE)]
 
 
 def test_offer_registers_after_a_matching_first_launch():
@@ -251,7 +294,7 @@ def test_offer_registers_after_a_matching_first_launch():
     native.offer(values, offsets, 7, True, False, PLAN, KERNELS, out)
     assert list(fake.plans) == [(1, 7, 8)] and fake.plans[(1, 7, 8)][:4] == (8, 2, 0, 0)
     assert fake.plans[(1, 7, 8)][4] == [(1234, 4, 0, 0, native.parameters(_compiled(SIGNATURE), NAMES,
-                                                                             plan.SEGMENT_SOURCES))]
+                                                                             plan.SEGMENTS_NATIVE.sources))]
     assert native.state()["verified_kernels"] == 1 and native.active is fake
 
 
@@ -277,7 +320,7 @@ def test_offer_skips_kernels_it_cannot_pack():
     values, offsets = _batch()
     fake = FakeModule(lambda trial: pytest.fail("must not launch"))
     _ready(fake)
-    kernels = [dict(KERNELS[0], compiled=_compiled(SIGNATURE, num_ctas=2))]
+    kernels = [dataclasses.replace(KERNELS[0], compiled=_compiled(SIGNATURE, num_ctas=2))]
     native.offer(values, offsets, 7, True, False, PLAN, kernels, torch.randn(3, 8))
     assert fake.plans == {} and native.active is fake
 

@@ -6,7 +6,7 @@ The native module does the same work for a call it has a *plan* for, in C++: che
 workspace) allocation from the CUDA caching allocator, grids, parameter blocks, ``cuLaunchKernel``.
 
 Plans. After the Python path has planned and launched a call (through a verified tier, ``tiers``),
-``offer`` registers the plan for the call's key: the compiled kernels' CUfunctions and launch configs,
+``offer_plan`` registers the plan for the call's key: the compiled kernels' CUfunctions and launch configs,
 their parameter lists read from the compiled signatures, and how to size the grid: one whole-segments
 launch, or the balanced chunks' two launches (reduce, combine) with their fp32 workspace, the chunking
 redone per call from the config (so one plan serves every N and B when there is no ``max_seqlen``).
@@ -18,8 +18,8 @@ modes, other devices, forced chunk sizes) stays in Python, and the path stands a
 forces a launch tier or overrides the config.
 
 The module. Built with the C++ compiler torch's own extensions use (``CXX``, else ``c++``) against the
-installed torch's headers, into ``$JAGGEDPERF_CACHE`` (default ``~/.cache/jaggedperf``)/native/<hash of
-source, torch, Python and flags>/, and written there atomically (a killed build leaves no lock behind).
+installed torch's headers and ``layout.header()``, into ``$JAGGEDPERF_CACHE`` (default
+``~/.cache/jaggedperf``)/native/<hash of source, layout header, torch, Python and compiler>/, and written there atomically (a killed build leaves no lock behind).
 ``JAGGEDPERF_NATIVE``: ``auto`` (default) loads a built module and, on the first eligible CUDA call,
 starts the build in a background thread (the Python path serves until it is ready); ``build`` builds
 in the calling thread at that first call; ``0`` turns the path off. ``ensure()`` builds and loads now
@@ -39,23 +39,31 @@ import sysconfig
 import tempfile
 import threading
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from jaggedperf.ops import config
+from jaggedperf.ops.launch import layout
+from jaggedperf.ops.launch.layout import INTEGER_KINDS, POINTER_SOURCES, Kind, Source
+from jaggedperf.ops.launch.plan import NativeKernel, NativePlan, Plan
+from jaggedperf.ops.launch.tiers import compiled as compiled_kernel
 from jaggedperf.ops.launch.verification import bitwise_equal, capturing, poison
 
 SOURCE = Path(__file__).with_name("native.cpp")
 MODULE_NAME = "jaggedperf_native"
 BUILD_TIMEOUT_S = 600
-# native.cpp's parameter sources (its Source enum, in order), which of them are pointers, and int kinds
-SOURCES = ("values", "offsets", "out", "n_rows", "n_cols", "n_segments", "null", "workspace", "rows_per_chunk",
-           "n_chunks")
-POINTER_SOURCES = ("values", "offsets", "out", "workspace")
-KINDS = {"i32": 1, "i64": 2}
-GRIDS = {"segments": 0, "chunks": 1}
+
+
+@dataclass(frozen=True)
+class OfferedKernel:
+    """One launch of a plan the Python path has just run, as the native path registers it."""
+
+    compiled: object  # the triton CompiledKernel the fast tiers launched (None: not compiled, e.g. interpreted)
+    arg_names: tuple  # the kernel's arguments, in order
+    native: NativeKernel  # what fills its runtime arguments and how its grid is sized
 
 
 @dataclass
@@ -102,11 +110,19 @@ def compiler() -> str:
     return os.environ.get("CXX", "c++")
 
 
-def build_command(output: Path) -> list[str]:
-    """The compile-and-link command for the module (torch's headers and libraries, Python's headers)."""
+def build_command(output: Path, layout_dir: Path) -> list[str]:
+    """The compile-and-link command for the module (torch's headers and libraries, Python's headers).
+
+    Args:
+        output: where the linker writes the module.
+        layout_dir: the folder holding ``layout.HEADER_NAME`` (written by ``build``).
+
+    Returns:
+        the command, as an argument list.
+    """
     from torch.utils import cpp_extension
 
-    includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
+    includes = [str(layout_dir), *cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
     libdirs = cpp_extension.library_paths()
     return [
         *shlex.split(compiler()), "-shared", "-fPIC", "-O2", "-std=c++17", "-w",
@@ -122,6 +138,7 @@ def module_path() -> Path:
     """Where the module for this source, torch and Python lives (built or not)."""
     digest = hashlib.sha256()
     digest.update(SOURCE.read_bytes())
+    digest.update(layout.header().encode())
     digest.update(f"{torch.__version__}|{sys.version}|{compiler()}".encode())
     root = Path(os.environ.get("JAGGEDPERF_CACHE", Path.home() / ".cache" / "jaggedperf"))
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
@@ -134,7 +151,9 @@ def build(path: Path | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         partial = Path(tmp) / path.name
-        done = subprocess.run(build_command(partial), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        (Path(tmp) / layout.HEADER_NAME).write_text(layout.header())
+        done = subprocess.run(build_command(partial, Path(tmp)), capture_output=True, text=True,
+                              timeout=BUILD_TIMEOUT_S)
         if done.returncode != 0:
             raise RuntimeError(f"building {SOURCE.name} failed ({done.returncode}):\n{done.stderr[-4000:]}")
         os.replace(partial, path)
@@ -248,12 +267,21 @@ def reset() -> None:
         _refresh()
 
 
-def parameters(compiled, arg_names, sources: tuple) -> list[tuple[int, int]] | None:
-    """The (source, kind) list of a compiled kernel's launch parameters, or None when it cannot be served.
+def parameters(compiled, arg_names, sources: tuple[Source, ...]) -> list[tuple[int, int]] | None:
+    """The (Source, Kind) list of a compiled kernel's launch parameters, or None when it cannot be served.
 
-    ``arg_names``: the kernel's arguments in order; ``sources``: what fills the first ones (names from
-    SOURCES; the rest must be constexprs). Triton's launcher passes every non-constexpr argument, then
-    the global and profile scratch pointers (null here: the kernel must need no scratch).
+    Triton's launcher passes every non-constexpr argument, then the global and profile scratch pointers
+    (null here: the kernel must need no scratch).
+
+    Args:
+        compiled: the triton CompiledKernel (its ``src.signature`` and ``metadata`` are read).
+        arg_names: the kernel's arguments in order.
+        sources: what fills the first of them (the rest must be constexprs).
+
+    Returns:
+        (source, kind) int pairs in the kernel's parameter order, scratch pointers included; None when
+        the launcher would do something this path does not (clusters, cooperative or PDL launches,
+        scratch, tensor descriptors, a type or argument it cannot fill).
     """
     metadata = compiled.metadata
     if (getattr(metadata, "num_ctas", 1) != 1 or getattr(metadata, "launch_cooperative_grid", False)
@@ -272,20 +300,42 @@ def parameters(compiled, arg_names, sources: tuple) -> list[tuple[int, int]] | N
             return None
         source = sources[position]
         if kind.startswith("*") and source in POINTER_SOURCES:
-            params.append((SOURCES.index(source), 0))
-        elif kind in KINDS and source in SOURCES and source not in POINTER_SOURCES + ("null",):
-            params.append((SOURCES.index(source), KINDS[kind]))
+            params.append((int(source), int(Kind.POINTER)))
+        elif kind in INTEGER_KINDS and source not in POINTER_SOURCES and source != Source.NULL_POINTER:
+            params.append((int(source), int(INTEGER_KINDS[kind])))
         else:
             return None
-    null = SOURCES.index("null")
-    return [*params, (null, 0), (null, 0)]
+    null = (int(Source.NULL_POINTER), int(Kind.POINTER))
+    return [*params, null, null]
 
 
-def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: dict, kernels: list[dict], out) -> None:
+def offer_plan(plan: Plan, key_extra: tuple, values, offsets, max_seqlen, mean: bool, empty_zero: bool) -> None:
+    """Offer the plan of a call the Python path has just launched through the fast tiers (``offer``).
+
+    Args:
+        plan: the call's Plan (its launches have run; ``plan.out`` holds the result).
+        key_extra: the call's ``tiers.eager_key``, under which the tiers cached the compiled kernels.
+        values, offsets, max_seqlen, mean, empty_zero: the call (a NestedTensor's call offers the plain one).
+    """
+    native_plan = plan.native_plan()
+    if native_plan is None or (type(max_seqlen) is not int and max_seqlen is not None):
+        return
+    kernels = [OfferedKernel(compiled_kernel((step.key, step.num_warps, key_extra)), step.kernel.arg_names, step.native)
+               for step in plan.launches]
+    offer(values, offsets, max_seqlen, mean, empty_zero, native_plan, kernels, plan.out)
+
+
+def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: NativePlan, kernels: list[OfferedKernel],
+          out) -> None:
     """Register the plan of a call the Python path has just served into ``out``, checking it first if its
-    compiled kernels have not been checked together. ``plan``: block_m, group, programs, chunk_programs,
-    block_l, min_chunk_rows; ``kernels``: per launch, in order, compiled, arg_names, sources, grid
-    ("segments" or "chunks"). Never raises; a failed check disables the path."""
+    compiled kernels have not been checked together. Never raises; a failed check disables the path.
+
+    Args:
+        values, offsets, max_seqlen, mean, empty_zero: the call.
+        plan: how the native module sizes the grids per call.
+        kernels: the plan's launches, in order.
+        out: the Python path's output for this call (the check's expected bytes).
+    """
     if _state.status == "not loaded":
         _start()
     native = active
@@ -296,18 +346,17 @@ def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: dict,
         return
     specs = []
     for kernel in kernels:
-        compiled = kernel["compiled"]
-        if compiled is None or getattr(compiled, "function", None) is None:
+        compiled = kernel.compiled
+        if compiled is None or getattr(compiled, "function", None) is None or kernel.native is None:
             return
-        params = parameters(compiled, kernel["arg_names"], kernel["sources"])
+        params = parameters(compiled, kernel.arg_names, kernel.native.sources)
         if params is None:
             return
         specs.append((int(compiled.function), int(compiled.metadata.num_warps), int(compiled.metadata.shared),
-                      GRIDS[kernel["grid"]], params))
+                      int(kernel.native.grid), params))
     functions = tuple(spec[0] for spec in specs)
     try:
-        native.register(key, values.get_device(), plan["block_m"], plan["group"], plan["programs"],
-                        plan["chunk_programs"], plan["block_l"], plan["min_chunk_rows"], specs)
+        register(native, key, values.get_device(), plan, specs)
         _state.registered += 1
         if functions in _state.verified_functions:
             return
@@ -325,6 +374,23 @@ def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: dict,
         _fail(native, "output differs from the Python path's launch")
         return
     _state.verified_functions.add(functions)
+
+
+def register(module, key: list[int], device: int, plan: NativePlan, specs: list[tuple]) -> None:
+    """Register ``plan`` for ``key`` in the built ``module`` (its fields pass by name: a field the module does
+    not know raises TypeError).
+
+    Args:
+        module: the built native module.
+        key: ``module.key(...)`` of the call.
+        device: the CUDA device index of the call's tensors.
+        plan: the grid sizing.
+        specs: per kernel, (CUfunction, num_warps, shared bytes, GridKind, [(Source, Kind), ...]).
+
+    Raises:
+        ValueError: a plan or spec the module refuses; TypeError: a NativePlan field it does not take.
+    """
+    module.register(key, device, kernels=specs, **dataclasses.asdict(plan))
 
 
 def _fail(native, reason: str) -> None:

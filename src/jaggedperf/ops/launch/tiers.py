@@ -191,6 +191,28 @@ def plain_eager(values, offsets) -> bool:
     )
 
 
+def prebuilt(step, key_extra: tuple):
+    """A zero-argument callable that launches ``step``'s cached compiled kernel through the active fast tier,
+    its arguments built once (benchmarks: the Python path's floor, with no planning and no checks).
+
+    Args:
+        step: a ``Launch`` already launched (and verified) through ``launch_all`` with ``key_extra``.
+        key_extra: the ``eager_key`` it was launched with.
+
+    Returns:
+        the callable.
+
+    Raises:
+        LookupError: no compiled kernel is cached for it, or the active tier is the JIT.
+    """
+    entry = _cache.get((step.key, step.num_warps, key_extra))
+    tier = _forced or _state.tier
+    if entry is None or tier == "jit":
+        raise LookupError(f"prebuilt: no compiled kernel cached for {step.key} or no fast tier (tier {tier})")
+    fast, kernel, grid, args = _FAST[tier], entry.compiled, step.grid, step.args
+    return lambda: fast(kernel, grid, args)
+
+
 def compiled(key: tuple):
     """The compiled kernel cached for ``key`` (None before its first launch, or in the interpreter)."""
     entry = _cache.get(key)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from jaggedperf.checks import check_layout, check_offsets, validation_requested
-from jaggedperf.ops.launch import compiled, eager_key, launch_all, native, plain_eager
+from jaggedperf.ops.launch import eager_key, launch_all, native, plain_eager
 from jaggedperf.ops.reduce import op  # noqa: F401  (registers torch.ops.jaggedperf.*)
 from jaggedperf.ops.reduce.plan import plan_reduce
 
@@ -75,11 +75,9 @@ def _native_call(values, offsets, max_seqlen, mean, empty_zero, validate):
     return native.active.reduce(values, offsets, hint, mean, empty_zero)
 
 
-def _python_reduce(values, offsets, name: str, *, mean: bool, empty_zero: bool, max_seqlen, validate,
-                   offer: bool = True):
-    # every call the native path does not serve (and the host probe's Python path, offer=False). offer: the
-    # launches register their plan with the native path (a no-op once it is registered, but a little Python:
-    # the probe times the Python path without it)
+def _python_reduce(values, offsets, name: str, *, mean: bool, empty_zero: bool, max_seqlen, validate):
+    # every call the native path does not serve: the checks, then the fast tiers (offering the plan to the
+    # native path, a no-op once it is registered) or the operator
     given = values
     values, offsets, max_seqlen = _inputs(values, offsets, name, max_seqlen, validate)
     if values is not given:  # a NestedTensor's values and offsets (or a contiguous copy): a plan may serve them
@@ -87,12 +85,12 @@ def _python_reduce(values, offsets, name: str, *, mean: bool, empty_zero: bool, 
         if out is not None:
             return out
     if _fast_ok(values, offsets):
-        out, launches = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen)
+        plan = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen)
         key = eager_key(values, offsets)
-        launch_all(launches, values.device, key)
-        if offer and launches[0].native is not None and native.offering():
-            _offer(launches, key, values, offsets, max_seqlen, mean, empty_zero, out)
-        return out
+        launch_all(plan.launches, values.device, key)
+        if plan.config is not None and native.offering():
+            native.offer_plan(plan, key, values, offsets, max_seqlen, mean, empty_zero)
+        return plan.out
     if mean:
         return torch.ops.jaggedperf.jagged_mean(values, offsets, empty_zero, max_seqlen)
     return torch.ops.jaggedperf.jagged_sum(values, offsets, max_seqlen)
@@ -160,15 +158,6 @@ def _from_nested(nt: torch.Tensor, name: str):
     if getattr(nt, "_lengths", None) is not None:
         raise ValueError(f"{name}: a NestedTensor with lengths (holes between sequences) is not supported")
     return (values, offsets) if direct else (nt.values(), nt.offsets())
-
-
-def _offer(launches, key: tuple, values, offsets, max_seqlen, mean, empty_zero, out) -> None:
-    # the native path may serve the next call with this key (a NestedTensor's call registers the plain one)
-    if type(max_seqlen) is not int and max_seqlen is not None:
-        return
-    kernels = [dict(launch.native, compiled=compiled((launch.key, launch.num_warps, key)),
-                    arg_names=launch.kernel.arg_names) for launch in launches]
-    native.offer(values, offsets, max_seqlen, mean, empty_zero, launches[0].native["plan"], kernels, out)
 
 
 def _fast_ok(values, offsets) -> bool:

@@ -35,9 +35,9 @@ def _reduce_op(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen) -> 
     # the body of both reduction operators
     if values.device.type != "cuda":  # CPU (also what torch.compile traces on the CPU)
         return _reduce_cpu(values, offsets, mean=mean, empty_zero=empty_zero)
-    out, launches = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen)
-    _run_body(launches, values, offsets)
-    return out
+    plan = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen)
+    _run_body(plan.launches, values, offsets)
+    return plan.out
 
 
 @triton_op("jaggedperf::jagged_expand", mutates_args=())
@@ -46,9 +46,9 @@ def _jagged_expand_op(grad: torch.Tensor, offsets: torch.Tensor, n_rows: int, me
     """Backward of sum/mean: (B, M) → (n_rows, M), row r = grad[its segment] (/ length for mean)."""
     if grad.device.type != "cuda":
         return _expand_cpu(grad, offsets, n_rows, mean=mean)
-    out, launches = plan_expand(grad, offsets, n_rows, mean=mean, max_seqlen=max_seqlen)
-    _run_body(launches, grad, offsets, n_rows)
-    return out
+    plan = plan_expand(grad, offsets, n_rows, mean=mean, max_seqlen=max_seqlen)
+    _run_body(plan.launches, grad, offsets, n_rows)
+    return plan.out
 
 
 def _run_body(launches, values, offsets, n_rows=None) -> None:
