@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import torch
 
-from jaggedperf.ops.config import (ReduceConfig, SegmentsConfig, override, reduce_config, segments_config,  # noqa: F401
-                                   set_override, sm_count)
+from jaggedperf.ops.config import (SEGMENT_TILE_ELEMENTS, ReduceConfig, SegmentsConfig, override,  # noqa: F401
+                                   reduce_config, set_override, sm_count, whole_segments)
 from jaggedperf.ops.launch import TIERS, eager_key, force_tier, launch_all, launch_path  # noqa: F401
 from jaggedperf.ops.launch.plan import Launch, Plan  # noqa: F401
 from jaggedperf.ops.launch.tiers import prebuilt
@@ -166,6 +166,21 @@ def prebuilt_launch(values, offsets, *, mean: bool, empty_zero: bool = False, ma
     """
     planned = plan.plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen)
     return prebuilt(planned.launches[0], eager_key(values, offsets))
+
+
+def segments_config(n_cols: int, max_seqlen: int, n_segments: int, device: torch.device,
+                    tile_elements: int | None = None) -> SegmentsConfig | None:
+    """``config.segments_config``, with another tile budget if asked.
+
+    Args:
+        n_cols, max_seqlen, n_segments, device: as for ``config.segments_config``.
+        tile_elements: replaces SEGMENT_TILE_ELEMENTS.
+
+    Returns:
+        the config, or None when the chunked kernels would run.
+    """
+    return whole_segments(int(n_cols), int(max_seqlen), int(n_segments), sm_count(device),
+                          tile_elements or SEGMENT_TILE_ELEMENTS)
 
 
 def _chunk_count(n_rows, rows_per_chunk: int):

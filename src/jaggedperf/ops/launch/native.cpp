@@ -3,8 +3,8 @@
 // kernels' workspace) and launches Triton's compiled kernels through the CUDA driver, with no Python in
 // between. A plan is one whole-segments launch, or the balanced chunks' two (reduce, then combine).
 //
-// Why: the kernel at the seed shapes takes 6-10 µs of device time; the Python planning, torch.empty
-// and Triton's launcher cost ~15 µs of host time before it starts (host_probe, run 29).
+// Why: at the seed shapes the Python planning, torch.empty and Triton's launcher take more host time
+// before the kernel starts than the kernel takes on the device (benchmarks/host_probe.py measures both).
 //
 // What it trusts: nothing it has not been shown. A plan is registered by native.py only after the
 // Python path has planned the call and launched the same compiled kernel through a verified tier; the

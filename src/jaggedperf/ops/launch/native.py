@@ -1,7 +1,7 @@
 """The native launch path: an eager jagged sum/mean in one C++ call (``native.cpp``).
 
 The Python fast path plans each call, allocates with ``torch.empty`` and launches through Triton's
-launcher: ≈15 µs of host time before a 6-10 µs kernel starts at the seed shapes (host_probe, run 29).
+launcher: more host time before the kernel starts than the kernel takes on the device at the seed shapes.
 The native module does the same work for a call it has a *plan* for, in C++: checks, output (and
 workspace) allocation from the CUDA caching allocator, grids, parameter blocks, ``cuLaunchKernel``.
 
@@ -89,7 +89,12 @@ def _refresh() -> None:
 
 
 def state() -> dict:
-    """Where the native path stands: status, why it is off, build time, plans registered."""
+    """Where the native path stands.
+
+    Returns:
+        status (not loaded | building | ready | off | failed | disabled), why it is off, what pauses it,
+        build time, the module's file, plans registered / held / served, kernel sets verified.
+    """
     return {"status": _state.status, "reason": _state.reason, "paused": sorted(_state.paused),
             "build_seconds": _state.build_seconds,
             "module": getattr(_state.module, "__file__", None), "registered": _state.registered,
@@ -99,6 +104,11 @@ def state() -> dict:
 
 
 def setting() -> str:
+    """``JAGGEDPERF_NATIVE``, read now.
+
+    Returns:
+        ``"off"``, ``"build"`` or ``"auto"``.
+    """
     value = os.environ.get("JAGGEDPERF_NATIVE", "auto").strip().lower()
     return "off" if value in ("0", "off", "false", "no") else ("build" if value == "build" else "auto")
 
@@ -107,6 +117,11 @@ def setting() -> str:
 
 
 def compiler() -> str:
+    """The C++ compiler command (``CXX``, else ``c++``).
+
+    Returns:
+        a command line, split by ``build_command``.
+    """
     return os.environ.get("CXX", "c++")
 
 
@@ -135,7 +150,11 @@ def build_command(output: Path, layout_dir: Path) -> list[str]:
 
 
 def module_path() -> Path:
-    """Where the module for this source, torch and Python lives (built or not)."""
+    """Where the module for this source, layout, torch, Python and compiler lives (built or not).
+
+    Returns:
+        the module's path under ``$JAGGEDPERF_CACHE``.
+    """
     digest = hashlib.sha256()
     digest.update(SOURCE.read_bytes())
     digest.update(layout.header().encode())
@@ -146,7 +165,17 @@ def module_path() -> Path:
 
 
 def build(path: Path | None = None) -> Path:
-    """Compile the module into ``path`` (default ``module_path()``); atomic: a partial build never lands."""
+    """Compile the module into ``path``; atomic: a partial build never lands.
+
+    Args:
+        path: where to put it (default ``module_path()``).
+
+    Returns:
+        the path.
+
+    Raises:
+        RuntimeError: the compiler failed (its stderr's tail in the message); subprocess.TimeoutExpired.
+    """
     path = path or module_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
@@ -168,7 +197,11 @@ def _import(path: Path):
 
 
 def ensure() -> dict:
-    """Build (if needed) and load the module now, in this thread; returns ``state()``. Never raises."""
+    """Build (if needed) and load the module now, in this thread. Never raises.
+
+    Returns:
+        ``state()``.
+    """
     if setting() == "off":
         _off()
         return state()
@@ -230,7 +263,11 @@ def _start() -> None:
 
 
 def offering() -> bool:
-    """Whether the Python path should offer its plans (the path is on, or not yet loaded)."""
+    """Whether the Python path should offer its plans.
+
+    Returns:
+        True while the path is on, or not yet loaded (the first offer starts loading it).
+    """
     return _state.status in ("not loaded", "ready") and not _state.paused
 
 
@@ -249,7 +286,11 @@ def pause(reason: str, paused: bool) -> None:
 
 
 def disable(reason: str) -> None:
-    """Turn the native path off for this process (a failed check)."""
+    """Turn the native path off for this process (a failed check).
+
+    Args:
+        reason: shown in ``state()``.
+    """
     with _lock:
         _state.status, _state.reason = "disabled", reason
         _refresh()

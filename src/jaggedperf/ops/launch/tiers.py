@@ -1,7 +1,7 @@
 """Fast eager launch: call an already-compiled Triton kernel without the per-call JIT binder.
 
-``kernel[grid](*args)`` binds and specialises every argument on every call (≈30 µs of host time on
-the H200 machine, against ≈4 µs of device time at the seed shapes). Here the first call for a
+``kernel[grid](*args)`` binds and specialises every argument on every call (host time several times the
+kernels' device time at the seed shapes). Here the first call for a
 *key* launches through the JIT as usual and keeps the ``CompiledKernel`` it returns; later calls
 with the same key launch that compiled kernel directly.
 
@@ -98,7 +98,7 @@ def force(tier: str | None) -> None:
 
 
 def reset() -> None:
-    """Forget compiled kernels and verdicts (tests)."""
+    """Forget compiled kernels and verdicts, and every dropped tier (tests)."""
     global _state
     with _lock:
         _cache.clear()
@@ -106,9 +106,15 @@ def reset() -> None:
 
 
 def launch(kernel, grid: tuple, args: tuple, num_warps: int, key: tuple, written: tuple) -> None:
-    """Launch ``kernel`` on ``grid`` (3 ints) with positional ``args`` (constexprs included).
+    """Launch ``kernel`` through the best verified tier (the JIT on a key's first call and while verifying).
 
-    ``written``: the tensors the kernel writes, all of them (verification poisons and compares them).
+    Args:
+        kernel: a triton JITFunction.
+        grid: 3 ints.
+        args: positional arguments, constexprs included.
+        num_warps: the launch's warps.
+        key: everything the JIT specialises on for this launch (see the module's docstring).
+        written: the tensors the kernel writes, all of them (verification poisons and compares them).
     """
     tier = _forced or _state.tier
     entry = _cache.get(key)
@@ -214,7 +220,14 @@ def prebuilt(step, key_extra: tuple):
 
 
 def compiled(key: tuple):
-    """The compiled kernel cached for ``key`` (None before its first launch, or in the interpreter)."""
+    """The compiled kernel cached for ``key``.
+
+    Args:
+        key: a launch's key, as passed to ``launch``.
+
+    Returns:
+        the CompiledKernel, or None before its first launch (or in the interpreter, which compiles none).
+    """
     entry = _cache.get(key)
     return None if entry is None else entry.compiled
 

@@ -27,21 +27,32 @@ EMPTY_MODES = ("nan", "zero")
 def jagged_sum(values, offsets=None, *, max_seqlen=None, validate=None) -> torch.Tensor:
     """Sum over each sequence's rows: ``out[b] = values[offsets[b]:offsets[b+1]].sum(0)``, (B, M).
 
-    ``values (total_len, M)`` float32/bfloat16/float16 (made contiguous if it is not: one copy),
-    ``offsets (B+1,)`` int32/int64 on the same device; or a jagged NestedTensor ``(B, j, M)`` alone.
-    The result has values' dtype; sums accumulate in fp32; an empty sequence sums to 0; NaN/Inf
-    propagate. ``max_seqlen`` (an upper bound on the lengths; a jagged NestedTensor's cached one is used
-    when it has it) is optional: without it the kernels still balance the work whatever the lengths, in
-    two launches; with it, CUDA calls whose sequences are short (``config.segments_config``) take one
-    launch of the whole-segments kernel, eager or compiled (under torch.compile a max_seqlen past the
-    compiled config's tiles recompiles once, to the two-launch kernels). An understated max_seqlen costs
-    time, never correctness.
-    Shape/dtype/device checks always run; the checks that read the offsets (a device sync) run with
-    ``validate=True`` or ``JAGGEDPERF_VALIDATE=1`` (never inside ``torch.compile``, where they would
-    break the graph). Unchecked invalid offsets give unspecified
-    values (the CUDA kernels never access out of bounds; the CPU kernel may raise a RuntimeError).
-    A NestedTensor's ``_values``/``_offsets`` are read directly (the accessors cost ≈45 µs each),
-    except when it requires grad or under ``torch.compile``.
+    Sums accumulate in fp32; an empty sequence sums to 0; NaN/Inf propagate. Without ``max_seqlen`` the
+    kernels balance the work whatever the lengths, in two launches; with it, CUDA calls whose sequences
+    are short (``config.segments_config``) take one launch of the whole-segments kernel, eager or compiled
+    (under torch.compile a max_seqlen past the compiled config's tiles recompiles once, to the two-launch
+    kernels). An understated max_seqlen costs time, never correctness. Unchecked invalid offsets give
+    unspecified values (the CUDA kernels never access out of bounds; the CPU kernel may raise a
+    RuntimeError). A NestedTensor's ``_values``/``_offsets`` are read directly (its accessors are
+    dispatched ops, each costlier than the reduction's host time), except when it requires grad or under
+    ``torch.compile``.
+
+    Args:
+        values: (total_len, M) float32/bfloat16/float16 (made contiguous if it is not: one copy); or a
+            jagged NestedTensor (B, j, M) alone.
+        offsets: (B + 1,) int32/int64 on values' device; None with a NestedTensor.
+        max_seqlen: an upper bound on the lengths, or None (a NestedTensor's cached one is used when it has it).
+        validate: run the checks that read the offsets (a device sync); None: ``JAGGEDPERF_VALIDATE=1``
+            decides. Never inside ``torch.compile``, where they would break the graph. Shape, dtype and
+            device checks always run.
+
+    Returns:
+        (B, M) in values' dtype.
+
+    Raises:
+        TypeError: offsets missing for a plain tensor or given with a NestedTensor; a dtype not supported.
+        ValueError: a bad shape, device, NestedTensor layout or max_seqlen; invalid offsets when validated.
+        ModuleNotFoundError: triton is not installed (``jaggedperf.ops.has_triton()``).
     """
     out = _native_call(values, offsets, max_seqlen, False, False, validate)
     if out is not None:
@@ -53,7 +64,15 @@ def jagged_sum(values, offsets=None, *, max_seqlen=None, validate=None) -> torch
 def jagged_mean(values, offsets=None, *, max_seqlen=None, empty="nan", validate=None) -> torch.Tensor:
     """Mean over each sequence's rows, (B, M); as ``jagged_sum`` divided by the lengths.
 
-    ``empty="nan"`` gives NaN for an empty sequence (like ``torch.mean`` of nothing); ``"zero"`` gives 0.
+    Args:
+        values, offsets, max_seqlen, validate: as for ``jagged_sum``.
+        empty: ``"nan"`` gives NaN for an empty sequence (like ``torch.mean`` of nothing); ``"zero"`` gives 0.
+
+    Returns:
+        (B, M) in values' dtype.
+
+    Raises:
+        as ``jagged_sum``; ValueError also for another ``empty``.
     """
     if empty not in EMPTY_MODES:
         raise ValueError(f"jagged_mean: empty must be 'nan' or 'zero'; got {empty!r}")
@@ -118,7 +137,7 @@ def _inputs(values, offsets, name: str, max_seqlen, validate):
 
 
 def _is_nested(x) -> bool:
-    # without x.is_nested on a jagged NestedTensor (its __torch_function__ costs ≈10 µs)
+    # without x.is_nested on a jagged NestedTensor (a trip through its __torch_function__)
     if type(x) is torch.Tensor:
         return x.is_nested  # a strided NestedTensor is a plain Tensor (_from_nested rejects it by name)
     return isinstance(x, _JAGGED_CLASS) or (isinstance(x, torch.Tensor) and x.is_nested)
@@ -133,9 +152,9 @@ def _cached_max_seqlen(nt: torch.Tensor):
 
 
 def _from_nested(nt: torch.Tensor, name: str):
-    # A NestedTensor's own attributes go through its __torch_function__ / __torch_dispatch__ (≈10-40 µs
-    # each on the host); eagerly they are read with those off, and its dims from its values.
-    # nt._values / nt._offsets are plain attributes; nt.values() / nt.offsets() cost ≈45 µs each. The
+    # A NestedTensor's own attributes go through its __torch_function__ / __torch_dispatch__ (each costlier
+    # than the reduction's host time); eagerly they are read with those off, and its dims from its values.
+    # nt._values / nt._offsets are plain attributes; nt.values() / nt.offsets() are dispatched ops. The
     # accessors are still needed where autograd must flow into nt, and under torch.compile.
     compiling = torch.compiler.is_compiling()
     if compiling:

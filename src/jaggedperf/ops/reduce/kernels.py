@@ -252,7 +252,8 @@ def _segments_kernel(
                   MEAN, EMPTY_ZERO, GROUP, BLOCK_L, BLOCK_M)
 
 
-# the same traffic as _segments_kernel, from a fixed grid of programs that each loop over groups
+# reads the rows of each group's GROUP segments once (+ 2·GROUP offsets a group), writes B·M·s of output; a fixed
+# grid of programs that each loop over groups
 @triton.jit(do_not_specialize=["n_rows", "n_segments"])
 def _segments_loop_kernel(
     values_ptr,  # (n_rows, n_cols) contiguous, fp32/bf16/fp16
@@ -268,8 +269,7 @@ def _segments_loop_kernel(
     BLOCK_M: tl.constexpr,  # columns per program (grid axis 1)
 ):
     # Many small groups: a program's next group's offsets are loaded before this group's rows, so the
-    # offsets -> rows round trip is paid once per program, not once per group (run 17: 62.7 µs against the
-    # one-group-per-program kernel's 70.8 at 65536 × 16 × ≤64, where a plain read of the bytes takes 53).
+    # offsets -> rows round trip is paid once per program, not once per group.
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < n_cols
     n_groups = (n_segments + GROUP - 1) // GROUP
@@ -338,8 +338,7 @@ def _segments_expand_kernel(
     BLOCK_L: tl.constexpr,  # rows of each segment per tile: a segment of <= BLOCK_L rows is one store
     BLOCK_M: tl.constexpr,  # columns per program (grid axis 1)
 ):
-    # With max_seqlen known and short: no search, one (GROUP, BLOCK_L, BLOCK_M) store per tile (run 17:
-    # 53 µs at 65536 × 16 × ≤64 against the chunked kernel's 68; 4.1 / 6.8 µs at the seed shapes against 5.2 / 7.8).
+    # With max_seqlen known and short: no search, one (GROUP, BLOCK_L, BLOCK_M) store per tile.
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < n_cols
     segs, seg_ok, start, end = _group_bounds(offsets_ptr, tl.program_id(0), n_segments, GROUP)

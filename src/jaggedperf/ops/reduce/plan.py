@@ -210,8 +210,8 @@ def expand_segments(grad, offsets, n_rows, mean: bool, cfg: SegmentsConfig, max_
 def _expand_tiles(cfg: SegmentsConfig, max_seqlen):
     # Programs on grid axis 2, and the config they run. A segment alone in its program whose rows take more
     # than one tile: its rows spread over programs of EXPAND_SPLIT_ROWS rows each, so that every SM writes
-    # about as many rows whatever the lengths (the bars' second seed shape, up to 275 rows: 5.76 against
-    # 6.59 µs, run 30; spreading whole 128-row tiles gained nothing, run 25). Decided on max_seqlen's
+    # about as many rows whatever the lengths (faster at the bars' second seed shape, up to 275 rows; spreading
+    # whole 128-row tiles gains nothing). Decided on max_seqlen's
     # value (a SymInt's hint: no guard); the last program writes whatever lies past the others, so any
     # max_seqlen is correct.
     hint = None if max_seqlen is None else _hint(max_seqlen)
