@@ -7,9 +7,9 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 python3 - <<'PY'
 import json, time
-from jaggedperf.ops import _native
+import jaggedperf.ops
 started = time.time()
-print("native:", json.dumps(_native.ensure()), f"({time.time() - started:.1f} s)")
+print("native:", json.dumps(jaggedperf.ops.prepare_native_launch()), f"({time.time() - started:.1f} s)")
 PY
 timeout 200 python3 -m pytest -q -m gpu tests/gpu/test_native_gpu.py -p no:cacheprovider 2>&1 | tail -25
 timeout 200 python3 benchmarks/host_probe.py --out "$OUT/probe" --profile-calls 500 2>&1 | tail -40

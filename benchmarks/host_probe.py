@@ -35,7 +35,7 @@ from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab.env import triton_version
 from jaggedperf.lab.grid import SEED_CASES
 from jaggedperf.lab.timing import wall_stats
-from jaggedperf.ops import _launch, _native, reduce
+from jaggedperf.ops import testing
 
 MODES = ("max-autotune-no-cudagraphs", "default")
 
@@ -50,7 +50,7 @@ def main() -> int:
     cases = [_case(spec) for spec in args.case] if args.case else SEED_CASES
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda")
-    native = _native.ensure()  # built (or loaded) before anything is timed
+    native = jaggedperf.ops.prepare_native_launch()  # built (or loaded) before anything is timed
     report = {"torch": torch.__version__, "triton": triton_version(), "native_build": native, "cases": {}}
     profiles = io.StringIO()
     for case in cases:
@@ -58,7 +58,7 @@ def main() -> int:
         report["cases"][case.label] = walls
         profiles.write(f"#### {case.label}\n{text}\n")
         (args.out / f"host_probe_inductor_code_{case.label}.py.txt").write_text(code)
-    report["launch_path"] = _launch.launch_path()
+    report["launch_path"] = jaggedperf.ops.launch_path()
     (args.out / "host_probe.json").write_text(json.dumps(report, indent=2))
     (args.out / "host_probe_profiles.txt").write_text(profiles.getvalue())
     for label, walls in report["cases"].items():
@@ -72,22 +72,14 @@ def probe_case(case: Case, device: torch.device, profile_calls: int):
     batch = make_batch(case, device)
     values, offsets, longest = batch.values, batch.offsets, batch.max_seqlen
     nt = batch.to_nested()
-    ref = reduce._reduce_cpu(values.double().cpu(), offsets.cpu(), mean=True, empty_zero=False)
+    ref = torch.ops.jaggedperf.jagged_mean(values.double().cpu(), offsets.cpu(), False)  # the CPU kernel, in fp64
 
     def hinted():
         return jaggedperf.jagged_mean(values, offsets, max_seqlen=longest)
 
-    out, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=longest)
-    hinted()
-    hinted()  # the second call verifies the fast tier; from here the compiled kernel is cached
-    key = (launches[0].key, launches[0].num_warps, reduce._fast_key(values, offsets))
-    compiled_kernel = _launch._cache[key].compiled
-    launch = launches[0]
-
-    tier = _launch._FAST[_launch.launch_path()["tier"]]  # the active fast tier
-
-    def launch_only():
-        tier(compiled_kernel, launch.grid, launch.args)
+    testing.python_path(values, offsets, mean=True, max_seqlen=longest)
+    testing.python_path(values, offsets, mean=True, max_seqlen=longest)  # the second call verifies the fast tier
+    launch_only = testing.prebuilt_launch(values, offsets, mean=True, max_seqlen=longest)  # through the active tier
 
     def lab_fn(v, o):
         return jaggedperf.jagged_mean(v, o, max_seqlen=longest)
@@ -102,8 +94,8 @@ def probe_case(case: Case, device: torch.device, profile_calls: int):
         "torch.empty(B, M)": lambda: torch.empty((case.B, case.M), device=device),
         "compiled kernel launched, args prebuilt": launch_only,
         "jagged_mean(max_seqlen=...)": hinted,
-        "jagged_mean(max_seqlen=...), Python path": lambda: reduce._python_reduce(
-            values, offsets, "jagged_mean", mean=True, empty_zero=False, max_seqlen=longest, validate=None),
+        "jagged_mean(max_seqlen=...), Python path": lambda: testing.python_path(values, offsets, mean=True,
+                                                                                max_seqlen=longest),
         "jagged_mean (no hint)": lambda: jaggedperf.jagged_mean(values, offsets),
         "jagged_mean(nt)": lambda: jaggedperf.jagged_mean(nt),
         "torch.ops.jaggedperf.jagged_mean": lambda: torch.ops.jaggedperf.jagged_mean(values, offsets, False),

@@ -6,7 +6,7 @@ bytes (what any kernel reading them can hope for at this size). Every candidate 
 against float64.
 
 Candidates (all jagged *sums*; the mean is the same traffic):
-- ``shipped``: ``reduce.launch_reduce`` with max_seqlen (the whole-segments kernel) and without (chunks);
+- ``shipped``: ``testing.launch_reduce`` with max_seqlen (the whole-segments kernel) and without (chunks);
 - ``persist``: the whole-segments body in a persistent loop over groups, grid = SMs × k, the loop
   pipelined by triton (``tl.range(num_stages=S)``) so a group's offsets load overlaps the one before;
 - ``prefetch``: the same loop, with the next group's offsets loaded by hand before this group's rows
@@ -42,8 +42,8 @@ import torch
 import triton
 import triton.language as tl
 
-from jaggedperf.ops._config import SegmentsConfig
-from jaggedperf.ops.reduce import _group_bounds, _group_tile, _reduce_group
+from jaggedperf.ops import testing
+from jaggedperf.ops.testing import SegmentsConfig, group_bounds, group_tile, reduce_group
 
 T0 = time.time()
 
@@ -62,15 +62,15 @@ def _persist_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments
     col_mask = cols < n_cols
     for g in tl.range(tl.program_id(0), n_groups, tl.num_programs(0), num_stages=STAGES):
         g = tl.program_id(0) * 0 + g  # a tensor (the interpreter's tl.range yields plain ints)
-        segs, seg_ok, start, end = _group_bounds(offsets_ptr, g, n_segments, GROUP)
-        _reduce_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask,
+        segs, seg_ok, start, end = group_bounds(offsets_ptr, g, n_segments, GROUP)
+        reduce_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask,
                       False, False, GROUP, BLOCK_L, BLOCK_M)  # the shipped whole-segments body, as a sum
 
 
 @triton.jit
 def _tile_of(values_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOCK_L: tl.constexpr):
     # rows [r, r + BLOCK_L) of each segment of a group, loaded: (GROUP, BLOCK_L, BLOCK_M) in fp32
-    ptrs, mask = _group_tile(values_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOCK_L)
+    ptrs, mask = group_tile(values_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOCK_L)
     return tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
 
 
@@ -82,14 +82,14 @@ def _prefetch2_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segmen
     col_mask = cols < n_cols
     step = tl.num_programs(0)
     g = tl.program_id(0)
-    segs, seg_ok, start, end = _group_bounds(offsets_ptr, g, n_segments, GROUP)
+    segs, seg_ok, start, end = group_bounds(offsets_ptr, g, n_segments, GROUP)
     length = end - start
     tile = _tile_of(values_ptr, start, length, 0, n_rows, n_cols, cols, col_mask, BLOCK_L)
-    nsegs, nok, nstart, nend = _group_bounds(offsets_ptr, g + step, n_segments, GROUP)
+    nsegs, nok, nstart, nend = group_bounds(offsets_ptr, g + step, n_segments, GROUP)
     nlength = nend - nstart
     while g < n_groups:
         ntile = _tile_of(values_ptr, nstart, nlength, 0, n_rows, n_cols, cols, col_mask, BLOCK_L)
-        nnsegs, nnok, nnstart, nnend = _group_bounds(offsets_ptr, g + 2 * step, n_segments, GROUP)
+        nnsegs, nnok, nnstart, nnend = group_bounds(offsets_ptr, g + 2 * step, n_segments, GROUP)
         nnlength = nnend - nnstart
         acc = tile
         for r in range(BLOCK_L, tl.minimum(tl.max(length, axis=0), n_rows), BLOCK_L):  # segments past one tile
@@ -160,9 +160,9 @@ def _lean_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments, G
     n_groups = (n_segments + GROUP - 1) // GROUP
     g = tl.program_id(0)
     step = tl.num_programs(0)
-    segs, seg_ok, start, end = _group_bounds(offsets_ptr, g, n_segments, GROUP)
+    segs, seg_ok, start, end = group_bounds(offsets_ptr, g, n_segments, GROUP)
     while g < n_groups:
-        next_segs, next_ok, next_start, next_end = _group_bounds(offsets_ptr, g + step, n_segments, GROUP)
+        next_segs, next_ok, next_start, next_end = group_bounds(offsets_ptr, g + step, n_segments, GROUP)
         _lean_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask, GROUP, BLOCK_L,
                     BLOCK_M, EXACT_M)
         g += step
@@ -186,7 +186,7 @@ def _flatscan_kernel(values_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segment
     col_mask = cols < n_cols
     g = tl.program_id(0).to(tl.int64)
     while g < n_groups:
-        segs, seg_ok, start, end = _group_bounds(offsets_ptr, g, n_segments, GROUP)
+        segs, seg_ok, start, end = group_bounds(offsets_ptr, g, n_segments, GROUP)
         first = tl.maximum(tl.load(offsets_ptr + g * GROUP).to(tl.int64), 0)
         last = tl.minimum(tl.max(end, axis=0), n_rows)
         acc = tl.zeros([GROUP, BLOCK_M], dtype=tl.float32)
@@ -230,9 +230,7 @@ def _stream_write_kernel(out_ptr, starts_ptr, n, BLOCK: tl.constexpr, DEP: tl.co
 
 
 def _sms(device):
-    from jaggedperf.ops._config import sm_count
-
-    return sm_count(device)
+    return testing.sm_count(device)
 
 
 def _programs(n_segments, group, per_sm, device):
@@ -257,13 +255,11 @@ def persist(values, offsets, cfg, per_sm, stages):
 
 
 def prefetch(values, offsets, cfg, per_sm):
-    # the shipped looping kernel (reduce._segments_loop_kernel: the next group's offsets loaded ahead)
+    # the shipped looping kernel (kernels._segments_loop_kernel: the next group's offsets loaded ahead)
     import dataclasses
 
-    from jaggedperf.ops import reduce
-
     programs = _programs(offsets.numel() - 1, cfg.group, per_sm, values.device)
-    return reduce.launch_reduce(values, offsets, segments=dataclasses.replace(cfg, programs=programs))
+    return testing.launch_reduce(values, offsets, segments=dataclasses.replace(cfg, programs=programs))
 
 
 def prefetch2(values, offsets, cfg, per_sm):
@@ -304,22 +300,18 @@ def lean(values, offsets, cfg, per_sm):
 
 
 def seg_expand(grad, offsets, n_rows, cfg):
-    # the shipped whole-segments backward (reduce._segments_expand_kernel; run 17 ran the same code from here)
-    from jaggedperf.ops import reduce
-
-    return reduce.launch_expand(grad, offsets, n_rows, mean=True, segments=cfg)
+    # the shipped whole-segments backward (kernels._segments_expand_kernel; run 17 ran the same code from here)
+    return testing.launch_expand(grad, offsets, n_rows, mean=True, segments=cfg)
 
 
 def split_expand(grad, offsets, n_rows, longest, block_t, warps):
     # the shipped whole-segments backward, one segment a program, its rows spread over programs of block_t rows
     # (grid axis 2; since 4b8319e what plan_expand picks for long segments, with 32 rows)
-    from jaggedperf.ops import reduce
-
     B, M = grad.shape
     out = torch.empty(n_rows, M, device=grad.device, dtype=grad.dtype)
     block_m = triton.next_power_of_2(M)
     tiles = max(-(-longest // block_t), 1)
-    reduce._segments_expand_kernel[(B, -(-M // block_m), tiles)](grad, offsets, out, n_rows, M, B, tiles, True, 1,
+    testing.segments_expand_kernel[(B, -(-M // block_m), tiles)](grad, offsets, out, n_rows, M, B, tiles, True, 1,
                                                                  block_t, block_m, num_warps=warps)
     return out
 
@@ -375,7 +367,6 @@ def main() -> int:
     from jaggedperf.inputs import Case, make_batch
     from jaggedperf.lab import timing
     from jaggedperf.lab.grid import SEED_CASES
-    from jaggedperf.ops import _config, reduce
 
     device = torch.device("cpu" if args.cpu_smoke else "cuda")
     cases = [*SEED_CASES, Case(65536, 16, 64, 0.2)]
@@ -403,32 +394,32 @@ def main() -> int:
         batch = make_batch(case, device)
         values, offsets, longest = batch.values, batch.offsets, batch.max_seqlen
         B, M = offsets.numel() - 1, values.shape[1]
-        ref = reduce._reduce_cpu(values.double().cpu(), offsets.cpu(), mean=False, empty_zero=False)
-        mean_ref = reduce._reduce_cpu(values.double().cpu(), offsets.cpu(), mean=True, empty_zero=True)
+        ref = torch.ops.jaggedperf.jagged_sum(values.double().cpu(), offsets.cpu())  # the CPU kernel, fp64
+        mean_ref = torch.ops.jaggedperf.jagged_mean(values.double().cpu(), offsets.cpu(), True)
         floor = must_move_bytes(batch) / (copy_gbps * 1e9) * 1e6
-        base = _config.segments_config(M, longest, B, device) or _config.SegmentsConfig(1, 64, min(256, M), 2)
+        base = testing.segments_config(M, longest, B, device) or testing.SegmentsConfig(1, 64, min(256, M), 2)
         base = dataclasses.replace(base, block_m=triton.next_power_of_2(base.block_m))
         log(f"{case.label}: N={values.shape[0]} max_seqlen={longest} floor {floor:.2f} us, segments {base}")
         cands = {
-            "shipped segments": lambda: reduce.launch_reduce(values, offsets, max_seqlen=longest),
-            "shipped chunks": lambda: reduce.launch_reduce(values, offsets),
+            "shipped segments": lambda: testing.launch_reduce(values, offsets, max_seqlen=longest),
+            "shipped chunks": lambda: testing.launch_reduce(values, offsets),
         }
         if args.round == 1:  # run 17: persistent loops, prefetched offsets, flat row tiles
             _round1(cands, values, offsets, base, M)
         elif args.round == 4:  # run 24: the looping kernel's tile, warps and programs at 65536×16
-            sms = _config.sm_count(device)
-            cands["mean shipped segments"] = lambda: reduce.launch_reduce(values, offsets, mean=True, empty_zero=True,
+            sms = testing.sm_count(device)
+            cands["mean shipped segments"] = lambda: testing.launch_reduce(values, offsets, mean=True, empty_zero=True,
                                                                           max_seqlen=longest)
             if B >= 65536:
                 for group, block_l in ((4, 64), (8, 32), (8, 64), (16, 32), (16, 64)):
                     for warps in (1, 2, 4):
                         for per_sm in (4, 8, 16):
-                            c = _config.SegmentsConfig(group, block_l, 16, warps, programs=sms * per_sm)
+                            c = testing.SegmentsConfig(group, block_l, 16, warps, programs=sms * per_sm)
                             cands[f"mean loop {group}x{block_l}x16 w{warps} k{per_sm}"] = (
-                                lambda c=c: reduce.launch_reduce(values, offsets, mean=True, empty_zero=True,
+                                lambda c=c: testing.launch_reduce(values, offsets, mean=True, empty_zero=True,
                                                                  segments=c))
         elif args.round == 5:  # dense group tiles with a running-sum split; mean beside the sum
-            cands["mean shipped segments"] = lambda: reduce.launch_reduce(values, offsets, mean=True, empty_zero=True,
+            cands["mean shipped segments"] = lambda: testing.launch_reduce(values, offsets, mean=True, empty_zero=True,
                                                                           max_seqlen=longest)
             tiles = [(1, base.block_l, 1), (1, base.block_l, 2), (1, base.block_l, 4)] if base.group == 1 else [
                 (4, 64, 2), (4, 64, 4), (8, 32, 1), (8, 32, 2), (8, 32, 4), (8, 64, 2), (8, 64, 4), (16, 32, 2),
@@ -446,12 +437,12 @@ def main() -> int:
                                 cands[f"flatscan g{group} r{block_r} w{warps} k{per_sm}"] = (
                                     lambda g=group, r=block_r, w=warps, k=per_sm: flatscan(values, offsets, g, r, w, k))
         elif args.round == 3:  # run 20: whole segments, one program per group or looping, around the default
-            sms = _config.sm_count(device)
+            sms = testing.sm_count(device)
             groups = {base.group, max(base.group // 2, 1)}
             for cfg in {dataclasses.replace(base, group=g, num_warps=w, programs=p) for g in groups
                         for w in (1, 2, 4, 8) for p in (0, 8 * sms) if p == 0 or 4 * p <= -(-B // g)}:
                 cands[f"segments g{cfg.group} w{cfg.num_warps} p{cfg.programs}"] = (
-                    lambda c=cfg: reduce.launch_reduce(values, offsets, segments=c))
+                    lambda c=cfg: testing.launch_reduce(values, offsets, segments=c))
         else:  # run 18: offsets two groups ahead and the first row tile one group ahead; programs per SM, warps
             for per_sm in (4, 8, 16, 32):
                 for cfg in {base, dataclasses.replace(base, group=max(base.group // 2, 1))}:
@@ -491,11 +482,11 @@ def main() -> int:
         gref = (grad.double() / lengths.clamp_min(1).unsqueeze(1).double()).repeat_interleave(
             lengths, dim=0, output_size=n_rows).cpu()
         bfloor = floor  # the forward's bytes the other way: grad (B, M) and offsets read, (N, M) written
-        bw = {"shipped expand": lambda: reduce.launch_expand(grad, offsets, n_rows, mean=True),
-              "shipped expand max_seqlen": lambda: reduce.launch_expand(grad, offsets, n_rows, mean=True,
+        bw = {"shipped expand": lambda: testing.launch_expand(grad, offsets, n_rows, mean=True),
+              "shipped expand max_seqlen": lambda: testing.launch_expand(grad, offsets, n_rows, mean=True,
                                                                         max_seqlen=longest)}
         for tile in (2048, 4096, 8192):
-            cfg = _config.segments_config(M, longest, B, device, tile_elements=tile)
+            cfg = testing.segments_config(M, longest, B, device, tile_elements=tile)
             if cfg is not None:
                 for warps in (1, 2, 4):
                     c = dataclasses.replace(cfg, num_warps=warps)

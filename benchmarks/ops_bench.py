@@ -5,7 +5,7 @@
 2. per bar shape: correctness vs float64 first, then device time by CUDA-graph replay with L2
    flushed (median, p20, p80), the floor (must-move bytes / copy bandwidth) and the ratio to it;
    fp32 for every shape, bf16 too for the two largest; backward (jagged_expand) vs its floor;
-3. a small grid of alternative configs per shape (through ``_config.override``), best reported;
+3. a small grid of alternative configs per shape (through ``jaggedperf.ops.testing.override``), best reported;
 4. host overhead: wall per call (50 warm-up, 200 calls, sync after each; median) for the fast path,
    the normal JIT path, the operator through torch.ops, and torch.segment_reduce;
 5. which launch path was active, torch/triton/CUDA/GPU versions.
@@ -93,7 +93,7 @@ def main() -> int:
     import jaggedperf
     from jaggedperf.inputs import Case, make_batch
     from jaggedperf.lab.grid import SEED_CASES
-    from jaggedperf.ops import _config, _launch
+    from jaggedperf.ops import testing
 
     shapes = [
         *SEED_CASES,
@@ -160,7 +160,7 @@ def main() -> int:
                                                   _reference(values, offsets, mean=False))
                 tol = _tolerance(dtype)
                 row["correct"] = row["rel_error_mean"] <= tol and row["rel_error_sum"] <= tol
-                row["config"] = _config.reduce_config(values.shape[1], dtype, values.device).to_dict()
+                row["config"] = testing.reduce_config(values.shape[1], dtype, values.device).to_dict()
                 hint = longest[case]
                 row["max_seqlen"] = hint
                 row["rel_error_hinted"] = _rel_error(jaggedperf.jagged_mean(values, offsets, max_seqlen=hint),
@@ -221,26 +221,25 @@ def main() -> int:
     def _segments_grid():
         import dataclasses
 
-        from jaggedperf.ops import reduce
 
         RESULTS["segments_grid"] = []
         for case in shapes:
             values, offsets = get(case)
             B, M = offsets.numel() - 1, values.shape[1]
-            base = _config.segments_config(M, longest[case], B, values.device)
+            base = testing.segments_config(M, longest[case], B, values.device)
             if base is None:
                 continue
             floor = _floor_us(_nbytes_must(values, offsets), copy_gbps)
             ref = _reference(values, offsets, mean=True)
             # the default's tile with 1/2/4 warps, one program per group and looping programs (2, 8, 16 per SM)
             # (run 11: 8 tiles per segment slower everywhere; run 16: half-width column blocks no better)
-            sms = _config.sm_count(values.device)
+            sms = testing.sm_count(values.device)
             variants = {dataclasses.replace(base, num_warps=w, programs=p) for w in (1, 2, 4)
                         for p in (0, 2 * sms, 8 * sms, 16 * sms) if p == 0 or p < -(-B // base.group)}
             for cfg in sorted(variants, key=lambda c: dataclasses.astuple(c)):
                 row = {"case": case.label, "config": cfg.to_dict(), "bucket": cfg == base, "floor_us": floor}
                 try:
-                    run = lambda cfg=cfg: reduce.launch_reduce(values, offsets, mean=True, segments=cfg)  # noqa: E731
+                    run = lambda cfg=cfg: testing.launch_reduce(values, offsets, mean=True, segments=cfg)  # noqa: E731
                     row["rel_error"] = _rel_error(run(), ref)
                     row["device"] = _graph_time(run, rep=30)
                     row["ratio_to_floor"] = row["device"]["median_us"] / floor
@@ -268,7 +267,7 @@ def main() -> int:
                 RESULTS["grid_truncated"] = True
                 break
             values, offsets = get(case, grid_dtype)
-            base = _config.reduce_config(values.shape[1], values.dtype, values.device)
+            base = testing.reduce_config(values.shape[1], values.dtype, values.device)
             floor = _floor_us(_nbytes_must(values, offsets), copy_gbps)
             ref = _reference(values, offsets, mean=True)
             tried: dict = {}
@@ -282,7 +281,7 @@ def main() -> int:
                     return tried.get(key)
                 try:
                     hint = longest[case]
-                    with _config.override(_config.ReduceConfig(**cfg)):
+                    with testing.override(testing.ReduceConfig(**cfg)):
                         out = jaggedperf.jagged_mean(values, offsets)
                         err = max(_rel_error(out, ref),
                                   _rel_error(jaggedperf.jagged_mean(values, offsets, max_seqlen=hint), ref))
@@ -355,24 +354,24 @@ def main() -> int:
                 "nested_tensor": lambda: jaggedperf.jagged_mean(nt),
                 "segment_reduce": lambda: torch.segment_reduce(values, "mean", offsets=off64, axis=0),
             }
-            row = {"case": case.label, "wall_us": {}, "launch_path": _launch.launch_path()}
+            row = {"case": case.label, "wall_us": {}, "launch_path": jaggedperf.ops.launch_path()}
             for name, fn in calls.items():
                 row["wall_us"][name] = _wall(fn)
-            for tier in reversed(_launch.TIERS):
-                _launch.force_tier(tier)
+            for tier in reversed(testing.TIERS):
+                testing.force_tier(tier)
                 try:
                     row["wall_us"][f"tier_{tier}"] = _wall(lambda: jaggedperf.jagged_mean(values, offsets))
                 except Exception as exc:  # noqa: BLE001
                     row["wall_us"][f"tier_{tier}"] = f"{type(exc).__name__}: {exc}"
                 finally:
-                    _launch.force_tier(None)
+                    testing.force_tier(None)
             row["device_us"] = _graph_time(lambda: jaggedperf.jagged_mean(values, offsets))["median_us"]
             RESULTS["host"].append(row)
             log(f"  host {case.label}: " + ", ".join(
                 f"{k} {v['median_us']:.1f}" for k, v in row["wall_us"].items() if isinstance(v, dict)))
 
     # ---- 5. launch path ------------------------------------------------------------------------
-    RESULTS["launch_path"] = _launch.launch_path()
+    RESULTS["launch_path"] = jaggedperf.ops.launch_path()
     log(f"launch path: {RESULTS['launch_path']}")
     _write(args.out)
     _table()

@@ -31,7 +31,7 @@ from jaggedperf.impls.registry import get_implementation  # noqa: E402
 from jaggedperf.inputs import Case, make_batch  # noqa: E402
 from jaggedperf.lab import timing  # noqa: E402
 from jaggedperf.lab.grid import SEED_CASES  # noqa: E402
-from jaggedperf.ops import _native  # noqa: E402
+from jaggedperf.ops.launch import native as native_launch  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.bars]
 
@@ -112,7 +112,7 @@ def test_bar2_seed_shapes_within_3_us_of_the_floor(case, copy_gbps, record_prope
 
 
 def test_bar3_seed_shapes_wall_below_segment_reduce_and_sum_padded(record_property):
-    native = _native.ensure()  # our eager call takes the native launch path once it is built
+    native = native_launch.ensure()  # our eager call takes the native launch path once it is built
     record_property("native_launch", f"{native['status']} {native['reason']}".strip())
     failures = []
     for case in SEED_CASES:

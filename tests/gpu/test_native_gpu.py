@@ -18,7 +18,10 @@ from gpu_checks import check  # noqa: E402
 
 import jaggedperf  # noqa: E402
 from jaggedperf.inputs import Case, make_batch  # noqa: E402
-from jaggedperf.ops import _launch, _native, reduce  # noqa: E402
+from jaggedperf.ops import launch, testing  # noqa: E402
+from jaggedperf.ops.launch import native as native_launch  # noqa: E402
+from jaggedperf.ops.launch.layout import GridKind  # noqa: E402
+from jaggedperf.ops.reduce import plan  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -29,9 +32,9 @@ CASES = [Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75), Case(65536, 16, 64, 
 
 @pytest.fixture(scope="module", autouse=True)
 def native():
-    state = _native.ensure()
+    state = native_launch.ensure()
     assert state["status"] == "ready", state
-    return _native.active
+    return native_launch.active
 
 
 def _bitwise(a, b):
@@ -40,12 +43,11 @@ def _bitwise(a, b):
 
 def _python_path(values, offsets, max_seqlen, mean=True):
     # plans and launches in Python, and registers the plan (a no-op once registered)
-    return reduce._python_reduce(values, offsets, "test", mean=mean, empty_zero=False, max_seqlen=max_seqlen,
-                                 validate=None)
+    return testing.python_path(values, offsets, mean=mean, max_seqlen=max_seqlen)
 
 
 def _served():
-    return _native.state()["served"]
+    return native_launch.state()["served"]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.label)
@@ -62,14 +64,14 @@ def test_served_natively_and_equal_to_the_python_path(case, dtype):
         check(expected, values, offsets, mean=mean, what=f"Python path {name}")
         before = _served()
         got = fn(values, offsets, max_seqlen=longest)
-        assert _served() == before + 1, _native.state()
+        assert _served() == before + 1, native_launch.state()
         check(got, values, offsets, mean=mean, what=f"native {name}")
         assert _bitwise(got, expected)
         assert (got.shape, got.stride(), got.dtype, got.device) == (expected.shape, expected.stride(), dtype,
                                                                     values.device)
         assert not got.requires_grad and got.is_contiguous()
         assert _bitwise(got.clone(), got) and _bitwise(torch.cat([got, got])[len(got):], got)  # an ordinary tensor
-    assert _native.state()["status"] == "ready", _native.state()
+    assert native_launch.state()["status"] == "ready", native_launch.state()
 
 
 CHUNKED = [Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75), Case(1024, 256, 1000, 0.5), Case(256, 64, 20000, 0.5),
@@ -82,14 +84,14 @@ def test_chunked_kernels_without_max_seqlen_served_and_equal(case, dtype):
     batch = make_batch(case, "cuda")
     values = batch.values.to(dtype)
     offsets = batch.offsets.to(torch.int32 if dtype == torch.bfloat16 else torch.int64)
-    _, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False)
-    assert [launch.native["grid"] for launch in launches] == ["chunks", "chunks"]  # reduce, then combine
+    launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False).launches
+    assert [launch.native.grid for launch in launches] == [GridKind.CHUNKS] * 2  # reduce, then combine
     for mean in (False, True):
         fn = getattr(jaggedperf, "jagged_mean" if mean else "jagged_sum")
         expected = _python_path(values, offsets, None, mean)
         before = _served()
         got = fn(values, offsets)
-        assert _served() == before + 1, _native.state()
+        assert _served() == before + 1, native_launch.state()
         check(got, values, offsets, mean=mean, what="native chunks")
         assert _bitwise(got, expected)
 
@@ -110,7 +112,8 @@ def test_new_batch_sizes_and_lengths_register_their_own_plans():
     for case in (Case(512, 64, 90, 0.3), Case(513, 64, 90, 0.3), Case(4000, 64, 30, 0.5)):
         batch = make_batch(case, "cuda")
         longest = int(batch.offsets.diff().max())
-        _, launches = reduce.plan_reduce(batch.values, batch.offsets, mean=True, empty_zero=False, max_seqlen=longest)
+        launches = plan.plan_reduce(batch.values, batch.offsets, mean=True, empty_zero=False,
+                                    max_seqlen=longest).launches
         assert [launch.native is not None for launch in launches] == [True]  # the whole-segments kernel
         first = jaggedperf.jagged_mean(batch.values, batch.offsets, max_seqlen=longest)
         before = _served()
@@ -184,11 +187,11 @@ def test_forced_tier_and_validation_bypass_it():
     longest = batch.max_seqlen
     jaggedperf.jagged_sum(batch.values, batch.offsets, max_seqlen=longest)
     before = _served()
-    _launch.force_tier("jit")
+    launch.force_tier("jit")
     try:
         jaggedperf.jagged_sum(batch.values, batch.offsets, max_seqlen=longest)
     finally:
-        _launch.force_tier(None)
+        launch.force_tier(None)
     jaggedperf.jagged_sum(batch.values, batch.offsets, max_seqlen=longest, validate=True)
     assert _served() == before
 

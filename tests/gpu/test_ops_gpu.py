@@ -16,7 +16,9 @@ from gpu_checks import assert_matches, check, expand_reference, gpu_reference  #
 
 import jaggedperf  # noqa: E402
 from jaggedperf.inputs import Case, make_batch  # noqa: E402
-from jaggedperf.ops import _launch, _native  # noqa: E402
+from jaggedperf.ops import launch  # noqa: E402
+from jaggedperf.ops.launch import native  # noqa: E402
+from jaggedperf.ops.reduce import kernels, plan  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -60,11 +62,10 @@ def test_known_max_seqlen_whole_segments_kernel(case, dtype):
     # max_seqlen given: the whole-segments kernel where segments_config picks it; exact, understated or not
     values, offsets = batch(case, dtype, torch.int32 if dtype == torch.bfloat16 else torch.int64)
     longest = int(offsets.diff().max())
-    plan = jaggedperf.ops.reduce.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=longest)
+    planned = plan.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=longest)
     if case.distribution != "heavy":  # many small groups (65536 × 16): the looping form
-        reduce = jaggedperf.ops.reduce
-        expected = reduce._segments_loop_kernel if case.B == 65536 else reduce._segments_kernel
-        assert [launch.kernel for launch in plan[1]] == [expected]
+        expected = kernels._segments_loop_kernel if case.B == 65536 else kernels._segments_kernel
+        assert [launch.kernel for launch in planned.launches] == [expected]
     for hint in (longest, max(longest // 3, 1)):
         check(jaggedperf.jagged_sum(values, offsets, max_seqlen=hint), values, offsets, mean=False, what="sum")
         first = jaggedperf.jagged_mean(values, offsets, max_seqlen=hint)
@@ -95,18 +96,18 @@ def test_deterministic_bitwise():
 @pytest.fixture
 def python_launch_path():
     # the Python path's launch tiers, with the native path standing aside (it would serve these calls)
-    _native.pause("test", True)
+    native.pause("test", True)
     yield
-    _native.pause("test", False)
+    native.pause("test", False)
 
 
 def test_fast_path_is_taken_and_equals_the_normal_path(python_launch_path):
     values, offsets = batch(SHAPES[0], torch.float32)
-    _launch.force_tier("jit")  # the normal launch: triton's JIT
+    launch.force_tier("jit")  # the normal launch: triton's JIT
     try:
         normal = jaggedperf.jagged_mean(values, offsets)
     finally:
-        _launch.force_tier(None)
+        launch.force_tier(None)
     for _ in range(5):
         fast = jaggedperf.jagged_mean(values, offsets)
         assert torch.equal(fast.view(torch.int32), normal.view(torch.int32))
@@ -152,11 +153,11 @@ def test_fast_path_inside_cuda_graph_capture():
 def test_jit_tier_forced_matches():
     values, offsets = batch(SHAPES[2], torch.float16)
     fast = jaggedperf.jagged_sum(values, offsets)
-    _launch.force_tier("jit")
+    launch.force_tier("jit")
     try:
         slow = jaggedperf.jagged_sum(values, offsets)
     finally:
-        _launch.force_tier(None)
+        launch.force_tier(None)
     assert torch.equal(fast.view(torch.int16), slow.view(torch.int16))
 
 
@@ -231,9 +232,9 @@ def test_operator_called_eagerly_takes_the_fast_launch_path():
     values, offsets = batch(SHAPES[0], torch.float32)
     for _ in range(3):
         out = torch.ops.jaggedperf.jagged_mean(values, offsets, False)
-    before = dict(_launch.launch_path()["launches"])
+    before = dict(launch.launch_path()["launches"])
     out = torch.ops.jaggedperf.jagged_mean(values, offsets, False)
-    after = _launch.launch_path()["launches"]
+    after = launch.launch_path()["launches"]
     check(out, values, offsets, mean=True)
     assert after["jit"] == before["jit"] and sum(after.values()) == sum(before.values()) + 2  # reduce + combine
 
@@ -251,10 +252,10 @@ def test_backward(case, dtype, hinted):
     # with max_seqlen the backward takes the whole-segments expand where the forward takes whole segments
     values, offsets = batch(case, dtype)
     hint = int(offsets.diff().max()) if hinted else None
-    grad_plan = jaggedperf.ops.reduce.plan_expand(values[: offsets.numel() - 1], offsets, values.shape[0], mean=True,
-                                                  max_seqlen=hint)[1]
+    grad_plan = plan.plan_expand(values[: offsets.numel() - 1], offsets, values.shape[0], mean=True,
+                                 max_seqlen=hint).launches
     whole = hinted and case.distribution != "heavy"
-    assert (grad_plan[0].kernel is jaggedperf.ops.reduce._segments_expand_kernel) == whole
+    assert (grad_plan[0].kernel is kernels._segments_expand_kernel) == whole
     for mean in (False, True):
         v = values.clone().requires_grad_(True)
         if mean:

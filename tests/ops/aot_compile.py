@@ -10,7 +10,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from jaggedperf.ops import _config, reduce
+from jaggedperf.ops import config
+from jaggedperf.ops.reduce import kernels
 
 TARGET = GPUTarget("cuda", 90, 32)
 ALIGNED = [["tt.divisibility", 16]]
@@ -27,11 +28,11 @@ def main() -> int:
 
     for vdt, odt, dtype, M in [("fp32", "i64", torch.float32, 64), ("bf16", "i32", torch.bfloat16, 256),
                                ("fp16", "i64", torch.float16, 16)]:
-        cfg = _config.reduce_config(M, dtype, torch.device("cpu"))
+        cfg = config.reduce_config(M, dtype, torch.device("cpu"))
         sig = {"values_ptr": f"*{vdt}", "offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "ws_ptr": "*fp32",
                "n_rows": "i32", "n_cols": "i32", "n_segments": "i32", "rows_per_chunk": "i32", "n_chunks": "i32",
                "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
-        k = compile_one(reduce._reduce_kernel, sig, {"MEAN": True, "EMPTY_ZERO": False,
+        k = compile_one(kernels._reduce_kernel, sig, {"MEAN": True, "EMPTY_ZERO": False,
                                                      "BLOCK_L": cfg.block_l, "BLOCK_M": cfg.block_m},
                         (0, 1, 2, 3, 5), cfg.num_warps)
         vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
@@ -41,29 +42,29 @@ def main() -> int:
         sig = {"offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "ws_ptr": "*fp32", "n_cols": "i32",
                "rows_per_chunk": "i32", "n_chunks": "i32", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr",
                "BLOCK_P": "constexpr", "BLOCK_M": "constexpr"}
-        compile_one(reduce._combine_kernel, sig, {"MEAN": True, "EMPTY_ZERO": True, "BLOCK_P": cfg.block_p,
+        compile_one(kernels._combine_kernel, sig, {"MEAN": True, "EMPTY_ZERO": True, "BLOCK_P": cfg.block_p,
                                                   "BLOCK_M": cfg.block_m}, (0, 1, 2, 3), cfg.num_warps)
         print(f"combine {vdt} {odt}: ok")
         sig = {"grad_ptr": f"*{vdt}", "offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "n_rows": "i64",
                "n_cols": "i32", "n_segments": "i32", "rows_per_chunk": "i64", "MEAN": "constexpr",
                "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
-        compile_one(reduce._expand_kernel, sig, {"MEAN": False, "BLOCK_L": cfg.block_l, "BLOCK_M": cfg.block_m},
+        compile_one(kernels._expand_kernel, sig, {"MEAN": False, "BLOCK_L": cfg.block_l, "BLOCK_M": cfg.block_m},
                     (0, 1, 2, 4), cfg.num_warps)
         print(f"expand {vdt} {odt} (i64 rows): ok")
         sig = {"values_ptr": f"*{vdt}", "offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "n_rows": "i32",
                "n_cols": "i32", "n_segments": "i32", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr",
                "GROUP": "constexpr", "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
         for max_seqlen in (64, 100, 500):
-            seg = _config.segments_config(M, max_seqlen, 65536, torch.device("cpu"))
+            seg = config.segments_config(M, max_seqlen, 65536, torch.device("cpu"))
             if seg is None:  # too long for whole segments at this width: the chunked kernels run
                 continue
-            k = compile_one(reduce._segments_kernel, sig, {"MEAN": True, "EMPTY_ZERO": True, "GROUP": seg.group,
+            k = compile_one(kernels._segments_kernel, sig, {"MEAN": True, "EMPTY_ZERO": True, "GROUP": seg.group,
                                                            "BLOCK_L": seg.block_l, "BLOCK_M": seg.block_m},
                             (0, 1, 2, 4), seg.num_warps)
             vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
             print(f"segments {vdt} {odt} M={M} max_seqlen={max_seqlen} {seg}: 128-bit loads {vector}, "
                   f"local memory {'.local' in k.asm['ptx']}")
-            k = compile_one(reduce._segments_loop_kernel, sig, {"MEAN": True, "EMPTY_ZERO": False, "GROUP": seg.group,
+            k = compile_one(kernels._segments_loop_kernel, sig, {"MEAN": True, "EMPTY_ZERO": False, "GROUP": seg.group,
                                                                 "BLOCK_L": seg.block_l, "BLOCK_M": seg.block_m},
                             (0, 1, 2, 4), seg.num_warps)
             vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
@@ -73,7 +74,7 @@ def main() -> int:
             esig = {"grad_ptr": f"*{vdt}", "offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "n_rows": "i64",
                     "n_cols": "i32", "n_segments": "i32", "n_tiles": "i32", "MEAN": "constexpr", "GROUP": "constexpr",
                     "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
-            k = compile_one(reduce._segments_expand_kernel, esig, {"MEAN": True, "GROUP": seg.group,
+            k = compile_one(kernels._segments_expand_kernel, esig, {"MEAN": True, "GROUP": seg.group,
                                                                    "BLOCK_L": seg.block_l, "BLOCK_M": seg.block_m},
                             (0, 1, 2, 4), seg.num_warps)
             vector = "st.global.v4" in k.asm["ptx"]
@@ -84,12 +85,12 @@ def main() -> int:
     sig = {"values_ptr": "*fp32", "offsets_ptr": "*i64", "out_ptr": "*fp32", "ws_ptr": "*fp32", "n_rows": "i32",
            "n_cols": "i32", "n_segments": "constexpr", "rows_per_chunk": "i32", "n_chunks": "constexpr",
            "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
-    compile_one(reduce._reduce_kernel, sig, {"n_segments": 1, "n_chunks": 1, "MEAN": True, "EMPTY_ZERO": False,
+    compile_one(kernels._reduce_kernel, sig, {"n_segments": 1, "n_chunks": 1, "MEAN": True, "EMPTY_ZERO": False,
                                              "BLOCK_L": 32, "BLOCK_M": 64}, (0, 1, 2, 3), 4)
     sig = {"offsets_ptr": "*i64", "out_ptr": "*fp32", "ws_ptr": "*fp32", "n_cols": "i32", "rows_per_chunk": "i32",
            "n_chunks": "constexpr", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "BLOCK_P": "constexpr",
            "BLOCK_M": "constexpr"}
-    compile_one(reduce._combine_kernel, sig, {"n_chunks": 1, "MEAN": True, "EMPTY_ZERO": True, "BLOCK_P": 32,
+    compile_one(kernels._combine_kernel, sig, {"n_chunks": 1, "MEAN": True, "EMPTY_ZERO": True, "BLOCK_P": 32,
                                               "BLOCK_M": 64}, (0, 1, 2), 4)
     print("reduce/combine with B = C = 1 passed as constants: ok")
     return 0

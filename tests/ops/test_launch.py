@@ -4,7 +4,7 @@ first call through the JIT, self-check on the second, permanent fallback when a 
 import pytest
 import torch
 
-from jaggedperf.ops import _launch
+from jaggedperf.ops.launch import tiers
 
 
 class FakeLauncher:
@@ -75,17 +75,17 @@ def double(src, dst, scale):
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
-    _launch.reset()
-    _launch.force_tier(None)
-    monkeypatch.setattr(_launch, "_current_stream", lambda: 0)
+    tiers.reset()
+    tiers.force(None)
+    monkeypatch.setattr(tiers, "_current_stream", lambda: 0)
     yield
-    _launch.reset()
-    _launch.force_tier(None)
+    tiers.reset()
+    tiers.force(None)
 
 
 def call(kernel, src, key=("k",)):
     dst = torch.empty_like(src)
-    _launch.launch(kernel, (1, 1, 1), (src, dst, 1), 4, key, (dst,))
+    tiers.launch(kernel, (1, 1, 1), (src, dst, 1), 4, key, (dst,))
     return dst
 
 
@@ -95,7 +95,7 @@ def test_jit_then_verified_fast_launch_tier():
     src = torch.arange(6.0)
     for _ in range(4):
         assert torch.equal(call(kernel, src), src * 2)
-    state = _launch.launch_path()
+    state = tiers.state()
     assert state["tier"] == "launch" and state["verified_tier"] == "launch" and state["verifications"] == 1
     # call 1: JIT; call 2: JIT (check) + launch (check) + launch (real); calls 3, 4: launch only
     assert kernel.launches == 2 and compiled.calls == ["launch"] * 4
@@ -108,7 +108,7 @@ def doubled_three_times(compiled):
     src = torch.arange(4.0)
     for _ in range(3):
         assert torch.equal(call(kernel, src), src * 2)
-    return _launch.launch_path()
+    return tiers.state()
 
 
 def test_a_changed_c_launcher_falls_back_to_the_run_tier():
@@ -128,7 +128,7 @@ def test_the_launch_tier_leaves_scratch_and_hooks_to_the_run_tier(monkeypatch, w
             launch_enter_hook = type("Chain", (), {"calls": [print]})()
             launch_exit_hook = None
 
-        monkeypatch.setattr(_launch, "_hook_holder", lambda: Holder)
+        monkeypatch.setattr(tiers, "_hook_holder", lambda: Holder)
     state = doubled_three_times(compiled)
     assert compiled.calls == ["run"] * 3 and state["tier"] == "launch"
 
@@ -147,7 +147,7 @@ def test_wrong_output_drops_every_fast_tier_and_results_stay_right():
     src = torch.arange(5.0) + 1
     for _ in range(3):
         assert torch.equal(call(kernel, src), src * 2)
-    state = _launch.launch_path()
+    state = tiers.state()
     assert state["tier"] == "jit"
     assert any("differs" in r for r in state["dropped"])
 
@@ -159,12 +159,12 @@ def test_a_check_where_nothing_was_written_does_not_trust_a_tier():
     src = torch.arange(3.0)
     call(kernel, src, key=("empty",))
     call(kernel, src, key=("empty",))
-    assert _launch.launch_path()["verified_tier"] is None and compiled.calls == ["launch"]
+    assert tiers.state()["verified_tier"] is None and compiled.calls == ["launch"]
     # once the tier has proven itself on a kernel that writes, the silent one is accepted too
     writer = FakeKernel(FakeCompiled(double))
     call(writer, src, key=("writer",))
     call(writer, src, key=("writer",))
-    assert "launch" in _launch.launch_path()["trusted"]
+    assert "launch" in tiers.state()["trusted"]
     call(kernel, src, key=("empty",))
     call(kernel, src, key=("empty",))
     assert compiled.calls[-1] == "launch" and compiled.calls.count("launch") >= 3
@@ -178,18 +178,18 @@ def test_partially_written_outputs_keep_what_was_there():
     src = torch.arange(6.0)
     for _ in range(3):
         dst = torch.full_like(src, 7.0)
-        _launch.launch(kernel, (1, 1, 1), (src, dst, 1), 4, ("half",), (dst,))
+        tiers.launch(kernel, (1, 1, 1), (src, dst, 1), 4, ("half",), (dst,))
         assert torch.equal(dst, torch.tensor([0.0, 2.0, 4.0, 7.0, 7.0, 7.0]))
 
 
 def test_forced_tier_and_bad_tier_name():
-    _launch.force_tier("jit")
+    tiers.force("jit")
     kernel = FakeKernel(FakeCompiled(double))
     for _ in range(3):
         call(kernel, torch.ones(2))
-    assert kernel.launches == 3 and _launch.launch_path()["forced"] == "jit"
+    assert kernel.launches == 3 and tiers.state()["forced"] == "jit"
     with pytest.raises(ValueError, match="tier must be one of"):
-        _launch.force_tier("warp")
+        tiers.force("warp")
 
 
 def test_interpreter_kernels_are_not_cached():
@@ -197,5 +197,5 @@ def test_interpreter_kernels_are_not_cached():
         def __getitem__(self, grid):
             return lambda *args, num_warps: None
 
-    _launch.launch(Interpreted(), (1, 1, 1), (), 4, ("i",), ())
-    assert _launch.launch_path()["compiled_kernels_cached"] == 0
+    tiers.launch(Interpreted(), (1, 1, 1), (), 4, ("i",), ())
+    assert tiers.state()["compiled_kernels_cached"] == 0

@@ -10,27 +10,35 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import jaggedperf
-from jaggedperf.ops import _config, _launch, _native, reduce
+from jaggedperf.ops import config, launch
+from jaggedperf.ops.launch import layout, native
+from jaggedperf.ops.launch.layout import POINTER_SOURCES, GridKind, Kind, Source
+from jaggedperf.ops.launch.plan import NativePlan, chunking
+from jaggedperf.ops.reduce import op, plan
 
-VALUES, OFFSETS, OUT, N_ROWS, N_COLS, N_SEGMENTS, NULL, WORKSPACE, ROWS_PER_CHUNK, N_CHUNKS = range(10)
-POINTER, I32, I64 = range(3)
-SEGMENTS, CHUNKS = range(2)
+VALUES, OFFSETS, OUT, WORKSPACE = Source.VALUES, Source.OFFSETS, Source.OUT, Source.WORKSPACE
+N_ROWS, N_COLS, N_SEGMENTS, NULL = Source.N_ROWS, Source.N_COLS, Source.N_SEGMENTS, Source.NULL_POINTER
+ROWS_PER_CHUNK, N_CHUNKS = Source.ROWS_PER_CHUNK, Source.N_CHUNKS
+POINTER, I32, I64 = Kind.POINTER, Kind.I32, Kind.I64
+SEGMENTS, CHUNKS = GridKind.SEGMENTS, GridKind.CHUNKS
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """The module, built from scratch into a fresh cache (CI must build it: no compiler is a failure there)."""
-    if shutil.which(_native.compiler().split()[0]) is None and not os.environ.get("CI"):
-        pytest.skip(f"no C++ compiler ({_native.compiler()})")
+    if shutil.which(native.compiler().split()[0]) is None and not os.environ.get("CI"):
+        pytest.skip(f"no C++ compiler ({native.compiler()})")
     cache = tmp_path_factory.mktemp("native-cache")
     old = os.environ.get("JAGGEDPERF_CACHE")
     os.environ["JAGGEDPERF_CACHE"] = str(cache)
     try:
-        path = _native.build()
-        assert path == _native.module_path() and path.is_relative_to(cache)
-        yield _native._import(path)
+        path = native.build()
+        assert path == native.module_path() and path.is_relative_to(cache)
+        yield native._import(path)
     finally:
         if old is None:
             os.environ.pop("JAGGEDPERF_CACHE")
@@ -40,12 +48,12 @@ def built(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _restore_state():
-    saved = dataclasses.replace(_native._state, verified_functions=set(_native._state.verified_functions),
-                                paused=set(_native._state.paused))
+    saved = dataclasses.replace(native._state, verified_functions=set(native._state.verified_functions),
+                                paused=set(native._state.paused))
     yield
-    _native._state = saved
-    _native._refresh()
-    _launch.force_tier(None)
+    native._state = saved
+    native._refresh()
+    launch.force_tier(None)
 
 
 def _batch(n_rows=10, n_cols=8, lengths=(3, 0, 7)):
@@ -100,32 +108,72 @@ def test_pack_writes_pointers_and_narrowed_ints_in_kernel_order(built):
     assert struct.unpack("<Q", built.pack([(WORKSPACE, POINTER)], values, offsets, out, None, 0, 0))[0] == 0
 
 
-def _chunking(n_rows, n_cols, block_m, chunk_programs, block_l, min_chunk_rows):
-    # reduce._chunking's arithmetic, with the programs aimed at given directly
-    col_blocks = -(-n_cols // block_m)
-    target = max(1, -(-chunk_programs // col_blocks))
-    per = -(-(-(-n_rows // target)) // block_l) * block_l
-    rows = max(per, min_chunk_rows)
-    return rows, max(-(-n_rows // rows), 1)
+def test_every_layout_source_packs(built):
+    # a Source that layout.py declares and native.cpp's pack() has no case for raises here
+    values, offsets = _batch(n_rows=3, n_cols=8, lengths=(1, 2))
+    params = [(source, POINTER if source in POINTER_SOURCES or source == NULL else I64) for source in Source]
+    block = built.pack(params, values, offsets, torch.empty(2, 8), torch.empty(40), 7, 1)
+    assert len(block) == 8 * len(Source)
 
 
-@pytest.mark.parametrize("n_rows,n_cols", [(0, 8), (1, 8), (1000, 64), (123_457, 33), (5_000_000, 512)])
-def test_chunk_geometry_is_reduce_chunking(built, n_rows, n_cols):
-    rows, chunks = _chunking(n_rows, n_cols, 64, 132 * 16, 32, 128)
-    got = built.geometry(64, 0, 0, 132 * 16, 32, 128, [CHUNKS, CHUNKS], n_rows, n_cols, 7)
-    assert got == (rows, chunks, [(chunks, -(-n_cols // 64), 1)] * 2)
+SEGMENT_PLAN = NativePlan(block_m=8, group=2, programs=0, chunk_programs=0, block_l=0, min_chunk_rows=0)
 
 
-def test_chunk_geometry_matches_the_python_plan(built, monkeypatch):
-    values, offsets = _batch(n_rows=5000, n_cols=40, lengths=(1000, 0, 3000, 1000))
-    monkeypatch.setattr(reduce, "sm_count", lambda device: 132)
-    _, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False)
-    plan = launches[0].native["plan"]
-    got = built.geometry(plan["block_m"], 0, 0, plan["chunk_programs"], plan["block_l"], plan["min_chunk_rows"],
-                         [CHUNKS, CHUNKS], 5000, 40, 4)
-    rows, chunks = launches[0].args[7], launches[0].args[8]
-    assert got == (rows, chunks, [launches[0].grid, launches[1].grid])
-    assert [launch.native["sources"] for launch in launches] == [reduce.REDUCE_SOURCES, reduce.COMBINE_SOURCES]
+def test_the_module_is_built_from_the_layout_header(built):
+    # native.cpp's range checks are the header's counts: the last Source and Kind register, one past them do not
+    kernel = (0, 1, 0, SEGMENTS, [(len(Source) - 1, I64), (0, len(Kind) - 1)])
+    built.register([0] * 11, 0, kernels=[kernel], **dataclasses.asdict(SEGMENT_PLAN))
+    for bad in ((len(Source), POINTER), (0, len(Kind))):
+        with pytest.raises(ValueError, match="out of range"):
+            built.register([0] * 11, 0, kernels=[(0, 1, 0, SEGMENTS, [bad])], **dataclasses.asdict(SEGMENT_PLAN))
+    built.forget()
+    assert f"constexpr int SOURCE_COUNT = {len(Source)};" in layout.header()
+
+
+def _meta(n_rows, n_cols, n_segments, dtype=torch.float32):
+    # shapes without memory: the production planners run on meta tensors for any N
+    return (torch.empty(n_rows, n_cols, dtype=dtype, device="meta"),
+            torch.empty(n_segments + 1, dtype=torch.int64, device="meta"))
+
+
+@pytest.mark.parametrize("sms", [4, 132])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("n_cols", [1, 8, 33, 64, 300, 4096])
+@pytest.mark.parametrize("n_rows", [0, 1, 31, 1000, 123_457, 5_000_000, 2**31 + 5])
+def test_native_chunk_geometry_is_the_python_plans(built, monkeypatch, n_rows, n_cols, dtype, sms):
+    # the native path redoes the chunking per call in C++ (geometry_of): it must be the Python plan's
+    monkeypatch.setattr(plan, "sm_count", lambda device: sms)
+    planned = plan.plan_reduce(*_meta(n_rows, n_cols, 7, dtype), mean=True, empty_zero=False)
+    grids = planned.native_plan()
+    assert grids.chunk_programs == sms * config.reduce_config(n_cols, dtype, planned.out.device).programs_per_sm
+    got = built.geometry(**dataclasses.asdict(grids), grid_kinds=[step.native.grid for step in planned.launches],
+                         n_rows=n_rows, n_cols=n_cols, n_segments=7)
+    rows, chunks = planned.launches[0].args[7:9]
+    assert got == (rows, chunks, [step.grid for step in planned.launches])
+    assert [step.native for step in planned.launches] == [plan.REDUCE_NATIVE, plan.COMBINE_NATIVE]
+
+
+@pytest.mark.parametrize("n_segments", [4, 7, 512, 65536])
+@pytest.mark.parametrize("n_cols,max_seqlen", [(1, 40), (16, 64), (64, 100), (64, 500), (300, 40)])
+def test_native_segment_geometry_is_the_python_plans(built, n_segments, n_cols, max_seqlen):
+    planned = plan.plan_reduce(*_meta(n_segments * max_seqlen // 2, n_cols, n_segments), mean=False,
+                               empty_zero=False, max_seqlen=max_seqlen)
+    assert planned.launches[0].native == plan.SEGMENTS_NATIVE
+    got = built.geometry(**dataclasses.asdict(planned.native_plan()), grid_kinds=[SEGMENTS],
+                         n_rows=planned.launches[0].args[3], n_cols=n_cols, n_segments=n_segments)
+    assert got[2] == [planned.launches[0].grid]
+
+
+@given(n_rows=st.integers(0, 2**40), col_blocks=st.integers(1, 64), chunk_programs=st.integers(1, 10**5),
+       block_l=st.sampled_from([1, 8, 16, 32, 64, 128]), min_tiles=st.integers(1, 16))
+def test_chunking_is_native_geometry_of(built, n_rows, col_blocks, chunk_programs, block_l, min_tiles):
+    # launch.plan.chunking (Python) and geometry_of (C++) are one arithmetic written twice: a divergence fails here
+    grids = NativePlan(block_m=16, group=0, programs=0, chunk_programs=chunk_programs, block_l=block_l,
+                       min_chunk_rows=min_tiles * block_l)
+    rows, chunks = chunking(n_rows, col_blocks, chunk_programs, block_l, grids.min_chunk_rows)
+    got = built.geometry(**dataclasses.asdict(grids), grid_kinds=[CHUNKS], n_rows=n_rows, n_cols=col_blocks * 16,
+                         n_segments=3)
+    assert got == (rows, chunks, [(chunks, col_blocks, 1)])
 
 
 def test_segment_grid_from_group_or_fixed_programs(built):
@@ -136,15 +184,13 @@ def test_segment_grid_from_group_or_fixed_programs(built):
         built.geometry(4, 0, 0, 0, 0, 0, [SEGMENTS], 9, 33, 9)  # neither a group nor programs
     with pytest.raises(ValueError):
         built.geometry(4, 1, 0, 0, 0, 0, [CHUNKS], 9, 33, 9)  # a chunks kernel with no chunking
-    with pytest.raises(ValueError):
-        built.register([0] * 11, 0, 4, 1, 0, 0, 0, 0, [(0, 1, 0, SEGMENTS, [(12, POINTER)])])  # unknown source
 
 
 def test_reduce_and_launch_leave_cpu_tensors_and_unknown_keys_alone(built):
     values, offsets = _batch()
     built.forget()
-    built.register(built.key(values, offsets, -1, True, False), 0, 8, 1, 0, 0, 0, 0,
-                   [(0, 1, 0, SEGMENTS, [(VALUES, POINTER)])])
+    native.register(built, built.key(values, offsets, -1, True, False), 0, SEGMENT_PLAN,
+                    [(0, 1, 0, SEGMENTS, [(VALUES, POINTER)])])
     assert built.size() == 1 and built.has(built.key(values, offsets, -1, True, False))
     assert built.reduce(values, offsets, -1, True, False) is None  # CPU tensors: never launched
     with pytest.raises(ValueError):
@@ -166,11 +212,11 @@ SIGNATURE = {"values_ptr": "*fp32", "offsets_ptr": "*i64", "out_ptr": "*fp32", "
 
 
 def test_parameters_follow_the_compiled_signature():
-    params = _native.parameters(_compiled(SIGNATURE), NAMES, reduce.SEGMENT_SOURCES)
+    params = native.parameters(_compiled(SIGNATURE), NAMES, plan.SEGMENTS_NATIVE.sources)
     assert params == [(VALUES, POINTER), (OFFSETS, POINTER), (OUT, POINTER), (N_ROWS, I32), (N_COLS, I32),
                       (N_SEGMENTS, I64), (NULL, POINTER), (NULL, POINTER)]
     specialised = dict(SIGNATURE, n_cols="constexpr")  # M == 1: the JIT makes it a constant
-    assert _native.parameters(_compiled(specialised), NAMES, reduce.SEGMENT_SOURCES)[3:5] == [(N_ROWS, I32),
+    assert native.parameters(_compiled(specialised), NAMES, plan.SEGMENTS_NATIVE.sources)[3:5] == [(N_ROWS, I32),
                                                                                             (N_SEGMENTS, I64)]
 
 
@@ -178,11 +224,11 @@ def test_parameters_of_the_combine_kernel():
     names = ("offsets_ptr", "out_ptr", "ws_ptr", "n_cols", "rows_per_chunk", "n_chunks", "MEAN")
     signature = {"offsets_ptr": "*i32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "n_cols": "i32",
                  "rows_per_chunk": "i32", "n_chunks": "i32", "MEAN": "constexpr"}
-    assert _native.parameters(_compiled(signature), names, reduce.COMBINE_SOURCES) == [
+    assert native.parameters(_compiled(signature), names, plan.COMBINE_NATIVE.sources) == [
         (OFFSETS, POINTER), (OUT, POINTER), (WORKSPACE, POINTER), (N_COLS, I32), (ROWS_PER_CHUNK, I32),
         (N_CHUNKS, I32), (NULL, POINTER), (NULL, POINTER)]
     swapped = dict(signature, n_cols="*fp32")  # a pointer where the source is an integer
-    assert _native.parameters(_compiled(swapped), names, reduce.COMBINE_SOURCES) is None
+    assert native.parameters(_compiled(swapped), names, plan.COMBINE_NATIVE.sources) is None
 
 
 @pytest.mark.parametrize("change", [
@@ -193,7 +239,7 @@ def test_parameters_of_the_combine_kernel():
 ])
 def test_parameters_refuse_what_the_launcher_would_do_differently(change):
     signature = change.pop("signature", SIGNATURE)
-    assert _native.parameters(_compiled(signature, **change), NAMES, reduce.SEGMENT_SOURCES) is None
+    assert native.parameters(_compiled(signature, **change), NAMES, plan.SEGMENTS_NATIVE.sources) is None
 
 
 class FakeModule:
@@ -232,13 +278,12 @@ class FakeModule:
 
 
 def _ready(module):
-    _native._state = _native._State(status="ready", module=module)
-    _native._refresh()
+    native._state = native._State(status="ready", module=module)
+    native._refresh()
 
 
-PLAN = {"block_m": 8, "group": 2, "programs": 0, "chunk_programs": 0, "block_l": 0, "min_chunk_rows": 0}
-KERNELS = [{"compiled": _compiled(SIGNATURE), "arg_names": NAMES, "sources": reduce.SEGMENT_SOURCES,
-            "grid": "segments"}]
+PLAN = SEGMENT_PLAN
+KERNELS = [native.OfferedKernel(_compiled(SIGNATURE), NAMES, plan.SEGMENTS_NATIVE)]
 
 
 def test_offer_registers_after_a_matching_first_launch():
@@ -246,11 +291,11 @@ def test_offer_registers_after_a_matching_first_launch():
     out = torch.randn(3, 8)
     fake = FakeModule(lambda trial: trial.copy_(out))
     _ready(fake)
-    _native.offer(values, offsets, 7, True, False, PLAN, KERNELS, out)
+    native.offer(values, offsets, 7, True, False, PLAN, KERNELS, out)
     assert list(fake.plans) == [(1, 7, 8)] and fake.plans[(1, 7, 8)][:4] == (8, 2, 0, 0)
-    assert fake.plans[(1, 7, 8)][4] == [(1234, 4, 0, 0, _native.parameters(_compiled(SIGNATURE), NAMES,
-                                                                             reduce.SEGMENT_SOURCES))]
-    assert _native.state()["verified_kernels"] == 1 and _native.active is fake
+    assert fake.plans[(1, 7, 8)][4] == [(1234, 4, 0, 0, native.parameters(_compiled(SIGNATURE), NAMES,
+                                                                             plan.SEGMENTS_NATIVE.sources))]
+    assert native.state()["verified_kernels"] == 1 and native.active is fake
 
 
 def test_offer_disables_the_path_when_the_first_launch_differs():
@@ -258,26 +303,26 @@ def test_offer_disables_the_path_when_the_first_launch_differs():
     out = torch.randn(3, 8)
     fake = FakeModule(lambda trial: trial.copy_(out).view(-1)[5].add_(1))
     _ready(fake)
-    _native.offer(values, offsets, 7, True, False, PLAN, KERNELS, out)
-    assert _native.active is None and fake.plans == {}
-    assert _native.state()["status"] == "disabled" and "differs" in _native.state()["reason"]
+    native.offer(values, offsets, 7, True, False, PLAN, KERNELS, out)
+    assert native.active is None and fake.plans == {}
+    assert native.state()["status"] == "disabled" and "differs" in native.state()["reason"]
 
 
 def test_offer_proves_nothing_on_an_empty_output():
     values, offsets = torch.empty(0, 8), torch.zeros(1, dtype=torch.int64)
     fake = FakeModule(lambda trial: None)
     _ready(fake)
-    _native.offer(values, offsets, None, False, False, PLAN, KERNELS, torch.empty(0, 8))
-    assert fake.plans == {} and _native.active is fake and _native.state()["verified_kernels"] == 0
+    native.offer(values, offsets, None, False, False, PLAN, KERNELS, torch.empty(0, 8))
+    assert fake.plans == {} and native.active is fake and native.state()["verified_kernels"] == 0
 
 
 def test_offer_skips_kernels_it_cannot_pack():
     values, offsets = _batch()
     fake = FakeModule(lambda trial: pytest.fail("must not launch"))
     _ready(fake)
-    kernels = [dict(KERNELS[0], compiled=_compiled(SIGNATURE, num_ctas=2))]
-    _native.offer(values, offsets, 7, True, False, PLAN, kernels, torch.randn(3, 8))
-    assert fake.plans == {} and _native.active is fake
+    kernels = [dataclasses.replace(KERNELS[0], compiled=_compiled(SIGNATURE, num_ctas=2))]
+    native.offer(values, offsets, 7, True, False, PLAN, kernels, torch.randn(3, 8))
+    assert fake.plans == {} and native.active is fake
 
 
 def test_public_functions_take_the_native_call_first_and_fall_back_on_none():
@@ -288,7 +333,7 @@ def test_public_functions_take_the_native_call_first_and_fall_back_on_none():
     assert jaggedperf.jagged_sum(values, offsets) == "native output"
     assert fake.served_calls == 2
     fake.reduce = lambda *args: None  # no plan: the Python path (the CPU kernel here)
-    torch.testing.assert_close(jaggedperf.jagged_sum(values, offsets), reduce._reduce_cpu(values, offsets, mean=False,
+    torch.testing.assert_close(jaggedperf.jagged_sum(values, offsets), op._reduce_cpu(values, offsets, mean=False,
                                                                                           empty_zero=False))
 
 
@@ -303,7 +348,7 @@ def test_native_call_is_skipped_where_the_python_path_must_run(how, monkeypatch)
     elif how == "env":
         monkeypatch.setenv("JAGGEDPERF_VALIDATE", "1")
     elif how == "forced tier":
-        _launch.force_tier("jit")
+        launch.force_tier("jit")
     elif how == "nested":  # the native call is tried once its values and offsets are unpacked (the CPU: no plan)
         values = torch.nested.nested_tensor_from_jagged(values, offsets)
         offsets = None
@@ -324,7 +369,7 @@ def test_compiled_callers_never_reach_the_native_call():
     fake = FakeModule(None)
     _ready(fake)
     compiled = torch.compile(lambda v, o: jaggedperf.jagged_mean(v, o, max_seqlen=7), fullgraph=True)
-    torch.testing.assert_close(compiled(values, offsets), reduce._reduce_cpu(values, offsets, mean=True,
+    torch.testing.assert_close(compiled(values, offsets), op._reduce_cpu(values, offsets, mean=True,
                                                                              empty_zero=False), equal_nan=True)
     assert fake.served_calls == 0
 
@@ -332,25 +377,25 @@ def test_compiled_callers_never_reach_the_native_call():
 def test_a_failed_build_leaves_the_python_path(monkeypatch, tmp_path):
     monkeypatch.setenv("JAGGEDPERF_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", "false")  # a compiler that always fails
-    _native._state = _native._State()
-    state = _native.ensure()
-    assert state["status"] == "failed" and "building _native.cpp failed" in state["reason"]
-    assert _native.active is None and not list(tmp_path.rglob("*.so"))
+    native._state = native._State()
+    state = native.ensure()
+    assert state["status"] == "failed" and "building native.cpp failed" in state["reason"]
+    assert native.active is None and not list(tmp_path.rglob("*.so"))
 
 
 def test_native_off_by_environment(monkeypatch):
     monkeypatch.setenv("JAGGEDPERF_NATIVE", "0")
-    _native._state = _native._State()
-    assert _native.ensure()["status"] == "off" and _native.active is None and not _native.offering()
+    native._state = native._State()
+    assert native.ensure()["status"] == "off" and native.active is None and not native.offering()
 
 
 def test_launch_path_reports_the_native_path_and_force_tier_and_overrides_pause_it():
     fake = FakeModule(None)
     _ready(fake)
-    _launch.force_tier("launch")
-    assert _native.active is None and _launch.launch_path()["native"]["paused"] == ["force_tier"]
-    with _config.override(block_l=8):
-        assert _native.state()["paused"] == ["config override", "force_tier"] and not _native.offering()
-        _launch.force_tier(None)
-        assert _native.active is None
-    assert _native.active is fake and _launch.launch_path()["native"]["status"] == "ready"
+    launch.force_tier("launch")
+    assert native.active is None and launch.launch_path()["native"]["paused"] == ["force_tier"]
+    with config.override(block_l=8):
+        assert native.state()["paused"] == ["config override", "force_tier"] and not native.offering()
+        launch.force_tier(None)
+        assert native.active is None
+    assert native.active is fake and launch.launch_path()["native"]["status"] == "ready"

@@ -11,7 +11,7 @@ from ops_env import INTERP_EXAMPLES, needs_interpreter
 from ops_reference import assert_matches, reference_reduce
 
 import jaggedperf
-from jaggedperf.ops import reduce
+from jaggedperf.ops import testing
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 DTYPE_IDS = ["fp32", "bf16", "fp16"]
@@ -91,9 +91,9 @@ def test_triton_kernels_give_reference(dtype, batch, op, chunk):
     values = values.to(dtype).contiguous()
     mean, empty_zero = op != "sum", op == "mean-zero"
     poison = 12345.0 if (mean and not empty_zero) else float("nan")
-    out = reduce.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, rows_per_chunk=chunk, poison=poison)
+    out = testing.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, rows_per_chunk=chunk, poison=poison)
     ref = reference_reduce(values, offsets, mean=mean, empty_zero=empty_zero)
     scale = reference_reduce(values, offsets, mean=mean, empty_zero=True, absolute=True)
     assert_matches(out, ref, dtype, scale=scale)
-    again = reduce.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, rows_per_chunk=chunk)
+    again = testing.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, rows_per_chunk=chunk)
     assert torch.equal(out.view(torch.uint8), again.view(torch.uint8))  # deterministic

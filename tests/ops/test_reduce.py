@@ -14,8 +14,10 @@ from ops_reference import (
 )
 
 import jaggedperf
-from jaggedperf.ops import _config, reduce
-from jaggedperf.ops._config import SegmentsConfig
+from jaggedperf.ops import config
+from jaggedperf.ops.config import SegmentsConfig
+from jaggedperf.ops import testing
+from jaggedperf.ops.reduce import api, kernels, plan
 
 FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
 
@@ -73,7 +75,7 @@ def test_triton_kernels_match_reference(chunk, lengths, M, dtype, offsets_dtype,
         empty_zero = empty == "zero"
         # poison with NaN where a NaN answer is impossible, else with a wrong finite value
         poison = 12345.0 if (mean and not empty_zero) else float("nan")
-        out = reduce.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, rows_per_chunk=chunk,
+        out = testing.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, rows_per_chunk=chunk,
                                    poison=poison)
         ref, scale = expected(values, offsets, mean, empty_zero)
         assert_matches(out, ref, dtype, scale=scale, what=f"{'mean' if mean else 'sum'} chunk={chunk}")
@@ -94,7 +96,7 @@ def test_whole_segments_kernel_matches_reference(cfg, lengths, M, dtype, offsets
     for mean in (False, True):
         empty_zero = empty == "zero"
         poison = 12345.0 if (mean and not empty_zero) else float("nan")
-        out = reduce.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, segments=cfg, poison=poison)
+        out = testing.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, segments=cfg, poison=poison)
         ref, scale = expected(values, offsets, mean, empty_zero)
         assert_matches(out, ref, dtype, scale=scale, what=f"{'mean' if mean else 'sum'} {cfg}")
 
@@ -105,9 +107,9 @@ def test_whole_segments_kernel_stays_in_bounds_on_invalid_offsets():
     values = torch.randn(6, 3)
     offsets = torch.tensor([0, -10**12, 10**12, 3, 2**40], dtype=torch.int64)
     for cfg in SEGMENT_CONFIGS[1], SEGMENT_CONFIGS[3]:
-        out = reduce.launch_reduce(values, offsets, mean=True, segments=cfg)
+        out = testing.launch_reduce(values, offsets, mean=True, segments=cfg)
         assert out.shape == (4, 3)
-        grad_values = reduce.launch_expand(out.nan_to_num(), offsets, 6, mean=True, segments=cfg)
+        grad_values = testing.launch_expand(out.nan_to_num(), offsets, 6, mean=True, segments=cfg)
         assert grad_values.shape == (6, 3)
 
 
@@ -115,17 +117,17 @@ def test_whole_segments_kernel_stays_in_bounds_on_invalid_offsets():
 def test_known_max_seqlen_picks_the_whole_segments_kernel_and_stays_correct():
     lengths = [3, 0, 7, 1, 0, 5, 2]
     values, offsets = make(lengths, 5, FP32, torch.int64, seed=11)
-    _, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=max(lengths))
-    assert [launch.kernel for launch in launches] == [reduce._segments_kernel]
-    _, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=False)
-    assert [launch.kernel for launch in launches] == [reduce._reduce_kernel, reduce._combine_kernel]
+    launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=max(lengths)).launches
+    assert [launch.kernel for launch in launches] == [kernels._segments_kernel]
+    launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False).launches
+    assert [launch.kernel for launch in launches] == [kernels._reduce_kernel, kernels._combine_kernel]
     # too few segments to fill the (4 interpreter) SMs, or too long: the balanced chunks
     few, few_offsets = make([30, 2], 5, FP32, torch.int64, seed=12)
-    _, launches = reduce.plan_reduce(few, few_offsets, mean=True, empty_zero=False, max_seqlen=30)
-    assert [launch.kernel for launch in launches] == [reduce._reduce_kernel, reduce._combine_kernel]
+    launches = plan.plan_reduce(few, few_offsets, mean=True, empty_zero=False, max_seqlen=30).launches
+    assert [launch.kernel for launch in launches] == [kernels._reduce_kernel, kernels._combine_kernel]
     # a max_seqlen that understates the truth costs time, never correctness
     for hint in (max(lengths), 1):
-        out = reduce.launch_reduce(values, offsets, mean=True, max_seqlen=hint, poison=float("nan"))
+        out = testing.launch_reduce(values, offsets, mean=True, max_seqlen=hint, poison=float("nan"))
         ref, scale = expected(values, offsets, True, False)
         assert_matches(out, ref, FP32, scale=scale, what=f"max_seqlen={hint}")
 
@@ -137,16 +139,16 @@ def test_many_small_groups_take_the_looping_kernel_and_stay_correct():
     gen = torch.Generator().manual_seed(21)
     lengths = torch.randint(0, 4, (1100,), generator=gen).tolist()
     values, offsets = make(lengths, 16, FP32, torch.int32, seed=21)
-    out, launches = reduce.plan_reduce(values, offsets, mean=True, empty_zero=True, max_seqlen=64)
-    assert [launch.kernel for launch in launches] == [reduce._segments_loop_kernel]
+    launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=True, max_seqlen=64).launches
+    assert [launch.kernel for launch in launches] == [kernels._segments_loop_kernel]
     assert launches[0].grid == (32, 1, 1)
-    out = reduce.launch_reduce(values, offsets, mean=True, empty_zero=True, max_seqlen=64, poison=float("nan"))
+    out = testing.launch_reduce(values, offsets, mean=True, empty_zero=True, max_seqlen=64, poison=float("nan"))
     ref, scale = expected(values, offsets, True, True)
     assert_matches(out, ref, FP32, scale=scale)
     # a third of the segments: one program a group again
-    _, launches = reduce.plan_reduce(values[: int(offsets[367])], offsets[:368], mean=True, empty_zero=True,
-                                     max_seqlen=64)
-    assert [launch.kernel for launch in launches] == [reduce._segments_kernel]
+    launches = plan.plan_reduce(values[: int(offsets[367])], offsets[:368], mean=True, empty_zero=True,
+                                max_seqlen=64).launches
+    assert [launch.kernel for launch in launches] == [kernels._segments_kernel]
 
 
 @needs_interpreter
@@ -158,7 +160,7 @@ def test_triton_backward_kernel_matches_reference(chunk, segments, lengths, M, d
     n_rows = int(offsets[-1])
     grad = torch.randn(len(lengths), M).to(dtype)
     for mean in (False, True):
-        out = reduce.launch_expand(grad, offsets, n_rows, mean=mean, rows_per_chunk=chunk, segments=segments,
+        out = testing.launch_expand(grad, offsets, n_rows, mean=mean, rows_per_chunk=chunk, segments=segments,
                                    poison=float("nan"))
         ref = reference_expand(grad, offsets, n_rows, mean=mean)
         assert_matches(out, ref, dtype, what=f"expand mean={mean}")
@@ -182,7 +184,7 @@ def test_many_chunks_inside_one_segment_and_many_segments_per_chunk():
     lengths = [2, 1, 0, 3, 70, 1, 1, 0, 2]
     values, offsets = make(lengths, 2, FP32, torch.int64, seed=3)
     for chunk in (1, 2):
-        out = reduce.launch_reduce(values, offsets, mean=True, empty_zero=True, rows_per_chunk=chunk, poison=float("nan"))
+        out = testing.launch_reduce(values, offsets, mean=True, empty_zero=True, rows_per_chunk=chunk, poison=float("nan"))
         ref, scale = expected(values, offsets, True, True)
         assert_matches(out, ref, FP32, scale=scale)
 
@@ -191,9 +193,9 @@ def test_many_chunks_inside_one_segment_and_many_segments_per_chunk():
 @pytest.mark.parametrize("chunk,segments", [(None, None), (2, None), (None, SEGMENT_CONFIGS[1])])
 def test_triton_kernels_are_deterministic(chunk, segments):
     values, offsets = make([5, 0, 17, 3, 9], 33, FP32, torch.int64, seed=5)
-    first = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk, segments=segments)
+    first = testing.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk, segments=segments)
     for _ in range(2):
-        again = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk, segments=segments)
+        again = testing.launch_reduce(values, offsets, mean=True, rows_per_chunk=chunk, segments=segments)
         assert torch.equal(first.view(torch.int32), again.view(torch.int32))
 
 
@@ -212,7 +214,7 @@ def test_nan_and_inf_propagate_like_torch_mean(where):
     if where == "cpu":
         out = jaggedperf.jagged_mean(values, offsets)
     else:
-        out = reduce.launch_reduce(values, offsets, mean=True, rows_per_chunk=2)
+        out = testing.launch_reduce(values, offsets, mean=True, rows_per_chunk=2)
     torch_mean = torch.stack([values[int(a):int(b)].mean(0) for a, b in zip(offsets[:-1], offsets[1:])])
     assert torch.equal(torch.isnan(out), torch.isnan(torch_mean))
     assert torch.equal(torch.isinf(out), torch.isinf(torch_mean))
@@ -259,8 +261,8 @@ def test_nested_tensor_max_seqlen_reaches_the_operator_eagerly_and_compiled():
     # so compiled code can take the whole-segments kernel; no graph break, no recompile for a new max_seqlen
     values, offsets = make([3, 1, 5], 6, FP32, torch.int64)
     nt = torch.nested.nested_tensor_from_jagged(values, offsets, max_seqlen=5)
-    assert reduce._cached_max_seqlen(nt) == 5
-    assert reduce._cached_max_seqlen(torch.nested.nested_tensor_from_jagged(values, offsets)) is None
+    assert api._cached_max_seqlen(nt) == 5
+    assert api._cached_max_seqlen(torch.nested.nested_tensor_from_jagged(values, offsets)) is None
     seen = []
 
     def backend(gm, example_inputs):
@@ -295,7 +297,7 @@ def test_nested_tensor_falls_back_to_accessors_when_attributes_are_absent():
         def offsets(self):
             return offsets
 
-    values_out, offsets_out = reduce._from_nested(Stripped(), "jagged_mean")
+    values_out, offsets_out = api._from_nested(Stripped(), "jagged_mean")
     assert values_out is values and offsets_out is offsets
 
 
@@ -324,7 +326,7 @@ def test_ops_do_not_import_the_lab():
     import ast
     import pathlib
 
-    for path in pathlib.Path(reduce.__file__).parent.glob("*.py"):
+    for path in pathlib.Path(config.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom):
@@ -342,7 +344,7 @@ def test_galloping_search_finds_the_first_segment_at_or_after_x_from_any_hint():
         i = tl.program_id(0)
         x = tl.load(xs_ptr + i)
         hint = tl.load(hints_ptr + i)
-        tl.store(out_ptr + i, reduce._lower_bound(offsets_ptr, n_segments, x, hint))
+        tl.store(out_ptr + i, kernels._lower_bound(offsets_ptr, n_segments, x, hint))
 
     gen = torch.Generator().manual_seed(0)
     for lengths in ([], [0], [4], [0, 0, 3, 0, 2, 0, 0], [1] * 9, [0, 40, 1, 1, 0, 7, 0, 0, 2, 0, 0]):
@@ -365,13 +367,13 @@ def test_backward_spreads_a_long_segment_over_programs_and_stays_correct():
     _, offsets = make(lengths, 64, FP32, torch.int32, seed=31)
     n_rows = int(offsets[-1])
     grad = torch.randn(len(lengths), 64)
-    _, launches = reduce.plan_expand(grad, offsets, n_rows, mean=True, max_seqlen=300)
-    assert [launch.kernel for launch in launches] == [reduce._segments_expand_kernel]
-    assert launches[0].grid == (7, 1, -(-300 // _config.EXPAND_SPLIT_ROWS))
-    assert launches[0].args[-2] == _config.EXPAND_SPLIT_ROWS  # BLOCK_L
+    launches = plan.plan_expand(grad, offsets, n_rows, mean=True, max_seqlen=300).launches
+    assert [launch.kernel for launch in launches] == [kernels._segments_expand_kernel]
+    assert launches[0].grid == (7, 1, -(-300 // config.EXPAND_SPLIT_ROWS))
+    assert launches[0].args[-2] == config.EXPAND_SPLIT_ROWS  # BLOCK_L
     # a segment that fits one tile stays whole (one program, the forward's tile)
-    _, launches = reduce.plan_expand(grad, offsets, n_rows, mean=True, max_seqlen=100)
+    launches = plan.plan_expand(grad, offsets, n_rows, mean=True, max_seqlen=100).launches
     assert launches[0].grid[2] == 1 and launches[0].args[-2] == 128
     for hint in (300, 200, 40):  # a max_seqlen that understates the lengths costs time, never correctness
-        out = reduce.launch_expand(grad, offsets, n_rows, mean=True, max_seqlen=hint, poison=float("nan"))
+        out = testing.launch_expand(grad, offsets, n_rows, mean=True, max_seqlen=hint, poison=float("nan"))
         assert_matches(out, reference_expand(grad, offsets, n_rows, mean=True), FP32, what=f"max_seqlen={hint}")

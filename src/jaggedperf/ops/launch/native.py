@@ -1,25 +1,25 @@
-"""The native launch path: an eager jagged sum/mean in one C++ call (``_native.cpp``).
+"""The native launch path: an eager jagged sum/mean in one C++ call (``native.cpp``).
 
 The Python fast path plans each call, allocates with ``torch.empty`` and launches through Triton's
-launcher: ≈15 µs of host time before a 6-10 µs kernel starts at the seed shapes (host_probe, run 29).
+launcher: more host time before the kernel starts than the kernel takes on the device at the seed shapes.
 The native module does the same work for a call it has a *plan* for, in C++: checks, output (and
 workspace) allocation from the CUDA caching allocator, grids, parameter blocks, ``cuLaunchKernel``.
 
-Plans. After the Python path has planned and launched a call (through a verified tier, ``_launch``),
-``offer`` registers the plan for the call's key: the compiled kernels' CUfunctions and launch configs,
+Plans. After the Python path has planned and launched a call (through a verified tier, ``tiers``),
+``offer_plan`` registers the plan for the call's key: the compiled kernels' CUfunctions and launch configs,
 their parameter lists read from the compiled signatures, and how to size the grid: one whole-segments
 launch, or the balanced chunks' two launches (reduce, combine) with their fp32 workspace, the chunking
 redone per call from the config (so one plan serves every N and B when there is no ``max_seqlen``).
 The first plan of each set of compiled kernels is checked: its launches, into an output poisoned with
-``_launch.POISON_BYTE``, must match the Python path's output bitwise (one sync, once per set); a
+``verification.POISON_BYTE``, must match the Python path's output bitwise (one sync, once per set); a
 mismatch or error turns the native path off for the process, with the reason in ``state()``. Only
 calls with a registered plan take the native path; everything else (autograd, torch.compile, dispatch
 modes, other devices, forced chunk sizes) stays in Python, and the path stands aside while a benchmark
 forces a launch tier or overrides the config.
 
 The module. Built with the C++ compiler torch's own extensions use (``CXX``, else ``c++``) against the
-installed torch's headers, into ``$JAGGEDPERF_CACHE`` (default ``~/.cache/jaggedperf``)/native/<hash of
-source, torch, Python and flags>/, and written there atomically (a killed build leaves no lock behind).
+installed torch's headers and ``layout.header()``, into ``$JAGGEDPERF_CACHE`` (default
+``~/.cache/jaggedperf``)/native/<hash of source, layout header, torch, Python and compiler>/, and written there atomically (a killed build leaves no lock behind).
 ``JAGGEDPERF_NATIVE``: ``auto`` (default) loads a built module and, on the first eligible CUDA call,
 starts the build in a background thread (the Python path serves until it is ready); ``build`` builds
 in the calling thread at that first call; ``0`` turns the path off. ``ensure()`` builds and loads now
@@ -39,22 +39,31 @@ import sysconfig
 import tempfile
 import threading
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from jaggedperf.ops._launch import bitwise_equal, capturing, poison
+from jaggedperf.ops import config
+from jaggedperf.ops.launch import layout
+from jaggedperf.ops.launch.layout import INTEGER_KINDS, POINTER_SOURCES, Kind, Source
+from jaggedperf.ops.launch.plan import NativeKernel, NativePlan, Plan
+from jaggedperf.ops.launch.tiers import compiled as compiled_kernel
+from jaggedperf.ops.launch.verification import bitwise_equal, capturing, poison
 
-SOURCE = Path(__file__).with_name("_native.cpp")
+SOURCE = Path(__file__).with_name("native.cpp")
 MODULE_NAME = "jaggedperf_native"
 BUILD_TIMEOUT_S = 600
-# _native.cpp's parameter sources (its Source enum, in order), which of them are pointers, and int kinds
-SOURCES = ("values", "offsets", "out", "n_rows", "n_cols", "n_segments", "null", "workspace", "rows_per_chunk",
-           "n_chunks")
-POINTER_SOURCES = ("values", "offsets", "out", "workspace")
-KINDS = {"i32": 1, "i64": 2}
-GRIDS = {"segments": 0, "chunks": 1}
+
+
+@dataclass(frozen=True)
+class OfferedKernel:
+    """One launch of a plan the Python path has just run, as the native path registers it."""
+
+    compiled: object  # the triton CompiledKernel the fast tiers launched (None: not compiled, e.g. interpreted)
+    arg_names: tuple  # the kernel's arguments, in order
+    native: NativeKernel  # what fills its runtime arguments and how its grid is sized
 
 
 @dataclass
@@ -80,7 +89,12 @@ def _refresh() -> None:
 
 
 def state() -> dict:
-    """Where the native path stands: status, why it is off, build time, plans registered."""
+    """Where the native path stands.
+
+    Returns:
+        status (not loaded | building | ready | off | failed | disabled), why it is off, what pauses it,
+        build time, the module's file, plans registered / held / served, kernel sets verified.
+    """
     return {"status": _state.status, "reason": _state.reason, "paused": sorted(_state.paused),
             "build_seconds": _state.build_seconds,
             "module": getattr(_state.module, "__file__", None), "registered": _state.registered,
@@ -90,6 +104,11 @@ def state() -> dict:
 
 
 def setting() -> str:
+    """``JAGGEDPERF_NATIVE``, read now.
+
+    Returns:
+        ``"off"``, ``"build"`` or ``"auto"``.
+    """
     value = os.environ.get("JAGGEDPERF_NATIVE", "auto").strip().lower()
     return "off" if value in ("0", "off", "false", "no") else ("build" if value == "build" else "auto")
 
@@ -98,14 +117,27 @@ def setting() -> str:
 
 
 def compiler() -> str:
+    """The C++ compiler command (``CXX``, else ``c++``).
+
+    Returns:
+        a command line, split by ``build_command``.
+    """
     return os.environ.get("CXX", "c++")
 
 
-def build_command(output: Path) -> list[str]:
-    """The compile-and-link command for the module (torch's headers and libraries, Python's headers)."""
+def build_command(output: Path, layout_dir: Path) -> list[str]:
+    """The compile-and-link command for the module (torch's headers and libraries, Python's headers).
+
+    Args:
+        output: where the linker writes the module.
+        layout_dir: the folder holding ``layout.HEADER_NAME`` (written by ``build``).
+
+    Returns:
+        the command, as an argument list.
+    """
     from torch.utils import cpp_extension
 
-    includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
+    includes = [str(layout_dir), *cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
     libdirs = cpp_extension.library_paths()
     return [
         *shlex.split(compiler()), "-shared", "-fPIC", "-O2", "-std=c++17", "-w",
@@ -118,9 +150,14 @@ def build_command(output: Path) -> list[str]:
 
 
 def module_path() -> Path:
-    """Where the module for this source, torch and Python lives (built or not)."""
+    """Where the module for this source, layout, torch, Python and compiler lives (built or not).
+
+    Returns:
+        the module's path under ``$JAGGEDPERF_CACHE``.
+    """
     digest = hashlib.sha256()
     digest.update(SOURCE.read_bytes())
+    digest.update(layout.header().encode())
     digest.update(f"{torch.__version__}|{sys.version}|{compiler()}".encode())
     root = Path(os.environ.get("JAGGEDPERF_CACHE", Path.home() / ".cache" / "jaggedperf"))
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
@@ -128,12 +165,24 @@ def module_path() -> Path:
 
 
 def build(path: Path | None = None) -> Path:
-    """Compile the module into ``path`` (default ``module_path()``); atomic: a partial build never lands."""
+    """Compile the module into ``path``; atomic: a partial build never lands.
+
+    Args:
+        path: where to put it (default ``module_path()``).
+
+    Returns:
+        the path.
+
+    Raises:
+        RuntimeError: the compiler failed (its stderr's tail in the message); subprocess.TimeoutExpired.
+    """
     path = path or module_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         partial = Path(tmp) / path.name
-        done = subprocess.run(build_command(partial), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        (Path(tmp) / layout.HEADER_NAME).write_text(layout.header())
+        done = subprocess.run(build_command(partial, Path(tmp)), capture_output=True, text=True,
+                              timeout=BUILD_TIMEOUT_S)
         if done.returncode != 0:
             raise RuntimeError(f"building {SOURCE.name} failed ({done.returncode}):\n{done.stderr[-4000:]}")
         os.replace(partial, path)
@@ -148,7 +197,11 @@ def _import(path: Path):
 
 
 def ensure() -> dict:
-    """Build (if needed) and load the module now, in this thread; returns ``state()``. Never raises."""
+    """Build (if needed) and load the module now, in this thread. Never raises.
+
+    Returns:
+        ``state()``.
+    """
     if setting() == "off":
         _off()
         return state()
@@ -210,20 +263,34 @@ def _start() -> None:
 
 
 def offering() -> bool:
-    """Whether the Python path should offer its plans (the path is on, or not yet loaded)."""
+    """Whether the Python path should offer its plans.
+
+    Returns:
+        True while the path is on, or not yet loaded (the first offer starts loading it).
+    """
     return _state.status in ("not loaded", "ready") and not _state.paused
 
 
 def pause(reason: str, paused: bool) -> None:
     """Stand aside (``paused``) or come back, for ``reason``: a benchmark timing a forced launch tier
-    (``_launch.force_tier``), a config override (``_config.set_override``: plans would run the old config)."""
+    (``jaggedperf.ops.launch.force_tier``), a config override (``config.set_override``: plans would run the
+    old config).
+
+    Args:
+        reason: why; the path comes back once no reason is left.
+        paused: True to stand aside for ``reason``, False to drop it.
+    """
     with _lock:
         (_state.paused.add if paused else _state.paused.discard)(reason)
         _refresh()
 
 
 def disable(reason: str) -> None:
-    """Turn the native path off for this process (a failed check)."""
+    """Turn the native path off for this process (a failed check).
+
+    Args:
+        reason: shown in ``state()``.
+    """
     with _lock:
         _state.status, _state.reason = "disabled", reason
         _refresh()
@@ -241,12 +308,21 @@ def reset() -> None:
         _refresh()
 
 
-def parameters(compiled, arg_names, sources: tuple) -> list[tuple[int, int]] | None:
-    """The (source, kind) list of a compiled kernel's launch parameters, or None when it cannot be served.
+def parameters(compiled, arg_names, sources: tuple[Source, ...]) -> list[tuple[int, int]] | None:
+    """The (Source, Kind) list of a compiled kernel's launch parameters, or None when it cannot be served.
 
-    ``arg_names``: the kernel's arguments in order; ``sources``: what fills the first ones (names from
-    SOURCES; the rest must be constexprs). Triton's launcher passes every non-constexpr argument, then
-    the global and profile scratch pointers (null here: the kernel must need no scratch).
+    Triton's launcher passes every non-constexpr argument, then the global and profile scratch pointers
+    (null here: the kernel must need no scratch).
+
+    Args:
+        compiled: the triton CompiledKernel (its ``src.signature`` and ``metadata`` are read).
+        arg_names: the kernel's arguments in order.
+        sources: what fills the first of them (the rest must be constexprs).
+
+    Returns:
+        (source, kind) int pairs in the kernel's parameter order, scratch pointers included; None when
+        the launcher would do something this path does not (clusters, cooperative or PDL launches,
+        scratch, tensor descriptors, a type or argument it cannot fill).
     """
     metadata = compiled.metadata
     if (getattr(metadata, "num_ctas", 1) != 1 or getattr(metadata, "launch_cooperative_grid", False)
@@ -265,20 +341,42 @@ def parameters(compiled, arg_names, sources: tuple) -> list[tuple[int, int]] | N
             return None
         source = sources[position]
         if kind.startswith("*") and source in POINTER_SOURCES:
-            params.append((SOURCES.index(source), 0))
-        elif kind in KINDS and source in SOURCES and source not in POINTER_SOURCES + ("null",):
-            params.append((SOURCES.index(source), KINDS[kind]))
+            params.append((int(source), int(Kind.POINTER)))
+        elif kind in INTEGER_KINDS and source not in POINTER_SOURCES and source != Source.NULL_POINTER:
+            params.append((int(source), int(INTEGER_KINDS[kind])))
         else:
             return None
-    null = SOURCES.index("null")
-    return [*params, (null, 0), (null, 0)]
+    null = (int(Source.NULL_POINTER), int(Kind.POINTER))
+    return [*params, null, null]
 
 
-def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: dict, kernels: list[dict], out) -> None:
+def offer_plan(plan: Plan, key_extra: tuple, values, offsets, max_seqlen, mean: bool, empty_zero: bool) -> None:
+    """Offer the plan of a call the Python path has just launched through the fast tiers (``offer``).
+
+    Args:
+        plan: the call's Plan (its launches have run; ``plan.out`` holds the result).
+        key_extra: the call's ``tiers.eager_key``, under which the tiers cached the compiled kernels.
+        values, offsets, max_seqlen, mean, empty_zero: the call (a NestedTensor's call offers the plain one).
+    """
+    native_plan = plan.native_plan()
+    if native_plan is None or (type(max_seqlen) is not int and max_seqlen is not None):
+        return
+    kernels = [OfferedKernel(compiled_kernel((step.key, step.num_warps, key_extra)), step.kernel.arg_names, step.native)
+               for step in plan.launches]
+    offer(values, offsets, max_seqlen, mean, empty_zero, native_plan, kernels, plan.out)
+
+
+def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: NativePlan, kernels: list[OfferedKernel],
+          out) -> None:
     """Register the plan of a call the Python path has just served into ``out``, checking it first if its
-    compiled kernels have not been checked together. ``plan``: block_m, group, programs, chunk_programs,
-    block_l, min_chunk_rows; ``kernels``: per launch, in order, compiled, arg_names, sources, grid
-    ("segments" or "chunks"). Never raises; a failed check disables the path."""
+    compiled kernels have not been checked together. Never raises; a failed check disables the path.
+
+    Args:
+        values, offsets, max_seqlen, mean, empty_zero: the call.
+        plan: how the native module sizes the grids per call.
+        kernels: the plan's launches, in order.
+        out: the Python path's output for this call (the check's expected bytes).
+    """
     if _state.status == "not loaded":
         _start()
     native = active
@@ -289,18 +387,17 @@ def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: dict,
         return
     specs = []
     for kernel in kernels:
-        compiled = kernel["compiled"]
-        if compiled is None or getattr(compiled, "function", None) is None:
+        compiled = kernel.compiled
+        if compiled is None or getattr(compiled, "function", None) is None or kernel.native is None:
             return
-        params = parameters(compiled, kernel["arg_names"], kernel["sources"])
+        params = parameters(compiled, kernel.arg_names, kernel.native.sources)
         if params is None:
             return
         specs.append((int(compiled.function), int(compiled.metadata.num_warps), int(compiled.metadata.shared),
-                      GRIDS[kernel["grid"]], params))
+                      int(kernel.native.grid), params))
     functions = tuple(spec[0] for spec in specs)
     try:
-        native.register(key, values.get_device(), plan["block_m"], plan["group"], plan["programs"],
-                        plan["chunk_programs"], plan["block_l"], plan["min_chunk_rows"], specs)
+        register(native, key, values.get_device(), plan, specs)
         _state.registered += 1
         if functions in _state.verified_functions:
             return
@@ -320,6 +417,27 @@ def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: dict,
     _state.verified_functions.add(functions)
 
 
+def register(module, key: list[int], device: int, plan: NativePlan, specs: list[tuple]) -> None:
+    """Register ``plan`` for ``key`` in the built ``module`` (its fields pass by name: a field the module does
+    not know raises TypeError).
+
+    Args:
+        module: the built native module.
+        key: ``module.key(...)`` of the call.
+        device: the CUDA device index of the call's tensors.
+        plan: the grid sizing.
+        specs: per kernel, (CUfunction, num_warps, shared bytes, GridKind, [(Source, Kind), ...]).
+
+    Raises:
+        ValueError: a plan or spec the module refuses; TypeError: a NativePlan field it does not take.
+    """
+    module.register(key, device, kernels=specs, **dataclasses.asdict(plan))
+
+
 def _fail(native, reason: str) -> None:
     native.forget()
     disable(reason)
+
+
+# plans run the configs they were registered with: while a config override is set, the path stands aside
+config.watch_override(lambda active: pause("config override", active))

@@ -5,7 +5,9 @@ device and cached). It never depends on the total length N or the batch size B, 
 never triggers a recompile, an autotune pause or a guard under ``torch.compile(dynamic=True)``.
 
 ``override`` replaces the bucket table (benchmarks use it to try alternatives); it is a plain
-process-wide setting, not meant for concurrent use.
+process-wide setting, not meant for concurrent use. Whoever must know when an override starts or ends
+(the native launch path, whose plans keep the configs they were made with) says so through
+``watch_override``: this module imports nothing of ops.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -35,9 +38,18 @@ class ReduceConfig:
 
 
 _override: ReduceConfig | dict | None = None
+_watchers: list[Callable[[bool], None]] = []
 
 
 def next_pow2(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for n <= 1).
+
+    Args:
+        n: an int.
+
+    Returns:
+        a power of two.
+    """
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 
@@ -49,7 +61,14 @@ def _sm_count(device_type: str, index: int) -> int:
 
 
 def sm_count(device: torch.device) -> int:
-    """SMs of ``device`` (cached per device); DEFAULT_SM_COUNT off CUDA."""
+    """SMs of ``device`` (cached per device).
+
+    Args:
+        device: any torch device.
+
+    Returns:
+        its SM count on CUDA; DEFAULT_SM_COUNT elsewhere.
+    """
     if device.type != "cuda":
         return DEFAULT_SM_COUNT
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -57,7 +76,7 @@ def sm_count(device: torch.device) -> int:
 
 
 def _bucket(n_cols: int, element_size: int) -> ReduceConfig:
-    # From the H200 config grids (benchmarks/NOTES.md, runs 1 and 8). fp32: wide rows run best with one
+    # Chosen from config grids measured on the H200 (benchmarks/NOTES.md). fp32: wide rows run best with one
     # warp per program and 16-row tiles (many independent 16-byte loads per thread); rows of <= 128 columns
     # with 32-row tiles and 2-4 warps; 16-column rows with 64-row tiles and one warp. 2-byte types: fewer
     # warps or taller tiles, so that each program keeps as many bytes in flight as in fp32.
@@ -66,27 +85,35 @@ def _bucket(n_cols: int, element_size: int) -> ReduceConfig:
         return ReduceConfig(block_l=max(64, 1024 // block_m), block_m=block_m, num_warps=1, programs_per_sm=32,
                             min_chunk_rows=4 * max(64, 1024 // block_m))
     if n_cols <= 64:
-        # fp32: 32 programs per SM (this session's fp32 grid at 256×64×20000: 170.3 µs against 177.3 with 16;
-        # the seed shapes' chunked path within 0.2 µs either way)
+        # fp32: 32 programs per SM (faster than 16 on long sequences, alike at the seed shapes)
         return ReduceConfig(block_l=32, block_m=next_pow2(n_cols), num_warps=2,
                             programs_per_sm=32 if element_size >= 4 else 16, min_chunk_rows=128)
     if n_cols <= 128:
-        # 2-byte types: one warp (run 8's bf16 grid at 4096×128 heavy: 240 µs against 347 µs with 4 warps)
+        # 2-byte types: one warp (4 warps are much slower in the bf16 grid)
         return ReduceConfig(block_l=32, block_m=next_pow2(n_cols), num_warps=4 if element_size >= 4 else 1,
                             programs_per_sm=16, min_chunk_rows=128)
     # Wide rows: fp32 16-row tiles, one warp. 2-byte types: 32-row tiles (the same bytes in flight per load as
-    # fp32's 16) and two warps (run 8's bf16 grid at 4096×512: 413 µs against 505 µs with 16-row tiles;
-    # the 256-column bucket takes the same tile by analogy, unmeasured).
+    # fp32's 16) and two warps (faster than 16-row tiles in the bf16 grid; the 256-column bucket takes the same
+    # tile by analogy, unmeasured).
     block_l, warps = (16, 1) if element_size >= 4 else (32, 2)
     if n_cols <= 256:
-        # fp32: 8 programs per SM (this session's fp32 grid at 1024×256: 140.2 µs against 144.0 with 16)
+        # fp32: 8 programs per SM (a little faster than 16 in the fp32 grid)
         return ReduceConfig(block_l=block_l, block_m=next_pow2(n_cols), num_warps=warps,
                             programs_per_sm=8 if element_size >= 4 else 16, min_chunk_rows=4 * block_l)
     return ReduceConfig(block_l=block_l, block_m=256, num_warps=warps, programs_per_sm=8, min_chunk_rows=4 * block_l)
 
 
 def reduce_config(n_cols: int, dtype: torch.dtype, device: torch.device) -> ReduceConfig:
-    """The config for rows of ``n_cols`` elements of ``dtype`` on ``device``."""
+    """The chunked kernels' config for rows of ``n_cols`` elements of ``dtype`` on ``device``.
+
+    Args:
+        n_cols: M (under torch.compile a SymInt is specialised: M only, never N or B).
+        dtype: the values' dtype (its element size picks the bucket).
+        device: where the kernels run.
+
+    Returns:
+        the bucket's config, or the override's while one is set.
+    """
     n_cols = int(n_cols)  # under torch.compile this specialises M (the feature width), never N or B
     if isinstance(_override, ReduceConfig):
         return _override
@@ -104,16 +131,32 @@ def _cached_bucket(n_cols: int, element_size: int) -> ReduceConfig:
 
 
 def set_override(cfg: ReduceConfig | dict | None) -> None:
-    """Use ``cfg`` (a whole config, or fields replacing the bucket's) for every call; None restores."""
+    """Use ``cfg`` (a whole config, or fields replacing the bucket's) for every call; None restores.
+
+    Args:
+        cfg: a ReduceConfig, a dict of ReduceConfig fields, or None.
+
+    Raises:
+        ValueError: a dict naming a field ReduceConfig does not have.
+    """
     global _override
     if isinstance(cfg, dict):
         unknown = set(cfg) - {f.name for f in dataclasses.fields(ReduceConfig)}
         if unknown:
             raise ValueError(f"override: unknown config fields {sorted(unknown)}")
     _override = cfg
-    from jaggedperf.ops import _native  # its plans run the configs they were registered with: it stands aside
+    for watcher in _watchers:
+        watcher(cfg is not None)
 
-    _native.pause("config override", cfg is not None)
+
+def watch_override(watcher: Callable[[bool], None]) -> None:
+    """Call ``watcher(active)`` now and whenever an override is set (True) or cleared (False).
+
+    Args:
+        watcher: a callable taking whether an override is active.
+    """
+    _watchers.append(watcher)
+    watcher(_override is not None)
 
 
 @dataclass(frozen=True)
@@ -138,39 +181,51 @@ class SegmentsConfig:
 # (balanced whatever the lengths) run.
 SEGMENT_TILE_ELEMENTS = 8192
 SEGMENT_TILES = 4
-# Tiles whose measured best warp count differs from the rule in _segments_config (2 per 8192 elements).
-# (4, 32, 64) with 2 warps: 151.7 µs one program per group and 157.0 looping for a mean at 32768×64×≤32
-# (ptxas keeps ~190 registers there and issues the tile's loads in batches; the same looping sum got 254
-# registers and 63.1 µs); with 4 warps 92.5 / 75.0, and at 4096×64×≤32 16.0 against 23.0 µs (runs 19-20).
+# Tiles whose measured best warp count differs from the rule in whole_segments (2 per 8192 elements).
+# (4, 32, 64): with 2 warps ptxas keeps a mean's tile in ~190 registers a thread and issues its loads in
+# batches; with 4 warps each thread holds half the tile and the mean runs far faster.
 SEGMENT_WARPS_MEASURED = {(4, 32, 64): 4}
 # Many small groups (several segments per tile, at least LOOP_GROUPS_PER_PROGRAM groups for each of
 # LOOP_PROGRAMS_PER_SM programs per SM): a fixed grid of programs that loop over groups, each loading its
-# next group's offsets ahead (run 17 at 65536×16×≤64: 62.7 µs against 70.8 with one program per group; 2-16
-# programs per SM within 3 %). One program per group stays elsewhere: at the seed shapes (one segment per
-# group) the looping form was slower, 8.8 against 6.1 µs.
+# next group's offsets ahead (faster there than one program per group; 2-16 programs per SM alike). One
+# program per group stays elsewhere: at the seed shapes (one segment per group) the looping form is slower.
 LOOP_PROGRAMS_PER_SM = 8
 LOOP_GROUPS_PER_PROGRAM = 4
 LOOP_MIN_GROUP = 4
 # The backward of a segment alone in its program and longer than its tile: its rows in programs of this many
-# rows each, with this many warps (run 30 at the second seed shape, 16-64 rows × 1-4 warps: 32 rows and 4
-# warps 5.76 µs, 1-2 warps 6.05-6.11, 16 rows 6.98, 64 rows 6.43; 8 rows 12.3).
+# rows each, with this many warps (the best of 8-64 rows × 1-4 warps at the second seed shape).
 EXPAND_SPLIT_ROWS = 32
 EXPAND_SPLIT_WARPS = 4
 
 
-def segments_config(n_cols: int, max_seqlen: int, n_segments: int, device: torch.device,
-                    tile_elements: int | None = None) -> SegmentsConfig | None:
-    """The whole-segments config for rows of ``n_cols`` and sequences of at most ``max_seqlen`` rows, or
-    None when the chunked kernels should run instead (long sequences, or too few programs). Cached: the
-    eager path asks on every call (3.2 µs of Python saved per call, measured on the CPU host).
-    ``tile_elements`` replaces SEGMENT_TILE_ELEMENTS (benchmarks)."""
-    return _segments_config(int(n_cols), int(max_seqlen), int(n_segments), sm_count(device), tile_elements)
+def segments_config(n_cols: int, max_seqlen: int, n_segments: int, device: torch.device) -> SegmentsConfig | None:
+    """The whole-segments config for rows of ``n_cols`` and sequences of at most ``max_seqlen`` rows.
+
+    Args:
+        n_cols: M.
+        max_seqlen: the longest sequence's length (a bound on it).
+        n_segments: B.
+        device: where the kernels run (its SM count sizes the grid).
+
+    Returns:
+        the config, or None when the chunked kernels should run instead (long sequences, or too few
+        programs). Cached: the eager path asks on every call.
+    """
+    return whole_segments(int(n_cols), int(max_seqlen), int(n_segments), sm_count(device), SEGMENT_TILE_ELEMENTS)
 
 
 @functools.lru_cache(maxsize=4096)
-def _segments_config(n_cols: int, max_seqlen: int, n_segments: int, sms: int,
-                     tile_elements: int | None) -> SegmentsConfig | None:
-    budget = tile_elements or SEGMENT_TILE_ELEMENTS
+def whole_segments(n_cols: int, max_seqlen: int, n_segments: int, sms: int, budget: int) -> SegmentsConfig | None:
+    """``segments_config``'s rule with the SM count and the tile budget (elements a program holds) given.
+
+    Args:
+        n_cols, max_seqlen, n_segments: as for ``segments_config``.
+        sms: the device's SM count.
+        budget: the most elements a tile may hold (``SEGMENT_TILE_ELEMENTS`` in production; benchmarks try others).
+
+    Returns:
+        the config, or None.
+    """
     longest = max(max_seqlen, 1)
     block_m = min(next_pow2(n_cols), 256, budget)
     col_blocks = -(-n_cols // block_m)
@@ -184,7 +239,7 @@ def _segments_config(n_cols: int, max_seqlen: int, n_segments: int, sms: int,
     if -(-n_segments // group) * col_blocks < sms:
         return None
     # 2 warps per 8192-element tile (128 fp32 per thread): the best of 2/4/8/16 on the H200 at both seed
-    # shapes and at 65536×16×64 (run 5: 9.8 vs 14.3 µs with 8 warps at the first seed shape)
+    # shapes and at 65536×16×64
     num_warps = max(1, min(8, group * block_l * block_m // 4096))
     num_warps = SEGMENT_WARPS_MEASURED.get((group, block_l, block_m), num_warps)
     programs = 0
@@ -196,7 +251,15 @@ def _segments_config(n_cols: int, max_seqlen: int, n_segments: int, sms: int,
 
 @contextlib.contextmanager
 def override(cfg: ReduceConfig | dict | None = None, **fields):
-    """``with override(block_l=64, num_warps=2): ...`` — temporarily replace the bucket choice."""
+    """``with override(block_l=64, num_warps=2): ...`` — temporarily replace the bucket choice.
+
+    Args:
+        cfg: a whole ReduceConfig or a dict of fields (as ``set_override``), or None to use ``fields``.
+        fields: ReduceConfig fields replacing the bucket's.
+
+    Raises:
+        ValueError: a field ReduceConfig does not have.
+    """
     previous = _override
     set_override(cfg if cfg is not None else (fields or None))
     try:

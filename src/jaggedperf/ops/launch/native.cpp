@@ -3,19 +3,23 @@
 // kernels' workspace) and launches Triton's compiled kernels through the CUDA driver, with no Python in
 // between. A plan is one whole-segments launch, or the balanced chunks' two (reduce, then combine).
 //
-// Why: the kernel at the seed shapes takes 6-10 µs of device time; the Python planning, torch.empty
-// and Triton's launcher cost ~15 µs of host time before it starts (host_probe, run 29).
+// Why: at the seed shapes the Python planning, torch.empty and Triton's launcher take more host time
+// before the kernel starts than the kernel takes on the device (benchmarks/host_probe.py measures both).
 //
-// What it trusts: nothing it has not been shown. A plan is registered by _native.py only after the
+// What it trusts: nothing it has not been shown. A plan is registered by native.py only after the
 // Python path has planned the call and launched the same compiled kernel through a verified tier; the
 // kernel's parameter list comes from that compiled kernel's own signature (Triton's launcher passes
 // every non-constexpr argument, then two scratch pointers, as cuLaunchKernelEx parameters); and
-// _native.py checks a plan's first launch bitwise against the Python path's output before using it.
+// native.py checks a plan's first launch bitwise against the Python path's output before using it.
 // Any input it does not recognise (another key, a grad to record, a dispatch mode, another current
 // device, no current CUDA context) returns None, and the caller takes the Python path.
 //
 // Built without CUDA headers (the driver functions are looked up in libcuda at the first launch), so
 // the same source builds on a CPU-only torch, where CI tests the key and the parameter packing.
+//
+// The Source, Kind and GridKind enums come from jaggedperf_layout.h, which native.py writes from
+// layout.py at build time (one source for Python and C++); the Plan's fields are registered by name
+// from launch/plan.py's NativePlan.
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
@@ -27,6 +31,8 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <dlfcn.h>
+
+#include "jaggedperf_layout.h"
 
 #include <algorithm>
 #include <array>
@@ -43,14 +49,6 @@ namespace py = pybind11;
 
 namespace {
 
-// What fills one kernel parameter, and how it is passed (the compiled signature's type).
-enum Source : int {
-  VALUES = 0, OFFSETS = 1, OUT = 2, N_ROWS = 3, N_COLS = 4, N_SEGMENTS = 5, NULL_POINTER = 6,
-  WORKSPACE = 7, ROWS_PER_CHUNK = 8, N_CHUNKS = 9
-};
-enum Kind : int { POINTER = 0, I32 = 1, I64 = 2 };
-enum GridKind : int { SEGMENTS = 0, CHUNKS = 1 };
-
 struct Kernel {
   uintptr_t function = 0;  // CUfunction of a compiled kernel, loaded in the plan's device's primary context
   unsigned threads = 0;    // 32 × num_warps
@@ -66,7 +64,7 @@ struct Plan {
   int64_t programs = 0;
   int64_t chunk_programs = 0;   // chunks (> 0): the programs aimed at (SM count × programs per SM), ...
   int64_t block_l = 1;          // ... rows per tile (a chunk is a whole number of tiles) ...
-  int64_t min_chunk_rows = 1;   // ... and the fewest rows in a chunk (reduce._chunking, the same arithmetic)
+  int64_t min_chunk_rows = 1;   // ... and the fewest rows in a chunk (launch/plan.py's chunking, the same arithmetic)
   std::vector<Kernel> kernels;  // launched in order on the current stream
 };
 
@@ -210,7 +208,7 @@ void launch_plan(const Plan& plan, const at::Tensor& values, const at::Tensor& o
   if (n_cols == 0) return;  // nothing to write, as Triton's launcher skips an empty grid
   const Driver& d = driver();
   if (d.launch == nullptr) throw std::runtime_error("jaggedperf native: cuLaunchKernel not found in libcuda.so.1");
-  // the chunks' workspace: (2·C, M) fp32 pieces, then C int32 crossing slots (reduce.plan_reduce)
+  // the chunks' workspace: (2·C, M) fp32 pieces, then C int32 crossing slots (reduce/plan.py's plan_chunks)
   at::Tensor workspace;
   if (plan.chunk_programs > 0) {
     const int64_t ws_size[1] = {2 * g.n_chunks * n_cols + g.n_chunks};
@@ -269,7 +267,7 @@ Plan make_plan(int device, int64_t block_m, int64_t group, int64_t programs, int
       throw std::invalid_argument("jaggedperf native: a kernel needs num_warps >= 1 and a grid kind");
     }
     for (const auto& [source, kind] : params) {
-      if (source < VALUES || source > N_CHUNKS || kind < POINTER || kind > I64) {
+      if (source < 0 || source >= SOURCE_COUNT || kind < 0 || kind >= KIND_COUNT) {
         throw std::invalid_argument("jaggedperf native: parameter (source, kind) out of range");
       }
     }
@@ -295,7 +293,7 @@ Key to_key(const std::vector<int64_t>& key) {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "jaggedperf's native launch path for eager jagged sum/mean (see _native.py)";
+  m.doc() = "jaggedperf's native launch path for eager jagged sum/mean (see native.py)";
   m.def("reduce", &reduce, "the output of a registered plan, launched; None when the call has no plan",
         py::arg("values"), py::arg("offsets"), py::arg("max_seqlen"), py::arg("mean"), py::arg("empty_zero"));
   m.def(
@@ -314,7 +312,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         if (plans().size() >= MAX_PLANS) plans().clear();
         plans()[k] = std::move(plan);
       },
-      "register (or replace) the plan for a key");
+      "register (or replace) the plan for a key", py::arg("key"), py::arg("device"), py::arg("block_m"),
+      py::arg("group"), py::arg("programs"), py::arg("chunk_programs"), py::arg("block_l"), py::arg("min_chunk_rows"),
+      py::arg("kernels"));
   m.def(
       "launch",
       [](const std::vector<int64_t>& key, const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& out) {
@@ -336,7 +336,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         for (const auto& grid : g.grids) grids.append(py::make_tuple(grid[0], grid[1], grid[2]));
         return py::make_tuple(g.rows_per_chunk, g.n_chunks, grids);
       },
-      "(rows_per_chunk, n_chunks, grids) a plan would launch with (tests)");
+      "(rows_per_chunk, n_chunks, grids) a plan would launch with (tests)", py::arg("block_m"), py::arg("group"),
+      py::arg("programs"), py::arg("chunk_programs"), py::arg("block_l"), py::arg("min_chunk_rows"),
+      py::arg("grid_kinds"), py::arg("n_rows"), py::arg("n_cols"), py::arg("n_segments"));
   m.def(
       "pack",
       [](const std::vector<std::pair<int, int>>& params, const at::Tensor& values, const at::Tensor& offsets,

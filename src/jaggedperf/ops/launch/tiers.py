@@ -1,7 +1,7 @@
 """Fast eager launch: call an already-compiled Triton kernel without the per-call JIT binder.
 
-``kernel[grid](*args)`` binds and specialises every argument on every call (≈30 µs of host time on
-the H200 machine, against ≈4 µs of device time at the seed shapes). Here the first call for a
+``kernel[grid](*args)`` binds and specialises every argument on every call (host time several times the
+kernels' device time at the seed shapes). Here the first call for a
 *key* launches through the JIT as usual and keeps the ``CompiledKernel`` it returns; later calls
 with the same key launch that compiled kernel directly.
 
@@ -10,7 +10,7 @@ The key must capture everything the JIT specialises on: the kernel, its constexp
 ``do_not_specialize``), whether each pointer is 16-byte aligned and whether every integer fits in
 int32. The caller builds it (cheaply: it knows its own arguments).
 
-Three tiers, tried in order; a tier is used only after it has *verified itself* on the second call
+The tiers, tried in order; a tier is used only after it has *verified itself* on the second call
 for a key (the JIT launch and the tier's launch, each into outputs poisoned with a fixed byte
 pattern, must agree bitwise: one sync, once per key; a check in which the kernel wrote nothing
 counts only for a tier already proven by one in which it did):
@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from jaggedperf.ops.launch.verification import POISON_BYTE, bitwise_equal, capturing, poison
+
 TIERS = ("launch", "run", "getitem", "jit")
-POISON_BYTE = 0xFB  # fp32 0xFBFBFBFB / half 0xFBFB: finite, and no kernel here produces it
 
 
 @dataclass
@@ -63,8 +64,12 @@ _lock = threading.Lock()
 _forced: str | None = None
 
 
-def launch_path() -> dict:
-    """What the fast path is doing: active tier, launches per tier, why tiers were dropped."""
+def state() -> dict:
+    """What the Python launch tiers are doing: active tier, launches per tier, why tiers were dropped.
+
+    Returns:
+        a JSON-ready dict (``jaggedperf.ops.launch_path()`` adds the native path's state to it).
+    """
     return {
         "tier": _forced or _state.tier,
         "forced": _forced,
@@ -74,21 +79,26 @@ def launch_path() -> dict:
         "launches": dict(_state.counts),
         "compiled_kernels_cached": len(_cache),
         "dropped": list(_state.reasons),
-        "native": _native().state(),
     }
 
 
-def force_tier(tier: str | None) -> None:
-    """Benchmarks: launch through ``tier`` only (``"jit"`` for the normal path); None restores."""
+def force(tier: str | None) -> None:
+    """Launch through ``tier`` only (``"jit"`` for the normal path); None restores.
+
+    Args:
+        tier: one of TIERS, or None.
+
+    Raises:
+        ValueError: for another tier name.
+    """
     if tier is not None and tier not in TIERS:
         raise ValueError(f"force_tier: tier must be one of {TIERS} or None; got {tier!r}")
     global _forced
     _forced = tier
-    _native().pause("force_tier", tier is not None)  # a forced tier is what the benchmark times: no native calls meanwhile
 
 
 def reset() -> None:
-    """Forget compiled kernels and verdicts (tests)."""
+    """Forget compiled kernels and verdicts, and every dropped tier (tests)."""
     global _state
     with _lock:
         _cache.clear()
@@ -96,9 +106,15 @@ def reset() -> None:
 
 
 def launch(kernel, grid: tuple, args: tuple, num_warps: int, key: tuple, written: tuple) -> None:
-    """Launch ``kernel`` on ``grid`` (3 ints) with positional ``args`` (constexprs included).
+    """Launch ``kernel`` through the best verified tier (the JIT on a key's first call and while verifying).
 
-    ``written``: the tensors the kernel writes, all of them (verification poisons and compares them).
+    Args:
+        kernel: a triton JITFunction.
+        grid: 3 ints.
+        args: positional arguments, constexprs included.
+        num_warps: the launch's warps.
+        key: everything the JIT specialises on for this launch (see the module's docstring).
+        written: the tensors the kernel writes, all of them (verification poisons and compares them).
     """
     tier = _forced or _state.tier
     entry = _cache.get(key)
@@ -127,22 +143,93 @@ def launch(kernel, grid: tuple, args: tuple, num_warps: int, key: tuple, written
     _verify(kernel, grid, args, num_warps, entry, written)
 
 
+def launch_all(launches, device: torch.device, key_extra: tuple) -> None:
+    """Launch each of ``launches`` (``jaggedperf.ops.launch.plan.Launch``) through the fast tiers, on ``device``.
+
+    Args:
+        launches: the plan's launches, in order.
+        device: the CUDA device of their tensors (made current for the launches when it is not).
+        key_extra: ``eager_key`` of the call's tensors: with each launch's own key, what the JIT specialises on.
+    """
+    if device.index is not None and device.index != torch._C._cuda_getDevice():
+        with torch.cuda.device(device):
+            return launch_all(launches, device, key_extra)
+    for step in launches:
+        launch(step.kernel, step.grid, step.args, step.num_warps, (step.key, step.num_warps, key_extra), step.written)
+
+
+def eager_key(values: torch.Tensor, offsets: torch.Tensor, n_rows: int | None = None) -> tuple:
+    """The part of a launch's cache key that comes from the call's tensors.
+
+    Args:
+        values: the (rows, M) tensor the kernels read (the backward's grad).
+        offsets: the (B + 1,) offsets.
+        n_rows: the row count passed to the kernel when it is not values' (the backward's output rows).
+
+    Returns:
+        dtypes, 16-byte alignment of the inputs (the JIT specialises on it), the row width (specialised),
+        whether the varying integers fit in int32 (their type in the compiled signature) and the device.
+    """
+    rows, n_cols = values.shape
+    if n_rows is not None:
+        rows = max(rows, n_rows)
+    return (values.dtype, offsets.dtype, values.data_ptr() % 16 == 0, offsets.data_ptr() % 16 == 0, n_cols,
+            max(rows, offsets.shape[0]) < 2**31 - 1, values.get_device())
+
+
+def plain_eager(values, offsets) -> bool:
+    """Whether a call may take the fast tiers: eager, CUDA, plain tensors, no dispatch mode (fake, functional
+    and user modes must see the operator or ``wrap_triton``).
+
+    Args:
+        values, offsets: the call's tensors (anything: a subclass or a non-tensor answers False).
+
+    Returns:
+        True when the fast tiers may launch the call's kernels.
+    """
+    # is_compiling first: Dynamo cannot trace _len_torch_dispatch_stack (a graph break under fullgraph).
+    return (
+        not torch.compiler.is_compiling()
+        and type(values) is torch.Tensor
+        and type(offsets) is torch.Tensor
+        and values.is_cuda
+        and not torch._C._len_torch_dispatch_stack()
+    )
+
+
+def prebuilt(step, key_extra: tuple):
+    """A zero-argument callable that launches ``step``'s cached compiled kernel through the active fast tier,
+    its arguments built once (benchmarks: the Python path's floor, with no planning and no checks).
+
+    Args:
+        step: a ``Launch`` already launched (and verified) through ``launch_all`` with ``key_extra``.
+        key_extra: the ``eager_key`` it was launched with.
+
+    Returns:
+        the callable.
+
+    Raises:
+        LookupError: no compiled kernel is cached for it, or the active tier is the JIT.
+    """
+    entry = _cache.get((step.key, step.num_warps, key_extra))
+    tier = _forced or _state.tier
+    if entry is None or tier == "jit":
+        raise LookupError(f"prebuilt: no compiled kernel cached for {step.key} or no fast tier (tier {tier})")
+    fast, kernel, grid, args = _FAST[tier], entry.compiled, step.grid, step.args
+    return lambda: fast(kernel, grid, args)
+
+
 def compiled(key: tuple):
-    """The compiled kernel cached for ``key`` (None before its first launch, or in the interpreter)."""
+    """The compiled kernel cached for ``key``.
+
+    Args:
+        key: a launch's key, as passed to ``launch``.
+
+    Returns:
+        the CompiledKernel, or None before its first launch (or in the interpreter, which compiles none).
+    """
     entry = _cache.get(key)
     return None if entry is None else entry.compiled
-
-
-def _native():
-    # the native launch path (imported here: it imports this module's verification helpers)
-    from jaggedperf.ops import _native as native
-
-    return native
-
-
-def capturing() -> bool:
-    """Whether the current CUDA stream is capturing a graph (no checks, no syncs then)."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def _jit(kernel, grid, args, num_warps):
@@ -205,17 +292,6 @@ def _drop(tier: str, reason: str) -> None:
         _state.trusted.discard(tier)
         for e in _cache.values():
             e.verified = False
-
-
-def poison(tensors) -> None:
-    """Fill each tensor with POISON_BYTE (before a launch whose output is checked)."""
-    for t in tensors:
-        t.view(torch.uint8).fill_(POISON_BYTE)
-
-
-def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same bytes (NaNs included)."""
-    return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
 # --- the tiers -------------------------------------------------------------------------------

@@ -1,0 +1,184 @@
+"""The public functions ``jagged_sum`` / ``jagged_mean``: input checks, NestedTensor unwrapping, and the
+eager CUDA fast path (the native launch path first, then the Python path's fast tiers) in front of the
+operators (``op``).
+
+Eager CUDA calls with no input requiring grad skip the dispatcher and the JIT binder; everything else
+(autograd, torch.compile, dispatch modes, the CPU) calls the operators.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from jaggedperf.checks import check_layout, check_offsets, validation_requested
+from jaggedperf.ops.launch import eager_key, launch_all, native, plain_eager
+from jaggedperf.ops.reduce import op  # noqa: F401  (registers torch.ops.jaggedperf.*)
+from jaggedperf.ops.reduce.plan import plan_reduce
+
+try:  # the jagged NestedTensor's class (private module: without it, the public is_nested check alone)
+    from torch.nested._internal.nested_tensor import NestedTensor as _JAGGED_CLASS
+except ImportError:  # pragma: no cover
+    _JAGGED_CLASS = ()
+
+
+EMPTY_MODES = ("nan", "zero")
+
+
+def jagged_sum(values, offsets=None, *, max_seqlen=None, validate=None) -> torch.Tensor:
+    """Sum over each sequence's rows: ``out[b] = values[offsets[b]:offsets[b+1]].sum(0)``, (B, M).
+
+    Sums accumulate in fp32; an empty sequence sums to 0; NaN/Inf propagate. Without ``max_seqlen`` the
+    kernels balance the work whatever the lengths, in two launches; with it, CUDA calls whose sequences
+    are short (``config.segments_config``) take one launch of the whole-segments kernel, eager or compiled
+    (under torch.compile a max_seqlen past the compiled config's tiles recompiles once, to the two-launch
+    kernels). An understated max_seqlen costs time, never correctness. Unchecked invalid offsets give
+    unspecified values (the CUDA kernels never access out of bounds; the CPU kernel may raise a
+    RuntimeError). A NestedTensor's ``_values``/``_offsets`` are read directly (its accessors are
+    dispatched ops, each costlier than the reduction's host time), except when it requires grad or under
+    ``torch.compile``.
+
+    Args:
+        values: (total_len, M) float32/bfloat16/float16 (made contiguous if it is not: one copy); or a
+            jagged NestedTensor (B, j, M) alone.
+        offsets: (B + 1,) int32/int64 on values' device; None with a NestedTensor.
+        max_seqlen: an upper bound on the lengths, or None (a NestedTensor's cached one is used when it has it).
+        validate: run the checks that read the offsets (a device sync); None: ``JAGGEDPERF_VALIDATE=1``
+            decides. Never inside ``torch.compile``, where they would break the graph. Shape, dtype and
+            device checks always run.
+
+    Returns:
+        (B, M) in values' dtype.
+
+    Raises:
+        TypeError: offsets missing for a plain tensor or given with a NestedTensor; a dtype not supported.
+        ValueError: a bad shape, device, NestedTensor layout or max_seqlen; invalid offsets when validated.
+        ModuleNotFoundError: triton is not installed (``jaggedperf.ops.has_triton()``).
+    """
+    out = _native_call(values, offsets, max_seqlen, False, False, validate)
+    if out is not None:
+        return out
+    return _python_reduce(values, offsets, "jagged_sum", mean=False, empty_zero=False, max_seqlen=max_seqlen,
+                          validate=validate)
+
+
+def jagged_mean(values, offsets=None, *, max_seqlen=None, empty="nan", validate=None) -> torch.Tensor:
+    """Mean over each sequence's rows, (B, M); as ``jagged_sum`` divided by the lengths.
+
+    Args:
+        values, offsets, max_seqlen, validate: as for ``jagged_sum``.
+        empty: ``"nan"`` gives NaN for an empty sequence (like ``torch.mean`` of nothing); ``"zero"`` gives 0.
+
+    Returns:
+        (B, M) in values' dtype.
+
+    Raises:
+        as ``jagged_sum``; ValueError also for another ``empty``.
+    """
+    if empty not in EMPTY_MODES:
+        raise ValueError(f"jagged_mean: empty must be 'nan' or 'zero'; got {empty!r}")
+    out = _native_call(values, offsets, max_seqlen, True, empty == "zero", validate)
+    if out is not None:
+        return out
+    return _python_reduce(values, offsets, "jagged_mean", mean=True, empty_zero=empty == "zero",
+                          max_seqlen=max_seqlen, validate=validate)
+
+
+def _native_call(values, offsets, max_seqlen, mean, empty_zero, validate):
+    # A call the native module has a plan for, in one C++ call (None: the Python path). is_compiling first:
+    # Dynamo folds it and never reads the module's state (no guard on it, no graph break).
+    if torch.compiler.is_compiling() or native.active is None or validate is not None \
+            or type(values) is not torch.Tensor or type(offsets) is not torch.Tensor or validation_requested(None):
+        return None
+    # None -> -1 (no hint); anything but a non-negative int -> -2, which no plan has (the Python path raises)
+    hint = -1 if max_seqlen is None else max_seqlen if type(max_seqlen) is int and max_seqlen >= 0 else -2
+    return native.active.reduce(values, offsets, hint, mean, empty_zero)
+
+
+def _python_reduce(values, offsets, name: str, *, mean: bool, empty_zero: bool, max_seqlen, validate):
+    # every call the native path does not serve: the checks, then the fast tiers (offering the plan to the
+    # native path, a no-op once it is registered) or the operator
+    given = values
+    values, offsets, max_seqlen = _inputs(values, offsets, name, max_seqlen, validate)
+    if values is not given:  # a NestedTensor's values and offsets (or a contiguous copy): a plan may serve them
+        out = _native_call(values, offsets, max_seqlen, mean, empty_zero, validate)
+        if out is not None:
+            return out
+    if _fast_ok(values, offsets):
+        plan = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen)
+        key = eager_key(values, offsets)
+        launch_all(plan.launches, values.device, key)
+        if plan.config is not None and native.offering():
+            native.offer_plan(plan, key, values, offsets, max_seqlen, mean, empty_zero)
+        return plan.out
+    if mean:
+        return torch.ops.jaggedperf.jagged_mean(values, offsets, empty_zero, max_seqlen)
+    return torch.ops.jaggedperf.jagged_sum(values, offsets, max_seqlen)
+
+
+def _inputs(values, offsets, name: str, max_seqlen, validate):
+    if _is_nested(values):
+        if offsets is not None:
+            raise TypeError(f"{name}: pass a NestedTensor alone or (values, offsets), not both")
+        if max_seqlen is None:
+            max_seqlen = _cached_max_seqlen(values)
+        values, offsets = _from_nested(values, name)
+    elif offsets is None:
+        raise TypeError(f"{name}: offsets is required unless values is a jagged NestedTensor")
+    check_layout(values, offsets)
+    if max_seqlen is not None and not (isinstance(max_seqlen, (int, torch.SymInt)) and max_seqlen >= 0):
+        raise ValueError(f"{name}: max_seqlen must be None or an int >= 0; got {max_seqlen!r}")
+    if validation_requested(validate) and not torch.compiler.is_compiling():
+        check_offsets(values, offsets)
+    if not values.is_contiguous():
+        values = values.contiguous()
+    if not offsets.is_contiguous():
+        offsets = offsets.contiguous()
+    return values, offsets, max_seqlen
+
+
+def _is_nested(x) -> bool:
+    # without x.is_nested on a jagged NestedTensor (a trip through its __torch_function__)
+    if type(x) is torch.Tensor:
+        return x.is_nested  # a strided NestedTensor is a plain Tensor (_from_nested rejects it by name)
+    return isinstance(x, _JAGGED_CLASS) or (isinstance(x, torch.Tensor) and x.is_nested)
+
+
+def _cached_max_seqlen(nt: torch.Tensor):
+    # The NJT's cached max_seqlen, or None when it has none. NJT keeps it as the length of a placeholder
+    # tensor: eagerly a host int (no sync); under torch.compile a SymInt with a hint, so compiled code takes
+    # the whole-segments kernel as eager code does (without it: the two chunked launches).
+    value = getattr(nt, "_maybe_max_seqlen", None)  # private API: no hint is always safe
+    return value if type(value) is int or isinstance(value, torch.SymInt) else None
+
+
+def _from_nested(nt: torch.Tensor, name: str):
+    # A NestedTensor's own attributes go through its __torch_function__ / __torch_dispatch__ (each costlier
+    # than the reduction's host time); eagerly they are read with those off, and its dims from its values.
+    # nt._values / nt._offsets are plain attributes; nt.values() / nt.offsets() are dispatched ops. The
+    # accessors are still needed where autograd must flow into nt, and under torch.compile.
+    compiling = torch.compiler.is_compiling()
+    if compiling:
+        requires_grad = nt.requires_grad
+    else:
+        with torch._C.DisableTorchFunctionSubclass():
+            requires_grad = nt.requires_grad
+    # the jagged class has layout=torch.jagged by construction (reading it costs a dispatch)
+    layout = torch.jagged if isinstance(nt, _JAGGED_CLASS) else nt.layout
+    if layout != torch.jagged:
+        raise ValueError(f"{name}: a NestedTensor argument must have layout=torch.jagged; got {layout}")
+    values, offsets = getattr(nt, "_values", None), getattr(nt, "_offsets", None)
+    direct = (not compiling and not (requires_grad and torch.is_grad_enabled())
+              and isinstance(values, torch.Tensor) and isinstance(offsets, torch.Tensor))
+    dims = values.dim() + 1 if direct else nt.dim()
+    if dims != 3:
+        raise ValueError(f"{name}: a NestedTensor argument must be (B, j, M); got {dims} dims")
+    if getattr(nt, "_ragged_idx", 1) != 1:
+        raise ValueError(f"{name}: the NestedTensor's ragged dimension must be 1; got {nt._ragged_idx}")
+    if getattr(nt, "_lengths", None) is not None:
+        raise ValueError(f"{name}: a NestedTensor with lengths (holes between sequences) is not supported")
+    return (values, offsets) if direct else (nt.values(), nt.offsets())
+
+
+def _fast_ok(values, offsets) -> bool:
+    # the public functions skip the operator: eager plain CUDA tensors, and no autograd to record
+    return plain_eager(values, offsets) and not (values.requires_grad and torch.is_grad_enabled())

@@ -1,0 +1,221 @@
+"""Planning a jagged sum/mean (and its backward): the output, the workspace and the launches.
+
+``plan_reduce`` / ``plan_expand`` choose the kernels (``kernels``) and their grids from the call's
+shapes and the configs (``jaggedperf.ops.config``), allocate what the kernels write, and return a
+``Plan`` (``jaggedperf.ops.launch.plan``); the caller runs its launches (``op``: through the fast tiers
+eagerly, ``wrap_triton`` when traced). The whole-segments kernels when ``max_seqlen`` is known and
+short; else the balanced chunks. Nothing here reads a tensor's values: under
+``torch.compile(dynamic=True)`` N and B may be SymInts and planning installs no guard on them.
+``plan_segments`` / ``plan_chunks`` (and the expand pair) take the choice as arguments: the production
+functions make it, and ``jaggedperf.ops.testing`` forces one to exercise every path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from jaggedperf.ops.config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMENT_TILES, ReduceConfig, SegmentsConfig,
+                                   reduce_config, segments_config, sm_count)
+from jaggedperf.ops.launch.layout import GridKind, Source
+from jaggedperf.ops.launch.plan import Launch, NativeKernel, Plan, chunking, sym_max
+from jaggedperf.ops.reduce.kernels import (_combine_kernel, _expand_kernel, _reduce_kernel, _segments_expand_kernel,
+                                          _segments_kernel, _segments_loop_kernel)
+
+# what fills each forward kernel's runtime arguments, in order, and how its grid is sized (the native path)
+SEGMENTS_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.N_ROWS, Source.N_COLS,
+                                Source.N_SEGMENTS), GridKind.SEGMENTS)
+REDUCE_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.WORKSPACE, Source.N_ROWS,
+                              Source.N_COLS, Source.N_SEGMENTS, Source.ROWS_PER_CHUNK, Source.N_CHUNKS),
+                             GridKind.CHUNKS)
+COMBINE_NATIVE = NativeKernel((Source.OFFSETS, Source.OUT, Source.WORKSPACE, Source.N_COLS, Source.ROWS_PER_CHUNK,
+                               Source.N_CHUNKS), GridKind.CHUNKS)
+
+
+def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=None) -> Plan:
+    """Allocate the output (and workspace) and describe the launches of a jagged sum/mean.
+
+    Args:
+        values: (N, M) contiguous, fp32/bf16/fp16 (fp64 on the CPU).
+        offsets: (B + 1,) contiguous int32/int64 on values' device.
+        mean: divide each sum by its segment's length.
+        empty_zero: the mean of an empty segment is 0 (else NaN).
+        max_seqlen: an upper bound on the lengths (a host int, or a SymInt under torch.compile), or None.
+            When known and short enough (``segments_config``), one program per group of whole segments:
+            one launch, no search. Otherwise the balanced chunks: chunks stop at their end and a second
+            launch combines the pieces of the segments that cross one.
+
+    Returns:
+        the Plan: its ``out`` (B, M) in values' dtype, filled once its launches have run.
+    """
+    n_cols = values.shape[1]
+    if max_seqlen is not None:
+        segments = _segments_for(n_cols, max_seqlen, offsets.shape[0] - 1, values.device)
+        if segments is not None:
+            return plan_segments(values, offsets, mean, empty_zero, segments)
+    cfg = reduce_config(n_cols, values.dtype, values.device)
+    chunk_programs = sm_count(values.device) * cfg.programs_per_sm
+    rows, chunks = chunking(values.shape[0], -(-int(n_cols) // cfg.block_m), chunk_programs, cfg.block_l,
+                            cfg.min_chunk_rows)
+    return plan_chunks(values, offsets, mean, empty_zero, cfg, rows, chunks, chunk_programs)
+
+
+def plan_chunks(values, offsets, mean: bool, empty_zero: bool, cfg: ReduceConfig, rows_per_chunk, n_chunks,
+                chunk_programs: int) -> Plan:
+    """The balanced chunks' two launches (reduce, then combine) with their workspace.
+
+    Args:
+        values, offsets, mean, empty_zero: as for ``plan_reduce``.
+        cfg: the tile, warps and chunk sizing.
+        rows_per_chunk: R (any R >= 1 is correct: it decides only the balance).
+        n_chunks: C = max(cdiv(N, R), 1).
+        chunk_programs: the programs ``chunking`` aimed at, so that the native path redoes it per call
+            (one plan for every N and B); 0 when R was chosen otherwise (the plan is then not replayed).
+
+    Returns:
+        the Plan.
+    """
+    n_rows, n_cols = values.shape
+    n_segments = offsets.shape[0] - 1
+    n_cols = int(n_cols)
+    out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
+    grid = (n_chunks, -(-n_cols // cfg.block_m), 1)
+    # (2·C, M) fp32 pieces + C int32 crossing slots, one allocation
+    ws = torch.empty((2 * n_chunks * n_cols + n_chunks,), dtype=torch.float32, device=values.device)
+    reduce_args = (values, offsets, out, ws, n_rows, n_cols, n_segments, rows_per_chunk, n_chunks,
+                   mean, empty_zero, cfg.block_l, cfg.block_m)
+    combine_args = (offsets, out, ws, n_cols, rows_per_chunk, n_chunks, mean, empty_zero, cfg.block_p, cfg.block_m)
+    launches = (Launch(_reduce_kernel, grid, reduce_args, cfg.num_warps, (out, ws), ("reduce", *reduce_args[-4:]),
+                       REDUCE_NATIVE),
+                Launch(_combine_kernel, grid, combine_args, cfg.num_warps, (out,), ("combine", *combine_args[-4:]),
+                       COMBINE_NATIVE))
+    return Plan(out, launches, cfg if chunk_programs else None, chunk_programs)
+
+
+def plan_segments(values, offsets, mean: bool, empty_zero: bool, cfg: SegmentsConfig) -> Plan:
+    """The whole-segments kernel's one launch: one program per group of ``cfg.group`` segments, or (with
+    ``cfg.programs``) a fixed grid of programs looping over the groups.
+
+    Args:
+        values, offsets, mean, empty_zero: as for ``plan_reduce``.
+        cfg: the group, tile and warps (any config is correct whatever the lengths: longer segments loop).
+
+    Returns:
+        the Plan.
+    """
+    n_rows, n_cols = values.shape
+    n_segments = offsets.shape[0] - 1
+    out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
+    kernel, name, programs = (_segments_loop_kernel, "segments_loop", cfg.programs) if cfg.programs else \
+        (_segments_kernel, "segments", sym_max(-(-n_segments // cfg.group), 1))
+    grid = (programs, -(-int(n_cols) // cfg.block_m), 1)
+    args = (values, offsets, out, n_rows, int(n_cols), n_segments, mean, empty_zero, cfg.group, cfg.block_l,
+            cfg.block_m)
+    return Plan(out, (Launch(kernel, grid, args, cfg.num_warps, (out,), (name, *args[-5:]), SEGMENTS_NATIVE),), cfg)
+
+
+def _segments_for(n_cols, max_seqlen, n_segments, device) -> SegmentsConfig | None:
+    """``segments_config`` of the values of max_seqlen and B: host ints, or under torch.compile SymInts'
+    hints, with one guard.
+
+    Traced, the config comes from the values the graph is first compiled with, with no guard on B and
+    one on max_seqlen: that every sequence still fits the config's tiles (past it, a recompile takes
+    the chunked kernels; for host ints segments_config has already checked it). A later, smaller B or
+    max_seqlen runs the same config (correct, maybe a larger tile than it needs); nothing about B or N
+    ever recompiles.
+    """
+    seqlen_hint, segments_hint = _hint(max_seqlen), _hint(n_segments)
+    if seqlen_hint is None or segments_hint is None:
+        return None
+    cfg = segments_config(n_cols, seqlen_hint, segments_hint, device)
+    if cfg is not None and not (max_seqlen <= cfg.block_l * SEGMENT_TILES):  # the guard (True for the hint)
+        return None
+    return cfg
+
+
+def _hint(n):
+    # a host int's value, or a SymInt's example value without installing a guard (None when it has none)
+    if type(n) is int:
+        return n
+    hint = getattr(getattr(n, "node", None), "hint", None)
+    return int(hint) if hint is not None else None
+
+
+def plan_expand(grad, offsets, n_rows, *, mean: bool, max_seqlen=None) -> Plan:
+    """Allocate grad_values (n_rows, M) and describe the launch that fills it (the backward of sum/mean).
+
+    Args:
+        grad: (B, M) contiguous.
+        offsets: (B + 1,) contiguous int32/int64 on grad's device.
+        n_rows: N, the forward's values.shape[0].
+        mean: divide by each segment's length.
+        max_seqlen: as for ``plan_reduce``: when known and short (``_segments_for``), one program per group
+            of whole segments; otherwise the balanced chunks.
+
+    Returns:
+        the Plan: its ``out`` (n_rows, M) in grad's dtype; row r gets grad[segment of r] (/ its length).
+    """
+    n_cols = grad.shape[1]
+    if max_seqlen is not None:
+        segments = _segments_for(n_cols, max_seqlen, grad.shape[0], grad.device)
+        if segments is not None:
+            return expand_segments(grad, offsets, n_rows, mean, segments, max_seqlen)
+    cfg = reduce_config(n_cols, grad.dtype, grad.device)
+    rows, chunks = chunking(n_rows, -(-int(n_cols) // cfg.block_m), sm_count(grad.device) * cfg.programs_per_sm,
+                            cfg.block_l, cfg.min_chunk_rows)
+    return expand_chunks(grad, offsets, n_rows, mean, cfg, rows, chunks)
+
+
+def expand_chunks(grad, offsets, n_rows, mean: bool, cfg: ReduceConfig, rows_per_chunk, n_chunks) -> Plan:
+    """The backward by balanced chunks: each program writes the rows of its chunk.
+
+    Args:
+        grad, offsets, n_rows, mean: as for ``plan_expand``.
+        cfg: the tile and warps.
+        rows_per_chunk: R (any R >= 1 is correct).
+        n_chunks: C = max(cdiv(n_rows, R), 1).
+
+    Returns:
+        the Plan.
+    """
+    n_segments, n_cols = grad.shape
+    n_cols = int(n_cols)
+    out = torch.empty((n_rows, n_cols), dtype=grad.dtype, device=grad.device)
+    args = (grad, offsets, out, n_rows, n_cols, n_segments, rows_per_chunk, mean, cfg.block_l, cfg.block_m)
+    return Plan(out, (Launch(_expand_kernel, (n_chunks, -(-n_cols // cfg.block_m), 1), args, cfg.num_warps, (out,),
+                             ("expand", *args[-3:])),))
+
+
+def expand_segments(grad, offsets, n_rows, mean: bool, cfg: SegmentsConfig, max_seqlen=None) -> Plan:
+    """The backward by groups of whole segments (``cfg.programs`` is ignored: one program per group).
+
+    Args:
+        grad, offsets, n_rows, mean: as for ``plan_expand``.
+        cfg: the group, tile and warps.
+        max_seqlen: the lengths' bound, which decides whether a long segment alone in its program spreads
+            over several (``_expand_tiles``); None: one program per group.
+
+    Returns:
+        the Plan.
+    """
+    n_segments, n_cols = grad.shape
+    out = torch.empty((n_rows, n_cols), dtype=grad.dtype, device=grad.device)
+    tiles, cfg = _expand_tiles(cfg, max_seqlen)
+    grid = (sym_max(-(-n_segments // cfg.group), 1), -(-int(n_cols) // cfg.block_m), tiles)
+    args = (grad, offsets, out, n_rows, int(n_cols), n_segments, tiles, mean, cfg.group, cfg.block_l, cfg.block_m)
+    return Plan(out, (Launch(_segments_expand_kernel, grid, args, cfg.num_warps, (out,), ("segments_expand", *args[-4:])),))
+
+
+def _expand_tiles(cfg: SegmentsConfig, max_seqlen):
+    # Programs on grid axis 2, and the config they run. A segment alone in its program whose rows take more
+    # than one tile: its rows spread over programs of EXPAND_SPLIT_ROWS rows each, so that every SM writes
+    # about as many rows whatever the lengths (faster at the bars' second seed shape, up to 275 rows; spreading
+    # whole 128-row tiles gains nothing). Decided on max_seqlen's
+    # value (a SymInt's hint: no guard); the last program writes whatever lies past the others, so any
+    # max_seqlen is correct.
+    hint = None if max_seqlen is None else _hint(max_seqlen)
+    if cfg.group != 1 or hint is None or hint <= cfg.block_l:
+        return 1, cfg
+    split = dataclasses.replace(cfg, block_l=EXPAND_SPLIT_ROWS, num_warps=EXPAND_SPLIT_WARPS)
+    return sym_max(-(-max_seqlen // EXPAND_SPLIT_ROWS), 1), split
