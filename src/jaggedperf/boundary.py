@@ -93,10 +93,11 @@ class _Splitter:
             return x
         # The differentiable accessor only where autograd must flow: nt.values() dispatches, nt._values
         # does not. requires_grad is read with the NJT's __torch_function__ off (~20x cheaper; same value).
+        needs_grad = False
         if self.grad:
             with torch._C.DisableTorchFunctionSubclass():
                 needs_grad = x.requires_grad
-        values = x.values() if (self.grad and needs_grad) else x._values
+        values = x.values() if needs_grad else x._values
         cache = x._metadata_cache
         parts = _Parts(values, x._offsets, cache.get("min_seqlen"), cache.get("max_seqlen"))
         if self.mark:
