@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import triton
+import triton.language as tl
 
 from jaggedperf.ops.config import (SEGMENT_TILE_ELEMENTS, ReduceConfig, SegmentsConfig, override,  # noqa: F401
                                    reduce_config, set_override, sm_count, whole_segments)
@@ -21,7 +23,7 @@ from jaggedperf.ops.launch import TIERS, eager_key, force_tier, launch_all, laun
 from jaggedperf.ops.launch.plan import Launch, Plan  # noqa: F401
 from jaggedperf.ops.launch.tiers import prebuilt
 from jaggedperf.ops.reduce import api, plan
-from jaggedperf.ops.reduce.kernels import _group_bounds as group_bounds  # noqa: F401  (candidate kernels' blocks)
+from jaggedperf.ops.reduce.kernels import _group_bounds, _group_segments
 from jaggedperf.ops.reduce.kernels import _group_tile as group_tile  # noqa: F401
 from jaggedperf.ops.reduce.kernels import _reduce_group as reduce_group  # noqa: F401
 from jaggedperf.ops.reduce.kernels import _segments_expand_kernel as segments_expand_kernel  # noqa: F401
@@ -38,6 +40,15 @@ __all__ = [
     # the kernels' building blocks, for candidate kernels
     "group_bounds", "group_tile", "reduce_group", "segments_expand_kernel",
 ]
+
+
+@triton.jit
+def group_bounds(offsets_ptr, g, n_segments, GROUP: tl.constexpr):
+    """Group g's segment indices, which exist, and their [start, end) rows, for candidate kernels (the shipped
+    kernels call the two halves where Inductor's write analysis needs them apart)."""
+    segs, seg_ok = _group_segments(g, n_segments, GROUP)
+    start, end = _group_bounds(offsets_ptr, segs, seg_ok)
+    return segs, seg_ok, start, end
 
 
 def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False, max_seqlen=None,

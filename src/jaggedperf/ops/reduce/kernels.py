@@ -132,6 +132,13 @@ def _reduce_kernel(
     hi = tl.minimum(lo + rows_per_chunk, n_rows)
     is_last = chunk == n_chunks - 1  # the last chunk also owns the segments starting at N
     s = _lower_bound(offsets_ptr, n_segments, lo, lo * n_segments // tl.maximum(n_rows, 1))
+    # The outputs are addressed by s. Inductor decides which arguments of a user kernel are written by
+    # walking back from each store's address: the walk stops at loads, but counts every argument of a
+    # helper whose result it meets, so s from _lower_bound(offsets_ptr, ...) would make the offsets look
+    # written (a clone of them in compiled code, no CUDA graphs under reduce-overhead). s therefore
+    # crosses a load that never happens (s >= 0: the mask is false; the address is in bounds anyway),
+    # written here, not in a helper, whose result would be met again.
+    s = tl.load(offsets_ptr + s, mask=s < 0, other=s).to(tl.int64)
     start = tl.load(offsets_ptr + s).to(tl.int64)
     if start > lo:  # rows [lo, start) belong to a segment begun in an earlier chunk: its head piece
         head = _sum_rows(values_ptr, lo, tl.minimum(start, hi), n_cols, cols, col_mask, BLOCK_L, BLOCK_M)
@@ -219,13 +226,20 @@ def _group_tile(base_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOC
 
 
 @triton.jit
-def _group_bounds(offsets_ptr, g, n_segments, GROUP: tl.constexpr):
-    # group g's segment indices (GROUP,), which exist, and their [start, end) rows; two loads of GROUP+1 offsets
+def _group_segments(g, n_segments, GROUP: tl.constexpr):
+    # group g's segment indices (GROUP,) and which of them exist. Arithmetic only, no pointer: a store
+    # address may be computed from what it returns (see _reduce_kernel on Inductor's write analysis).
     segs = g.to(tl.int64) * GROUP + tl.arange(0, GROUP)
-    seg_ok = segs < n_segments
+    return segs, segs < n_segments
+
+
+@triton.jit
+def _group_bounds(offsets_ptr, segs, seg_ok):
+    # the [start, end) rows of a group's segments: two loads of GROUP+1 offsets. What it returns may bound
+    # loads and masks, never a store address (see _reduce_kernel on Inductor's write analysis).
     start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
     end = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64)
-    return segs, seg_ok, start, end
+    return start, end
 
 
 # reads the rows of its GROUP segments once (+ 2·GROUP offsets), writes GROUP·M·s of output; no search, no workspace
@@ -247,7 +261,8 @@ def _segments_kernel(
     # GROUP segments in one (GROUP, BLOCK_L, BLOCK_M) load.
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < n_cols
-    segs, seg_ok, start, end = _group_bounds(offsets_ptr, tl.program_id(0), n_segments, GROUP)
+    segs, seg_ok = _group_segments(tl.program_id(0), n_segments, GROUP)
+    start, end = _group_bounds(offsets_ptr, segs, seg_ok)
     _reduce_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask,
                   MEAN, EMPTY_ZERO, GROUP, BLOCK_L, BLOCK_M)
 
@@ -275,9 +290,11 @@ def _segments_loop_kernel(
     n_groups = (n_segments + GROUP - 1) // GROUP
     g = tl.program_id(0)
     step = tl.num_programs(0)
-    segs, seg_ok, start, end = _group_bounds(offsets_ptr, g, n_segments, GROUP)
+    segs, seg_ok = _group_segments(g, n_segments, GROUP)
+    start, end = _group_bounds(offsets_ptr, segs, seg_ok)
     while g < n_groups:
-        next_segs, next_ok, next_start, next_end = _group_bounds(offsets_ptr, g + step, n_segments, GROUP)
+        next_segs, next_ok = _group_segments(g + step, n_segments, GROUP)
+        next_start, next_end = _group_bounds(offsets_ptr, next_segs, next_ok)
         _reduce_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask,
                       MEAN, EMPTY_ZERO, GROUP, BLOCK_L, BLOCK_M)
         g += step
@@ -341,7 +358,11 @@ def _segments_expand_kernel(
     # With max_seqlen known and short: no search, one (GROUP, BLOCK_L, BLOCK_M) store per tile.
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < n_cols
-    segs, seg_ok, start, end = _group_bounds(offsets_ptr, tl.program_id(0), n_segments, GROUP)
+    segs, seg_ok = _group_segments(tl.program_id(0), n_segments, GROUP)
+    # loaded here, not by _group_bounds: the rows written are addressed from them (Inductor's write
+    # analysis, see _reduce_kernel)
+    start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
+    end = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64)
     length = end - start
     g = tl.load(grad_ptr + segs[:, None] * n_cols + cols[None, :], mask=seg_ok[:, None] & col_mask[None, :],
                 other=0.0).to(tl.float32)

@@ -1,0 +1,68 @@
+"""Run Inductor's write analysis on every kernel of every launch path; print JSON (test_inductor_analysis)."""
+
+import dataclasses
+import json
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+
+import torch._higher_order_ops.triton_kernel_wrap as tkw
+from jaggedperf.ops import testing
+
+
+class CudaTarget:
+    """A Triton driver naming an sm_90 target: TTIR generation needs no device."""
+
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+    def get_active_torch_device(self):
+        return torch.device("cpu")
+
+
+def analysed_writes(launch) -> list[str]:
+    # torch 2.11: identify_mutated_tensors; later: identify_accessed_tensors
+    kwargs = dict(zip(launch.kernel.arg_names, launch.args))
+    if hasattr(tkw, "identify_accessed_tensors"):
+        written = {dep.name for dep in tkw.identify_accessed_tensors(launch.kernel, kwargs, {}).read_writes.writes}
+    else:
+        written = set(tkw.identify_mutated_tensors(launch.kernel, kwargs, {}))
+    return sorted(name for name in written if isinstance(kwargs.get(name), torch.Tensor))
+
+
+def declared_writes(launch) -> list[str]:
+    ids = {id(t) for t in launch.written}
+    return sorted(name for name, arg in zip(launch.kernel.arg_names, launch.args) if id(arg) in ids)
+
+
+def segments(programs: int):
+    return dataclasses.replace(testing.segments_config(8, 16, 64, torch.device("cpu")), programs=programs)
+
+
+PLANS = {
+    "chunks": lambda v, o, g: testing.plan_reduce(v, o, mean=True, rows_per_chunk=7),
+    "segments": lambda v, o, g: testing.plan_reduce(v, o, mean=True, segments=segments(0)),
+    "segments-loop": lambda v, o, g: testing.plan_reduce(v, o, mean=True, segments=segments(2)),
+    "expand-chunks": lambda v, o, g: testing.plan_expand(g, o, v.shape[0], mean=True, rows_per_chunk=7),
+    "expand-segments": lambda v, o, g: testing.plan_expand(g, o, v.shape[0], mean=True, segments=segments(0),
+                                                           max_seqlen=16),
+}
+
+
+def main() -> None:
+    triton.runtime.driver.set_active(CudaTarget())
+    out = {}
+    for dtype in (torch.int64, torch.int32):
+        values, grad = torch.randn(40, 8), torch.randn(5, 8)
+        offsets = torch.tensor([0, 3, 3, 16, 30, 40], dtype=dtype)
+        for path, make in PLANS.items():
+            planned = make(values, offsets, grad)
+            out[f"{path}/{str(dtype).removeprefix('torch.')}"] = {
+                launch.kernel.fn.__name__: {"analysed": analysed_writes(launch), "declared": declared_writes(launch)}
+                for launch in planned.launches}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
