@@ -44,7 +44,7 @@ def register(sub) -> None:
     p.add_argument("--impls", type=comma_list,
                    help=f"implementations, comma-separated (default: the seed's three: {','.join(SEED_IMPLEMENTATIONS)})")
     p.add_argument("--mode", default=modes_mod.SEED_COMPILED_MODE,
-                   choices=list(modes_mod.COMPILE_MODES), help=f"the compiled mode to explain (default {modes_mod.SEED_COMPILED_MODE})")
+                   choices=[*modes_mod.COMPILE_MODES, *modes_mod.BOUNDARY_MODES], help=f"the compiled mode to explain (default {modes_mod.SEED_COMPILED_MODE})")
     add_case_arguments(p, required=False)
     g = p.add_argument_group("measurement")
     g.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is present, else cpu")

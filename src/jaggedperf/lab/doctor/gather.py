@@ -66,12 +66,17 @@ from jaggedperf.lab.result import OK, Result
 
 NEEDS_CUDA = "needs CUDA"
 
-# The compiled mode with CUDA graphs for each compiled mode without, and back.
+# The torch mode with CUDA graphs for each torch mode without, and back.
+_TORCH_CUDAGRAPH_COUNTERPART = {
+    "max-autotune-no-cudagraphs": "max-autotune",
+    "max-autotune": "max-autotune-no-cudagraphs",
+    "default": "reduce-overhead",
+    "reduce-overhead": "default",
+}
+# The same for each compiled mode, within its family (compile:, jagged-compile:).
 CUDAGRAPH_COUNTERPART = {
-    "compile:max-autotune-no-cudagraphs": "compile:max-autotune",
-    "compile:max-autotune": "compile:max-autotune-no-cudagraphs",
-    "compile:default": "compile:reduce-overhead",
-    "compile:reduce-overhead": "compile:default",
+    **{m: modes_mod.TORCH_COMPILE_PREFIX + _TORCH_CUDAGRAPH_COUNTERPART[t] for m, t in modes_mod.COMPILE_MODES.items()},
+    **{m: modes_mod.BOUNDARY_PREFIX + _TORCH_CUDAGRAPH_COUNTERPART[t] for m, t in modes_mod.BOUNDARY_MODES.items()},
 }
 
 HOST_METHOD = "host = wall median − device median per call (µs)"
@@ -139,8 +144,7 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: JaggedBat
     with watch_dynamo() as dynamo, catch_cudagraph_messages() as compiled_messages:
         compiled = runner.run_cell(cell(mode), batch, reference, options, copy_gbps)
     stage("guards")
-    guards = (guard_cost(impl.fn, impl.prepare(batch)) if compiled.status == OK
-              else GuardCost(False, f"compiled call {compiled.status}: {compiled.reason}"))
+    guards = _guards(impl.fn, impl.prepare(batch), mode, compiled, "compiled call")
     fill_recompiles(dynamo, guards)
     over_budget = None
     if compile_budget_s is not None and compiled.compile_s is not None and compiled.compile_s > compile_budget_s:
@@ -161,8 +165,7 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: JaggedBat
         with watch_dynamo() as plain_dynamo:
             plain = runner.run_cell(cell(mode), batch, reference, options, copy_gbps, plain=True)
         stage("guards")
-        plain_guards = (guard_cost(impl.plain, impl.prepare_plain(batch)) if plain.status == OK
-                        else GuardCost(False, f"plain twin {plain.status}: {plain.reason}"))
+        plain_guards = _guards(impl.plain, impl.prepare_plain(batch), mode, plain, "plain twin")
         fill_recompiles(plain_dynamo, plain_guards)
         input_form = InputForm(True, None, f"the plain twin {impl.plain.__name__}(values, offsets, padded_len) "
                                            f"compiled in {mode} and timed like the cell", plain, None, plain_guards,
@@ -215,6 +218,18 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: JaggedBat
     return Evidence(op, implementation, mode, case, options.device.type, impl.takes, eager, compiled, host, input_form,
                     kernels, batch_padding_model(batch, pads=impl.pads), graphs, cost, notes,
                     {k: round(v, 3) for k, v in stage_s.items()})
+
+
+def _guards(fn: Callable, args: tuple, mode: str, result: Result, what: str) -> GuardCost:
+    """The guard cost of ``fn(*args)`` compiled in ``mode`` (``result`` is that call's), or why it is not measured."""
+    if result.status != OK:
+        return GuardCost(False, f"{what} {result.status}: {result.reason}")
+    if modes_mod.is_boundary(mode):
+        # Dynamo guards the boundary's compiled region (its own code object, called on the NJT's components),
+        # not fn's frame: guard_cost, which reads the cache entries of fn's code, has nothing to read.
+        return GuardCost(False, f"not probed in {mode}: Dynamo guards jaggedperf.compile's region on the NJT's "
+                                "components, not the function's own frame")
+    return guard_cost(fn, args)
 
 
 def _wall_only(options: runner.Options, *results: Result) -> tuple[bool, str | None]:
