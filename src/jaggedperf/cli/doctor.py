@@ -21,6 +21,7 @@ from jaggedperf.cli._args import (
     print_error,
 )
 from jaggedperf.cli.lab import _footer, console
+from jaggedperf.impls.registry import implementation_names
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab.doctor import attribution, evidence, gather
@@ -44,7 +45,8 @@ def register(sub) -> None:
                     "the slowdown and it is faster). Without case flags: the seed's two shapes.")
     p.add_argument("--op", default=OP, help="the op (default jagged_mean)")
     p.add_argument("--impls", type=comma_list,
-                   help=f"implementations, comma-separated (default: the seed's three: {','.join(SEED_IMPLEMENTATIONS)})")
+                   help=f"implementations, comma-separated (default: for jagged_mean the seed's three: "
+                        f"{','.join(SEED_IMPLEMENTATIONS)}; for another op, all)")
     p.add_argument("--mode", default=modes_mod.SEED_COMPILED_MODE,
                    choices=[*modes_mod.COMPILE_MODES, *modes_mod.BOUNDARY_MODES], help=f"the compiled mode to explain (default {modes_mod.SEED_COMPILED_MODE})")
     add_case_arguments(p, required=False)
@@ -67,6 +69,16 @@ def register(sub) -> None:
     g.add_argument("--json", metavar="PATH", help="write every piece of evidence, the diagnoses and the environment")
     g.add_argument("--trace", metavar="DIR", help="write a chrome trace per profiled callable (CUDA)")
     p.set_defaults(handler=cmd_doctor)
+
+
+def doctor_implementations(op: str) -> list[str]:
+    """The doctor's implementations of ``op`` by default: the seed's three for jagged_mean; every one for another op.
+
+    Raises:
+        KeyError: an unknown op.
+    """
+    names = implementation_names(op)
+    return list(SEED_IMPLEMENTATIONS) if op == OP else names
 
 
 def doctor_cases(args: argparse.Namespace) -> list[Case]:
@@ -93,10 +105,10 @@ def doctor_options(args: argparse.Namespace) -> Options:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     out, err = console(), Console(stderr=True)
-    impls = args.impls or list(SEED_IMPLEMENTATIONS)
     try:
+        impls = args.impls or doctor_implementations(args.op)
         cases = doctor_cases(args)
-    except ValueError as exc:
+    except (KeyError, ValueError) as exc:
         print_error(err, exc)
         return 2
     options = doctor_options(args)

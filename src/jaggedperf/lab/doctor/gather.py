@@ -39,7 +39,7 @@ from typing import Callable, Iterable
 import torch
 
 from jaggedperf.batch import JaggedBatch
-from jaggedperf.impls.registry import Implementation, get_implementation, get_op
+from jaggedperf.impls.registry import Batch, Implementation, get_implementation, get_op
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab import runner
@@ -51,6 +51,7 @@ from jaggedperf.lab.doctor.evidence import (
     HostOverhead,
     InputForm,
     Kernels,
+    PaddingModel,
     batch_padding_model,
     compile_cost,
     host_us,
@@ -99,7 +100,7 @@ CUDAGRAPH_METHOD = (
 DEFAULT_COMPILE_BUDGET_S = 30.0
 
 
-def gather(op: str, implementation: str, mode: str, case: Case, batch: JaggedBatch, reference: torch.Tensor,
+def gather(op: str, implementation: str, mode: str, case: Case, batch: Batch, reference: torch.Tensor,
            options: runner.Options, copy_gbps: float | None, *, cudagraphs: bool = True,
            compile_budget_s: float | None = DEFAULT_COMPILE_BUDGET_S,
            on_stage: Callable[[str], None] | None = None) -> Evidence:
@@ -232,8 +233,14 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: JaggedBat
     if options.device_time and cuda and not options.flush_l2:
         notes.append("device time measured without an L2 flush, as the wall loop runs (warm L2)")
     return Evidence(op, implementation, mode, case, options.device.type, impl.takes, eager, compiled, host, input_form,
-                    kernels, batch_padding_model(batch, pads=impl.pads), graphs, cost, notes,
+                    kernels, _padding_model(batch, impl), graphs, cost, notes,
                     {k: round(v, 3) for k, v in stage_s.items()}, boundary)
+
+
+def _padding_model(batch: Batch, impl: Implementation) -> PaddingModel | None:
+    """The padding model of a ``JaggedBatch`` (values are the rows a padded program pads); None for another
+    op's batch (e.g. a model's ids), whose bytes the model does not describe."""
+    return batch_padding_model(batch, pads=impl.pads) if isinstance(batch, JaggedBatch) else None
 
 
 def _boundary_section(impl: Implementation, mode: str, compiled: Result, over_budget: str | None) -> Boundary:
