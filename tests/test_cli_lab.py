@@ -3,6 +3,7 @@ import json
 import pytest
 
 from jaggedperf.cli import main
+from jaggedperf.impls.registry import get_op
 
 SMALL = ["--B", "8", "--M", "3", "--seqlen", "20", "--sparsity", "0.3", "--warmup", "1", "--iters", "3"]
 
@@ -11,8 +12,11 @@ def test_list_shows_implementations_and_modes(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     for name in ("unbind_mean", "nanmean_padded", "sum_padded", "njt_mean", "segment_reduce",
-                 "compile:max-autotune-no-cudagraphs", "graph"):
+                 "compile:max-autotune-no-cudagraphs", "jagged-compile:max-autotune-no-cudagraphs", "graph"):
         assert name in out
+    assert main(["list", "--op", "rec_block"]) == 0
+    out = capsys.readouterr().out
+    assert "rec_block" in out and "index_add" in out and "jagged-compile:default" in out
 
 
 def test_run_end_to_end_on_cpu_writes_json_with_environment(tmp_path, capsys):
@@ -142,3 +146,34 @@ def test_timeout_must_be_a_positive_number_of_seconds(capsys, command, value):
     with pytest.raises(SystemExit) as exc:
         main([command, *(SMALL if command == "run" else []), "--timeout", value])
     assert exc.value.code == 2 and "positive number of seconds" in capsys.readouterr().err
+
+
+# --- the boundary (jagged-compile:) beside the seed's compiled mode --------------------------------
+
+
+def test_repro_runs_the_seeds_mode_and_the_boundary_in_it_by_default(monkeypatch):
+    from jaggedperf.cli import lab
+
+    seen = {}
+
+    def execute(args, op, cases, impls, modes, *, compiled_mode):
+        seen.update(op=op, impls=impls, modes=modes, compiled_mode=compiled_mode)
+        return 0
+
+    monkeypatch.setattr(lab, "execute", execute)
+    assert main(["repro"]) == 0
+    assert seen["modes"] == ["eager", "compile:max-autotune-no-cudagraphs", "jagged-compile:max-autotune-no-cudagraphs"]
+    assert seen["compiled_mode"] == "compile:max-autotune-no-cudagraphs" and seen["op"] == "jagged_mean"
+    assert lab._boundary_mode(seen["modes"], seen["compiled_mode"]) == "jagged-compile:max-autotune-no-cudagraphs"
+    assert main(["repro", "--op", "rec_block"]) == 0  # a model at the seed's shapes, every contender
+    assert seen["op"] == "rec_block" and seen["impls"] == list(get_op("rec_block").implementations)
+
+
+def test_run_prints_the_boundary_columns_beside_the_compiled_mode(capsys):
+    code = main(["run", *SMALL, "--impls", "sum_padded", "--modes", "eager,compile:default,jagged-compile:default",
+                 "--device", "cpu"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "eager vs compile:default and jagged-compile:default" in out
+    (row,) = _table_rows(out, 12, keep=(1, 5, 6))  # the seed table with the two boundary columns
+    assert row[0] == "sum_padded" and row[1] != "—" and row[2].endswith("×")

@@ -13,9 +13,13 @@ import random
 from dataclasses import replace
 
 from jaggedperf.inputs import Case
-from jaggedperf.lab.modes import MODES
+from jaggedperf.lab.modes import BOUNDARY_MODES, COMPILE_MODES, EAGER, GRAPH
 from jaggedperf.lab.result import ERROR, OK, SKIPPED, WRONG, DeviceTime, Result, RunRecord, WallStats
 
+# The record's modes: eager, torch.compile's four and graph (the counts the tests check are of these);
+# ``make_results(modes=ALL_MODES)`` adds jaggedperf.compile's four.
+MODES = (EAGER, *COMPILE_MODES, GRAPH)
+ALL_MODES = (EAGER, *COMPILE_MODES, *BOUNDARY_MODES, GRAPH)
 IMPLEMENTATIONS = ("unbind_mean", "nanmean_padded", "sum_padded", "njt_mean", "segment_reduce", "jaggedperf")
 SEQLENS = (100, 1000, 10000)
 SPARSITIES = (0.1, 0.5, 0.9)
@@ -42,7 +46,10 @@ _KERNELS = {"unbind_mean": 1024.0, "nanmean_padded": 4.0, "sum_padded": 3.0, "nj
             "segment_reduce": 2.0, "jaggedperf": 1.0}
 # compiled / eager time factor per mode (max-autotune-no-cudagraphs slower than eager, as in #160355)
 _MODE_FACTOR = {"eager": 1.0, "compile:default": 0.8, "compile:reduce-overhead": 0.6,
-                "compile:max-autotune": 0.7, "compile:max-autotune-no-cudagraphs": 1.6, "graph": 0.9}
+                "compile:max-autotune": 0.7, "compile:max-autotune-no-cudagraphs": 1.6, "graph": 0.9,
+                # the boundary: the same kernels, without the NJT's per-call host work
+                "jagged-compile:default": 0.75, "jagged-compile:reduce-overhead": 0.6,
+                "jagged-compile:max-autotune": 0.7, "jagged-compile:max-autotune-no-cudagraphs": 0.7}
 
 
 def cases() -> list[Case]:
@@ -78,7 +85,7 @@ def make_result(impl: str, mode: str, case: Case, rng: random.Random, op: str = 
     device_us = nbytes / (COPY_GBPS * 1e9 * efficiency) * 1e6 + 3.0 * _MODE_FACTOR[mode]
     device_us *= 1 + 0.02 * rng.random()
     launches = _KERNELS[impl] if mode in ("eager", "graph") else max(1.0, _KERNELS[impl] / 3)
-    host_us = 0.0 if mode in ("graph", "compile:reduce-overhead") else 6.0 * launches
+    host_us = 0.0 if mode in ("graph", "compile:reduce-overhead", "jagged-compile:reduce-overhead") else 6.0 * launches
     if mode == "compile:max-autotune-no-cudagraphs":
         host_us = 9.0 * _KERNELS[impl]  # guards and a launch per generated kernel: slower than eager
     median_ms = (device_us + host_us + 4.0) / 1000
@@ -108,14 +115,14 @@ def fill_speedups(results: list[Result]) -> list[Result]:
     return out
 
 
-def make_results(seed: int = 0) -> list[Result]:
+def make_results(seed: int = 0, modes: tuple[str, ...] = MODES) -> list[Result]:
     rng = random.Random(seed)
-    results = [make_result(impl, mode, case, rng) for case in cases() for impl in IMPLEMENTATIONS for mode in MODES]
+    results = [make_result(impl, mode, case, rng) for case in cases() for impl in IMPLEMENTATIONS for mode in modes]
     return fill_speedups(results)
 
 
-def make_record(seed: int = 0) -> RunRecord:
-    return RunRecord(dict(ENVIRONMENT), make_results(seed), COPY_GBPS)
+def make_record(seed: int = 0, modes: tuple[str, ...] = MODES) -> RunRecord:
+    return RunRecord(dict(ENVIRONMENT), make_results(seed, modes), COPY_GBPS)
 
 
 def scaled(record: RunRecord, factor: float, select) -> RunRecord:

@@ -43,8 +43,8 @@ def _guards(us, count):
 
 
 def make_evidence(*, eager, compiled, plain=None, njt_guard_us=None, plain_guard_us=None, compile_s=5.0,
-                  takes="njt", eager_kernels=4, compiled_kernels=1):
-    """eager/compiled/plain: (wall µs, device µs or None)."""
+                  takes="njt", eager_kernels=4, compiled_kernels=1, boundary=None):
+    """eager/compiled/plain/boundary: (wall µs, device µs or None); boundary: the jagged-compile twin's."""
     wall_only = eager[1] is None
     e = _result("eager", eager[0], eager[1], None if wall_only else eager_kernels, 0.001)
     c = _result(MODE, compiled[0], compiled[1], None if wall_only else compiled_kernels, compile_s)
@@ -62,8 +62,14 @@ def make_evidence(*, eager, compiled, plain=None, njt_guard_us=None, plain_guard
     kernels = evidence.Kernels(False, "needs CUDA", "test")
     graphs = evidence.CudaGraphs(False, "needs CUDA", "test", MODE, "compile:max-autotune")
     pad = evidence.padding_model(512, 64, 100, 46000, 4)
+    twin = modes.boundary_twin(MODE)
+    if boundary:
+        b = evidence.Boundary(True, None, "test", twin, modes.torch_mode(MODE),
+                              _result(twin, boundary[0], boundary[1], None if wall_only else 1, 4.0))
+    else:
+        b = evidence.Boundary(False, "not measured", "test")
     return evidence.Evidence("jagged_mean", "sum_padded", MODE, SEED, "cuda", takes, e, c, host, form, kernels, pad,
-                             graphs, evidence.compile_cost(e, c))
+                             graphs, evidence.compile_cost(e, c), boundary=b)
 
 
 def _assert_adds_up_and_ordered(d: attribution.Diagnosis):
@@ -301,6 +307,40 @@ def test_catch_cudagraph_messages_gets_inductors_skip_reason_and_restores_the_lo
     assert [(lg.level, lg.propagate, list(lg.handlers)) for lg in loggers] == before
 
 
+# --- the remedy: jaggedperf.compile, measured -----------------------------------------------------
+
+
+def test_verdict_recommends_the_boundary_with_its_numbers_when_njt_host_work_is_the_slowdown():
+    ev = make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30, plain_guard_us=4,
+                       boundary=(45, 6))
+    d = attribution.diagnose(ev)
+    fix = ("compile it on its components: jaggedperf.compile(fn, mode='max-autotune-no-cudagraphs') — 45 µs a call "
+           "instead of 290 (2.5× eager)")
+    assert d.remedy == fix and d.verdict.endswith("; " + fix)
+    assert d.verdict.startswith("slower by 178 µs") and "250 µs host overhead on NJT inputs" in d.verdict
+    line = next(f for f in d.findings if f.startswith("boundary:"))
+    assert line == ("boundary: jagged-compile:max-autotune-no-cudagraphs (jaggedperf.compile, "
+                    "mode='max-autotune-no-cudagraphs') 45 µs per call (vs compile:max-autotune-no-cudagraphs 290 µs, "
+                    "eager 112 µs)")
+
+
+@pytest.mark.parametrize("why,kwargs", [
+    ("the kernels are the slowdown", dict(eager=(50, 20), compiled=(300, 250), plain=(290, 250), boundary=(280, 250))),
+    ("the boundary is no faster", dict(eager=(112, 20), compiled=(290, 6), plain=(40, 6), boundary=(295, 6))),
+    ("compiled is faster than eager", dict(eager=(400, 300), compiled=(200, 150), plain=(180, 150), boundary=(170, 150))),
+    ("the boundary was not measured", dict(eager=(112, 20), compiled=(290, 6), plain=(40, 6))),
+])
+def test_no_recommendation_when_the_boundary_is_not_the_remedy(why, kwargs):
+    d = attribution.diagnose(make_evidence(**kwargs))
+    assert d.remedy is None and "jaggedperf.compile(fn" not in d.verdict, why
+
+
+def test_wall_only_recommendation_on_the_cpu_numbers():
+    ev = make_evidence(eager=(300, None), compiled=(900, None), plain=(350, None), boundary=(320, None))
+    d = attribution.diagnose(ev)
+    assert d.remedy.endswith("— 320 µs a call instead of 900 (0.9× eager)")
+
+
 # --- gathering on the CPU ------------------------------------------------------------------------
 
 
@@ -315,6 +355,7 @@ def test_gather_a_dense_implementation_on_cpu():
     assert not ev.cudagraphs.available and "needs CUDA" in ev.cudagraphs.reason
     assert not ev.host.device_time and ev.host.compiled_host_us == pytest.approx(ev.compiled.wall.median_ms * 1e3)
     assert ev.jagged is not None and not ev.jagged.pads
+    assert not ev.boundary.available and ev.boundary.result is None and "not applicable" in ev.boundary.reason
     assert attribution.diagnose(ev).sums_ok
 
 
@@ -326,6 +367,7 @@ def test_gather_skips_the_extra_compiles_over_the_compile_budget():
                          compile_budget_s=0.0)
     assert ev.compiled.status == OK and ev.input_form.plain is None
     assert not ev.input_form.available and "compile budget" in ev.input_form.reason
+    assert not ev.boundary.available and ev.boundary.result is None and "compile budget" in ev.boundary.reason
     assert set(ev.stage_s) >= {"eager", "compile:default", "guards"} and all(v >= 0 for v in ev.stage_s.values())
     d = attribution.diagnose(ev)
     assert d.sums_ok and attribution.NJT not in {p.key for p in d.contributions}
@@ -394,6 +436,15 @@ def test_cli_doctor_end_to_end_on_cpu(tmp_path, capsys):
     assert ev["host"]["device_time"] is False and "needs CUDA" in ev["host"]["reason"]
     assert ev["jagged"]["pads"] and ev["jagged"]["waste_bytes"] > 0
     assert ev["compile_cost"]["compile_s"] > 0
+    # the boundary: the same implementation through jaggedperf.compile in the same torch mode, measured
+    twin = modes.boundary_twin(MODE)
+    boundary = ev["boundary"]
+    assert boundary["available"] and boundary["mode"] == twin and boundary["torch_mode"] == modes.torch_mode(MODE)
+    assert boundary["result"]["mode"] == twin and boundary["result"]["status"] == OK
+    assert boundary["result"]["wall"]["n"] == 5 and boundary["result"]["rel_error"] < 1e-5
+    assert twin in ev["stage_s"] and f"{twin} (the boundary)" in out
+    assert any(f.startswith(f"boundary: {twin}") for f in diagnosis["findings"])
+    assert diagnosis["remedy"] is None or diagnosis["verdict"].endswith(diagnosis["remedy"])
     assert diagnosis["available"] and diagnosis["sums_ok"]
     assert math.isclose(sum(p["us"] for p in diagnosis["contributions"]), diagnosis["delta_us"], abs_tol=1e-6)
 

@@ -21,6 +21,7 @@ from jaggedperf.cli._args import (
     print_error,
 )
 from jaggedperf.cli.lab import _footer, console
+from jaggedperf.impls.registry import implementation_names
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab.doctor import attribution, evidence, gather
@@ -37,14 +38,17 @@ def register(sub) -> None:
         "doctor", help="explain a compiled cell against eager: host overhead, input form, kernels, padding, "
                        "CUDA graphs, compile cost",
         description="For each implementation × case, time eager and the compiled mode, the same computation "
-                    "compiled on plain (values, offsets) tensors, and (on CUDA) both under CUDA graphs; then split "
-                    "compiled − eager into device time, NestedTensor input overhead, guard evaluation and other host "
-                    "work, and print a verdict. Without case flags: the seed's two shapes.")
+                    "compiled on plain (values, offsets) tensors, an NJT implementation through jaggedperf.compile "
+                    "in the same torch mode, and (on CUDA) both under CUDA graphs; then split compiled − eager into "
+                    "device time, NestedTensor input overhead, guard evaluation and other host work, and print a "
+                    "verdict (which recommends jaggedperf.compile, with its measured numbers, where NJT host work is "
+                    "the slowdown and it is faster). Without case flags: the seed's two shapes.")
     p.add_argument("--op", default=OP, help="the op (default jagged_mean)")
     p.add_argument("--impls", type=comma_list,
-                   help=f"implementations, comma-separated (default: the seed's three: {','.join(SEED_IMPLEMENTATIONS)})")
+                   help=f"implementations, comma-separated (default: for jagged_mean the seed's three: "
+                        f"{','.join(SEED_IMPLEMENTATIONS)}; for another op, all)")
     p.add_argument("--mode", default=modes_mod.SEED_COMPILED_MODE,
-                   choices=list(modes_mod.COMPILE_MODES), help=f"the compiled mode to explain (default {modes_mod.SEED_COMPILED_MODE})")
+                   choices=[*modes_mod.COMPILE_MODES, *modes_mod.BOUNDARY_MODES], help=f"the compiled mode to explain (default {modes_mod.SEED_COMPILED_MODE})")
     add_case_arguments(p, required=False)
     g = p.add_argument_group("measurement")
     g.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is present, else cpu")
@@ -58,13 +62,23 @@ def register(sub) -> None:
                         "host = wall − device compares like with like)")
     g.add_argument("--no-cudagraphs", action="store_true", help="skip the CUDA-graph comparison (saves two cells)")
     g.add_argument("--compile-budget", type=float, default=gather.DEFAULT_COMPILE_BUDGET_S, metavar="S",
-                   help="when a compiled cell takes longer than S seconds to compile, skip its two extra compiles "
-                        "(plain twin, CUDA-graph counterpart); a negative S means no limit "
+                   help="when a compiled cell takes longer than S seconds to compile, skip its extra compiles "
+                        "(plain twin, boundary, CUDA-graph counterpart); a negative S means no limit "
                         f"(default {gather.DEFAULT_COMPILE_BUDGET_S:g})")
     g.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
     g.add_argument("--json", metavar="PATH", help="write every piece of evidence, the diagnoses and the environment")
     g.add_argument("--trace", metavar="DIR", help="write a chrome trace per profiled callable (CUDA)")
     p.set_defaults(handler=cmd_doctor)
+
+
+def doctor_implementations(op: str) -> list[str]:
+    """The doctor's implementations of ``op`` by default: the seed's three for jagged_mean; every one for another op.
+
+    Raises:
+        KeyError: an unknown op.
+    """
+    names = implementation_names(op)
+    return list(SEED_IMPLEMENTATIONS) if op == OP else names
 
 
 def doctor_cases(args: argparse.Namespace) -> list[Case]:
@@ -91,10 +105,10 @@ def doctor_options(args: argparse.Namespace) -> Options:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     out, err = console(), Console(stderr=True)
-    impls = args.impls or list(SEED_IMPLEMENTATIONS)
     try:
+        impls = args.impls or doctor_implementations(args.op)
         cases = doctor_cases(args)
-    except ValueError as exc:
+    except (KeyError, ValueError) as exc:
         print_error(err, exc)
         return 2
     options = doctor_options(args)
@@ -179,6 +193,8 @@ def measurements_table(ev: evidence.Evidence) -> Table:
         rows.append((f"{ev.mode} (plain twin)", "plain", ev.input_form.plain, ev.input_form.guards))
     if ev.cudagraphs.eager_graph is not None:
         rows.append(("graph (eager in a CUDA graph)", ev.takes, ev.cudagraphs.eager_graph, None))
+    if ev.boundary.result is not None:
+        rows.append((f"{ev.boundary.mode} (the boundary)", ev.takes, ev.boundary.result, None))
     if ev.cudagraphs.counterpart is not None:
         rows.append((ev.cudagraphs.counterpart_mode, ev.takes, ev.cudagraphs.counterpart, None))
     for label, form, r, guards in rows:

@@ -34,14 +34,21 @@ from jaggedperf.lab.results import tables
 from jaggedperf.lab.results.store import write_csv, write_json
 
 OP = "jagged_mean"
+# repro's modes: the seed's finding (its compiled mode slower than eager) and the remedy in the same torch mode.
+REPRO_MODES = (modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE, modes_mod.boundary_twin(modes_mod.SEED_COMPILED_MODE))
 
 
 def register(sub) -> None:
-    p = sub.add_parser("repro", help="reproduce the pytorch/pytorch#160355 table (seed shapes, eager vs compiled)",
+    p = sub.add_parser("repro", help="reproduce the pytorch/pytorch#160355 table (seed shapes, eager vs compiled) "
+                                     "with the remedy beside it",
                        description="The seed's two shapes × its three implementations (plus jaggedperf's op) × "
-                                   "eager and compile:max-autotune-no-cudagraphs, on the GPU when present.")
-    p.add_argument("--impls", type=comma_list, help="implementations (default: the seed's three + jaggedperf)")
-    p.add_argument("--modes", type=comma_list, help=f"modes (default: eager,{modes_mod.SEED_COMPILED_MODE})")
+                                   f"{', '.join(REPRO_MODES)}: the seed's finding and the boundary "
+                                   "(jaggedperf.compile) in the same torch mode beside it, on the GPU when present. "
+                                   "With --op, another op at the seed's shapes (every implementation by default).")
+    p.add_argument("--op", default=OP, help="the op (default jagged_mean)")
+    p.add_argument("--impls", type=comma_list,
+                   help="implementations (default: for jagged_mean the seed's three + jaggedperf; else all)")
+    p.add_argument("--modes", type=comma_list, help=f"modes (default: {','.join(REPRO_MODES)})")
     p.add_argument("--dtype", default="float32", help="values dtype (float32 | bfloat16 | float16)")
     add_run_arguments(p)
     p.set_defaults(handler=cmd_repro)
@@ -61,17 +68,28 @@ def register(sub) -> None:
 
 
 def default_implementations(op: str) -> list[str]:
+    """repro's implementations of ``op``: for the seed's op, its three and ours; for any other op, all.
+
+    Raises:
+        KeyError: an unknown op.
+    """
     names = implementation_names(op)
+    if op != OP:
+        return names
     return [n for n in (*SEED_IMPLEMENTATIONS, "jaggedperf", "jaggedperf_njt") if n in names]
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
     from jaggedperf.inputs import Case
 
-    impls = args.impls or default_implementations(OP)
-    modes = args.modes or [modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE]
+    try:
+        impls = args.impls or default_implementations(args.op)
+    except KeyError as exc:
+        print_error(Console(stderr=True), exc)
+        return 2
+    modes = args.modes or list(REPRO_MODES)
     cases = [Case(c.B, c.M, c.seqlen, c.sparsity, dtype=args.dtype) for c in SEED_CASES]
-    return execute(args, OP, cases, impls, modes, compiled_mode=_compiled_mode(modes))
+    return execute(args, args.op, cases, impls, modes, compiled_mode=_compiled_mode(modes))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -80,8 +98,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _compiled_mode(modes: list[str]) -> str | None:
+    """The mode the seed's table compares with eager: the seed's compiled mode when run, else the first
+    torch.compile mode, else the first other non-eager mode."""
     others = [m for m in modes if m != modes_mod.EAGER]
-    return modes_mod.SEED_COMPILED_MODE if modes_mod.SEED_COMPILED_MODE in others else (others[0] if others else None)
+    if modes_mod.SEED_COMPILED_MODE in others:
+        return modes_mod.SEED_COMPILED_MODE
+    return next((m for m in others if m in modes_mod.COMPILE_MODES), others[0] if others else None)
+
+
+def _boundary_mode(modes: list[str], compiled_mode: str | None) -> str | None:
+    """The ``jagged-compile:`` twin of ``compiled_mode`` when it was run too, else None."""
+    twin = modes_mod.boundary_twin(compiled_mode) if compiled_mode else None
+    return twin if twin in modes else None
 
 
 def execute(args, op, cases, impls, modes, *, compiled_mode) -> int:
@@ -107,13 +135,14 @@ def execute(args, op, cases, impls, modes, *, compiled_mode) -> int:
     except sweep.SweepError as exc:
         print_error(err, str(exc))
         return 1
+    boundary_mode = _boundary_mode(modes, compiled_mode)
     if compiled_mode:
-        out.print(tables.seed_table(record.results, compiled_mode))
+        out.print(tables.seed_table(record.results, compiled_mode, boundary_mode=boundary_mode))
     out.print(tables.cells_table(record.results))
     for line in tables.problems(record.results):
         out.print(f"• {line}", markup=False, highlight=False, style="red")
     if compiled_mode:
-        for line in tables.findings(record.results, compiled_mode):
+        for line in tables.findings(record.results, compiled_mode, boundary_mode):
             out.print(f"• {line}", markup=False, highlight=False)
     _footer(out, record)
     if args.json:

@@ -6,6 +6,15 @@ implementation is called with, once, outside any timed region. An NJT implementa
 a ``plain`` twin: the same computation written on (values, offsets), which the doctor compiles to
 separate NestedTensor overhead from the computation itself.
 
+An op's inputs. Each op says how a case becomes its batch (``Op.make_batch``; by default a
+``JaggedBatch`` of random values, ``jaggedperf.inputs.make_batch``) and which tensors its
+implementations take after the jagged input (``Op.params``; by default none). A model op's batch is
+its own type (e.g. ``rec_block``'s ``LookupBatch``: jagged ids plus the block's weights); the lab reads
+of any batch only what ``Batch`` names, and only the op's reference, byte count and implementations
+read the rest. Every implementation of an op is called as
+
+    fn(<nt> | <values, offsets>, [padded_len], [max_seqlen], *op.params(batch))
+
 Setup hook. An implementation may name ``setup(device) -> dict | None``: the lab's runner calls it
 once per device, before the first cell of that implementation on that device is made or timed (a
 hook shared by several implementations runs once per device). It readies what the implementation's
@@ -25,15 +34,62 @@ registers more.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 
-from jaggedperf.batch import JaggedBatch
+from jaggedperf.checks import check_layout
+from jaggedperf.inputs import Case, make_batch
 
 TAKES = ("njt", "dense")
 
 SetupHook = Callable[[torch.device], "dict | None"]
+
+
+class Batch(Protocol):
+    """What the lab reads of any op's batch (``JaggedBatch`` is one; so is ``rec_block``'s ``LookupBatch``).
+
+    ``values`` is the jagged input's values, ``(total_len, ...)``; ``offsets`` its ``(B+1,)`` int64
+    offsets; the seqlens are host ints computed when the batch was made; ``padded_nbytes`` is the dense
+    ``(B, padded_len, M)`` tensor a padded implementation materialises; ``to_nested`` is the NJT an
+    ``njt`` implementation takes.
+    """
+
+    values: torch.Tensor
+    offsets: torch.Tensor
+    max_seqlen: int
+    min_seqlen: int
+    padded_len: int
+
+    @property
+    def B(self) -> int: ...
+
+    @property
+    def M(self) -> int: ...
+
+    @property
+    def total_len(self) -> int: ...
+
+    def padded_nbytes(self) -> int: ...
+
+    def to_nested(self) -> torch.Tensor: ...
+
+
+def make_jagged_batch(case: Case, device: torch.device) -> Batch:
+    """The default ``Op.make_batch``: ``jaggedperf.inputs.make_batch``, its layout checked (the lab checks
+    the offsets of every batch).
+
+    Raises:
+        TypeError, ValueError: the batch breaks the jagged layout (``checks.check_layout``).
+    """
+    batch = make_batch(case, device)
+    check_layout(batch.values, batch.offsets)
+    return batch
+
+
+def no_params(batch: Batch) -> tuple[torch.Tensor, ...]:
+    """The default ``Op.params``: the implementations take nothing after the jagged input."""
+    return ()
 
 
 @dataclass(frozen=True)
@@ -49,28 +105,31 @@ class Implementation:
     takes_max_seqlen: bool = False  # a dense implementation that takes the batch's max_seqlen (a host int)
     setup: SetupHook | None = None  # called once per device before its first cell (see the module docstring)
 
-    def prepare(self, batch: JaggedBatch) -> tuple:
+    def prepare(self, batch: Batch) -> tuple:
         """Arguments for ``fn``: (nt,) or (values, offsets), plus the padded length where it pads, plus
-        max_seqlen where it takes one (an NJT carries its own)."""
+        max_seqlen where it takes one (an NJT carries its own), plus the op's params."""
         extra = (batch.padded_len,) if self.pads else ()
         if self.takes_max_seqlen:
             extra += (batch.max_seqlen,)
+        extra += get_op(self.op).params(batch)
         if self.takes == "njt":
             return (batch.to_nested(), *extra)
         return (batch.values, batch.offsets, *extra)
 
-    def prepare_plain(self, batch: JaggedBatch) -> tuple:
-        """Arguments for ``plain``: (values, offsets, padded_len)."""
-        return (batch.values, batch.offsets, batch.padded_len)
+    def prepare_plain(self, batch: Batch) -> tuple:
+        """Arguments for ``plain``: (values, offsets, padded_len), plus the op's params."""
+        return (batch.values, batch.offsets, batch.padded_len, *get_op(self.op).params(batch))
 
 
 @dataclass
 class Op:
     name: str
-    reference: Callable[[JaggedBatch], torch.Tensor]  # float64 result on the CPU
-    must_move_bytes: Callable[[JaggedBatch], int]  # fewest bytes any implementation must move
+    reference: Callable[[Batch], torch.Tensor]  # float64 result on the CPU
+    must_move_bytes: Callable[[Batch], int]  # fewest bytes any implementation must move
     description: str
     implementations: dict[str, Implementation] = field(default_factory=dict)
+    make_batch: Callable[[Case, torch.device], Batch] = make_jagged_batch  # the case's batch, on the device
+    params: Callable[[Batch], tuple[torch.Tensor, ...]] = no_params  # tensors every implementation takes last
 
 
 OPS: dict[str, Op] = {}

@@ -12,14 +12,13 @@ from typing import Callable, Iterable
 
 import torch
 
-from jaggedperf.batch import JaggedBatch
-from jaggedperf.impls.registry import Implementation, get_implementation, get_op
-from jaggedperf.inputs import Case, make_batch
+from jaggedperf.impls.registry import Batch, Implementation, get_implementation, get_op
+from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab import timing
 from jaggedperf.lab.env import environment
 from jaggedperf.lab.result import ERROR, SKIPPED, WRONG, Result, RunRecord
-from jaggedperf.checks import check_layout, check_offsets
+from jaggedperf.checks import check_offsets
 
 # Relative error ‖out − ref‖/‖ref‖ allowed per dtype (accumulation order differs between implementations).
 TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}
@@ -126,7 +125,7 @@ class CellRunner:
     def __init__(self, options: Options, copy_gbps: float | None) -> None:
         self.options = options
         self.copy_gbps = copy_gbps
-        self._case: tuple[Case, JaggedBatch | Exception, torch.Tensor | None] | None = None
+        self._case: tuple[Case, Batch | Exception, torch.Tensor | None] | None = None
         self._setups: dict[Callable, Exception | None] = {}  # hook -> how it failed (None: it ran)
         self.setup_state: dict = {}
 
@@ -203,7 +202,7 @@ def input_result(cell: Cell, device: torch.device, problem: Exception) -> Result
                   reason=f"input: {problem}")
 
 
-def prepare_case(op: str, case: Case, options: Options) -> tuple[JaggedBatch | Exception, torch.Tensor | None]:
+def prepare_case(op: str, case: Case, options: Options) -> tuple[Batch | Exception, torch.Tensor | None]:
     """The case's batch on the device and the op's float64 reference, or the reason there is none.
 
     Args:
@@ -220,10 +219,10 @@ def prepare_case(op: str, case: Case, options: Options) -> tuple[JaggedBatch | E
     if too_large is not None:
         return too_large, None
     try:
-        batch = make_batch(case, options.device)
-        check_layout(batch.values, batch.offsets)
+        spec = get_op(op)
+        batch = spec.make_batch(case, options.device)
         check_offsets(batch.values, batch.offsets)
-        return batch, get_op(op).reference(batch)
+        return batch, spec.reference(batch)
     except torch.cuda.OutOfMemoryError as exc:
         _release_memory(options.device)
         return RuntimeError(f"out of memory making the batch: {_first_line(exc)}"), None
@@ -231,7 +230,7 @@ def prepare_case(op: str, case: Case, options: Options) -> tuple[JaggedBatch | E
         return RuntimeError(f"{type(exc).__name__}: {_first_line(exc)}"), None
 
 
-def run_cell(cell: Cell, batch: JaggedBatch, reference: torch.Tensor, options: Options, copy_gbps: float | None,
+def run_cell(cell: Cell, batch: Batch, reference: torch.Tensor, options: Options, copy_gbps: float | None,
              *, plain: bool = False) -> Result:
     """Check and time one cell on a batch that is already made.
 
@@ -270,6 +269,10 @@ def run_cell(cell: Cell, batch: JaggedBatch, reference: torch.Tensor, options: O
         out = call()
         sync()
         result.compile_s = time.perf_counter() - start
+        fallback = modes_mod.boundary_fallback(call)
+        if fallback is not None:  # the cell would time torch.compile(fn), not its mode
+            result.status, result.reason = ERROR, f"jaggedperf.compile fell back to torch.compile: {fallback}"
+            return result
         stage = "check"
         ok, result.rel_error, reason = check_output(out, reference, cell.case.dtype)
         if not ok:
@@ -294,7 +297,7 @@ def run_cell(cell: Cell, batch: JaggedBatch, reference: torch.Tensor, options: O
     return result
 
 
-def why_skip(impl: Implementation, cell: Cell, batch: JaggedBatch, options: Options) -> str | None:
+def why_skip(impl: Implementation, cell: Cell, batch: Batch, options: Options) -> str | None:
     """Why ``cell`` is not run on ``options.device`` (wrong device, padded tensor over the byte limit, graph
     mode without CUDA), or None.
     """

@@ -65,6 +65,7 @@ class Diagnosis:
     sums_ok: bool | None = None  # |residual| ≤ 10% of |Δ|
     verdict: str = ""
     findings: list[str] = field(default_factory=list)
+    remedy: str | None = None  # the measured remedy the verdict recommends (see ``remedy``), or None
 
 
 @dataclass
@@ -187,7 +188,38 @@ def verdict(e: Evidence, delta: float, parts: list[Contribution]) -> str:
     cost = e.compile_cost
     if delta < 0 and cost.repay_calls is not None:
         phrases.append(f"the {cost.compile_s:.1f} s first call is repaid after {cost.repay_calls:,} calls")
+    fix = remedy(e, delta, parts)
+    if fix is not None:
+        phrases.append(fix)
     return f"{head}: " + "; ".join(phrases)
+
+
+def remedy(e: Evidence, delta: float, parts: list[Contribution]) -> str | None:
+    """The boundary, recommended with its measured numbers, when it is the remedy for this cell's slowdown.
+
+    It is when the compiled call is slower than eager, the largest part of that is host work on NJT inputs,
+    and the same implementation through ``jaggedperf.compile`` in the same torch mode (``e.boundary``)
+    ran ok and faster than the compiled call.
+
+    Args:
+        e: the cell's evidence.
+        delta, parts: from ``attribute``.
+
+    Returns:
+        ``compile it on its components: jaggedperf.compile(fn, mode='…') — X µs a call instead of Y (Z× eager)``,
+        or None.
+    """
+    b = e.boundary
+    if delta <= 0 or not parts or not b.available or b.result is None:
+        return None
+    drivers = [p for p in parts if p.us > 0]
+    if not drivers or drivers[0].key != NJT:
+        return None
+    eager_wall, compiled_wall, fixed_wall = _wall_us(e.eager), _wall_us(e.compiled), _wall_us(b.result)
+    if fixed_wall is None or fixed_wall <= 0 or fixed_wall >= compiled_wall:
+        return None
+    return (f"compile it on its components: jaggedperf.compile(fn, mode='{b.torch_mode}') — {fixed_wall:.0f} µs a "
+            f"call instead of {compiled_wall:.0f} ({eager_wall / fixed_wall:.1f}× eager)")
 
 
 def phrase(p: Contribution, e: Evidence) -> str:
@@ -219,6 +251,7 @@ def findings(e: Evidence) -> list[str]:
     if e.jagged is not None and e.jagged.pads:
         out.append(_padding_line(e))
     out.append(_cudagraphs_line(e))
+    out.append(_boundary_line(e))
     cost = e.compile_cost
     if cost.compile_s is not None:
         repay = {"never": "never repaid: the compiled call is not faster per call",
@@ -304,6 +337,15 @@ def _cudagraphs_line(e: Evidence) -> str:
     return text
 
 
+def _boundary_line(e: Evidence) -> str | None:
+    b = e.boundary
+    if b.result is None:
+        # not applicable (a dense implementation, or the explained mode is the boundary): nothing to say
+        return None if b.reason is None or b.reason.startswith("not applicable") else f"boundary: {b.reason}"
+    return (f"boundary: {b.mode} (jaggedperf.compile, mode='{b.torch_mode}') {_result_wall(b.result)} per call "
+            f"(vs {e.mode} {_result_wall(e.compiled)}, eager {_result_wall(e.eager)})")
+
+
 def _result_wall(r) -> str:
     if r.status != OK or r.wall is None:
         return f"{r.status} ({r.reason})" if r.reason else r.status
@@ -364,6 +406,7 @@ def diagnose(e: Evidence) -> Diagnosis:
     d.delta_us, d.contributions = attribute(e)
     d.parts_sum_us, d.residual_us, d.sums_ok = check_sum(d.delta_us, d.contributions)
     d.verdict = verdict(e, d.delta_us, d.contributions)
+    d.remedy = remedy(e, d.delta_us, d.contributions)
     d.findings = findings(e)
     if not d.sums_ok:
         d.findings.append(f"the parts miss Δ by {d.residual_us:+.1f} µs (more than {SUM_TOLERANCE:.0%})")

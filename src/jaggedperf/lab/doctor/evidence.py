@@ -2,7 +2,7 @@
 
 An ``Evidence`` holds the cell's results (eager, compiled) and sections derived from them: host
 overhead, input form (the plain twin), kernels, jagged handling (the padding model, from shapes), CUDA
-graphs and compile cost. A section that could not be measured carries ``available=False`` and the
+graphs, compile cost, and the boundary (the remedy for NJT host work, measured). A section that could not be measured carries ``available=False`` and the
 reason (on the CPU: no device time, kernels or CUDA graphs — "needs CUDA"), so that every JSON has
 every section. ``gather`` measures them; the pure pieces here (padding model, compile cost, host time,
 kernel bandwidths) are functions of recorded numbers.
@@ -111,6 +111,19 @@ class CudaGraphs:
 
 
 @dataclass
+class Boundary:
+    """The remedy for NJT host work, measured: the same implementation through ``jaggedperf.compile`` (the
+    NJT taken apart at the boundary) in the explained mode's torch mode, timed like the cell."""
+
+    available: bool
+    reason: str | None
+    method: str
+    mode: str | None = None  # jagged-compile:<the explained mode's torch mode>
+    torch_mode: str | None = None  # what jaggedperf.compile was given as mode=
+    result: Result | None = None
+
+
+@dataclass
 class CompileCost:
     compile_s: float | None  # first call of the compiled callable: compile + one run
     eager_first_call_s: float | None
@@ -139,6 +152,7 @@ class Evidence:
     compile_cost: CompileCost
     notes: list[str] = field(default_factory=list)
     stage_s: dict[str, float] = field(default_factory=dict)  # seconds spent per stage of gathering this cell
+    boundary: Boundary = field(default_factory=lambda: Boundary(False, "not measured", ""))
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -13,7 +13,10 @@ wall = the seed's method; device = CUDA-graph replay, else the profiler's kernel
 3. **compiled plain** — the implementation's ``plain`` twin (the same computation on
    ``(values, offsets)`` tensors) compiled in the same mode and watched the same way: it separates
    NestedTensor overhead from the computation;
-4. on CUDA only, **eager in a CUDA graph** (mode ``graph``) and the compiled mode's **CUDA-graph
+4. for an implementation that takes an NJT, in a ``compile:`` mode, **the boundary**: the same implementation
+   through ``jaggedperf.compile`` in the same torch mode (mode ``jagged-compile:<torch mode>``): the
+   remedy for NJT host work, measured, so that the verdict can recommend it with its numbers;
+5. on CUDA only, **eager in a CUDA graph** (mode ``graph``) and the compiled mode's **CUDA-graph
    counterpart** (``max-autotune-no-cudagraphs`` ↔ ``max-autotune``, ``default`` ↔
    ``reduce-overhead``), while a logging handler catches Inductor's "skipping cudagraphs due to …".
 
@@ -22,8 +25,8 @@ jagged handling (the padding model, from shapes), CUDA graphs and compile cost. 
 cannot be measured here carries ``available=False`` and the reason (on the CPU: no device time,
 kernels or CUDA graphs — "needs CUDA"), so that every JSON has every section.
 
-Frugality: when the compiled call takes longer than ``compile_budget_s`` to compile, the two
-extra compiles (plain twin, CUDA-graph counterpart) are skipped and their sections say so.
+Frugality: when the compiled call takes longer than ``compile_budget_s`` to compile, the three
+extra compiles (plain twin, boundary, CUDA-graph counterpart) are skipped and their sections say so.
 
 The probes into Dynamo and Inductor (guards, counters, cudagraph messages) live in ``probes``.
 """
@@ -36,17 +39,19 @@ from typing import Callable, Iterable
 import torch
 
 from jaggedperf.batch import JaggedBatch
-from jaggedperf.impls.registry import get_implementation, get_op
+from jaggedperf.impls.registry import Batch, Implementation, get_implementation, get_op
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab import runner
 from jaggedperf.lab.doctor.evidence import (
+    Boundary,
     CudaGraphs,
     Evidence,
     EvidenceRun,
     HostOverhead,
     InputForm,
     Kernels,
+    PaddingModel,
     batch_padding_model,
     compile_cost,
     host_us,
@@ -66,14 +71,23 @@ from jaggedperf.lab.result import OK, Result
 
 NEEDS_CUDA = "needs CUDA"
 
-# The compiled mode with CUDA graphs for each compiled mode without, and back.
+# The torch mode with CUDA graphs for each torch mode without, and back.
+_TORCH_CUDAGRAPH_COUNTERPART = {
+    "max-autotune-no-cudagraphs": "max-autotune",
+    "max-autotune": "max-autotune-no-cudagraphs",
+    "default": "reduce-overhead",
+    "reduce-overhead": "default",
+}
+# The same for each compiled mode, within its family (compile:, jagged-compile:).
 CUDAGRAPH_COUNTERPART = {
-    "compile:max-autotune-no-cudagraphs": "compile:max-autotune",
-    "compile:max-autotune": "compile:max-autotune-no-cudagraphs",
-    "compile:default": "compile:reduce-overhead",
-    "compile:reduce-overhead": "compile:default",
+    **{m: modes_mod.TORCH_COMPILE_PREFIX + _TORCH_CUDAGRAPH_COUNTERPART[t] for m, t in modes_mod.COMPILE_MODES.items()},
+    **{m: modes_mod.BOUNDARY_PREFIX + _TORCH_CUDAGRAPH_COUNTERPART[t] for m, t in modes_mod.BOUNDARY_MODES.items()},
 }
 
+BOUNDARY_METHOD = (
+    "the implementation run through jaggedperf.compile(fn, mode=<the cell's torch mode>, dynamic=<as the cell>) "
+    "from a reset Dynamo state (mode jagged-compile:<torch mode>), checked and timed like the cell"
+)
 HOST_METHOD = "host = wall median − device median per call (µs)"
 HOST_METHOD_WALL_ONLY = "no device time on the CPU (needs CUDA): host = wall median, which includes the computation"
 CUDAGRAPH_METHOD = (
@@ -86,14 +100,14 @@ CUDAGRAPH_METHOD = (
 DEFAULT_COMPILE_BUDGET_S = 30.0
 
 
-def gather(op: str, implementation: str, mode: str, case: Case, batch: JaggedBatch, reference: torch.Tensor,
+def gather(op: str, implementation: str, mode: str, case: Case, batch: Batch, reference: torch.Tensor,
            options: runner.Options, copy_gbps: float | None, *, cudagraphs: bool = True,
            compile_budget_s: float | None = DEFAULT_COMPILE_BUDGET_S,
            on_stage: Callable[[str], None] | None = None) -> Evidence:
     """Measure one compiled cell and its eager twin (see the module docstring for what runs).
 
     Frugality: when the compiled call's first call (its compile) took longer than ``compile_budget_s``,
-    the two extra compiles (plain twin, CUDA-graph counterpart) are skipped and the sections say so.
+    the three extra compiles (plain twin, boundary, CUDA-graph counterpart) are skipped and the sections say so.
     Eager is put in a CUDA graph only when the lab could capture it for its device time
     (``device_time.method == "graph"``).
 
@@ -139,8 +153,7 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: JaggedBat
     with watch_dynamo() as dynamo, catch_cudagraph_messages() as compiled_messages:
         compiled = runner.run_cell(cell(mode), batch, reference, options, copy_gbps)
     stage("guards")
-    guards = (guard_cost(impl.fn, impl.prepare(batch)) if compiled.status == OK
-              else GuardCost(False, f"compiled call {compiled.status}: {compiled.reason}"))
+    guards = _guards(impl.fn, impl.prepare(batch), mode, compiled, "compiled call")
     fill_recompiles(dynamo, guards)
     over_budget = None
     if compile_budget_s is not None and compiled.compile_s is not None and compiled.compile_s > compile_budget_s:
@@ -161,14 +174,21 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: JaggedBat
         with watch_dynamo() as plain_dynamo:
             plain = runner.run_cell(cell(mode), batch, reference, options, copy_gbps, plain=True)
         stage("guards")
-        plain_guards = (guard_cost(impl.plain, impl.prepare_plain(batch)) if plain.status == OK
-                        else GuardCost(False, f"plain twin {plain.status}: {plain.reason}"))
+        plain_guards = _guards(impl.plain, impl.prepare_plain(batch), mode, plain, "plain twin")
         fill_recompiles(plain_dynamo, plain_guards)
         input_form = InputForm(True, None, f"the plain twin {impl.plain.__name__}(values, offsets, padded_len) "
                                            f"compiled in {mode} and timed like the cell", plain, None, plain_guards,
                                plain_dynamo)
         if plain.status != OK:
             input_form.available, input_form.reason = False, f"plain twin {plain.status}: {plain.reason}"
+
+    boundary = _boundary_section(impl, mode, compiled, over_budget)
+    if boundary.mode is not None and boundary.reason is None:
+        stage(boundary.mode)
+        boundary.result = runner.run_cell(cell(boundary.mode), batch, reference, options, copy_gbps)
+        if boundary.result.status != OK:
+            boundary.available = False
+            boundary.reason = f"{boundary.mode} {boundary.result.status}: {boundary.result.reason}"
 
     graphs = CudaGraphs(False, None, CUDAGRAPH_METHOD, mode, CUDAGRAPH_COUNTERPART.get(mode))
     if not cuda:
@@ -213,8 +233,43 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: JaggedBat
     if options.device_time and cuda and not options.flush_l2:
         notes.append("device time measured without an L2 flush, as the wall loop runs (warm L2)")
     return Evidence(op, implementation, mode, case, options.device.type, impl.takes, eager, compiled, host, input_form,
-                    kernels, batch_padding_model(batch, pads=impl.pads), graphs, cost, notes,
-                    {k: round(v, 3) for k, v in stage_s.items()})
+                    kernels, _padding_model(batch, impl), graphs, cost, notes,
+                    {k: round(v, 3) for k, v in stage_s.items()}, boundary)
+
+
+def _padding_model(batch: Batch, impl: Implementation) -> PaddingModel | None:
+    """The padding model of a ``JaggedBatch`` (values are the rows a padded program pads); None for another
+    op's batch (e.g. a model's ids), whose bytes the model does not describe."""
+    return batch_padding_model(batch, pads=impl.pads) if isinstance(batch, JaggedBatch) else None
+
+
+def _boundary_section(impl: Implementation, mode: str, compiled: Result, over_budget: str | None) -> Boundary:
+    """The boundary section before it is measured: ``available`` with ``reason`` None when the cell is to be
+    run in ``mode``'s ``jagged-compile:`` twin, else unavailable with the reason."""
+    twin = modes_mod.boundary_twin(mode)
+    section = Boundary(twin is not None, None, BOUNDARY_METHOD, twin, modes_mod.torch_mode(mode))
+    if impl.takes != "njt":
+        section.reason = "not applicable: the implementation takes (values, offsets) tensors, not an NJT"
+    elif twin is None:
+        section.reason = f"not applicable: {mode} already compiles on the NJT's components"
+    elif compiled.status != OK:
+        section.reason = f"compiled call {compiled.status}: {compiled.reason}"
+    elif over_budget:
+        section.reason = f"{twin} {over_budget}"
+    section.available = section.reason is None
+    return section
+
+
+def _guards(fn: Callable, args: tuple, mode: str, result: Result, what: str) -> GuardCost:
+    """The guard cost of ``fn(*args)`` compiled in ``mode`` (``result`` is that call's), or why it is not measured."""
+    if result.status != OK:
+        return GuardCost(False, f"{what} {result.status}: {result.reason}")
+    if modes_mod.is_boundary(mode):
+        # Dynamo guards the boundary's compiled region (its own code object, called on the NJT's components),
+        # not fn's frame: guard_cost, which reads the cache entries of fn's code, has nothing to read.
+        return GuardCost(False, f"not probed in {mode}: Dynamo guards jaggedperf.compile's region on the NJT's "
+                                "components, not the function's own frame")
+    return guard_cost(fn, args)
 
 
 def _wall_only(options: runner.Options, *results: Result) -> tuple[bool, str | None]:
@@ -276,7 +331,7 @@ def unavailable_evidence(op: str, implementation: str, mode: str, case: Case, de
         HostOverhead(False, reason, "", None, None, no, CompileStats(False, reason)),
         InputForm(False, reason, ""), Kernels(False, reason, ""), None,
         CudaGraphs(False, reason, CUDAGRAPH_METHOD, mode, CUDAGRAPH_COUNTERPART.get(mode)),
-        compile_cost(eager, compiled), [reason],
+        compile_cost(eager, compiled), [reason], boundary=Boundary(False, reason, BOUNDARY_METHOD),
     )
 
 

@@ -16,8 +16,9 @@ def _by_key(results: list[Result]) -> dict[tuple, Result]:
     return {(r.op, r.implementation, r.mode, r.case): r for r in results}
 
 
-def seed_rows(results: list[Result], compiled_mode: str) -> list[dict]:
-    """The seed's table: per case and implementation, eager vs ``compiled_mode`` wall medians."""
+def seed_rows(results: list[Result], compiled_mode: str, boundary_mode: str | None = None) -> list[dict]:
+    """The seed's table: per case and implementation, eager vs ``compiled_mode`` wall medians, and
+    ``boundary_mode`` (the same torch mode through ``jaggedperf.compile``) beside them when given."""
     index = _by_key(results)
     rows = []
     seen = set()
@@ -28,7 +29,8 @@ def seed_rows(results: list[Result], compiled_mode: str) -> list[dict]:
         seen.add(key)
         eager = index.get((r.op, r.implementation, EAGER, r.case))
         compiled = index.get((r.op, r.implementation, compiled_mode, r.case))
-        if eager is None and compiled is None:
+        boundary = index.get((r.op, r.implementation, boundary_mode, r.case)) if boundary_mode else None
+        if eager is None and compiled is None and boundary is None:
             continue
         rows.append({
             "case": r.case.label,
@@ -36,6 +38,8 @@ def seed_rows(results: list[Result], compiled_mode: str) -> list[dict]:
             "eager": eager,
             "compiled": compiled,
             "speedup": compiled.speedup_vs_eager if compiled else None,
+            "boundary": boundary,
+            "boundary_speedup": boundary.speedup_vs_eager if boundary else None,
         })
     return rows
 
@@ -48,29 +52,53 @@ def _wall_cell(r: Result | None) -> str:
     return f"{r.wall.median_ms:.3f}"
 
 
-def seed_table(results: list[Result], compiled_mode: str, title: str | None = None) -> Table:
+def _speedup_cell(speedup: float | None) -> str:
+    return _fmt(speedup, ".2f") + ("×" if speedup is not None else "")
+
+
+def _speedup_style(speedup: float | None) -> str | None:
+    return None if speedup is None else ("red" if speedup < 0.95 else "green" if speedup > 1.05 else None)
+
+
+def seed_table(results: list[Result], compiled_mode: str, title: str | None = None,
+               boundary_mode: str | None = None) -> Table:
     """The seed's table as a rich ``Table``: per case and implementation, eager against ``compiled_mode``
     (wall, device, host, kernels, compile time); red where compiled is over 5% slower, green over 5% faster.
+
+    Args:
+        results: the run's results.
+        compiled_mode: the compiled mode the table compares with eager.
+        title: the table's title (default: the op, eager vs ``compiled_mode``).
+        boundary_mode: a ``jagged-compile:`` mode whose wall and speedup vs eager get two columns beside
+            the compiled mode's (the remedy beside the finding), or None.
+
+    Returns:
+        The table.
     """
-    table = Table(title=title or f"jagged_mean: eager vs {compiled_mode} (wall per call, median of the seed's 200 calls)")
-    for name, justify in [("case", "left"), ("implementation", "left"), ("eager ms", "right"),
-                          ("compiled ms", "right"), ("speedup", "right"), ("eager dev µs", "right"),
-                          ("compiled dev µs", "right"), ("compiled host µs", "right"), ("kernels e→c", "right"),
-                          ("compile s", "right")]:
+    ops = list(dict.fromkeys(r.op for r in results)) or ["jagged_mean"]
+    against = compiled_mode + (f" and {boundary_mode}" if boundary_mode else "")
+    table = Table(title=title or f"{', '.join(ops)}: eager vs {against} (wall per call, median of the seed's 200 calls)")
+    columns = [("case", "left"), ("implementation", "left"), ("eager ms", "right"), ("compiled ms", "right"),
+               ("speedup", "right")]
+    if boundary_mode:
+        columns += [("jagged-compile ms", "right"), ("jagged-compile speedup", "right")]
+    columns += [("eager dev µs", "right"), ("compiled dev µs", "right"), ("compiled host µs", "right"),
+                ("kernels e→c", "right"), ("compile s", "right")]
+    for name, justify in columns:
         table.add_column(name, justify=justify)
-    for row in seed_rows(results, compiled_mode):
+    for row in seed_rows(results, compiled_mode, boundary_mode):
         eager, compiled, speedup = row["eager"], row["compiled"], row["speedup"]
-        style = None if speedup is None else ("red" if speedup < 0.95 else "green" if speedup > 1.05 else None)
-        table.add_row(
-            row["case"], row["implementation"], _wall_cell(eager), _wall_cell(compiled),
-            _fmt(speedup, ".2f") + ("×" if speedup is not None else ""),
+        cells = [row["case"], row["implementation"], _wall_cell(eager), _wall_cell(compiled), _speedup_cell(speedup)]
+        if boundary_mode:
+            cells += [_wall_cell(row["boundary"]), _speedup_cell(row["boundary_speedup"])]
+        cells += [
             _fmt(eager.device_time.median_us if eager and eager.device_time else None, ".1f"),
             _fmt(compiled.device_time.median_us if compiled and compiled.device_time else None, ".1f"),
             _fmt(compiled.host_us if compiled else None, ".1f"),
             f"{_fmt(eager.kernels_per_call if eager else None, '.0f')}→{_fmt(compiled.kernels_per_call if compiled else None, '.0f')}",
             _fmt(compiled.compile_s if compiled else None, ".1f"),
-            style=style,
-        )
+        ]
+        table.add_row(*cells, style=_speedup_style(speedup))
     return table
 
 
@@ -106,16 +134,20 @@ def problems(results: list[Result]) -> list[str]:
     return [f"{r.status}: {r.implementation} · {r.mode} · {r.case.label}: {r.reason}" for r in results if r.status != OK]
 
 
-def findings(results: list[Result], compiled_mode: str) -> list[str]:
-    """One sentence per cell where the compiled mode is slower than eager, worst first."""
+def findings(results: list[Result], compiled_mode: str, boundary_mode: str | None = None) -> list[str]:
+    """One sentence per cell where the compiled mode is slower than eager, worst first; with ``boundary_mode``,
+    each says what the same implementation measured through ``jaggedperf.compile`` in it."""
     slower = [r for r in results if r.mode == compiled_mode and r.speedup_vs_eager is not None and r.speedup_vs_eager < 1]
     slower.sort(key=lambda r: r.speedup_vs_eager)
     index = _by_key(results)
     lines = []
     for r in slower:
         eager = index[(r.op, r.implementation, EAGER, r.case)]
-        lines.append(
-            f"{r.implementation} at {r.case.label}: {compiled_mode} is {1 / r.speedup_vs_eager:.2f}× slower than eager "
-            f"({r.wall.median_ms:.3f} vs {eager.wall.median_ms:.3f} ms per call)"
-        )
+        line = (f"{r.implementation} at {r.case.label}: {compiled_mode} is {1 / r.speedup_vs_eager:.2f}× slower than "
+                f"eager ({r.wall.median_ms:.3f} vs {eager.wall.median_ms:.3f} ms per call)")
+        boundary = index.get((r.op, r.implementation, boundary_mode, r.case)) if boundary_mode else None
+        if boundary is not None and boundary.speedup_vs_eager is not None:
+            line += (f"; {boundary_mode}: {boundary.wall.median_ms:.3f} ms per call, "
+                     f"{boundary.speedup_vs_eager:.2f}× eager")
+        lines.append(line)
     return lines

@@ -1,0 +1,57 @@
+"""The lab's remedy on the GPU (run on the GPU machine: pytest -m gpu tests/gpu/test_model_gpu.py):
+jagged-compile:<torch mode> cells, the doctor's recommendation, and the rec_block model in every mode."""
+
+import pytest
+import torch
+
+from jaggedperf.inputs import Case
+from jaggedperf.lab import modes, runner
+from jaggedperf.lab.doctor import attribution, gather
+from jaggedperf.lab.result import OK
+
+pytestmark = pytest.mark.gpu
+
+SEED = Case(512, 64, 100, 0.1)
+BOUNDARY = modes.boundary_twin(modes.SEED_COMPILED_MODE)
+
+
+def options() -> runner.Options:
+    return runner.Options(device=torch.device("cuda"), warmup=20, iters=100)
+
+
+def test_the_boundary_beats_the_seeds_compiled_mode_on_the_seeds_njt_implementations():
+    cells = runner.plan("jagged_mean", [SEED], ["nanmean_padded", "sum_padded"],
+                        ["eager", modes.SEED_COMPILED_MODE, BOUNDARY])
+    record = runner.run(cells, options())
+    by = {(r.implementation, r.mode): r for r in record.results}
+    for impl in ("nanmean_padded", "sum_padded"):
+        compiled, boundary = by[(impl, modes.SEED_COMPILED_MODE)], by[(impl, BOUNDARY)]
+        assert compiled.status == OK and boundary.status == OK, (compiled.reason, boundary.reason)
+        # the NJT's per-call host work (~250 µs on an H200 host under torch 2.11) is what the boundary removes
+        assert boundary.wall.median_ms < compiled.wall.median_ms, impl
+        assert boundary.kernels_per_call == compiled.kernels_per_call, impl  # the same Inductor program
+
+
+def test_the_doctor_recommends_the_boundary_for_sum_padded_with_its_numbers():
+    opts = options()
+    opts.flush_l2 = False
+    modes.disable_compile_caches()
+    batch, reference = runner.prepare_case("jagged_mean", SEED, opts)
+    ev = gather.gather("jagged_mean", "sum_padded", modes.SEED_COMPILED_MODE, SEED, batch, reference, opts,
+                       runner.measure_copy_bandwidth(opts.device), cudagraphs=False, compile_budget_s=None)
+    assert ev.boundary.available and ev.boundary.result.status == OK, ev.boundary.reason
+    d = attribution.diagnose(ev)
+    assert d.contributions[0].key == attribution.NJT, d.verdict
+    assert d.remedy is not None and d.remedy in d.verdict
+    assert "jaggedperf.compile(fn, mode='max-autotune-no-cudagraphs')" in d.remedy
+
+
+@pytest.mark.parametrize("mode", ["eager", "compile:default", "jagged-compile:default", BOUNDARY,
+                                  "jagged-compile:reduce-overhead", "graph"])
+def test_rec_block_runs_correctly_in_every_mode_family_at_the_seed_shape(mode):
+    cells = runner.plan("rec_block", [SEED], ["sum_padded", "segment_reduce", "jaggedperf", "jaggedperf_njt"],
+                        [mode])
+    record = runner.run(cells, runner.Options(device=torch.device("cuda"), warmup=5, iters=20))
+    for r in record.results:
+        assert r.status == OK, (r.implementation, r.mode, r.reason)
+        assert r.device_time is not None and r.bytes_moved > 0
