@@ -45,7 +45,7 @@ import torch
 import jaggedperf
 import jaggedperf.impls.jagged_mean  # noqa: F401  (registers jagged_mean's implementations)
 from jaggedperf.batch import JaggedBatch
-from jaggedperf.boundary import _join_output, _split_args
+from jaggedperf.boundary import _flatten, _join_output
 from jaggedperf.impls.registry import Implementation, get_implementation, get_op
 from jaggedperf.inputs import Case, make_batch
 
@@ -211,19 +211,20 @@ def overhead(device: torch.device, mode: str, calls: int, rounds: int) -> Overhe
     torch._dynamo.reset()
     ours, theirs, twin = jaggedperf.compile(trivial, mode=mode), torch.compile(trivial, mode=mode), torch.compile(plain, mode=mode)
     ours_njt, theirs_njt = jaggedperf.compile(trivial_njt, mode=mode), torch.compile(trivial_njt, mode=mode)
-    split_args, split_kwargs, _ = _split_args((nt,), {}, mark=True)
-    out = ours.region(split_args, split_kwargs)
-    njt_out = ours_njt.region(split_args, split_kwargs)
+    out, njt_out = ours(nt), ours_njt(nt)  # compiles each one's flat region (positional arguments)
+    layout, flat, _ = _flatten((nt,), mark=True)
+    region, njt_region = ours.flat_regions[layout], ours_njt.flat_regions[layout]
+    out, njt_out = region(*flat), njt_region(*flat)
     probes: dict[str, Callable[[], object]] = {
         "jaggedperf.compile(trivial)(nt)": lambda: ours(nt),
-        "its compiled region, called directly on pre-split parts": lambda: ours.region(split_args, split_kwargs),
-        "split: NJT -> parts (one NJT arg)": lambda: _split_args((nt,), {}, mark=True),
+        "its compiled region, called directly on pre-split parts": lambda: region(*flat),
+        "split: NJT -> parts (one NJT arg)": lambda: _flatten((nt,), mark=True),
         "join: dense output (pass-through)": lambda: _join_output(out),
         "torch.compile(trivial)(nt)": lambda: theirs(nt),
         "torch.compile(plain values + 1)(values, offsets)": lambda: twin(batch.values, batch.offsets),
         "eager trivial(nt)": lambda: trivial(nt),
         "jaggedperf.compile(nt * 2)(nt)": lambda: ours_njt(nt),
-        "its compiled region (nt * 2), directly": lambda: ours_njt.region(split_args, split_kwargs),
+        "its compiled region (nt * 2), directly": lambda: njt_region(*flat),
         "join: NJT output -> NJT": lambda: _join_output(njt_out),
         "torch.compile(nt * 2)(nt)": lambda: theirs_njt(nt),
     }

@@ -15,7 +15,8 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import jaggedperf
 import jaggedperf.impls.jagged_mean  # noqa: F401  (registers the jagged_mean implementations)
-from jaggedperf.boundary import BoundaryFallbackWarning, BoundaryFunction, BoundaryModule, _Parts, _split_args
+from jaggedperf.boundary import (BoundaryFallbackWarning, BoundaryFunction, BoundaryModule, _flatten, _Parts,
+                                 _split_args)
 from jaggedperf.impls.registry import get_implementation
 
 NJT = torch.nested._internal.nested_tensor.NestedTensor
@@ -51,13 +52,25 @@ def test_split_reads_components_without_copies():
     assert reason is None and kwargs == {}
     assert isinstance(parts, _Parts)
     assert parts.values is nt._values and parts.offsets is nt._offsets
-    # the NJT's own cached (seqlen, 0) tensors: nothing allocated
-    assert parts.min_seqlen is nt._metadata_cache["min_seqlen"]
+    # the NJT's own cached (max_seqlen, 0) tensor: nothing allocated; min_seqlen does not cross
+    assert parts.min_seqlen is None
     assert parts.max_seqlen is nt._metadata_cache["max_seqlen"]
-    for t in parts:
+    for t in (parts.values, parts.offsets, parts.max_seqlen):
         assert 0 in t._dynamo_weak_dynamic_indices  # ragged dims cross marked dynamic
     (no_cache,), _, _ = _split_args((torch.nested.nested_tensor_from_jagged(nt._values, nt._offsets),), {}, mark=False)
     assert no_cache.min_seqlen is None and no_cache.max_seqlen is None
+
+
+def test_positional_arguments_cross_flat():
+    nt, _ = make_njt(4, 5, min_len=2)
+    plain = torch.randn(2)
+    layout, flat, reason = _flatten((nt, plain, 3), mark=True)
+    assert reason is None and layout == ("n", "a", "a")
+    assert flat[0] is nt._values and flat[1] is nt._offsets and flat[2] is nt._metadata_cache["max_seqlen"]
+    assert flat[3] is plain and flat[4] == 3
+    no_max = torch.nested.nested_tensor_from_jagged(nt._values, nt._offsets)
+    assert _flatten((no_max,), mark=False)[0] == ("v",)
+    assert _flatten(([nt],), mark=False) is None  # a container: the pytree path
 
 
 @pytest.mark.parametrize("name", ["sum_padded", "nanmean_padded", "njt_mean"])
@@ -112,7 +125,7 @@ def test_njt_output_round_trips_with_its_offsets_and_seqlens():
     out = jaggedperf.compile(double, backend="aot_eager")(nt)
     assert isinstance(out, NJT)
     assert out._offsets is nt._offsets  # the same nested int: it combines with the input
-    assert (out._maybe_min_seqlen, out._maybe_max_seqlen) == (2, 5)
+    assert (out._maybe_min_seqlen, out._maybe_max_seqlen) == (None, 5)  # min_seqlen does not cross
     assert_close(out.values(), nt.values() * 2)
     assert_close((out + nt).values(), nt.values() * 3)
     out.values().sum().backward()  # the rebuilt NJT is a differentiable view of the region's output
@@ -152,10 +165,9 @@ def test_no_recompile_across_calls_of_varying_b_total_and_max_seqlen():
     compiled = jaggedperf.compile(mean_plus, backend=counter)
     shapes = set()
     for i in range(22):
-        # min_seqlen stays 0 (sparse data): a seqlen moving between 0, 1 and >= 2 is specialised by
-        # Dynamo as any size is, here as under torch.compile on the NJT (see the module's notes)
-        B, max_len = 3 + (i * 5) % 17, 2 + (i * 7) % 13
-        nt, _ = make_njt(B, max_len, seed=i)
+        # min_seqlen moves between 0, 1 and >= 2: it does not cross, so it cannot specialise
+        B, max_len = 3 + (i * 5) % 17, 3 + (i * 7) % 13
+        nt, _ = make_njt(B, max_len, seed=i, min_len=i % 3)
         shapes.add((B, nt._values.shape[0], max_len))
         bias = torch.randn(3)
         assert_close(compiled(nt, bias), mean_plus(nt, bias))

@@ -7,8 +7,10 @@ on the NJT's components costs what any dense compiled call costs. ``compile`` ma
 default for any function:
 
 - outside, each NJT argument (anywhere in the args/kwargs pytree) becomes a ``_Parts``:
-  ``values``, ``offsets`` and its cached ``(min_seqlen, 0)`` / ``(max_seqlen, 0)`` tensors (the NJT's
-  own metadata-cache tensors, so nothing is allocated or synced), plain tensors;
+  ``values``, ``offsets`` and its cached ``(max_seqlen, 0)`` tensor (the NJT's own metadata-cache
+  tensor, so nothing is allocated or synced), plain tensors. Positional arguments alone (the common
+  call) cross flat, one tensor per argument, so the compiled region's guards are those of the same
+  function compiled on plain tensors; kwargs and containers take the pytree path;
 - inside the compiled region each ``_Parts`` is rebuilt into an NJT with
   ``torch.nested.nested_tensor_from_jagged`` (traceable: it is a view op) and ``fn`` runs on it;
 - an NJT that ``fn`` returns leaves the compiled region as a ``_Parts`` and is rebuilt outside.
@@ -22,8 +24,10 @@ Invariants:
 - Unless ``dynamic=False``, the ragged dims cross marked dynamic (values dim 0, offsets dim 0, the
   seqlen tensors' dim 0), on every call so every compile sees the same markings: B, the total length
   and max_seqlen changing between calls do not recompile. As for any size in Dynamo (and for
-  ``torch.compile`` on the NJT itself), a seqlen of 0 or 1 is specialised: a min_seqlen that moves
-  between 0, 1 and ≥ 2 can compile up to three graphs.
+  ``torch.compile`` on the NJT itself), a max_seqlen of 0 or 1 is specialised. min_seqlen does not
+  cross: batches with empty or one-row sequences are common, and a min_seqlen moving between 0, 1
+  and ≥ 2 would compile up to three graphs where the same function on plain tensors compiles one
+  (a function that reads it inside gets it computed from the offsets, as for an NJT without it).
 - Every compiled function gets its own code object for the compiled region, so Dynamo's per-code
   cache (and its recompile limit) is per function, as with ``torch.compile(fn)``.
 - What cannot cross this way falls back to ``torch.compile(fn)`` for that call, with one
@@ -54,7 +58,8 @@ class BoundaryFallbackWarning(UserWarning):
 
 class _Parts(NamedTuple):
     """One NJT as plain tensors. ``min_seqlen``/``max_seqlen`` are the NJT's cached ``(n, 0)``
-    tensors (their dim 0 is the value: the form Dynamo treats as a dynamic size) or None."""
+    tensors (their dim 0 is the value: the form Dynamo treats as a dynamic size) or None; an input's
+    min_seqlen is always None (see the module's docstring)."""
 
     values: torch.Tensor
     offsets: torch.Tensor
@@ -98,8 +103,7 @@ class _Splitter:
             with torch._C.DisableTorchFunctionSubclass():
                 needs_grad = x.requires_grad
         values = x.values() if needs_grad else x._values
-        cache = x._metadata_cache
-        parts = _Parts(values, x._offsets, cache.get("min_seqlen"), cache.get("max_seqlen"))
+        parts = _Parts(values, x._offsets, None, x._metadata_cache.get("max_seqlen"))
         if self.mark:
             for t in parts:
                 if t is not None:
@@ -213,6 +217,79 @@ def _split_output_inside(out: Any) -> Any:
     return pytree.tree_map(split, out)
 
 
+def _make_flat_region(fn: Callable, name: str, layout: tuple[str, ...]) -> Callable:
+    """The function torch.compile traces for positional arguments of one ``layout``: per argument,
+    ``"n"`` an NJT crossing as (values, offsets, max_seqlen tensor), ``"v"`` one crossing as (values,
+    offsets), ``"a"`` anything else, as it is. The layout is a constant of the region (one region per
+    layout), so Dynamo guards only the flat arguments, as for ``fn`` on plain tensors."""
+
+    def region(*flat):
+        args = []
+        i = 0
+        for kind in layout:
+            if kind == "a":
+                args.append(flat[i])
+                i += 1
+            elif kind == "v":
+                args.append(torch.nested.nested_tensor_from_jagged(flat[i], flat[i + 1]))
+                i += 2
+            else:
+                args.append(torch.nested.nested_tensor_from_jagged(flat[i], flat[i + 1],
+                                                                   max_seqlen=flat[i + 2].shape[0]))
+                i += 3
+        return _split_output_inside(fn(*args))
+
+    return _renamed(region, name)
+
+
+def _renamed(region: Callable, name: str) -> Callable:
+    # a fresh code object per compiled function: Dynamo keeps its cache (and recompile limit) per code object
+    code = region.__code__.replace(co_name=name)
+    out = types.FunctionType(code, region.__globals__, name, region.__defaults__, region.__closure__)
+    out.__qualname__ = name
+    return out
+
+
+def _flatten(args: tuple, mark: bool) -> tuple[tuple[str, ...], list, str | None] | None:
+    """(layout, flat arguments, fallback reason) for positional arguments that are NJTs, tensors or
+    leaves; None when one is a container (the pytree path takes it)."""
+    layout, flat, reason = [], [], None
+    grad = None
+    for a in args:
+        if isinstance(a, NestedTensor):
+            why = _fallback_reason(a)
+            if why is not None:
+                reason = why
+                layout.append("a")
+                flat.append(a)
+                continue
+            if grad is None:
+                grad = torch.is_grad_enabled()
+            values = a._values
+            if grad:
+                with torch._C.DisableTorchFunctionSubclass():
+                    if a.requires_grad:
+                        values = a.values()
+            offsets, max_seqlen = a._offsets, a._metadata_cache.get("max_seqlen")
+            if mark:
+                _mark_dim0_dynamic(values)
+                _mark_dim0_dynamic(offsets)
+            if max_seqlen is None:
+                layout.append("v")
+                flat += (values, offsets)
+            else:
+                if mark:
+                    _mark_dim0_dynamic(max_seqlen)
+                layout.append("n")
+                flat += (values, offsets, max_seqlen)
+        elif isinstance(a, torch.Tensor) or type(a) in _LEAF_TYPES:
+            layout.append("a")
+            flat.append(a)
+        else:
+            return None
+    return tuple(layout), flat, reason
+
+
 def _make_region(fn: Callable, name: str) -> Callable:
     """The function torch.compile traces: rebuild NJTs, call ``fn``, take NJT outputs apart.
 
@@ -225,10 +302,7 @@ def _make_region(fn: Callable, name: str) -> Callable:
         kwargs = {k: _join_inside(v) for k, v in kwargs.items()}
         return _split_output_inside(fn(*args, **kwargs))
 
-    code = region.__code__.replace(co_name=name)
-    out = types.FunctionType(code, region.__globals__, name, region.__defaults__, region.__closure__)
-    out.__qualname__ = name
-    return out
+    return _renamed(region, name)
 
 
 # --- the public face ------------------------------------------------------------------------------
@@ -240,7 +314,8 @@ class BoundaryFunction:
     Attributes:
         fn: the user's function (or module).
         compile_kwargs: what is passed to ``torch.compile`` (for the region and for the fallback).
-        region: ``torch.compile`` of the region that rebuilds NJTs and calls ``fn``.
+        region: ``torch.compile`` of the region that rebuilds NJTs and calls ``fn`` (the pytree path).
+        flat_regions: one compiled region per layout of positional arguments (the flat path).
         broken: why compiling on the components failed, once it has; every call then falls back.
     """
 
@@ -249,8 +324,9 @@ class BoundaryFunction:
         self.compile_kwargs = dict(compile_kwargs)
         self._mark = self.compile_kwargs.get("dynamic", None) is not False
         name = getattr(fn, "__name__", type(fn).__name__)
-        name = "jaggedperf_boundary_" + "".join(c if c.isalnum() else "_" for c in name)
-        self.region = torch.compile(_make_region(fn, name), **self.compile_kwargs)
+        self._name = "jaggedperf_boundary_" + "".join(c if c.isalnum() else "_" for c in name)
+        self.region = torch.compile(_make_region(fn, self._name), **self.compile_kwargs)
+        self.flat_regions: dict[tuple[str, ...], Callable] = {}
         self.broken: str | None = None
         self._fallback: Callable | None = None
         self._warned: set[str] = set()
@@ -260,11 +336,23 @@ class BoundaryFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.broken is not None:
             return self._fall_back(self.broken, args, kwargs)
-        split_args, split_kwargs, reason = _split_args(args, kwargs, self._mark)
-        if reason is not None:
-            return self._fall_back(reason, args, kwargs)
+        flat = None if kwargs else _flatten(args, self._mark)
+        if flat is not None:
+            layout, flat_args, reason = flat
+            if reason is not None:
+                return self._fall_back(reason, args, kwargs)
+            region = self.flat_regions.get(layout)
+            if region is None:
+                region = self.flat_regions[layout] = torch.compile(
+                    _make_flat_region(self.fn, f"{self._name}_{''.join(layout)}", layout), **self.compile_kwargs)
+            call = lambda: region(*flat_args)  # noqa: E731
+        else:
+            split_args, split_kwargs, reason = _split_args(args, kwargs, self._mark)
+            if reason is not None:
+                return self._fall_back(reason, args, kwargs)
+            call = lambda: self.region(split_args, split_kwargs)  # noqa: E731
         try:
-            out = self.region(split_args, split_kwargs)
+            out = call()
         except torch._dynamo.exc.TorchDynamoException as err:
             return self._fall_back_after(err, args, kwargs)
         return _join_output(out)
