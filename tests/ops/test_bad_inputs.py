@@ -2,15 +2,10 @@
 ``torch.ops.jaggedperf.*``), one test per item. Crash-prone calls run in a subprocess, so that a crash
 fails the test instead of killing pytest."""
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 import torch
 from ops_env import needs_interpreter
+from ops_isolated import error_text, run_isolated
 from ops_reference import assert_matches, lengths_to_offsets, reference_expand, reference_reduce
 from torch.autograd import forward_ad
 
@@ -19,25 +14,6 @@ from jaggedperf import checks
 from jaggedperf.ops.reduce import op
 
 OPS = torch.ops.jaggedperf
-SRC = os.path.dirname(os.path.dirname(jaggedperf.__file__))  # the subprocess imports the code under test
-
-
-def run_isolated(body: str) -> dict:
-    """Run ``body`` (which sets ``result``, a JSON-able dict) in a fresh interpreter; a crash fails the test."""
-    code = "import json, torch, jaggedperf\nresult = {}\n" + textwrap.dedent(body) + "\nprint(json.dumps(result))\n"
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, f"the subprocess died (rc {done.returncode}): {done.stderr[-2000:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def error_text(exc: BaseException) -> str:
-    # an exception's message with its causes' (Dynamo's fullgraph wraps a user exception as the cause)
-    parts = []
-    while exc is not None:
-        parts.append(f"{type(exc).__name__}: {exc}")
-        exc = exc.__cause__ or exc.__context__
-    return "\n".join(parts)
 
 
 # 1. unchecked bad offsets on the CPU: an error, never a crash
