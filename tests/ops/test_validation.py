@@ -76,3 +76,13 @@ def test_batch_of_zero_gives_empty_result():
     for fn in (jaggedperf.jagged_sum, jaggedperf.jagged_mean):
         out = fn(torch.randn(0, 5, dtype=torch.bfloat16), torch.zeros(1, dtype=torch.int32), validate=True)
         assert out.shape == (0, 5) and out.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("name,offsets,match", OFFSET_ERRORS, ids=[e[0] for e in OFFSET_ERRORS])
+def test_offset_errors_without_numpy(name, offsets, match, monkeypatch):
+    from jaggedperf import checks
+
+    monkeypatch.setattr(checks, "_np", None)  # the torch fallback gives the same messages
+    with pytest.raises(ValueError, match=match):
+        checks.check_offsets(V, offsets)
+    checks.check_offsets(V, O)
