@@ -95,16 +95,19 @@ def _native_call(values, offsets, max_seqlen, mean, empty_zero, validate):
     # and torch.func's transforms need the operator (its autograd kernel carries their tangents).
     if torch.compiler.is_compiling() or native.active is None or validate is not None \
             or type(values) is not torch.Tensor or type(offsets) is not torch.Tensor or validation_requested(None) \
-            or _transformed():
+            or forward_ad._current_level >= 0 or _functorch_active():
         return None
     # None -> -1 (no hint); anything but an int in [0, 2**63) -> -2, which no plan has (the Python path raises)
     hint = -1 if max_seqlen is None else max_seqlen if type(max_seqlen) is int and 0 <= max_seqlen <= INT64_MAX else -2
     return native.active.reduce(values, offsets, hint, mean, empty_zero)
 
 
+_functorch_active = torch._C._are_functorch_transforms_active
+
+
 def _transformed() -> bool:
     # a forward-mode AD level is open (torch.autograd.forward_ad, torch.func.jvp) or a torch.func transform runs
-    return forward_ad._current_level >= 0 or torch._C._are_functorch_transforms_active()
+    return forward_ad._current_level >= 0 or _functorch_active()
 
 
 def _python_reduce(values, offsets, name: str, *, mean: bool, empty_zero: bool, max_seqlen, validate):
