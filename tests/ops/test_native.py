@@ -18,7 +18,7 @@ from jaggedperf.ops import config, launch
 from jaggedperf.ops.launch import layout, native
 from jaggedperf.ops.launch.layout import POINTER_SOURCES, GridKind, Kind, Source
 from jaggedperf.ops.launch.plan import NativePlan, chunking
-from jaggedperf.ops.reduce import op, plan
+from jaggedperf.ops.reduce import cpu, plan
 
 VALUES, OFFSETS, OUT, WORKSPACE = Source.VALUES, Source.OFFSETS, Source.OUT, Source.WORKSPACE
 N_ROWS, N_COLS, N_SEGMENTS, NULL = Source.N_ROWS, Source.N_COLS, Source.N_SEGMENTS, Source.NULL_POINTER
@@ -333,8 +333,7 @@ def test_public_functions_take_the_native_call_first_and_fall_back_on_none():
     assert jaggedperf.jagged_sum(values, offsets) == "native output"
     assert fake.served_calls == 2
     fake.reduce = lambda *args: None  # no plan: the Python path (the CPU kernel here)
-    torch.testing.assert_close(jaggedperf.jagged_sum(values, offsets), op._reduce_cpu(values, offsets, mean=False,
-                                                                                          empty_zero=False))
+    torch.testing.assert_close(jaggedperf.jagged_sum(values, offsets), cpu.reduce_checked(values, offsets, False, False))
 
 
 @pytest.mark.parametrize("how", ["validate", "env", "forced tier", "nested", "bad max_seqlen"])
@@ -354,14 +353,14 @@ def test_native_call_is_skipped_where_the_python_path_must_run(how, monkeypatch)
         offsets = None
         fake.reduce = lambda *args: fake.hints.append(args[2])
     if how == "bad max_seqlen":
-        for bad in (-1, 2.0, "7"):
+        for bad in (-1, 2.0, "7", 2**70):
             with pytest.raises(ValueError, match="max_seqlen"):
                 jaggedperf.jagged_mean(values, offsets, max_seqlen=bad)
-        assert fake.hints == [-2, -2, -2]
+        assert fake.hints == [-2, -2, -2, -2]
     else:
         assert isinstance(jaggedperf.jagged_mean(values, offsets, **kwargs), torch.Tensor)
     assert fake.served_calls == 0
-    assert fake.hints == ([-1] if how == "nested" else [-2, -2, -2] if how == "bad max_seqlen" else [])
+    assert fake.hints == ([-1] if how == "nested" else [-2] * 4 if how == "bad max_seqlen" else [])
 
 
 def test_compiled_callers_never_reach_the_native_call():
@@ -369,8 +368,8 @@ def test_compiled_callers_never_reach_the_native_call():
     fake = FakeModule(None)
     _ready(fake)
     compiled = torch.compile(lambda v, o: jaggedperf.jagged_mean(v, o, max_seqlen=7), fullgraph=True)
-    torch.testing.assert_close(compiled(values, offsets), op._reduce_cpu(values, offsets, mean=True,
-                                                                             empty_zero=False), equal_nan=True)
+    torch.testing.assert_close(compiled(values, offsets), cpu.reduce_checked(values, offsets, True, False),
+                               equal_nan=True)
     assert fake.served_calls == 0
 
 

@@ -21,6 +21,9 @@ LAYOUT_ERRORS = [
     ("offsets-missing", lambda: jaggedperf.jagged_mean(V), TypeError, "offsets is required"),
     ("empty-mode", lambda: jaggedperf.jagged_mean(V, O, empty="skip"), ValueError, "empty must be 'nan' or 'zero'"),
     ("max-seqlen", lambda: jaggedperf.jagged_mean(V, O, max_seqlen=-1), ValueError, "max_seqlen must be None or an int"),
+    ("max-seqlen-past-int64", lambda: jaggedperf.jagged_mean(V, O, max_seqlen=2**70), ValueError,
+     "max_seqlen must be None or an int in \\[0, 2\\*\\*63 - 1\\]; got 1180591620717411303424"),
+    ("max-seqlen-bool", lambda: jaggedperf.jagged_sum(V, O, max_seqlen=True), ValueError, "got bool"),
     ("meta-device", lambda: jaggedperf.jagged_sum(V, O.to("meta")), ValueError, "offsets must be on the same device"),
 ]
 
@@ -47,20 +50,14 @@ def test_offset_errors_raise_when_validating(fn, name, offsets, match):
         fn(V, offsets, validate=True)
 
 
-def test_environment_switch_turns_validation_on(monkeypatch):
-    bad = torch.tensor([1, 3, 6])
-    monkeypatch.setenv("JAGGEDPERF_VALIDATE", "1")
-    with pytest.raises(ValueError, match="offsets\\[0\\] must be 0"):
-        jaggedperf.jagged_mean(V, bad)
-    # an explicit validate=False wins over the environment (offsets[0] = 1 is then not noticed)
-    jaggedperf.jagged_mean(torch.randn(5, 3), bad, validate=False)
-
-
-def test_offsets_are_not_read_by_default():
-    # no sync, no check: offsets[-1] != total_len is not noticed (the result is then unspecified;
-    # the CUDA kernels never access out of bounds, the CPU kernel may raise a RuntimeError)
-    out = jaggedperf.jagged_sum(torch.randn(6, 3), torch.tensor([1, 3, 7]))
-    assert out.shape == (2, 3)
+@pytest.mark.parametrize("fn", [jaggedperf.jagged_sum, jaggedperf.jagged_mean], ids=["sum", "mean"])
+@pytest.mark.parametrize("name,offsets,match", OFFSET_ERRORS, ids=[e[0] for e in OFFSET_ERRORS])
+def test_offsets_are_always_checked_on_the_cpu(fn, name, offsets, match):
+    # no sync to save on the CPU, and an unchecked offset there could index out of bounds
+    with pytest.raises(ValueError, match=match):
+        fn(V, offsets)
+    with pytest.raises(ValueError, match=match):
+        fn(V, offsets, validate=False)
 
 
 def test_nested_tensor_errors():
@@ -79,3 +76,13 @@ def test_batch_of_zero_gives_empty_result():
     for fn in (jaggedperf.jagged_sum, jaggedperf.jagged_mean):
         out = fn(torch.randn(0, 5, dtype=torch.bfloat16), torch.zeros(1, dtype=torch.int32), validate=True)
         assert out.shape == (0, 5) and out.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("name,offsets,match", OFFSET_ERRORS, ids=[e[0] for e in OFFSET_ERRORS])
+def test_offset_errors_without_numpy(name, offsets, match, monkeypatch):
+    from jaggedperf import checks
+
+    monkeypatch.setattr(checks, "_np", None)  # the torch fallback gives the same messages
+    with pytest.raises(ValueError, match=match):
+        checks.check_offsets(V, offsets)
+    checks.check_offsets(V, O)

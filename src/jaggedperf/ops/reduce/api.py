@@ -9,10 +9,12 @@ Eager CUDA calls with no input requiring grad skip the dispatcher and the JIT bi
 from __future__ import annotations
 
 import torch
+from torch.autograd import forward_ad
 
-from jaggedperf.checks import check_layout, check_offsets, validation_requested
+from jaggedperf.checks import (INT64_MAX, assert_offsets_async, check_layout, check_max_seqlen, check_offsets,
+                               validation_requested)
 from jaggedperf.ops.launch import eager_key, launch_all, native, plain_eager
-from jaggedperf.ops.reduce import op  # noqa: F401  (registers torch.ops.jaggedperf.*)
+from jaggedperf.ops.reduce import autograd, op  # noqa: F401  (register torch.ops.jaggedperf.* and their autograd)
 from jaggedperf.ops.reduce.plan import plan_reduce
 
 try:  # the jagged NestedTensor's class (private module: without it, the public is_nested check alone)
@@ -31,9 +33,10 @@ def jagged_sum(values, offsets=None, *, max_seqlen=None, validate=None) -> torch
     kernels balance the work whatever the lengths, in two launches; with it, CUDA calls whose sequences
     are short (``config.segments_config``) take one launch of the whole-segments kernel, eager or compiled
     (under torch.compile a max_seqlen past the compiled config's tiles recompiles once, to the two-launch
-    kernels). An understated max_seqlen costs time, never correctness. Unchecked invalid offsets give
-    unspecified values (the CUDA kernels never access out of bounds; the CPU kernel may raise a
-    RuntimeError). A NestedTensor's ``_values``/``_offsets`` are read directly (its accessors are
+    kernels). An understated max_seqlen costs time, never correctness. On the CPU the offsets are always
+    checked (no sync there); on CUDA unchecked invalid offsets give unspecified values (the kernels never
+    access out of bounds). Differentiable in reverse and forward mode (``torch.func.jvp``,
+    ``torch.autograd.forward_ad``). A NestedTensor's ``_values``/``_offsets`` are read directly (its accessors are
     dispatched ops, each costlier than the reduction's host time), except when it requires grad or under
     ``torch.compile``.
 
@@ -42,16 +45,19 @@ def jagged_sum(values, offsets=None, *, max_seqlen=None, validate=None) -> torch
             jagged NestedTensor (B, j, M) alone.
         offsets: (B + 1,) int32/int64 on values' device; None with a NestedTensor.
         max_seqlen: an upper bound on the lengths, or None (a NestedTensor's cached one is used when it has it).
-        validate: run the checks that read the offsets (a device sync); None: ``JAGGEDPERF_VALIDATE=1``
-            decides. Never inside ``torch.compile``, where they would break the graph. Shape, dtype and
-            device checks always run.
+        validate: check the offsets' values (eagerly on CUDA one device sync; under ``torch.compile``
+            ``torch._assert_async`` asserts in the graph: on CUDA a device-side assert when they fail); None: the
+            ``JAGGEDPERF_VALIDATE`` switch decides (1/true/yes/on; off when unset). On the CPU always
+            checked. Shape, dtype and device checks always run.
 
     Returns:
         (B, M) in values' dtype.
 
     Raises:
         TypeError: offsets missing for a plain tensor or given with a NestedTensor; a dtype not supported.
-        ValueError: a bad shape, device, NestedTensor layout or max_seqlen; invalid offsets when validated.
+        ValueError: a bad shape, device, NestedTensor layout or max_seqlen; invalid offsets (on the CPU
+            always; on CUDA when validated, eagerly); JAGGEDPERF_VALIDATE set to something not a switch.
+        RuntimeError: invalid offsets when validated under torch.compile (the CPU; CUDA asserts on the device).
         ModuleNotFoundError: triton is not installed (``jaggedperf.ops.has_triton()``).
     """
     out = _native_call(values, offsets, max_seqlen, False, False, validate)
@@ -85,13 +91,23 @@ def jagged_mean(values, offsets=None, *, max_seqlen=None, empty="nan", validate=
 
 def _native_call(values, offsets, max_seqlen, mean, empty_zero, validate):
     # A call the native module has a plan for, in one C++ call (None: the Python path). is_compiling first:
-    # Dynamo folds it and never reads the module's state (no guard on it, no graph break).
+    # Dynamo folds it and never reads the module's state (no guard on it, no graph break). Forward-mode AD
+    # and torch.func's transforms need the operator (its autograd kernel carries their tangents).
     if torch.compiler.is_compiling() or native.active is None or validate is not None \
-            or type(values) is not torch.Tensor or type(offsets) is not torch.Tensor or validation_requested(None):
+            or type(values) is not torch.Tensor or type(offsets) is not torch.Tensor or validation_requested(None) \
+            or forward_ad._current_level >= 0 or _functorch_active():
         return None
-    # None -> -1 (no hint); anything but a non-negative int -> -2, which no plan has (the Python path raises)
-    hint = -1 if max_seqlen is None else max_seqlen if type(max_seqlen) is int and max_seqlen >= 0 else -2
+    # None -> -1 (no hint); anything but an int in [0, 2**63) -> -2, which no plan has (the Python path raises)
+    hint = -1 if max_seqlen is None else max_seqlen if type(max_seqlen) is int and 0 <= max_seqlen <= INT64_MAX else -2
     return native.active.reduce(values, offsets, hint, mean, empty_zero)
+
+
+_functorch_active = torch._C._are_functorch_transforms_active
+
+
+def _transformed() -> bool:
+    # a forward-mode AD level is open (torch.autograd.forward_ad, torch.func.jvp) or a torch.func transform runs
+    return forward_ad._current_level >= 0 or _functorch_active()
 
 
 def _python_reduce(values, offsets, name: str, *, mean: bool, empty_zero: bool, max_seqlen, validate):
@@ -125,10 +141,14 @@ def _inputs(values, offsets, name: str, max_seqlen, validate):
     elif offsets is None:
         raise TypeError(f"{name}: offsets is required unless values is a jagged NestedTensor")
     check_layout(values, offsets)
-    if max_seqlen is not None and not (isinstance(max_seqlen, (int, torch.SymInt)) and max_seqlen >= 0):
-        raise ValueError(f"{name}: max_seqlen must be None or an int >= 0; got {max_seqlen!r}")
-    if validation_requested(validate) and not torch.compiler.is_compiling():
-        check_offsets(values, offsets)
+    check_max_seqlen(max_seqlen, name)
+    # When asked: under torch.compile as asserts in the graph, whatever the device (never a silent skip);
+    # eagerly on the host (one sync), except on the CPU, where the operator always checks them.
+    if validation_requested(validate):
+        if torch.compiler.is_compiling():
+            assert_offsets_async(values, offsets)
+        elif values.device.type != "cpu":
+            check_offsets(values, offsets)
     if not values.is_contiguous():
         values = values.contiguous()
     if not offsets.is_contiguous():
@@ -181,4 +201,5 @@ def _from_nested(nt: torch.Tensor, name: str):
 
 def _fast_ok(values, offsets) -> bool:
     # the public functions skip the operator: eager plain CUDA tensors, and no autograd to record
-    return plain_eager(values, offsets) and not (values.requires_grad and torch.is_grad_enabled())
+    return plain_eager(values, offsets) and not (values.requires_grad and torch.is_grad_enabled()) \
+        and not _transformed()

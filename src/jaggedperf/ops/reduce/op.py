@@ -1,12 +1,14 @@
 """The operators: ``jaggedperf::jagged_sum``, ``jagged_mean`` and ``jagged_expand`` (their backward) as
-``triton_op``s, their autograd, and the pure-torch CPU kernel.
+``triton_op``s, with their CPU kernels; their autograd is ``autograd``'s.
 
-An operator's body branches on device: CUDA launches the planned kernels through ``wrap_triton`` when
-traced (torch.compile, fake or functional tensors) and through the fast launch tiers when called
-eagerly (``torch.ops.jaggedperf.*``, autograd's backward); anything else runs the CPU kernel
-(traceable, so ``torch.compile`` works on the CPU too). ``max_seqlen`` reaches the operators, so
-compiled code takes the whole-segments kernel as eager code does. Outputs are allocated inside the op
-(by ``plan``), never passed in.
+The operators are public API: each body (and each CPU kernel) runs the same metadata checks as the
+public functions (``jaggedperf.checks``: no sync, traceable). An operator's body then branches on
+device: CUDA makes its tensors contiguous (the kernels assume it) and launches the planned kernels
+through ``wrap_triton`` when traced (torch.compile, fake or functional tensors) and through the fast
+launch tiers when called eagerly (``torch.ops.jaggedperf.*``, autograd's backward); any other device
+calls the pure-torch kernels as opaque operators (``cpu``), which check the offsets' values first.
+``max_seqlen`` reaches the operators, so compiled code takes the whole-segments kernel as eager code
+does. Outputs are allocated inside the op (by ``plan``), never passed in.
 """
 
 from __future__ import annotations
@@ -16,25 +18,43 @@ from typing import Optional
 import torch
 from torch.library import triton_op, wrap_triton
 
+from jaggedperf.checks import (CPU_OPERATOR_DTYPES, SUPPORTED_DTYPES, check_expand_layout, check_layout,
+                               check_max_seqlen)
 from jaggedperf.ops.launch import eager_key, launch_all, plain_eager
+from jaggedperf.ops.reduce.cpu import expand_checked, reduce_checked
 from jaggedperf.ops.reduce.plan import plan_expand, plan_reduce
 
 
 @triton_op("jaggedperf::jagged_sum", mutates_args=())
 def _jagged_sum_op(values: torch.Tensor, offsets: torch.Tensor, max_seqlen: Optional[int] = None) -> torch.Tensor:
-    return _reduce_op(values, offsets, mean=False, empty_zero=False, max_seqlen=max_seqlen)
+    return _reduce_op(values, offsets, mean=False, empty_zero=False, max_seqlen=max_seqlen, name="jagged_sum")
 
 
 @triton_op("jaggedperf::jagged_mean", mutates_args=())
 def _jagged_mean_op(values: torch.Tensor, offsets: torch.Tensor, empty_zero: bool,
                     max_seqlen: Optional[int] = None) -> torch.Tensor:
-    return _reduce_op(values, offsets, mean=True, empty_zero=empty_zero, max_seqlen=max_seqlen)
+    return _reduce_op(values, offsets, mean=True, empty_zero=empty_zero, max_seqlen=max_seqlen, name="jagged_mean")
 
 
-def _reduce_op(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen) -> torch.Tensor:
-    # the body of both reduction operators
-    if values.device.type != "cuda":  # CPU (also what torch.compile traces on the CPU)
-        return _reduce_cpu(values, offsets, mean=mean, empty_zero=empty_zero)
+def _reduce_op(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen, name: str) -> torch.Tensor:
+    # the body of both reduction operators (eager on CUDA, and whatever torch.compile or export traces)
+    _check_reduce(values, offsets, max_seqlen, name)
+    if values.device.type != "cuda":  # the CPU, meta, ...: opaque to torch.compile, offsets checked
+        return torch.ops.jaggedperf._reduce_torch(values, offsets, mean, empty_zero)
+    return reduce_triton(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen)
+
+
+def reduce_triton(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen) -> torch.Tensor:
+    """The reduction operators' Triton branch, inputs checked (under TRITON_INTERPRET=1 tests call it on
+    CPU tensors).
+
+    Args:
+        values, offsets, mean, empty_zero, max_seqlen: as for the operators; any strides.
+
+    Returns:
+        (B, M) in values' dtype.
+    """
+    values, offsets = values.contiguous(), offsets.contiguous()  # the kernels ignore strides
     plan = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen)
     _run_body(plan.launches, values, offsets)
     return plan.out
@@ -44,8 +64,22 @@ def _reduce_op(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen) -> 
 def _jagged_expand_op(grad: torch.Tensor, offsets: torch.Tensor, n_rows: int, mean: bool,
                       max_seqlen: Optional[int] = None) -> torch.Tensor:
     """Backward of sum/mean: (B, M) → (n_rows, M), row r = grad[its segment] (/ length for mean)."""
+    _check_expand(grad, offsets, n_rows, max_seqlen)
     if grad.device.type != "cuda":
-        return _expand_cpu(grad, offsets, n_rows, mean=mean)
+        return torch.ops.jaggedperf._expand_torch(grad, offsets, n_rows, mean)
+    return expand_triton(grad, offsets, n_rows, mean=mean, max_seqlen=max_seqlen)
+
+
+def expand_triton(grad, offsets, n_rows, *, mean: bool, max_seqlen) -> torch.Tensor:
+    """``jagged_expand``'s Triton branch, inputs checked (as ``reduce_triton``).
+
+    Args:
+        grad, offsets, n_rows, mean, max_seqlen: as for the operator; any strides.
+
+    Returns:
+        (n_rows, M) in grad's dtype.
+    """
+    grad, offsets = grad.contiguous(), offsets.contiguous()  # the kernels ignore strides
     plan = plan_expand(grad, offsets, n_rows, mean=mean, max_seqlen=max_seqlen)
     _run_body(plan.launches, grad, offsets, n_rows)
     return plan.out
@@ -68,100 +102,36 @@ def _run_wrapped(launches) -> None:
         wrap_triton(kernel)[launch.grid](*launch.args, num_warps=launch.num_warps)
 
 
-def _save_reduce(ctx, values, offsets, max_seqlen):
-    ctx.save_for_backward(offsets)
-    ctx.n_rows = values.shape[0]
-    ctx.max_seqlen = max_seqlen  # the backward takes the whole-segments kernel where the forward could
+def _check_reduce(values, offsets, max_seqlen, name: str) -> None:
+    # the public functions' metadata checks, in every operator body and CPU kernel
+    check_layout(values, offsets, dtypes=_dtypes(values))
+    check_max_seqlen(max_seqlen, name)
 
 
-def _save_sum(ctx, inputs, output):  # inputs: (values, offsets[, max_seqlen])
-    _save_reduce(ctx, inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None)
+def _check_expand(grad, offsets, n_rows, max_seqlen) -> None:
+    check_expand_layout(grad, offsets, n_rows, dtypes=_dtypes(grad))
+    check_max_seqlen(max_seqlen, "jagged_expand")
 
 
-def _save_mean(ctx, inputs, output):  # inputs: (values, offsets, empty_zero[, max_seqlen])
-    _save_reduce(ctx, inputs[0], inputs[1], inputs[3] if len(inputs) > 3 else None)
+def _dtypes(tensor):
+    return SUPPORTED_DTYPES if isinstance(tensor, torch.Tensor) and tensor.device.type == "cuda" else CPU_OPERATOR_DTYPES
 
 
-def _sum_backward(ctx, grad):
-    (offsets,) = ctx.saved_tensors
-    back = torch.ops.jaggedperf.jagged_expand(grad.contiguous(), offsets, ctx.n_rows, False, ctx.max_seqlen)
-    return back, None, None
-
-
-def _mean_backward(ctx, grad):
-    (offsets,) = ctx.saved_tensors
-    back = torch.ops.jaggedperf.jagged_expand(grad.contiguous(), offsets, ctx.n_rows, True, ctx.max_seqlen)
-    return back, None, None, None
-
-
-def _save_expand(ctx, inputs, output):
-    ctx.save_for_backward(inputs[1])
-    ctx.mean = inputs[3]
-    ctx.max_seqlen = inputs[4] if len(inputs) > 4 else None
-
-
-def _expand_backward(ctx, grad):
-    # expand is linear: its adjoint is the sum (or, for mean, the mean with empty segments 0).
-    (offsets,) = ctx.saved_tensors
-    grad = grad.contiguous()
-    if ctx.mean:
-        back = torch.ops.jaggedperf.jagged_mean(grad, offsets, True, ctx.max_seqlen)
-    else:
-        back = torch.ops.jaggedperf.jagged_sum(grad, offsets, ctx.max_seqlen)
-    return back, None, None, None, None
-
-
-_jagged_sum_op.register_autograd(_sum_backward, setup_context=_save_sum)
-_jagged_mean_op.register_autograd(_mean_backward, setup_context=_save_mean)
-_jagged_expand_op.register_autograd(_expand_backward, setup_context=_save_expand)
-
-
-
-# CPU kernel (pure torch: eager CPU dispatch, and what torch.compile traces on the CPU)
-
-def _segment_ids(offsets: torch.Tensor, n_rows) -> tuple[torch.Tensor, torch.Tensor]:
-    lengths = (offsets[1:] - offsets[:-1]).to(torch.int64)
-    ids = torch.arange(lengths.shape[0], device=offsets.device)
-    return torch.repeat_interleave(ids, lengths, output_size=n_rows), lengths
-
-
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    # fp32 for the supported dtypes; float64 stays float64 (the operators accept it on the CPU, for gradcheck).
-    return torch.promote_types(dtype, torch.float32)
-
-
-def _reduce_cpu(values, offsets, *, mean: bool, empty_zero: bool) -> torch.Tensor:
-    n_rows, n_cols = values.shape
-    seg, lengths = _segment_ids(offsets, n_rows)
-    acc = _acc_dtype(values.dtype)
-    sums = torch.zeros((lengths.shape[0], n_cols), dtype=acc, device=values.device)
-    sums.index_add_(0, seg, values.to(acc))
-    if mean:
-        sums = sums / lengths.unsqueeze(1).to(acc)
-        if empty_zero:
-            sums = torch.where(lengths.unsqueeze(1) == 0, 0.0, sums)
-    return sums.to(values.dtype)
-
-
-def _expand_cpu(grad, offsets, n_rows, *, mean: bool) -> torch.Tensor:
-    seg, lengths = _segment_ids(offsets, n_rows)
-    acc = _acc_dtype(grad.dtype)
-    g = grad.to(acc)
-    if mean:
-        g = g / lengths.clamp_min(1).unsqueeze(1).to(acc)  # empty segments own no rows
-    return g.index_select(0, seg).to(grad.dtype)
-
+# The CPU kernels: eager CPU calls run the checked pure-torch kernels directly (one dispatch, not two).
 
 @_jagged_sum_op.register_kernel("cpu")
 def _jagged_sum_cpu(values, offsets, max_seqlen=None):
-    return _reduce_cpu(values, offsets, mean=False, empty_zero=False)
+    _check_reduce(values, offsets, max_seqlen, "jagged_sum")
+    return reduce_checked(values, offsets, False, False)
 
 
 @_jagged_mean_op.register_kernel("cpu")
 def _jagged_mean_cpu(values, offsets, empty_zero, max_seqlen=None):
-    return _reduce_cpu(values, offsets, mean=True, empty_zero=empty_zero)
+    _check_reduce(values, offsets, max_seqlen, "jagged_mean")
+    return reduce_checked(values, offsets, True, empty_zero)
 
 
 @_jagged_expand_op.register_kernel("cpu")
 def _jagged_expand_cpu(grad, offsets, n_rows, mean, max_seqlen=None):
-    return _expand_cpu(grad, offsets, n_rows, mean=mean)
+    _check_expand(grad, offsets, n_rows, max_seqlen)
+    return expand_checked(grad, offsets, n_rows, mean)
