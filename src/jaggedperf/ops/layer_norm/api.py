@@ -39,7 +39,7 @@ def jagged_layer_norm(values, offsets=None, *, eps=1e-5, max_seqlen=None, valida
             that is not a finite float >= 0.
         ModuleNotFoundError: triton is not installed (``jaggedperf.ops.has_triton()``).
     """
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (math.isfinite(eps) and eps >= 0):
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < math.inf:  # NaN fails too
         raise ValueError(f"jagged_layer_norm: eps must be a finite float >= 0; got {eps!r}")
     return rowwise.call(values, offsets, "jagged_layer_norm", max_seqlen=max_seqlen, validate=validate,
                         plan=plan_layer_norm, operator=torch.ops.jaggedperf.jagged_layer_norm,
