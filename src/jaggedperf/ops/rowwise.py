@@ -1,6 +1,6 @@
 """What the row-wise families (``softmax``, ``layer_norm``) share around their kernels: the public call
-(input checks, a jagged NestedTensor in → one out, the eager fast path in front of the operator) and the
-pure-torch pieces of their CPU kernels.
+(input checks, a jagged NestedTensor in → one out, the eager fast path in front of the operator), their
+launch plan, and the pure-torch pieces of their CPU kernels.
 
 Their output is jagged like their input, ``(N, M)``. The inputs are checked exactly as ``jagged_mean``'s
 (``jaggedperf.ops.reduce.api._inputs``: the same ``jaggedperf.checks`` calls, classes and messages).
@@ -13,8 +13,9 @@ from collections.abc import Callable
 import torch
 
 from jaggedperf.ops.launch.body import fast_eager, run_in_operator
-from jaggedperf.ops.launch.plan import Plan
+from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
 from jaggedperf.ops.reduce.api import _inputs, _is_nested
+from jaggedperf.ops.tiles import TileConfig, tile_config
 
 
 def call(values, offsets, name: str, *, max_seqlen, validate, plan: Callable[..., Plan],
@@ -50,6 +51,36 @@ def call(values, offsets, name: str, *, max_seqlen, validate, plan: Callable[...
         return out
     return torch.nested.nested_tensor_from_jagged(out, offsets, min_seqlen=_cached(nested, "_maybe_min_seqlen"),
                                                   max_seqlen=_cached(nested, "_maybe_max_seqlen"))
+
+
+def plan_rowwise(kernel, name: str, reads: tuple, offsets, params: tuple = (), *, column_blocks: bool,
+                 max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
+    """Allocate a row-wise kernel's (N, M) output and describe its one launch.
+
+    Every row-wise kernel's signature is ``(*reads, offsets, out, *params, n_rows, n_cols, n_segments, BLOCK_L,
+    BLOCK_M)``; its grid is a program per segment (at least one: a grid of 0 is not launched), times a program
+    per column block when ``column_blocks``. Nothing here reads a tensor's values: under
+    ``torch.compile(dynamic=True)`` N and B may be SymInts and planning installs no guard on them.
+
+    Args:
+        kernel: the ``@triton.jit`` kernel.
+        name: its name in the launch key.
+        reads: the (N, M) contiguous tensors it reads; the output takes the first one's shape, dtype and device.
+        offsets: (B + 1,) contiguous int32/int64.
+        params: its scalars after the output (layer norm's eps).
+        column_blocks: one program per column block (softmax), else one per segment that loops over them.
+        max_seqlen: an upper bound on the lengths (an int, a SymInt) or None: it sizes the tile only.
+        cfg: force a tile (tests); None: ``tile_config``.
+
+    Returns:
+        the Plan: its ``out`` (N, M), filled once its launch has run.
+    """
+    n_rows, n_cols = reads[0].shape
+    cfg = cfg or tile_config(n_cols, max_seqlen)
+    out = torch.empty((n_rows, n_cols), dtype=reads[0].dtype, device=reads[0].device)
+    args = (*reads, offsets, out, *params, n_rows, int(n_cols), offsets.shape[0] - 1, cfg.block_l, cfg.block_m)
+    grid = (sym_max(offsets.shape[0] - 1, 1), -(-int(n_cols) // cfg.block_m) if column_blocks else 1, 1)
+    return Plan(out, (Launch(kernel, grid, args, cfg.num_warps, (out,), (name, cfg.block_l, cfg.block_m)),))
 
 
 def _cached(nt, attribute: str):

@@ -1,17 +1,12 @@
-"""Planning a jagged layer norm (and its backward): the output and the one launch that fills it.
-
-One program per segment (``kernels``); the tile comes from M and max_seqlen
-(``jaggedperf.ops.tiles.tile_config``). Nothing here reads a tensor's values: under
-``torch.compile(dynamic=True)`` N and B may be SymInts and planning installs no guard on them.
-"""
+"""Planning a jagged layer norm (and its backward): the output and the one launch that fills it, one program
+per segment (``kernels``; the shared ``jaggedperf.ops.rowwise.plan_rowwise``)."""
 
 from __future__ import annotations
 
-import torch
-
-from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
+from jaggedperf.ops.launch.plan import Plan
 from jaggedperf.ops.layer_norm.kernels import _layer_norm_backward_kernel, _layer_norm_kernel
-from jaggedperf.ops.tiles import TileConfig, tile_config
+from jaggedperf.ops.rowwise import plan_rowwise
+from jaggedperf.ops.tiles import TileConfig
 
 
 def plan_layer_norm(values, offsets, eps: float, *, max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
@@ -27,12 +22,8 @@ def plan_layer_norm(values, offsets, eps: float, *, max_seqlen=None, cfg: TileCo
     Returns:
         the Plan: its ``out`` (N, M) in values' dtype, filled once its launch has run.
     """
-    n_rows, n_cols = values.shape
-    cfg = cfg or tile_config(n_cols, max_seqlen)
-    out = torch.empty((n_rows, n_cols), dtype=values.dtype, device=values.device)
-    args = (values, offsets, out, float(eps), n_rows, int(n_cols), offsets.shape[0] - 1, cfg.block_l, cfg.block_m)
-    return Plan(out, (Launch(_layer_norm_kernel, _grid(offsets), args, cfg.num_warps, (out,),
-                             ("layer_norm", cfg.block_l, cfg.block_m)),))
+    return plan_rowwise(_layer_norm_kernel, "layer_norm", (values,), offsets, (float(eps),), column_blocks=False,
+                        max_seqlen=max_seqlen, cfg=cfg)
 
 
 def plan_layer_norm_backward(values, grad, offsets, eps: float, *, max_seqlen=None,
@@ -47,15 +38,5 @@ def plan_layer_norm_backward(values, grad, offsets, eps: float, *, max_seqlen=No
     Returns:
         the Plan: its ``out`` (N, M) grad_values in x's dtype.
     """
-    n_rows, n_cols = values.shape
-    cfg = cfg or tile_config(n_cols, max_seqlen)
-    grad_values = torch.empty((n_rows, n_cols), dtype=values.dtype, device=values.device)
-    args = (values, grad, offsets, grad_values, float(eps), n_rows, int(n_cols), offsets.shape[0] - 1, cfg.block_l,
-            cfg.block_m)
-    return Plan(grad_values, (Launch(_layer_norm_backward_kernel, _grid(offsets), args, cfg.num_warps,
-                                     (grad_values,), ("layer_norm_backward", cfg.block_l, cfg.block_m)),))
-
-
-def _grid(offsets) -> tuple:
-    # a program per segment (at least one: a grid of 0 is not launched)
-    return (sym_max(offsets.shape[0] - 1, 1), 1, 1)
+    return plan_rowwise(_layer_norm_backward_kernel, "layer_norm_backward", (values, grad), offsets, (float(eps),),
+                        column_blocks=False, max_seqlen=max_seqlen, cfg=cfg)
