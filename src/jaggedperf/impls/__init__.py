@@ -9,5 +9,8 @@ from jaggedperf.impls.registry import OPS, Implementation, Op, get_implementatio
 
 from jaggedperf.impls import jagged_mean  # noqa: E402,F401  (registers jagged_mean and its implementations)
 from jaggedperf.impls import rec_block  # noqa: E402,F401  (registers rec_block, a model, and its implementations)
+from jaggedperf.impls import jagged_sum  # noqa: E402,F401  (registers jagged_sum and its implementations)
+from jaggedperf.impls import jagged_softmax  # noqa: E402,F401  (registers jagged_softmax and its implementations)
+from jaggedperf.impls import jagged_layer_norm  # noqa: E402,F401  (registers jagged_layer_norm and its ...)
 
 __all__ = ["OPS", "Implementation", "Op", "get_implementation", "get_op", "implementation_names"]

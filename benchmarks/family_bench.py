@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""GPU benchmark of the jagged family (issue 20): jagged_softmax and jagged_layer_norm, ours against the floor
+and against torch.
+
+Per op × shape × dtype, after a correctness check of every contender against float64 (a wrong one is
+recorded, not timed):
+
+- device time (µs, median with p20/p80, L2 flushed) by CUDA-graph replay where the call can be captured,
+  else the sum of its kernels from torch.profiler (the column ``method`` says which);
+- the floor: the op's must-move bytes (read values + offsets, write the output) / the copy bandwidth measured
+  in the same run, and each contender's ratio to it;
+- contenders: ours (max_seqlen known; unknown), every torch eager contender the lab registers (unbind, padded
+  round trip, the NJT op), and Inductor's compiled padded program (``torch.compile`` of the padded round trip
+  on plain tensors, mode max-autotune-no-cudagraphs, dynamic=False);
+- our backward against its floor (read y or x, and the gradient; write the values' gradient).
+
+Shapes: the seed's (512, 64, 100, 0.1) and (512, 64, 500, 0.75) in fp32 and bf16, and three of >= 64 MB in
+fp32 (many mid-length sequences, many short ones, a few very long ones: the looping passes).
+
+Run:  PYTHONPATH=src python3 benchmarks/family_bench.py --out $OUT/family
+Writes family_bench.json (every number, versions, errors) and family_bench.md (one table per op) under --out.
+Each cell records its own error and the run goes on. Budget: about 5 minutes on an H200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+import jaggedperf
+from jaggedperf.impls.registry import get_op
+from jaggedperf.inputs import Case
+from jaggedperf.lab import runner, timing
+
+OPS = ("jagged_softmax", "jagged_layer_norm")
+SEED = [Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75)]
+LARGE = [Case(1024, 256, 1000, 0.5), Case(65536, 64, 64, 0.2), Case(8, 4096, 4000, 0.0, "fixed")]
+DEVICE = torch.device("cuda")
+
+
+def cells():
+    for case in SEED:
+        for dtype in ("float32", "bfloat16"):
+            yield Case(case.B, case.M, case.seqlen, case.sparsity, case.distribution, dtype=dtype)
+    yield from LARGE
+
+
+def device_time(fn) -> dict:
+    """Median/p20/p80 µs of one call: CUDA-graph replay when it captures, else the profiler's kernel sum."""
+    graph = timing.capture_graph(fn, DEVICE)
+    if graph is not None:
+        t = timing.replay_device_time(graph.replay)
+    else:
+        t = timing.profiler_device_time(timing.profile_kernels(fn, DEVICE, calls=10), True)
+    return {"median_us": t.median_us, "p20_us": t.p20_us, "p80_us": t.p80_us, "method": t.method}
+
+
+def padded_compiled(op: str):
+    # Inductor's program for the padded round trip on plain tensors (no NJT at the boundary)
+    from jaggedperf.impls import jagged_layer_norm, jagged_softmax
+    from jaggedperf.impls.rowwise import padded_round_trip
+
+    dense_op, padding = ((jagged_softmax._masked_softmax, float("-inf")) if op == "jagged_softmax" else
+                         (jagged_layer_norm._masked_layer_norm, 0.0))
+    return torch.compile(lambda v, o, n: padded_round_trip(v, o, n, dense_op, padding),
+                         mode="max-autotune-no-cudagraphs", dynamic=False)
+
+
+def bench_case(op: str, case: Case, copy_gbps: float) -> dict:
+    spec = get_op(op)
+    batch = spec.make_batch(case, DEVICE)
+    reference = spec.reference(batch)
+    floor_us = spec.must_move_bytes(batch) / (copy_gbps * 1e3)
+    row = {"op": op, "case": case.label, "dtype": case.dtype, "values_mb": batch.values.numel() *
+           batch.values.element_size() / 1e6, "floor_us": floor_us, "contenders": {}}
+    calls = {name: (lambda impl=impl: impl.fn(*impl.prepare(batch))) for name, impl in spec.implementations.items()}
+    ours = jaggedperf.jagged_softmax if op == "jagged_softmax" else jaggedperf.jagged_layer_norm
+    calls["jaggedperf_no_max_seqlen"] = lambda: ours(batch.values, batch.offsets)
+    compiled = padded_compiled(op)
+    calls["inductor_padded"] = lambda: compiled(batch.values, batch.offsets, batch.padded_len)
+    for name, call in calls.items():
+        entry = row["contenders"][name] = {}
+        try:
+            ok, rel, reason = runner.check_output(call(), reference, case.dtype)
+            entry.update(ok=ok, rel_error=rel, reason=reason)
+            if ok:
+                entry.update(device_time(call))
+                entry["x_floor"] = entry["median_us"] / floor_us
+        except Exception as exc:  # noqa: BLE001 - one contender's failure never loses the rest
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+            torch.cuda.synchronize()
+    torch_eager = [c["median_us"] for n, c in row["contenders"].items()
+                   if "median_us" in c and not n.startswith(("jaggedperf", "inductor"))]
+    row["best_torch_eager_us"] = min(torch_eager) if torch_eager else None
+    row["backward"] = bench_backward(ours, batch, copy_gbps)
+    return row
+
+
+def bench_backward(ours, batch, copy_gbps: float) -> dict:
+    values = batch.values.detach().requires_grad_(True)
+    out = ours(values, batch.offsets, max_seqlen=batch.max_seqlen)
+    grad = torch.randn_like(out)
+    floor_us = 3 * out.numel() * out.element_size() / (copy_gbps * 1e3)  # read y (or x) and grad, write dx
+
+    def backward():
+        torch.autograd.grad(out, values, grad, retain_graph=True)
+
+    t = device_time(backward)
+    return {**t, "floor_us": floor_us, "x_floor": t["median_us"] / floor_us}
+
+
+def markdown(results: dict) -> str:
+    lines = [f"# jagged family on {results['meta']['gpu']}", "",
+             f"copy bandwidth {results['copy_gbps']:.0f} GB/s; device µs (median, L2 flushed); ×floor = time / "
+             "(must-move bytes / copy bandwidth)", ""]
+    for op in OPS:
+        rows = [r for r in results["rows"] if r["op"] == op]
+        if not rows:
+            continue
+        names = sorted({n for r in rows for n in r["contenders"]})
+        lines += [f"## {op}", "", "| case | dtype | MB | floor µs | " + " | ".join(names) + " | backward (×floor) |",
+                  "|---|---|---:|---:|" + "---:|" * len(names) + "---:|"]
+        for r in rows:
+            cellsx = []
+            for n in names:
+                c = r["contenders"].get(n, {})
+                cellsx.append(f"{c['median_us']:.1f} ({c['x_floor']:.2f}×)" if "median_us" in c else
+                              ("wrong" if c.get("ok") is False else "error" if "error" in c else "—"))
+            b = r.get("backward", {})
+            back = f"{b['median_us']:.1f} ({b['x_floor']:.2f}×)" if "median_us" in b else "error"
+            lines.append(f"| {r['case']} | {r['dtype']} | {r['values_mb']:.0f} | {r['floor_us']:.1f} | "
+                         + " | ".join(cellsx) + f" | {back} |")
+        lines.append("")
+    if results["errors"]:
+        lines += ["## errors", ""] + [f"- {k}: {v.splitlines()[0]}" for k, v in results["errors"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for family_bench.json and family_bench.md")
+    parser.add_argument("--quick", action="store_true", help="the seed shapes only")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    results = {"meta": {"torch": torch.__version__, "triton": __import__("triton").__version__,
+                        "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(), "python":
+                        platform.python_version()}, "copy_gbps": timing.copy_bandwidth_gbps(DEVICE), "rows": [],
+               "errors": {}}
+    jaggedperf.ops.prepare_native_launch()
+    for op in OPS:
+        for case in cells():
+            if args.quick and case.B == 512 and case.M == 64 or not args.quick:
+                try:
+                    results["rows"].append(bench_case(op, case, results["copy_gbps"]))
+                except Exception:  # noqa: BLE001
+                    results["errors"][f"{op} {case.label} {case.dtype}"] = traceback.format_exc()
+                torch.cuda.empty_cache()
+    results["seconds"] = time.time() - start
+    (out / "family_bench.json").write_text(json.dumps(results, indent=1))
+    (out / "family_bench.md").write_text(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

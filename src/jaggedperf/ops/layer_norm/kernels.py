@@ -1,0 +1,136 @@
+"""The jagged layer norm kernels (``@triton.jit`` only): forward and backward.
+
+Input: ``values (N, M)`` and ``offsets (B+1,)``; output ``(N, M)`` in values' dtype: each sequence normalised
+over all of its len × M elements, no affine (``torch.layer_norm(t, t.shape)`` per sequence t), statistics in
+fp32. An empty sequence has no rows: nothing to write.
+
+Design: one program per segment, grid = (max(B, 1),); it walks the segment in (BLOCK_L, BLOCK_M) tiles.
+
+- A segment whose rows fit one tile (length <= BLOCK_L and M <= BLOCK_M) is loaded once: mean, then the
+  variance as the mean squared deviation from it (two passes over registers), then written.
+- A longer one: a statistics pass over every tile (each tile's own mean and sum of squared deviations,
+  merged into the running ones by Chan's formula: a Welford variance, never E[x²] − E[x]²), then a pass
+  that writes (x − mean) · rstd. Reads N·M·s twice, writes N·M·s.
+- The backward, dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) with x̂ = (x − mean) · rstd, recomputes the
+  statistics from x (B floats were not worth a second output) and, on a segment longer than a tile, sums g
+  and g · x̂ in tile-shaped fp32 accumulators (fixed order: deterministic, no atomics) before writing.
+- Rows are addressed in int64; the segment's offsets are clamped into [0, N) (``tiles.rows_of``); the offsets
+  are loaded here, never by a helper (Inductor's write analysis: ``jaggedperf.ops.tiles``).
+"""
+
+import triton
+import triton.language as tl
+
+from jaggedperf.ops.tiles import rows_of, tile
+
+
+@triton.jit
+def _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
+    # mean and 1/sqrt(var + eps) of rows [start, end) × all columns, by tiles merged with Chan's formula
+    mean = tl.sum(tl.zeros([BLOCK_M], dtype=tl.float32), axis=0)
+    m2 = tl.sum(tl.zeros([BLOCK_M], dtype=tl.float32), axis=0)
+    count = mean * 0.0
+    for r in range(start, end, BLOCK_L):
+        for c in range(0, n_cols, BLOCK_M):
+            ptrs, mask = tile(values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
+            x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+            n_tile = ((tl.minimum(end - r, BLOCK_L)) * (tl.minimum(n_cols - c, BLOCK_M))).to(tl.float32)
+            tile_mean = tl.sum(tl.sum(x, axis=1), axis=0) / n_tile
+            d = tl.where(mask, x - tile_mean, 0.0)
+            total = count + n_tile
+            delta = tile_mean - mean
+            mean += delta * (n_tile / total)
+            m2 += tl.sum(tl.sum(d * d, axis=1), axis=0) + delta * delta * (count * (n_tile / total))
+            count = total
+    return mean, 1.0 / tl.sqrt(m2 / count + eps)
+
+
+# reads the segment's len·M·s bytes once if they fit one tile, else twice; writes them once
+@triton.jit(do_not_specialize=["n_rows", "n_segments"])
+def _layer_norm_kernel(
+    values_ptr,  # (n_rows, n_cols) contiguous, fp32/bf16/fp16
+    offsets_ptr,  # (n_segments + 1,) int32/int64: segment s is rows [offsets[s], offsets[s+1])
+    out_ptr,  # (n_rows, n_cols) in values' dtype: each segment's rows written by its program
+    eps,  # added to the variance (fp32)
+    n_rows,  # N: rows outside [0, N) are never touched, whatever the offsets say
+    n_cols,  # M (specialised)
+    n_segments,  # B: programs past it (grid axis 0 is max(B, 1)) do nothing
+    BLOCK_L: tl.constexpr,  # rows per tile: a segment of <= BLOCK_L rows (and M <= BLOCK_M) is read once
+    BLOCK_M: tl.constexpr,  # columns per tile: the program loops over column blocks
+):
+    seg = tl.program_id(0).to(tl.int64)
+    ok = seg < n_segments
+    start, end = rows_of(tl.load(offsets_ptr + seg, mask=ok, other=0), tl.load(offsets_ptr + seg + 1, mask=ok,
+                                                                              other=0), n_rows)
+    if (end - start <= BLOCK_L) & (n_cols <= BLOCK_M):
+        ptrs, mask = tile(values_ptr, start, end, 0, n_cols, BLOCK_L, BLOCK_M)
+        x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+        n = ((end - start) * n_cols).to(tl.float32)
+        d = tl.where(mask, x - tl.sum(tl.sum(x, axis=1), axis=0) / n, 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(tl.sum(d * d, axis=1), axis=0) / n + eps)
+        out_ptrs, mask = tile(out_ptr, start, end, 0, n_cols, BLOCK_L, BLOCK_M)
+        tl.store(out_ptrs, (d * rstd).to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        mean, rstd = _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L, BLOCK_M)
+        for r in range(start, end, BLOCK_L):
+            for c in range(0, n_cols, BLOCK_M):
+                ptrs, mask = tile(values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
+                x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+                out_ptrs, mask = tile(out_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
+                tl.store(out_ptrs, ((x - mean) * rstd).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+# reads the segment's x and grad once if they fit one tile, else x three times and grad twice; writes once
+@triton.jit(do_not_specialize=["n_rows", "n_segments"])
+def _layer_norm_backward_kernel(
+    values_ptr,  # (n_rows, n_cols) the forward's input x, contiguous, fp32/bf16/fp16
+    grad_ptr,  # (n_rows, n_cols) the gradient of the output, contiguous, x's dtype
+    offsets_ptr,  # (n_segments + 1,) int32/int64
+    grad_values_ptr,  # (n_rows, n_cols) in x's dtype: rstd · (g − mean(g) − x̂ · mean(g · x̂)) per segment
+    eps,  # as in the forward
+    n_rows,  # N: rows outside [0, N) are never touched
+    n_cols,  # M (specialised)
+    n_segments,  # B: programs past it do nothing
+    BLOCK_L: tl.constexpr,  # rows per tile
+    BLOCK_M: tl.constexpr,  # columns per tile
+):
+    seg = tl.program_id(0).to(tl.int64)
+    ok = seg < n_segments
+    start, end = rows_of(tl.load(offsets_ptr + seg, mask=ok, other=0), tl.load(offsets_ptr + seg + 1, mask=ok,
+                                                                              other=0), n_rows)
+    n = ((end - start) * n_cols).to(tl.float32)
+    if (end - start <= BLOCK_L) & (n_cols <= BLOCK_M):
+        ptrs, mask = tile(values_ptr, start, end, 0, n_cols, BLOCK_L, BLOCK_M)
+        x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+        gptrs, mask = tile(grad_ptr, start, end, 0, n_cols, BLOCK_L, BLOCK_M)
+        g = tl.load(gptrs, mask=mask, other=0.0).to(tl.float32)
+        d = tl.where(mask, x - tl.sum(tl.sum(x, axis=1), axis=0) / n, 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(tl.sum(d * d, axis=1), axis=0) / n + eps)
+        xhat = d * rstd
+        mean_g = tl.sum(tl.sum(g, axis=1), axis=0) / n
+        mean_gx = tl.sum(tl.sum(g * xhat, axis=1), axis=0) / n
+        dptrs, mask = tile(grad_values_ptr, start, end, 0, n_cols, BLOCK_L, BLOCK_M)
+        tl.store(dptrs, (rstd * (g - mean_g - xhat * mean_gx)).to(grad_values_ptr.dtype.element_ty), mask=mask)
+    else:
+        mean, rstd = _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L, BLOCK_M)
+        sum_g = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
+        sum_gx = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
+        for r in range(start, end, BLOCK_L):
+            for c in range(0, n_cols, BLOCK_M):
+                ptrs, mask = tile(values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
+                gptrs, mask = tile(grad_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
+                g = tl.load(gptrs, mask=mask, other=0.0).to(tl.float32)
+                xhat = tl.where(mask, (tl.load(ptrs, mask=mask, other=0.0).to(tl.float32) - mean) * rstd, 0.0)
+                sum_g += g
+                sum_gx += g * xhat
+        mean_g = tl.sum(tl.sum(sum_g, axis=1), axis=0) / n
+        mean_gx = tl.sum(tl.sum(sum_gx, axis=1), axis=0) / n
+        for r in range(start, end, BLOCK_L):
+            for c in range(0, n_cols, BLOCK_M):
+                ptrs, mask = tile(values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
+                gptrs, mask = tile(grad_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
+                xhat = (tl.load(ptrs, mask=mask, other=0.0).to(tl.float32) - mean) * rstd
+                g = tl.load(gptrs, mask=mask, other=0.0).to(tl.float32)
+                dptrs, mask = tile(grad_values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
+                tl.store(dptrs, (rstd * (g - mean_g - xhat * mean_gx)).to(grad_values_ptr.dtype.element_ty),
+                         mask=mask)

@@ -1,0 +1,109 @@
+"""What the row-wise families (``softmax``, ``layer_norm``) share around their kernels: the public call
+(input checks, a jagged NestedTensor in → one out, the eager fast path in front of the operator), their
+launch plan, and the pure-torch pieces of their CPU kernels.
+
+Their output is jagged like their input, ``(N, M)``. The inputs are checked exactly as ``jagged_mean``'s
+(``jaggedperf.ops.reduce.api._inputs``: the same ``jaggedperf.checks`` calls, classes and messages).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from jaggedperf.ops.launch.body import fast_eager, run_in_operator
+from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
+from jaggedperf.ops.reduce.api import _inputs, _is_nested
+from jaggedperf.ops.tiles import TileConfig, tile_config
+
+
+def call(values, offsets, name: str, *, max_seqlen, validate, plan: Callable[..., Plan],
+         operator: Callable[..., torch.Tensor], params: tuple = ()):
+    """A row-wise family's public call: checks, the eager fast path or the operator, NJT in → NJT out.
+
+    Args:
+        values: (N, M) float32/bfloat16/float16, or a jagged NestedTensor (B, j, M) alone.
+        offsets: (B + 1,) int32/int64 on values' device; None with a NestedTensor.
+        name: the public function's name (error messages).
+        max_seqlen: an upper bound on the lengths or None (a NestedTensor's cached one is used when it has it).
+        validate: as for ``jagged_mean``.
+        plan: ``plan(values, offsets, *params, max_seqlen=...)`` → the Plan of the eager fast path.
+        operator: ``operator(values, offsets, *params, max_seqlen)`` → (N, M): the registered operator.
+        params: the family's own arguments (layer norm's eps).
+
+    Returns:
+        (N, M) in values' dtype; a jagged NestedTensor over the same offsets (and cached seqlens) when
+        ``values`` was one.
+
+    Raises:
+        as ``jagged_mean``'s checks (TypeError, ValueError).
+    """
+    nested = values if _is_nested(values) else None
+    values, offsets, max_seqlen = _inputs(values, offsets, name, max_seqlen, validate)
+    if fast_eager(values, offsets):
+        planned = plan(values, offsets, *params, max_seqlen=max_seqlen)
+        run_in_operator(planned.launches, values, offsets)
+        out = planned.out
+    else:
+        out = operator(values, offsets, *params, max_seqlen)
+    if nested is None:
+        return out
+    return torch.nested.nested_tensor_from_jagged(out, offsets, min_seqlen=_cached(nested, "_maybe_min_seqlen"),
+                                                  max_seqlen=_cached(nested, "_maybe_max_seqlen"))
+
+
+def plan_rowwise(kernel, name: str, reads: tuple, offsets, params: tuple = (), *, column_blocks: bool,
+                 max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
+    """Allocate a row-wise kernel's (N, M) output and describe its one launch.
+
+    Every row-wise kernel's signature is ``(*reads, offsets, out, *params, n_rows, n_cols, n_segments, BLOCK_L,
+    BLOCK_M)``; its grid is a program per segment (at least one: a grid of 0 is not launched), times a program
+    per column block when ``column_blocks``. Nothing here reads a tensor's values: under
+    ``torch.compile(dynamic=True)`` N and B may be SymInts and planning installs no guard on them.
+
+    Args:
+        kernel: the ``@triton.jit`` kernel.
+        name: its name in the launch key.
+        reads: the (N, M) contiguous tensors it reads; the output takes the first one's shape, dtype and device.
+        offsets: (B + 1,) contiguous int32/int64.
+        params: its scalars after the output (layer norm's eps).
+        column_blocks: one program per column block (softmax), else one per segment that loops over them.
+        max_seqlen: an upper bound on the lengths (an int, a SymInt) or None: it sizes the tile only.
+        cfg: force a tile (tests); None: ``tile_config``.
+
+    Returns:
+        the Plan: its ``out`` (N, M), filled once its launch has run.
+    """
+    n_rows, n_cols = reads[0].shape
+    cfg = cfg or tile_config(n_cols, max_seqlen)
+    out = torch.empty((n_rows, n_cols), dtype=reads[0].dtype, device=reads[0].device)
+    args = (*reads, offsets, out, *params, n_rows, int(n_cols), offsets.shape[0] - 1, cfg.block_l, cfg.block_m)
+    grid = (sym_max(offsets.shape[0] - 1, 1), -(-int(n_cols) // cfg.block_m) if column_blocks else 1, 1)
+    return Plan(out, (Launch(kernel, grid, args, cfg.num_warps, (out,), (name, cfg.block_l, cfg.block_m)),))
+
+
+def _cached(nt, attribute: str):
+    # the NJT's cached seqlen (a host int eagerly, a SymInt traced), or None (private API: None is always safe)
+    value = getattr(nt, attribute, None)
+    return value if type(value) is int or isinstance(value, torch.SymInt) else None
+
+
+def segment_ids(offsets: torch.Tensor, n_rows) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's segment, and the lengths (the CPU kernels' gather/scatter index).
+
+    Args:
+        offsets: (B + 1,) valid offsets.
+        n_rows: N = offsets[-1] (the output size: no sync, traceable).
+
+    Returns:
+        (segment of each row (N,) int64, lengths (B,) int64).
+    """
+    lengths = (offsets[1:] - offsets[:-1]).to(torch.int64)
+    ids = torch.arange(lengths.shape[0], device=offsets.device)
+    return torch.repeat_interleave(ids, lengths, output_size=n_rows), lengths
+
+
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """fp32 for the supported dtypes; float64 stays float64 (the operators take it on the CPU, for gradcheck)."""
+    return torch.promote_types(dtype, torch.float32)

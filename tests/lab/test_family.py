@@ -1,0 +1,53 @@
+"""The jagged family in the lab (issue 20): jagged_sum, jagged_softmax and jagged_layer_norm registered with
+tritonbench's torch contenders and ours, each equal to its op's float64 reference on the CPU, and the
+command line running them."""
+
+import pytest
+import torch
+
+from jaggedperf.batch import JaggedBatch
+from jaggedperf.cli import main
+from jaggedperf.impls.registry import get_op
+from jaggedperf.inputs import Case
+from jaggedperf.lab import runner
+
+CPU = torch.device("cpu")
+FAMILY = {
+    "jagged_sum": {"unbind_sum", "sum_padded", "njt_sum", "segment_reduce", "jaggedperf", "jaggedperf_njt"},
+    "jagged_softmax": {"unbind_softmax", "softmax_padded", "njt_softmax", "jaggedperf", "jaggedperf_njt"},
+    "jagged_layer_norm": {"unbind_layer_norm", "layer_norm_padded", "njt_layer_norm", "jaggedperf",
+                          "jaggedperf_njt"},
+}
+
+
+def _batch_with_empties(dtype):
+    # lengths 0, 5, 0, 9, 1 (an empty first and middle sequence), M = 3, padded to 12
+    offsets = torch.tensor([0, 0, 5, 5, 14, 15])
+    values = torch.randn(15, 3, generator=torch.Generator().manual_seed(3)).to(dtype)
+    return JaggedBatch.from_tensors(values, offsets, padded_len=12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("op", list(FAMILY))
+def test_every_contender_equals_the_float64_reference(op, dtype):
+    spec = get_op(op)
+    assert set(spec.implementations) == FAMILY[op]
+    for batch in (spec.make_batch(Case(24, 5, 20, 0.3, dtype=dtype), CPU), _batch_with_empties(getattr(torch, dtype))):
+        reference = spec.reference(batch)
+        rows = batch.B if op == "jagged_sum" else batch.total_len
+        assert reference.shape == (rows, batch.M) and reference.dtype == torch.float64
+        assert spec.must_move_bytes(batch) == batch.nbytes() + rows * batch.M * batch.values.element_size()
+        for impl in spec.implementations.values():
+            ok, _, reason = runner.check_output(impl.fn(*impl.prepare(batch)), reference, dtype)
+            assert ok, (impl.name, reason)
+
+
+@pytest.mark.parametrize("op", ["jagged_softmax", "jagged_layer_norm"])
+def test_run_on_the_command_line(op, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code = main(["run", "--op", op, "--device", "cpu", "--B", "8", "--M", "4", "--seqlen", "10", "--sparsity", "0.2",
+                 "--modes", "eager", "--warmup", "1", "--iters", "2", "--json", str(out)])
+    assert code == 0 and out.exists()
+    text = capsys.readouterr().out
+    for name in FAMILY[op]:
+        assert name in text

@@ -1,0 +1,350 @@
+"""jagged_softmax and jagged_layer_norm against float64 references (a plain loop over sequences calling
+torch.softmax / torch.layer_norm, unlike the kernels): the CPU operators, and under TRITON_INTERPRET=1 the
+Triton kernels themselves (one tile per segment, and tiny forced tiles so the looping passes run), outputs
+poisoned with NaN so an unwritten element fails; opcheck, gradcheck, torch.compile, NJT in and out, bad inputs."""
+
+from __future__ import annotations
+
+import torch
+from ops_reference import DTYPE_NAMES, lengths_to_offsets
+
+from jaggedperf.ops import testing
+from jaggedperf.ops.layer_norm.plan import plan_layer_norm, plan_layer_norm_backward
+from jaggedperf.ops.softmax.plan import plan_softmax, plan_softmax_backward
+
+FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
+FAMILIES = ("softmax", "layer_norm")
+EPS = 1e-5
+# per element: |out − ref| <= RTOL·|ref| + ATOL (the output's own rounding dominates for 16-bit types; fp32
+# statistics add ~1e-7 relative to the segment's scale)
+RTOL = {FP32: 1e-5, BF16: 1e-2, FP16: 2e-3, torch.float64: 1e-12}
+ATOL = {FP32: 2e-6, BF16: 2e-5, FP16: 2e-5, torch.float64: 1e-12}
+
+# (lengths, M, dtype, offsets dtype, note)
+CASES = [
+    ([], 3, FP32, torch.int64, "none"),
+    ([7], 1, FP32, torch.int64, "one"),
+    ([0], 3, FP16, torch.int32, "one"),
+    ([4, 0, 5], 129, BF16, torch.int64, ""),
+    ([4, 0, 5], 129, FP32, torch.int32, ""),
+    ([0, 0, 3, 1, 0, 0], 3, FP16, torch.int64, "lead-trail"),
+    ([0, 0, 23, 0, 0], 3, FP32, torch.int64, "one-holds-all"),
+    ([1, 30, 2, 0, 9, 1, 1, 12], 16, BF16, torch.int32, "long"),
+    ([2, 70, 1, 0], 64, FP16, torch.int64, "long"),
+    ([3, 5, 2], 300, FP32, torch.int64, "two-col-blocks"),
+]
+
+
+def case_id(lengths, M, dtype, offsets_dtype, note) -> str:
+    parts = [f"B{len(lengths)}", f"M{M}", DTYPE_NAMES[dtype]]
+    if any(n == 0 for n in lengths):
+        parts.append("empty")
+    if offsets_dtype == torch.int32:
+        parts.append("i32")
+    return "-".join(parts + ([note] if note else []))
+
+
+IDS = [case_id(*case) for case in CASES]
+
+
+def make(lengths, M, dtype, offsets_dtype=torch.int64, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    offsets = lengths_to_offsets(lengths, offsets_dtype)
+    return torch.randn(int(offsets[-1]), M, generator=gen).to(dtype), offsets
+
+
+def reference(family: str, values, offsets, eps: float = EPS) -> torch.Tensor:
+    """(N, M) float64: torch.softmax(dim=0) or torch.layer_norm(t, t.shape) of each sequence t."""
+    v = values.detach().to("cpu", torch.float64)
+    o = [int(x) for x in offsets]
+    out = torch.zeros_like(v)
+    for a, b in zip(o[:-1], o[1:]):
+        if b > a:
+            seg = v[a:b]
+            out[a:b] = torch.softmax(seg, dim=0) if family == "softmax" else torch.layer_norm(seg, seg.shape, eps=eps)
+    return out
+
+
+def reference_backward(family: str, values, offsets, grad) -> torch.Tensor:
+    """(N, M) float64: the gradient of ``reference`` w.r.t. values, given the output's gradient."""
+    v = values.detach().to(torch.float64).requires_grad_(True)
+    out = reference_graph(family, v, offsets)
+    (dv,) = torch.autograd.grad(out, v, grad.to(torch.float64), allow_unused=True)
+    return torch.zeros_like(v) if dv is None else dv
+
+
+def reference_graph(family: str, v, offsets):
+    o = [int(x) for x in offsets]
+    parts = [torch.softmax(v[a:b], dim=0) if family == "softmax" else torch.layer_norm(v[a:b], v[a:b].shape, eps=EPS)
+             for a, b in zip(o[:-1], o[1:]) if b > a]
+    return torch.cat(parts) if parts else v * 0
+
+
+def assert_close(out, ref, dtype, what="output", rtol=None, atol=None):
+    """``out`` has ``dtype`` and ref's shape; NaN exactly where ref has it; the rest within RTOL/ATOL."""
+    assert out.dtype == dtype, f"{what}: dtype {out.dtype}, expected {dtype}"
+    assert tuple(out.shape) == tuple(ref.shape), f"{what}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+    got = out.detach().to("cpu", torch.float64)
+    assert torch.equal(torch.isnan(got), torch.isnan(ref)), f"{what}: NaN where the reference has none, or not"
+    finite = ~torch.isnan(ref)
+    bound = (RTOL[dtype] if rtol is None else rtol) * ref.abs() + (ATOL[dtype] if atol is None else atol)
+    bad = finite & ~((got - ref).abs() <= bound)
+    assert not bool(bad.any()), (f"{what}: {int(bad.sum())} elements off, first at {torch.nonzero(bad)[0].tolist()}:"
+                                 f" got {got[bad][0].item()!r}, expected {ref[bad][0].item()!r}")
+
+
+def run_forward(family: str, values, offsets, *, cfg=None, max_seqlen=None, eps: float = EPS) -> torch.Tensor:
+    """The family's forward kernel through the JIT, its output poisoned with NaN first."""
+    if family == "softmax":
+        planned = plan_softmax(values, offsets, max_seqlen=max_seqlen, cfg=cfg)
+    else:
+        planned = plan_layer_norm(values, offsets, eps, max_seqlen=max_seqlen, cfg=cfg)
+    planned.out.fill_(float("nan"))
+    testing.run_direct(planned.launches)
+    return planned.out
+
+
+def run_backward(family: str, values, offsets, grad, *, cfg=None, max_seqlen=None) -> torch.Tensor:
+    """The family's backward kernel through the JIT (softmax: from its forward's output), output poisoned."""
+    if family == "softmax":
+        planned = plan_softmax_backward(run_forward(family, values, offsets, cfg=cfg), grad, offsets,
+                                        max_seqlen=max_seqlen, cfg=cfg)
+    else:
+        planned = plan_layer_norm_backward(values, grad, offsets, EPS, max_seqlen=max_seqlen, cfg=cfg)
+    planned.out.fill_(float("nan"))
+    testing.run_direct(planned.launches)
+    return planned.out
+
+
+# --- the kernels and the CPU operators against the references --------------------------------
+
+import pytest  # noqa: E402
+from ops_env import INTERPRET as INTERPRETING  # noqa: E402
+from ops_env import needs_interpreter  # noqa: E402
+
+import jaggedperf  # noqa: E402
+from jaggedperf.ops.tiles import TileConfig, tile_config  # noqa: E402
+
+OPS = torch.ops.jaggedperf
+PUBLIC = {"softmax": jaggedperf.jagged_softmax, "layer_norm": jaggedperf.jagged_layer_norm}
+# auto tile (every case fits one), tiles shorter and narrower than the segments (the looping passes), and a tile
+# from a max_seqlen that understates the lengths (1 row: every segment loops)
+TILES = {"auto": {}, "l4-m4": {"cfg": TileConfig(4, 4, 1)}, "l8-m32": {"cfg": TileConfig(8, 32, 2)},
+         "understated": {"max_seqlen": 1}}
+
+
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,note", CASES, ids=IDS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cpu_operator_matches_reference(family, lengths, M, dtype, offsets_dtype, note):
+    values, offsets = make(lengths, M, dtype, offsets_dtype)
+    assert_close(PUBLIC[family](values, offsets), reference(family, values, offsets), dtype)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,note", CASES, ids=IDS)
+@pytest.mark.parametrize("tile", list(TILES))
+@pytest.mark.parametrize("family", FAMILIES)
+def test_triton_forward_matches_reference(family, tile, lengths, M, dtype, offsets_dtype, note):
+    values, offsets = make(lengths, M, dtype, offsets_dtype)
+    out = run_forward(family, values, offsets, **TILES[tile])
+    assert_close(out, reference(family, values, offsets), dtype, what=f"{family} {tile}")
+
+
+def _backward_tolerance(dtype):
+    # the gradient is a difference of O(1) terms: its 16-bit rounding is relative to those, not to the result
+    return {} if dtype == FP32 else {"atol": 2 * RTOL[dtype]}
+
+
+@needs_interpreter
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,note", CASES[1::2], ids=IDS[1::2])
+@pytest.mark.parametrize("tile", ["auto", "l4-m4", "understated"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_triton_backward_matches_reference(family, tile, lengths, M, dtype, offsets_dtype, note):
+    values, offsets = make(lengths, M, dtype, offsets_dtype)
+    grad = torch.randn(values.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+    out = run_backward(family, values, offsets, grad, **TILES[tile])
+    assert_close(out, reference_backward(family, values, offsets, grad), dtype, what=f"{family} backward {tile}",
+                 **_backward_tolerance(dtype))
+
+
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,note", CASES[1::2], ids=IDS[1::2])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cpu_backward_matches_reference(family, lengths, M, dtype, offsets_dtype, note):
+    values, offsets = make(lengths, M, dtype, offsets_dtype)
+    grad = torch.randn(values.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+    v = values.clone().requires_grad_(True)
+    PUBLIC[family](v, offsets).backward(grad)
+    assert_close(v.grad, reference_backward(family, values, offsets, grad), dtype, what=f"{family} grad",
+                 **_backward_tolerance(dtype))
+
+
+@pytest.mark.parametrize("where", ["cpu", pytest.param("interp", marks=needs_interpreter)])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_numerically_stable_where_the_naive_formulas_fail(family, where):
+    # softmax of values near 1e4 (exp overflows without the max subtracted); layer norm of values with mean 1e4
+    # and std 1 (E[x²] − E[x]² in fp32 loses the variance entirely: ulp(1e8) = 8)
+    values, offsets = make([40, 3, 0, 200], 8, FP32)
+    values = values + 1e4
+    out = PUBLIC[family](values, offsets) if where == "cpu" else \
+        run_forward(family, values, offsets, cfg=TileConfig(16, 4, 1))
+    assert_close(out, reference(family, values, offsets), FP32, rtol=1e-2, atol=2e-3)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("family", FAMILIES)
+def test_triton_kernels_are_deterministic(family):
+    values, offsets = make([5, 0, 170, 3, 9], 33, FP32, seed=5)
+    grad = torch.randn(values.shape)
+    for cfg in (None, TileConfig(8, 16, 1)):
+        first = run_forward(family, values, offsets, cfg=cfg), run_backward(family, values, offsets, grad, cfg=cfg)
+        again = run_forward(family, values, offsets, cfg=cfg), run_backward(family, values, offsets, grad, cfg=cfg)
+        for a, b in zip(first, again):
+            assert torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+@needs_interpreter
+@pytest.mark.parametrize("family", FAMILIES)
+def test_kernels_stay_in_bounds_on_invalid_offsets(family):
+    # offsets far outside values (negative, past N, decreasing): clamped into [0, N), unspecified values, no fault
+    values = torch.randn(6, 3)
+    offsets = torch.tensor([0, -10**12, 10**12, 3, 2**40], dtype=torch.int64)
+    for cfg in (None, TileConfig(2, 2, 1)):
+        assert run_forward(family, values, offsets, cfg=cfg).shape == (6, 3)
+        assert run_backward(family, values, offsets, torch.randn(6, 3), cfg=cfg).shape == (6, 3)
+
+
+def test_softmax_of_a_column_of_minus_infinity_is_nan_like_torch():
+    values, offsets = make([3, 4], 2, FP32)
+    values[3:, 0] = float("-inf")  # sequence 1, column 0: all -inf
+    values[0, 1] = float("-inf")  # sequence 0, column 1: one -inf among finite values
+    expected = torch.cat([torch.softmax(values[:3], 0), torch.softmax(values[3:], 0)]).double()
+    for out in (jaggedperf.jagged_softmax(values, offsets), run_forward("softmax", values, offsets)
+                if INTERPRETING else None, run_forward("softmax", values, offsets, cfg=TileConfig(2, 2, 1))
+                if INTERPRETING else None):
+        if out is not None:
+            assert_close(out, expected, FP32)
+
+
+
+
+
+def test_tile_covers_max_seqlen_and_keeps_to_the_budget():
+    assert tile_config(64, 100) == TileConfig(128, 64, 8)
+    assert tile_config(64, None).block_l * 64 == tile_config(3, 10**6).block_l * 4 == 8192
+    assert tile_config(1000, 5) == TileConfig(8, 256, 4)
+    assert tile_config(3, 0).block_l == 1
+
+
+# --- the operators as PyTorch sees them -------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16], ids=["fp32", "bf16"])
+def test_opcheck_every_operator(dtype):
+    values, offsets = make([3, 0, 4, 1], 5, dtype)
+    values.requires_grad_(True)
+    grad = torch.randn(values.shape).to(dtype)
+    out = OPS.jagged_softmax(values, offsets).detach()
+    for op, args in [
+        (OPS.jagged_softmax, (values, offsets)),
+        (OPS.jagged_softmax, (values, offsets, 4)),
+        (OPS.jagged_softmax_backward, (out, grad, offsets)),
+        (OPS.jagged_layer_norm, (values, offsets, EPS)),
+        (OPS.jagged_layer_norm, (values, offsets, 1e-3, 4)),
+        (OPS.jagged_layer_norm_backward, (values.detach(), grad, offsets, EPS, 4)),
+    ]:
+        torch.library.opcheck(op, args)
+    torch.library.opcheck(OPS.jagged_softmax, (torch.randn(0, 3), torch.zeros(1, dtype=torch.int32)))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gradcheck_of_the_cpu_path(family):
+    values, offsets = make([3, 0, 4, 1, 6], 3, torch.float64)
+    values.requires_grad_(True)
+    fn = (lambda v: OPS.jagged_softmax(v, offsets)) if family == "softmax" else \
+        (lambda v: OPS.jagged_layer_norm(v, offsets, EPS))  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (values,))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_compile_fullgraph_dynamic_matches_reference_without_recompiling(family):
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()  # the other family's run compiled this lambda's code object: start from none
+    counter = CompileCounterWithBackend("inductor")
+    fn = PUBLIC[family]
+    compiled = torch.compile(lambda v, o: fn(v, o) * 2, fullgraph=True, dynamic=True, backend=counter)
+    frames = []
+    for lengths in ([5, 0, 7, 2, 9], [1, 3, 11, 4, 2, 2, 8, 1], [30, 2]):
+        values, offsets = make(lengths, 7, FP32)
+        assert_close(compiled(values, offsets), 2 * reference(family, values, offsets), FP32)
+        frames.append(counter.frame_count)
+    # compiled once (layer norm's first compile restarts its analysis once: a float scalar tensorified), then
+    # new B and N reuse it
+    assert frames[0] >= 1 and frames[1:] == frames[:1] * 2
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_compile_backward_through_the_operator(family):
+    values, offsets = make([5, 1, 7], 4, FP32)
+    values.requires_grad_(True)
+    fn = PUBLIC[family]
+    torch.compile(lambda v, o: (fn(v, o) * torch.arange(4.0)).square().sum(), fullgraph=True,
+                  backend="aot_eager")(values, offsets).backward()
+    eager = values.detach().clone().requires_grad_(True)
+    (fn(eager, offsets) * torch.arange(4.0)).square().sum().backward()
+    torch.testing.assert_close(values.grad, eager.grad)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_nested_tensor_in_nested_tensor_out_with_its_gradient(family):
+    values, offsets = make([3, 1, 5], 4, FP32)
+    nt = torch.nested.nested_tensor_from_jagged(values, offsets, max_seqlen=5)
+    out = PUBLIC[family](nt)
+    assert out.is_nested and out.shape == nt.shape and out._maybe_max_seqlen == 5
+    assert_close(out.values(), reference(family, values, offsets), FP32)
+    nt = torch.nested.nested_tensor_from_jagged(values.clone(), offsets).requires_grad_(True)
+    grad = torch.randn(values.shape)
+    (PUBLIC[family](nt).values() * grad).sum().backward()
+    assert_close(nt.grad.values(), reference_backward(family, values, offsets, grad), FP32)
+
+
+# --- bad inputs: jagged_mean's checks, classes and messages ------------------------------------
+
+V = torch.randn(6, 3)
+O = lengths_to_offsets([2, 4])
+BAD = [
+    ("values-not-tensor", ([[1.0]], O), {}, TypeError, "values and offsets must be torch.Tensor"),
+    ("values-1d", (torch.randn(6), O), {}, ValueError, "values must be 2-D"),
+    ("offsets-2d", (V, O[None]), {}, ValueError, "offsets must be 1-D"),
+    ("offsets-float", (V, O.float()), {}, TypeError, "offsets must be int32 or int64"),
+    ("offsets-empty", (V, O[:0]), {}, ValueError, "offsets must hold B\\+1 >= 1"),
+    ("values-fp64", (V.double(), O), {}, TypeError, "values dtype torch.float64"),
+    ("offsets-missing", (V,), {}, TypeError, "offsets is required"),
+    ("max-seqlen", (V, O), {"max_seqlen": -1}, ValueError, "max_seqlen must be None or an int"),
+    ("meta-device", (V, O.to("meta")), {}, ValueError, "offsets must be on the same device"),
+    ("first-not-zero", (V, torch.tensor([1, 3, 6])), {"validate": True}, ValueError, "offsets\\[0\\] must be 0"),
+    ("last-short", (V, torch.tensor([0, 2, 5])), {"validate": True}, ValueError, "offsets\\[-1\\] must equal"),
+]
+
+
+@pytest.mark.parametrize("name,args,kwargs,exc,match", BAD, ids=[b[0] for b in BAD])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bad_inputs_raise_like_jagged_mean(family, name, args, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        PUBLIC[family](*args, **kwargs)
+    with pytest.raises(exc, match=match):
+        jaggedperf.jagged_mean(*args, **kwargs)
+
+
+@pytest.mark.parametrize("eps", [-1.0, float("nan"), "1e-5", True])
+def test_layer_norm_rejects_a_bad_eps(eps):
+    with pytest.raises(ValueError, match="eps must be a finite float >= 0"):
+        jaggedperf.jagged_layer_norm(V, O, eps=eps)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_batch_of_zero_and_all_empty_sequences_give_empty_results(family):
+    for lengths in ([], [0, 0]):
+        values, offsets = make(lengths, 5, BF16, torch.int32)
+        out = PUBLIC[family](values, offsets, validate=True)
+        assert out.shape == (0, 5) and out.dtype == BF16
