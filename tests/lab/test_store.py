@@ -240,3 +240,26 @@ def test_append_refuses_a_json_document_and_foreign_tails(tmp_path, record):
     partial.write_text('{"environment": {"gpu": "NVI')  # killed while writing the very first line
     append_result(partial, record.results[0])
     assert load_results(partial).results == record.results[:1]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_atomic_writes_follow_the_umask_as_the_sweeps_jsonl_does(tmp_path, record, umask):
+    import os
+
+    old = os.umask(umask)
+    try:
+        write_json(tmp_path / "run.json", record)
+        write_csv(tmp_path / "run.csv", record.results)
+        append_result(tmp_path / "sweep.jsonl", record.results[0])
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == {"run.json": 0o666 & ~umask, "run.csv": 0o666 & ~umask, "sweep.jsonl": 0o666 & ~umask}
+
+
+def test_an_atomic_rewrite_keeps_the_mode_of_the_file_it_replaces(tmp_path, record):
+    path = tmp_path / "run.json"
+    write_json(path, record)
+    path.chmod(0o640)
+    write_json(path, record)
+    assert path.stat().st_mode & 0o777 == 0o640

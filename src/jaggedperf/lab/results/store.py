@@ -390,6 +390,9 @@ def write_json(path: str | os.PathLike, record: RunRecord) -> None:
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
 
+    The file gets the mode a plain ``open(path, "w")`` would give it: the mode of the file it replaces, or
+    ``0o666 & ~umask`` for a new one (as the sweep's JSON lines, which are opened for appending).
+
     Args:
         path: the file to write (its folder is made if missing).
         text: the whole content.
@@ -399,8 +402,10 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = _mode_for(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)  # mkstemp makes it 0600; a plain open() would follow the umask (or keep the old mode)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
             f.flush()
@@ -413,6 +418,29 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
             pass
         raise
     _fsync_dir(path.parent)
+
+
+def _mode_for(path: Path) -> int:
+    """The permission bits ``open(path, "w")`` would leave ``path`` with: its own if it exists, else the umask's."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """This process's umask. Read from /proc where it is there: setting and restoring it (the only portable way)
+    would change it for a moment for every thread of the process."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def csv_row(result: Result) -> dict[str, Any]:
