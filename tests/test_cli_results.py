@@ -2,6 +2,7 @@
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -117,3 +118,18 @@ def test_plot_into_a_chosen_folder(tmp_path, small, capsys):
     write_json(results, small)
     assert main(["plot", str(results), "-o", str(tmp_path / "figs")]) == 0
     assert len(list((tmp_path / "figs").glob("*.png"))) == 5 and not (tmp_path / "run-plots").exists()
+
+
+def test_fail_on_regression_fails_when_nothing_could_be_compared(tmp_path, record, capsys):
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    write_json(a, RunRecord(record.environment, [r for r in record.results if r.case.dtype == "bfloat16"]))
+    write_json(b, RunRecord(record.environment, [r for r in record.results if r.case.dtype != "bfloat16"]))
+    assert main(["compare", str(a), str(b)]) == 0  # not a gate: says so and passes
+    assert "0 cells compared" in capsys.readouterr().out
+    assert main(["compare", str(a), str(b), "--fail-on-regression"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaggedperf: error: --fail-on-regression: nothing could be compared (no cell is in both")
+    failing = [replace(r, status="error", wall=None, device_time=None) for r in record.results if r.case.dtype != "bfloat16"]
+    write_json(c, RunRecord(record.environment, failing))
+    assert main(["compare", str(c), str(c), "--fail-on-regression"]) == 2  # failing on both sides
+    assert f"{len(failing)} cells are in both, none measured in both" in capsys.readouterr().err
