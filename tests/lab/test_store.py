@@ -263,3 +263,44 @@ def test_an_atomic_rewrite_keeps_the_mode_of_the_file_it_replaces(tmp_path, reco
     path.chmod(0o640)
     write_json(path, record)
     assert path.stat().st_mode & 0o777 == 0o640
+
+
+_GOOD = {"op": "x", "implementation": "y", "mode": "eager", "device": "cpu",
+         "case": {"B": 1, "M": 1, "seqlen": 1, "sparsity": 0}}
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"wall": {"mean_ms": 1, "std_ms": 0, "median_ms": "fast", "min_ms": 1, "max_ms": 1, "n": 2}},
+     '"wall.median_ms" must be a number, got a string "fast"'),
+    ({"wall": {"mean_ms": 1, "std_ms": 0, "median_ms": 1, "min_ms": 1, "max_ms": 1, "n": 2.5}},
+     '"wall.n" must be an integer, got a number 2.5'),
+    ({"device_time": {"median_us": 1, "p20_us": 1, "p80_us": 1, "method": "graph", "l2_flushed": "yes"}},
+     '"device_time.l2_flushed" must be true or false, got a string "yes"'),
+    ({"wall": [1, 2]}, '"wall" must be an object or null, got a list [1, 2]'),
+    ({"rel_error": "big"}, '"rel_error" must be a number or null, got a string "big"'),
+    ({"speedup_vs_eager": True}, '"speedup_vs_eager" must be a number or null, got a boolean true'),
+    ({"kernel_names": "abc"}, '"kernel_names" must be a list of strings, got a string "abc"'),
+    ({"extra": []}, '"extra" must be an object, got a list []'),
+    ({"reason": 3}, '"reason" must be a string or null, got a number 3'),
+    ({"case": {"B": "8", "M": 1, "seqlen": 1, "sparsity": 0}}, '"case.B" must be an integer, got a string "8"'),
+    ({"case": {"B": 8, "M": 1, "seqlen": 1, "sparsity": 0, "dtype": None}}, '"case.dtype" must be a string, got null'),
+    ({"op": 7}, '"op" must be a string, got a number 7'),
+])
+def test_a_field_of_the_wrong_type_is_one_clear_error(tmp_path, change, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"environment": {}}\n' + json.dumps({**_GOOD, **change}) + "\n")
+    with pytest.raises(ResultsFileError) as info:
+        load_results(path)
+    assert str(info.value) == f"{path}:2: {message}"
+    doc = tmp_path / "bad.json"
+    doc.write_text(json.dumps({"environment": {}, "results": [_GOOD, {**_GOOD, **change}]}))
+    with pytest.raises(ResultsFileError) as info:
+        load_results(doc)
+    assert str(info.value) == f"{doc}: results[1]: {message}"
+
+
+def test_numbers_may_be_integers_and_optional_fields_null(tmp_path):
+    path = tmp_path / "ok.jsonl"
+    path.write_text(json.dumps({**_GOOD, "compile_s": 2, "wall": None, "rel_error": None, "extra": {"x": [1]}}) + "\n")
+    (r,) = load_results(path).results
+    assert r.compile_s == 2 and r.wall is None
