@@ -18,6 +18,8 @@ from jaggedperf.cli._args import (
     cases_from_args,
     comma_list,
     device_from_args,
+    non_negative_int,
+    positive_int,
     print_error,
 )
 from jaggedperf.cli.lab import _footer, console
@@ -52,9 +54,9 @@ def register(sub) -> None:
     add_case_arguments(p, required=False)
     g = p.add_argument_group("measurement")
     g.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is present, else cpu")
-    g.add_argument("--warmup", type=int, default=50, help="warm-up calls before timing (seed: 50)")
-    g.add_argument("--iters", type=int, default=200, help="timed calls (seed: 200)")
-    g.add_argument("--profile-calls", type=int, default=10, help="calls profiled for kernels (default 10)")
+    g.add_argument("--warmup", type=non_negative_int, default=50, help="warm-up calls before timing (seed: 50)")
+    g.add_argument("--iters", type=positive_int, default=200, help="timed calls (seed: 200)")
+    g.add_argument("--profile-calls", type=positive_int, default=10, help="calls profiled for kernels (default 10)")
     g.add_argument("--byte-limit", type=byte_size, default=DEFAULT_BYTE_LIMIT,
                    help="skip a cell whose largest tensor passes this (default 8GB)")
     g.add_argument("--flush-l2", action="store_true",

@@ -51,6 +51,14 @@ class Options:
     trace_dir: str | None = None  # write a chrome trace per cell here
     cold_compile: bool = True  # turn off Inductor's on-disk caches so compile time is a cold compile
 
+    def __post_init__(self) -> None:
+        # Checked here, not only by the CLI: 0 timed calls fails every cell's wall statistics, and a
+        # negative count would silently mean none.
+        if self.iters < 1 or self.warmup < 0 or self.profile_calls < 1 or self.byte_limit < 0:
+            raise ValueError(f"Options need iters >= 1, warmup >= 0, profile_calls >= 1 and byte_limit >= 0; got "
+                             f"iters={self.iters}, warmup={self.warmup}, profile_calls={self.profile_calls}, "
+                             f"byte_limit={self.byte_limit}")
+
 
 def default_device() -> torch.device:
     """The device cells run on by default: CUDA when a GPU is present, else the CPU."""
