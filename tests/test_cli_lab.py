@@ -212,3 +212,8 @@ def test_options_refuse_counts_that_measure_nothing():
             Options(**bad)
     assert Options(iters=1, warmup=0).iters == 1
 
+
+def test_run_of_a_batch_size_too_large_to_draw_skips_its_cells(capsys):
+    assert main(["run", "--B", "1000000000000", "--M", "3", "--seqlen", "10", "--sparsity", "0.5", "--warmup", "1",
+                 "--iters", "2", "--impls", "segment_reduce", "--modes", "eager", "--device", "cpu"]) == 0
+    assert "skipped" in capsys.readouterr().out

@@ -94,3 +94,10 @@ def test_bad_flag_values_are_argument_errors(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as exc:
         main(["sweep", "--out", str(tmp_path / "r.jsonl"), "--preset", "seed", *args, "--plan"])
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_batch_size_too_large_to_draw_is_skipped_before_dispatch_not_a_crash(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert main(["sweep", "--out", str(out), "--B", "1000000000000", "8", "--M", "3", "--seqlen", "10",
+                 "--sparsity", "0.5", "--impls", "segment_reduce", "--modes", "eager", "--device", "cpu", "--plan"]) == 0
+    assert planned(capsys.readouterr().out) == {"cells": 2, "cases": 2, "done": 0, "too_large": 1, "to_run": 1}

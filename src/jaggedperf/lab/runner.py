@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 import torch
 
 from jaggedperf.impls.registry import Batch, Implementation, get_implementation, get_op
-from jaggedperf.inputs import Case
+from jaggedperf.inputs import Case, length_bounds
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab import timing
 from jaggedperf.lab.env import environment
@@ -182,10 +182,33 @@ class InputTooLarge(Exception):
 
 
 def input_too_large(case: Case, byte_limit: int) -> InputTooLarge | None:
-    """Why ``case``'s values tensor is over ``byte_limit`` (cheap: only the lengths are drawn), or None."""
+    """Why ``case``'s values (or offsets) tensor is over ``byte_limit``, or None.
+
+    Arithmetic first, from the case's numbers: the offsets take (B+1)·8 bytes, and the values at least
+    B·low·M·itemsize and at most B·high·M·itemsize (``inputs.length_bounds``). Only when the limit falls
+    between the two bounds are the B lengths drawn (on the CPU) for the exact size: drawing them for a huge B
+    would itself be the allocation the limit is there to prevent.
+
+    Args:
+        case: the case.
+        byte_limit: the largest tensor allowed, in bytes.
+
+    Returns:
+        An ``InputTooLarge`` saying which tensor would take how much, or None.
+    """
+    limit = f"byte limit {byte_limit / 1e9:.2f} GB"
+    offsets_bytes = (case.B + 1) * 8
+    if offsets_bytes > byte_limit:
+        return InputTooLarge(f"offsets would take {offsets_bytes / 1e9:.2f} GB > {limit}")
+    low, high = length_bounds(case)
+    row_bytes = case.M * torch.empty((), dtype=case.torch_dtype).element_size()
+    if case.B * high * row_bytes <= byte_limit:
+        return None
+    if case.B * low * row_bytes > byte_limit:
+        return InputTooLarge(f"values would take at least {case.B * low * row_bytes / 1e9:.2f} GB > {limit}")
     values_bytes = case.values_nbytes()
     if values_bytes > byte_limit:
-        return InputTooLarge(f"values would take {values_bytes / 1e9:.2f} GB > byte limit {byte_limit / 1e9:.2f} GB")
+        return InputTooLarge(f"values would take {values_bytes / 1e9:.2f} GB > {limit}")
     return None
 
 
