@@ -217,3 +217,29 @@ def test_run_of_a_batch_size_too_large_to_draw_skips_its_cells(capsys):
     assert main(["run", "--B", "1000000000000", "--M", "3", "--seqlen", "10", "--sparsity", "0.5", "--warmup", "1",
                  "--iters", "2", "--impls", "segment_reduce", "--modes", "eager", "--device", "cpu"]) == 0
     assert "skipped" in capsys.readouterr().out
+
+
+# --- outputs that cannot be written are refused before anything is measured ------------------------
+
+
+@pytest.mark.parametrize("command,flag", [("run", "--json"), ("run", "--csv"), ("repro", "--json"),
+                                          ("doctor", "--json")])
+@pytest.mark.parametrize("where", ["through_a_file", "a_directory"])
+def test_an_unwritable_output_is_refused_before_measuring(tmp_path, capsys, monkeypatch, command, flag, where):
+    from jaggedperf.lab import runner
+    from jaggedperf.lab.doctor import gather
+
+    def measured(*_a, **_k):
+        raise AssertionError("measured before checking the output")
+
+    monkeypatch.setattr(runner.CellRunner, "__call__", measured)
+    monkeypatch.setattr(gather, "gather_all", measured)
+    (tmp_path / "file").write_text("")
+    path = tmp_path / "file" / "out.json" if where == "through_a_file" else tmp_path
+    argv = {"run": ["run", *SMALL, "--impls", "segment_reduce", "--modes", "eager"],
+            "repro": ["repro", "--modes", "eager"], "doctor": ["doctor", "--impls", "sum_padded"]}[command]
+    assert main([*argv, "--device", "cpu", flag, str(path)]) == 2
+    captured = capsys.readouterr()
+    reason = "a folder on its path is a file" if where == "through_a_file" else "is a directory"
+    assert captured.err.startswith(f"jaggedperf: error: cannot write {path}: ") and reason in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""

@@ -101,3 +101,17 @@ def test_a_batch_size_too_large_to_draw_is_skipped_before_dispatch_not_a_crash(t
     assert main(["sweep", "--out", str(out), "--B", "1000000000000", "8", "--M", "3", "--seqlen", "10",
                  "--sparsity", "0.5", "--impls", "segment_reduce", "--modes", "eager", "--device", "cpu", "--plan"]) == 0
     assert planned(capsys.readouterr().out) == {"cells": 2, "cases": 2, "done": 0, "too_large": 1, "to_run": 1}
+
+
+def test_an_unwritable_out_is_refused_before_any_worker_starts(tmp_path, capsys, monkeypatch):
+    from jaggedperf.lab import sweep
+
+    monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: pytest.fail("the sweep started"))
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "r.jsonl"
+    assert main(["sweep", "--out", str(out), *TINY, "--impls", "segment_reduce", "--modes", "eager", "--plan"]) == 0
+    capsys.readouterr()  # --plan reads, and so may look at a file it cannot write
+    assert main(["sweep", "--out", str(out), *TINY, "--impls", "segment_reduce", "--modes", "eager"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"jaggedperf: error: cannot write {out}: {tmp_path / 'file'}: a folder on its path is a file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]

@@ -304,3 +304,19 @@ def test_numbers_may_be_integers_and_optional_fields_null(tmp_path):
     path.write_text(json.dumps({**_GOOD, "compile_s": 2, "wall": None, "rel_error": None, "extra": {"x": [1]}}) + "\n")
     (r,) = load_results(path).results
     assert r.compile_s == 2 and r.wall is None
+
+
+def test_check_writable_refuses_what_the_writers_would_fail_on_and_leaves_nothing_behind(tmp_path):
+    from jaggedperf.lab.results.store import check_writable
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(NotADirectoryError) as info:
+        check_writable(blocker / "deeper" / "r.json")
+    assert info.value.filename == str(blocker)
+    with pytest.raises(IsADirectoryError):
+        check_writable(tmp_path)
+    check_writable(tmp_path / "new" / "folders" / "r.json")  # the writers make folders: fine, and none made yet
+    check_writable(tmp_path / "r.json")
+    check_writable(blocker)  # an existing file: opened for appending, unchanged
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"] and blocker.read_text() == "x"

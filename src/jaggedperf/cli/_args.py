@@ -10,6 +10,7 @@ import torch
 
 from jaggedperf.inputs import DEFAULT_SEED, DISTRIBUTIONS, Case, canonical_dtype
 from jaggedperf.lab.grid import SEED_CASES  # noqa: F401  (the seed's shapes, for repro)
+from jaggedperf.lab.results.store import check_writable
 from jaggedperf.lab.runner import DEFAULT_BYTE_LIMIT, Options
 
 SEED_IMPLEMENTATIONS = ("unbind_mean", "nanmean_padded", "sum_padded")
@@ -120,7 +121,21 @@ def print_error(err, problem) -> None:
     """``jaggedperf: error: …`` on the stderr console ``err``: an exception's first argument (a KeyError's
     without the quotes str() adds), or a text as it is."""
     text = problem.args[0] if isinstance(problem, BaseException) and problem.args else problem
-    err.print(f"jaggedperf: error: {text}", markup=False, highlight=False)
+    err.print(f"jaggedperf: error: {text}", markup=False, highlight=False, soft_wrap=True)  # one line, for logs and grep
+
+
+def unwritable(*paths) -> str | None:
+    """Why one of the output ``paths`` (None: not asked for) cannot be written, or None; checked before a
+    command measures anything, so that its results are not lost at the end (``store.check_writable``)."""
+    for path in paths:
+        if path is None:
+            continue
+        try:
+            check_writable(path)
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename and str(exc.filename) != str(path) else ""
+            return f"cannot write {path}: {where}{exc.strerror or exc}"
+    return None
 
 
 def device_from_args(args: argparse.Namespace) -> torch.device | None:

@@ -21,6 +21,7 @@ from jaggedperf.cli._args import (
     non_negative_int,
     positive_int,
     print_error,
+    unwritable,
 )
 from jaggedperf.cli.lab import _footer, console
 from jaggedperf.impls.registry import implementation_names
@@ -113,6 +114,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except (KeyError, ValueError) as exc:
         print_error(err, exc)
         return 2
+    problem = unwritable(args.json)
+    if problem:
+        print_error(err, problem)
+        return 2
     options = doctor_options(args)
     if options.device.type == "cpu":
         err.print("[yellow]No CUDA GPU in use: running on the CPU. Wall time only: device time, kernels and the "
@@ -121,7 +126,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             err.print("[yellow]--trace: traces need CUDA (torch.profiler device activity); none written.[/yellow]")
             options.trace_dir = None
     if options.trace_dir:
-        os.makedirs(options.trace_dir, exist_ok=True)
+        try:
+            os.makedirs(options.trace_dir, exist_ok=True)
+        except OSError as exc:
+            print_error(err, f"cannot make the trace folder {options.trace_dir}: {exc.strerror or exc}")
+            return 2
     started = time.perf_counter()
     try:
         budget = None if args.compile_budget < 0 else args.compile_budget

@@ -18,6 +18,7 @@ from jaggedperf.cli._args import (
     options_from_args,
     positive_seconds,
     print_error,
+    unwritable,
 )
 from jaggedperf.cli.lab import OP, console
 from jaggedperf.impls.registry import implementation_names
@@ -113,9 +114,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out.print(_plan_line(plan, len(cases), slots), markup=False, highlight=False)
     if args.plan:
         return 0
+    log_path = Path(args.out).with_name(Path(args.out).stem + ".workers.log")
+    problem = unwritable(args.out, log_path)  # before any worker starts: a sweep that cannot save must not run
+    if problem:
+        print_error(err, problem)
+        return 2
     if slots[0].device == "cpu":
         err.print("[yellow]No CUDA GPU in use: the sweep runs on the CPU, one worker.[/yellow]")
-    log_path = Path(args.out).with_name(Path(args.out).stem + ".workers.log")
     settings = sweep.Settings(timeout_s=args.timeout, plugins=tuple(plugins), log_path=str(log_path))
     try:
         outcome = run_with_progress(plan, slots, options, settings, err)

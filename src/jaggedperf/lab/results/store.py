@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import errno
 import functools
 import io
 import json
@@ -459,6 +460,41 @@ def _fsync_dir(directory: Path) -> None:
 
 
 # --- whole files ----------------------------------------------------------------------------------
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Raise if ``path`` could not be written by ``write_text_atomic`` or appended to, before any work is done
+    for it (a run that can only fail to save its results should not start).
+
+    Nothing is left behind: an existing file is opened for appending and closed unchanged; in an existing
+    folder a temporary file is made and removed; a missing folder (which the writers would make) is not made,
+    its nearest existing ancestor must be a folder this process may write into.
+
+    Args:
+        path: the output file.
+
+    Raises:
+        OSError: with ``filename`` and ``strerror``: a directory, a path through a file, a folder that cannot
+            be written, a read-only file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+    if path.exists():
+        with open(path, "ab"):
+            return
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "a folder on its path is a file", str(folder))
+    if folder != path.parent:  # the writer would make the missing folders here
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "cannot make its folder (permission denied)", str(folder))
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=folder)
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def write_json(path: str | os.PathLike, record: RunRecord) -> None:
