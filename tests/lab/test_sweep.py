@@ -348,3 +348,17 @@ def test_faults_on_a_gpu_worker(tmp_path, sweep_plugin):
     assert by_impl[DEVICE_ASSERT].status == ERROR
     assert any("the device is unusable" in n for n in notes)  # a sticky CUDA error: the worker was replaced
     assert by_impl["segment_reduce"].status == OK  # ... and the cell after it ran on a fresh one
+
+
+def test_a_worker_records_an_implementation_that_changes_its_inputs_and_measures_the_next_on_the_real_batch(
+        tmp_path, sweep_plugin):
+    import_plugins([sweep_plugin])
+    from lab.sweep_plugin import MUTATES
+
+    out = tmp_path / "r.jsonl"
+    p = plan(out, [C1], ["segment_reduce", MUTATES, "sum_padded"], ["eager"])
+    sweep.run_sweep(p, CPU, OPTIONS, backend=_Threads())
+    by_impl = {r.implementation: r for r in store.load_results(out).results}
+    assert by_impl[MUTATES].status == ERROR and by_impl[MUTATES].reason.startswith("changed its inputs in place (values)")
+    assert by_impl["segment_reduce"].status == by_impl["sum_padded"].status == OK  # not "wrong", rel. error 1
+    assert by_impl["sum_padded"].rel_error < 1e-5
