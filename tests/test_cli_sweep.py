@@ -115,3 +115,24 @@ def test_an_unwritable_out_is_refused_before_any_worker_starts(tmp_path, capsys,
     err = capsys.readouterr().err
     assert err.startswith(f"jaggedperf: error: cannot write {out}: {tmp_path / 'file'}: a folder on its path is a file")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_second_sweep_on_the_same_out_is_refused_naming_the_holder(tmp_path, capsys):
+    from lab.test_sweep import _hold_in_another_process
+
+    out = tmp_path / "r.jsonl"
+    holder = _hold_in_another_process(out)
+    try:
+        args = ["sweep", "--out", str(out), *TINY, "--impls", "segment_reduce", "--modes", "eager"]
+        assert main([*args, "--plan"]) == 0  # reading is not writing
+        capsys.readouterr()
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"jaggedperf: error: another sweep (pid {holder.pid} on ")
+        assert f"is writing to {out} (it holds {out}.lock); wait for it to end, or give another --out" in err
+        assert not out.exists()
+    finally:
+        holder.kill()
+        holder.wait(10)
+    assert main(args) == 0  # the holder died: its lock went with it
+    assert len(load_results(out).results) == 2

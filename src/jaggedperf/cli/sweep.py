@@ -104,21 +104,43 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                             seed=_flat(args.seed))
         options = options_from_args(args)
         slots = sweep.worker_slots(args.gpus, args.device)
-        plan = sweep.plan_sweep(args.out, args.op, cases, args.impls or implementation_names(args.op), args.modes,
-                                byte_limit=options.byte_limit, device=slots[0].device)
-    except (PluginError, KeyError, ValueError, ResultsFileError) as exc:
+        impls = args.impls or implementation_names(args.op)
+    except (PluginError, KeyError, ValueError) as exc:
+        print_error(err, exc)
+        return 2
+    log_path = Path(args.out).with_name(Path(args.out).stem + ".workers.log")
+    if args.plan:  # reads only: no lock, no check that the file could be written
+        return _plan(args, cases, impls, options, slots, out, err)
+    problem = unwritable(args.out, log_path)  # before any worker starts: a sweep that cannot save must not run
+    if problem:
+        print_error(err, problem)
+        return 2
+    try:
+        with sweep.hold_lock(args.out):  # from before planning: a second sweep would plan the same cells
+            plan = _plan(args, cases, impls, options, slots, out, err)
+            if not isinstance(plan, sweep.SweepPlan):
+                return plan
+            return _run(args, plan, slots, options, plugins, log_path, out, err)
+    except sweep.SweepLocked as exc:
+        print_error(err, exc)
+        return 2
+
+
+def _plan(args, cases, impls, options, slots, out: Console, err: Console) -> sweep.SweepPlan | int:
+    """The plan, with its line printed; with --plan, the exit code instead (0, or 2 for a bad request)."""
+    try:
+        plan = sweep.plan_sweep(args.out, args.op, cases, impls, args.modes, byte_limit=options.byte_limit,
+                                device=slots[0].device)
+    except (KeyError, ValueError, ResultsFileError) as exc:
         print_error(err, exc)
         return 2
     for warning in plan.warnings:
         err.print(f"jaggedperf: warning: {warning}", markup=False, highlight=False)
     out.print(_plan_line(plan, len(cases), slots), markup=False, highlight=False)
-    if args.plan:
-        return 0
-    log_path = Path(args.out).with_name(Path(args.out).stem + ".workers.log")
-    problem = unwritable(args.out, log_path)  # before any worker starts: a sweep that cannot save must not run
-    if problem:
-        print_error(err, problem)
-        return 2
+    return 0 if args.plan else plan
+
+
+def _run(args, plan, slots, options, plugins, log_path: Path, out: Console, err: Console) -> int:
     if slots[0].device == "cpu":
         err.print("[yellow]No CUDA GPU in use: the sweep runs on the CPU, one worker.[/yellow]")
     settings = sweep.Settings(timeout_s=args.timeout, plugins=tuple(plugins), log_path=str(log_path))

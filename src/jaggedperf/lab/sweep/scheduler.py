@@ -35,6 +35,7 @@ from jaggedperf.lab import runner
 from jaggedperf.lab.env import environment
 from jaggedperf.lab.result import ERROR, Result
 from jaggedperf.lab.results import store
+from jaggedperf.lab.sweep import lock
 from jaggedperf.lab.sweep.backend import Backend, WorkerHandle
 from jaggedperf.lab.sweep.local import LocalProcesses
 from jaggedperf.lab.sweep.plan import SweepPlan
@@ -95,16 +96,18 @@ def run_sweep(plan: SweepPlan, slots: list[WorkerSlot], options: runner.Options,
 
     Raises:
         SweepError: no worker could start, or every slot was given up.
+        lock.SweepLocked: another process's sweep is writing to ``plan.out``.
         ValueError: no slot.
         store.ResultsFileError, OSError: the results file cannot be read or appended to.
     """
     settings = settings or Settings()
-    sweep = _Sweep(plan, slots, options, settings, on_start or _nothing, on_result or _nothing, on_note or _nothing,
-                   backend or LocalProcesses())
-    try:
-        return sweep.run()
-    finally:
-        sweep.close()
+    with lock.hold(plan.out):  # already held when the caller took it before planning, as the CLI does
+        sweep = _Sweep(plan, slots, options, settings, on_start or _nothing, on_result or _nothing,
+                       on_note or _nothing, backend or LocalProcesses())
+        try:
+            return sweep.run()
+        finally:
+            sweep.close()
 
 
 def _nothing(*_args) -> None:
