@@ -228,12 +228,15 @@ def test_a_huge_case_is_judged_by_arithmetic_without_drawing_its_lengths(monkeyp
 
     monkeypatch.setattr(inputs, "make_lengths", no_drawing)
     inputs._total_length.cache_clear()
-    huge = runner.input_too_large(Case(10**12, 3, 10, 0.5), runner.DEFAULT_BYTE_LIMIT)  # offsets: 8 TB
-    assert str(huge) == "offsets would take 8000.00 GB > byte limit 8.00 GB"
+    huge = runner.input_too_large(Case(10**12, 3, 10, 0.5), runner.DEFAULT_BYTE_LIMIT)  # ≥ 2 rows each
+    assert str(huge) == "values would take at least 24000.00 GB > byte limit 8.00 GB"
+    empty_ok = runner.input_too_large(Case(10**12, 3, 10, 0.5, "heavy"), runner.DEFAULT_BYTE_LIMIT)  # may be empty
+    assert str(empty_ok) == "offsets would take 8000.00 GB > byte limit 8.00 GB"
     wide = runner.input_too_large(Case(10**6, 4096, 1000, 0.5), runner.DEFAULT_BYTE_LIMIT)  # ≥ 200 rows each
     assert str(wide).startswith("values would take at least 3276.80 GB > byte limit")
     assert runner.input_too_large(Case(10**6, 1, 100, 0.5, "heavy"), runner.DEFAULT_BYTE_LIMIT) is None  # ≤ 400 MB
-    record = runner.run(runner.plan("jagged_mean", [Case(10**12, 3, 10, 0.5)], ["segment_reduce"], ["eager"]), quick())
+    record = runner.run(runner.plan("jagged_mean", [Case(10**12, 3, 10, 0.5, "heavy")], ["segment_reduce"], ["eager"]),
+                        quick())
     (r,) = record.results
     assert r.status == SKIPPED and r.reason == "input: offsets would take 8000.00 GB > byte limit 8.00 GB"
 

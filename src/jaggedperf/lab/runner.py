@@ -236,15 +236,15 @@ def input_too_large(case: Case, byte_limit: int) -> InputTooLarge | None:
         An ``InputTooLarge`` saying which tensor would take how much, or None.
     """
     limit = f"byte limit {byte_limit / 1e9:.2f} GB"
-    offsets_bytes = (case.B + 1) * 8
-    if offsets_bytes > byte_limit:
-        return InputTooLarge(f"offsets would take {offsets_bytes / 1e9:.2f} GB > {limit}")
     low, high = length_bounds(case)
     row_bytes = case.M * torch.empty((), dtype=case.torch_dtype).element_size()
-    if case.B * high * row_bytes <= byte_limit:
-        return None
     if case.B * low * row_bytes > byte_limit:
         return InputTooLarge(f"values would take at least {case.B * low * row_bytes / 1e9:.2f} GB > {limit}")
+    offsets_bytes = (case.B + 1) * 8  # checked before any drawing: the draw makes B-element tensors
+    if offsets_bytes > byte_limit:
+        return InputTooLarge(f"offsets would take {offsets_bytes / 1e9:.2f} GB > {limit}")
+    if case.B * high * row_bytes <= byte_limit:
+        return None
     values_bytes = case.values_nbytes()
     if values_bytes > byte_limit:
         return InputTooLarge(f"values would take {values_bytes / 1e9:.2f} GB > {limit}")
