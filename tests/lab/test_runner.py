@@ -71,6 +71,7 @@ def test_run_records_ok_cells_with_wall_stats_and_speedups():
             record.results[[x.implementation for x in record.results].index(r.implementation)].wall.median_ms
             / r.wall.median_ms)
     assert record.environment["torch"] == torch.__version__
+    assert record.environment["settings"] == quick().settings() and record.environment["settings"]["iters"] == 3
 
 
 def test_a_raising_implementation_is_recorded_and_the_run_goes_on(extra_impls):

@@ -77,6 +77,35 @@ def test_plan_groups_by_case_eager_first_and_skips_what_is_done_or_too_large(tmp
     assert all(r.status == SKIPPED and "byte limit" in r.reason for r in p.too_large)
 
 
+
+def test_retry_plans_only_the_cells_whose_latest_result_is_an_error_and_settings_are_checked(tmp_path):
+    out = tmp_path / "r.jsonl"
+    settings = OPTIONS.settings()
+    store.write_environment_header(out, {"torch": "x", "settings": settings}, None)
+    statuses = {"sum_padded": ERROR, "segment_reduce": "wrong", "nanmean_padded": SKIPPED, "unbind_mean": ERROR}
+    for impl, status in statuses.items():
+        store.append_result(out, Result("jagged_mean", impl, "eager", C1, "cpu", status=status, reason="r"))
+    store.append_result(out, Result("jagged_mean", "unbind_mean", "eager", C1, "cpu"))  # failed, then ok
+    impls = list(statuses)
+    p = plan(out, [C1], impls, ["eager"])
+    assert (p.done, p.to_run, p.retried) == (4, 0, {})
+    p = sweep.plan_sweep(out, "jagged_mean", [C1], impls, ["eager"], byte_limit=runner.DEFAULT_BYTE_LIMIT,
+                         device="cpu", settings=settings, retry_failed=True)
+    assert [c.implementation for u in p.units for c in u] == ["sum_padded"] and p.done == 3
+    assert p.retried == {p.units[0][0].key: {"status": ERROR, "reason": "r"}}
+    other = {**settings, "iters": settings["iters"] + 1}
+    with pytest.raises(sweep.SettingsChanged, match=r"iters: 2 in the file, 3 now \(--accept-settings"):
+        sweep.plan_sweep(out, "jagged_mean", [C1], impls, ["eager"], byte_limit=runner.DEFAULT_BYTE_LIMIT,
+                         device="cpu", settings=other, retry_failed=True)
+    quiet = sweep.plan_sweep(out, "jagged_mean", [C1], impls, ["eager"], byte_limit=runner.DEFAULT_BYTE_LIMIT,
+                             device="cpu", settings=other)  # nothing to run: nothing measured differently
+    assert quiet.to_run == 0 and quiet.settings_changes == []
+    old = tmp_path / "old.jsonl"  # written before settings were recorded
+    store.append_result(old, Result("jagged_mean", "sum_padded", "eager", C1, "cpu"))
+    p = sweep.plan_sweep(old, "jagged_mean", [C1, C2], ["sum_padded"], ["eager"],
+                         byte_limit=runner.DEFAULT_BYTE_LIMIT, device="cpu", settings=settings)
+    assert p.to_run == 1 and "records no measurement settings" in p.warnings[-1]
+
 def test_plugins_come_from_flags_and_the_environment():
     assert plugin_names(["a", "b"], {"JAGGEDPERF_PLUGINS": " b, c ,,"}) == ["a", "b", "c"]
     assert plugin_names([], {}) == []

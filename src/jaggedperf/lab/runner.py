@@ -61,6 +61,22 @@ class Options:
                              f"byte_limit={self.byte_limit}")
 
 
+    def settings(self, device: str | None = None) -> dict:
+        """How cells are measured, as a results file's header records it (``environment["settings"]``): a
+        resumed sweep must measure its new cells the same way as the old ones.
+
+        Args:
+            device: the device type the cells run on (default: this ``device``'s type; a sweep's workers
+                each set their own).
+
+        Returns:
+            ``{name: value}``, JSON-serialisable; the trace folder is left out (it changes no number).
+        """
+        return {"device": device or self.device.type, "warmup": self.warmup, "iters": self.iters,
+                "byte_limit": self.byte_limit, "flush_l2": self.flush_l2, "device_time": self.device_time,
+                "profile_calls": self.profile_calls, "dynamic": self.dynamic, "cold_compile": self.cold_compile}
+
+
 def default_device() -> torch.device:
     """The device cells run on by default: CUDA when a GPU is present, else the CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -110,7 +126,7 @@ def run(
         The record: the environment (with what the implementations' setup hooks returned), the copy
         bandwidth, and one result per cell in plan order, speedups filled in.
     """
-    record = RunRecord(environment(), [], measure_copy_bandwidth(options.device))
+    record = RunRecord({**environment(), "settings": options.settings()}, [], measure_copy_bandwidth(options.device))
     run_one = CellRunner(options, record.copy_gbps)
     for cell in cells:
         if on_start:

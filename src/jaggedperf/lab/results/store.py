@@ -7,7 +7,8 @@ Two forms are read:
   header ``{"environment": {...}, "copy_gbps": ...}`` or one ``Result.to_dict()`` (a line holding a whole
   document, with ``"results"``, is read as a header plus its results). A resumed sweep appends a new
   header: the first environment wins and the later ones that differ from it are kept, in order, in
-  ``environment["more"]``. A cell written twice keeps its later line.
+  ``environment["more"]``. A cell written twice keeps its later line (with a warning, unless the later
+  line is a retry: ``extra["retry"]``, written by ``sweep --retry-failed``).
 
 A process killed while appending loses at most the line in flight: each line is written with one
 ``write`` and then flushed and fsync'ed. Such an unfinished last line (no newline, not JSON) is skipped
@@ -36,6 +37,7 @@ from typing import Any, Iterable
 from jaggedperf.inputs import Case
 from jaggedperf.lab.result import STATUSES, DeviceTime, Result, RunRecord, WallStats
 
+RETRY = "retry"  # extra[RETRY] on a result: it re-ran a failed cell of the file (what failed, from the scheduler)
 RESULT_KEYS = ("op", "implementation", "mode", "case", "device")  # a result line needs at least these
 CASE_KEYS = ("B", "M", "seqlen", "sparsity")  # a case needs at least these (the rest have defaults)
 _MARKERS = ('{"environment"', '{"op"')  # how the lines this module writes begin
@@ -161,7 +163,7 @@ def _read_lines(path: Path, text: str) -> tuple[RunRecord, list[str]]:
 
     def add_result(lineno: int, d: dict, where: str) -> None:
         result = _result_from_dict(path, lineno, d, where)
-        if result.key in results:
+        if result.key in results and RETRY not in result.extra:  # a retry (sweep --retry-failed) is meant to repeat
             warnings.append(
                 f"{path}:{lineno}: repeats the cell of line {seen_at[result.key]} "
                 f"({result.implementation} {result.mode} {result.case.label}); the later line is kept"
