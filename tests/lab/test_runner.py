@@ -246,7 +246,7 @@ def test_a_huge_case_is_judged_by_arithmetic_without_drawing_its_lengths(monkeyp
 
 
 def test_a_fingerprint_changes_with_any_element_and_with_order_not_with_a_copy():
-    from jaggedperf.lab.fingerprint import CHUNK, fingerprint
+    from jaggedperf.lab.fingerprint import CHUNK, STEP, fingerprint
 
     x = torch.randn(CHUNK + 1000, 3)  # spans two chunks
     base = int(fingerprint(x))
@@ -256,6 +256,8 @@ def test_a_fingerprint_changes_with_any_element_and_with_order_not_with_a_copy()
         y = x.clone()
         change(y)
         assert int(fingerprint(y)) != base
+    bits = x.view(-1).view(torch.int32).to(torch.int64)  # the definition, in one piece: Σ bits_i·(i·STEP + 1)
+    assert base == int((bits * (torch.arange(bits.numel()) * STEP + 1)).sum())
     zero = torch.zeros(4)
     assert int(fingerprint(zero)) != int(fingerprint(-zero))  # bit for bit: -0.0 is a change
     for t in (torch.arange(10), torch.ones(3, dtype=torch.bfloat16), torch.ones(2, dtype=torch.bool), torch.empty(0)):

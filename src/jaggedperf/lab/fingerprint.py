@@ -35,11 +35,18 @@ def fingerprint(t: torch.Tensor) -> torch.Tensor:
     total = torch.zeros((), dtype=torch.int64, device=t.device)
     if bits.numel() == 0:
         return total
-    steps = torch.arange(min(bits.numel(), CHUNK), dtype=torch.int64, device=t.device)
+    # Weight of element start + j: (start + j)·STEP + 1 = base_j + start·STEP, so a chunk adds
+    # Σ x_j·base_j + (start·STEP)·Σ x_j: the weights are made once, not per chunk.
+    base = torch.arange(min(bits.numel(), CHUNK), dtype=torch.int64, device=t.device) * STEP + 1
     for start in range(0, bits.numel(), CHUNK):
         x = bits[start:start + CHUNK].to(torch.int64)
-        total += (x * ((steps[:x.numel()] + start) * STEP + 1)).sum()
+        total += (x * base[:x.numel()]).sum() + _wrap(start * STEP) * x.sum()
     return total
+
+
+def _wrap(n: int) -> int:
+    """``n`` as the int64 it is mod 2^64 (what the device's arithmetic would make of it)."""
+    return (n + 2**63) % 2**64 - 2**63
 
 
 def input_tensors(op: str, batch: Batch) -> dict[str, torch.Tensor]:
