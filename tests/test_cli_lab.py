@@ -177,3 +177,69 @@ def test_run_prints_the_boundary_columns_beside_the_compiled_mode(capsys):
     assert "eager vs compile:default and jagged-compile:default" in out
     (row,) = _table_rows(out, 12, keep=(1, 5, 6))  # the seed table with the two boundary columns
     assert row[0] == "sum_padded" and row[1] != "—" and row[2].endswith("×")
+
+
+# --- flags that would measure nothing -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["run", "repro", "sweep", "doctor"])
+@pytest.mark.parametrize("flag,value,message", [
+    ("--iters", "0", "argument --iters: expected a positive integer, got '0'"),
+    ("--iters", "-5", "argument --iters: expected a positive integer"),
+    ("--warmup", "-1", "argument --warmup: expected an integer >= 0, got '-1'"),
+    ("--warmup", "x", "argument --warmup: expected an integer, got 'x'"),
+    ("--impls", "", "argument --impls: expected one or more comma-separated names, got ''"),
+    ("--impls", " , ", "argument --impls: expected one or more comma-separated names"),
+    ("--modes", "", "argument --modes: expected one or more comma-separated names, got ''"),
+])
+def test_counts_and_lists_that_would_measure_nothing_are_argument_errors(tmp_path, capsys, command, flag, value,
+                                                                         message):
+    if command == "doctor" and flag == "--modes":
+        pytest.skip("doctor takes one --mode")
+    argv = {"run": ["run", *SMALL], "repro": ["repro"], "sweep": ["sweep", "--out", str(tmp_path / "r.jsonl"), *SMALL],
+            "doctor": ["doctor"]}[command]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, flag, value, "--device", "cpu"])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_options_refuse_counts_that_measure_nothing():
+    from jaggedperf.lab.runner import Options
+
+    for bad in ({"iters": 0}, {"warmup": -1}, {"profile_calls": 0}, {"byte_limit": -1}):
+        with pytest.raises(ValueError, match="Options need iters >= 1, warmup >= 0"):
+            Options(**bad)
+    assert Options(iters=1, warmup=0).iters == 1
+
+
+def test_run_of_a_batch_size_too_large_to_draw_skips_its_cells(capsys):
+    assert main(["run", "--B", "1000000000000", "--M", "3", "--seqlen", "10", "--sparsity", "0.5", "--warmup", "1",
+                 "--iters", "2", "--distribution", "heavy", "--impls", "segment_reduce", "--modes", "eager", "--device", "cpu"]) == 0
+    assert "skipped" in capsys.readouterr().out
+
+
+# --- outputs that cannot be written are refused before anything is measured ------------------------
+
+
+@pytest.mark.parametrize("command,flag", [("run", "--json"), ("run", "--csv"), ("repro", "--json"),
+                                          ("doctor", "--json")])
+@pytest.mark.parametrize("where", ["through_a_file", "a_directory"])
+def test_an_unwritable_output_is_refused_before_measuring(tmp_path, capsys, monkeypatch, command, flag, where):
+    from jaggedperf.lab import runner
+    from jaggedperf.lab.doctor import gather
+
+    def measured(*_a, **_k):
+        raise AssertionError("measured before checking the output")
+
+    monkeypatch.setattr(runner.CellRunner, "__call__", measured)
+    monkeypatch.setattr(gather, "gather_all", measured)
+    (tmp_path / "file").write_text("")
+    path = tmp_path / "file" / "out.json" if where == "through_a_file" else tmp_path
+    argv = {"run": ["run", *SMALL, "--impls", "segment_reduce", "--modes", "eager"],
+            "repro": ["repro", "--modes", "eager"], "doctor": ["doctor", "--impls", "sum_padded"]}[command]
+    assert main([*argv, "--device", "cpu", flag, str(path)]) == 2
+    captured = capsys.readouterr()
+    reason = "a folder on its path is a file" if where == "through_a_file" else "is a directory"
+    assert captured.err.startswith(f"jaggedperf: error: cannot write {path}: ") and reason in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""

@@ -2,6 +2,7 @@
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -117,3 +118,38 @@ def test_plot_into_a_chosen_folder(tmp_path, small, capsys):
     write_json(results, small)
     assert main(["plot", str(results), "-o", str(tmp_path / "figs")]) == 0
     assert len(list((tmp_path / "figs").glob("*.png"))) == 5 and not (tmp_path / "run-plots").exists()
+
+
+def test_fail_on_regression_fails_when_nothing_could_be_compared(tmp_path, record, capsys):
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    write_json(a, RunRecord(record.environment, [r for r in record.results if r.case.dtype == "bfloat16"]))
+    write_json(b, RunRecord(record.environment, [r for r in record.results if r.case.dtype != "bfloat16"]))
+    assert main(["compare", str(a), str(b)]) == 0  # not a gate: says so and passes
+    assert "0 cells compared" in capsys.readouterr().out
+    assert main(["compare", str(a), str(b), "--fail-on-regression"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaggedperf: error: --fail-on-regression: nothing could be compared (no cell is in both")
+    failing = [replace(r, status="error", wall=None, device_time=None) for r in record.results if r.case.dtype != "bfloat16"]
+    write_json(c, RunRecord(record.environment, failing))
+    assert main(["compare", str(c), str(c), "--fail-on-regression"]) == 2  # failing on both sides
+    assert f"{len(failing)} cells are in both, none measured in both" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("field,value", [("wall", {"median_ms": "fast"}), ("rel_error", "big"), ("kernel_names", 3),
+                                         ("extra", [])])
+def test_a_wrongly_typed_field_is_one_clean_error_line(tmp_path, small, capsys, field, value):
+    path = sweep_file(tmp_path / "sweep.jsonl", small)
+    lines = path.read_text().splitlines()
+    d = json.loads(lines[3])
+    d[field] = {**d[field], **value} if isinstance(value, dict) else value
+    lines[3] = json.dumps(d)
+    path.write_text("\n".join(lines) + "\n")
+    good = tmp_path / "good.json"
+    write_json(good, small)
+    for argv in (["plot", str(path)], ["report", str(path), "-o", str(tmp_path / "r.md")],
+                 ["compare", str(good), str(path)]):
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.err + captured.out
+        assert re.fullmatch(rf'jaggedperf: error: .*sweep\.jsonl:4: "{field}[.a-z_]*" must be .*\n', captured.err)
+    assert not (tmp_path / "r.md").exists()

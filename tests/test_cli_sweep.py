@@ -1,3 +1,4 @@
+import json
 import re
 
 import pytest
@@ -6,7 +7,7 @@ from jaggedperf.cli import main
 from jaggedperf.impls.registry import implementation_names
 from jaggedperf.lab import grid
 from jaggedperf.lab.plugins import PLUGINS_ENV
-from jaggedperf.lab.results.store import load_results
+from jaggedperf.lab.results.store import load_results, read_results
 
 TINY = ["--B", "8", "--M", "3", "--seqlen", "10:20:10", "--sparsity", "0.5", "--warmup", "1", "--iters", "2",
         "--device", "cpu"]
@@ -94,3 +95,107 @@ def test_bad_flag_values_are_argument_errors(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as exc:
         main(["sweep", "--out", str(tmp_path / "r.jsonl"), "--preset", "seed", *args, "--plan"])
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_batch_size_too_large_to_draw_is_skipped_before_dispatch_not_a_crash(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert main(["sweep", "--out", str(out), "--B", "1000000000000", "8", "--M", "3", "--seqlen", "10",
+                 "--sparsity", "0.5", "--impls", "segment_reduce", "--modes", "eager", "--device", "cpu", "--plan"]) == 0
+    assert planned(capsys.readouterr().out) == {"cells": 2, "cases": 2, "done": 0, "too_large": 1, "to_run": 1}
+
+
+def test_an_unwritable_out_is_refused_before_any_worker_starts(tmp_path, capsys, monkeypatch):
+    from jaggedperf.lab import sweep
+
+    monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: pytest.fail("the sweep started"))
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "r.jsonl"
+    assert main(["sweep", "--out", str(out), *TINY, "--impls", "segment_reduce", "--modes", "eager", "--plan"]) == 0
+    capsys.readouterr()  # --plan reads, and so may look at a file it cannot write
+    assert main(["sweep", "--out", str(out), *TINY, "--impls", "segment_reduce", "--modes", "eager"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"jaggedperf: error: cannot write {out}: {tmp_path / 'file'}: a folder on its path is a file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_second_sweep_on_the_same_out_is_refused_naming_the_holder(tmp_path, capsys):
+    from lab.test_sweep import _hold_in_another_process
+
+    out = tmp_path / "r.jsonl"
+    holder = _hold_in_another_process(out)
+    try:
+        args = ["sweep", "--out", str(out), *TINY, "--impls", "segment_reduce", "--modes", "eager"]
+        assert main([*args, "--plan"]) == 0  # reading is not writing
+        capsys.readouterr()
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"jaggedperf: error: another sweep (pid {holder.pid} on ")
+        assert f"is writing to {out} (it holds {out}.lock); wait for it to end, or give another --out" in err
+        assert not out.exists()
+    finally:
+        holder.kill()
+        holder.wait(10)
+    assert main(args) == 0  # the holder died: its lock went with it
+    assert len(load_results(out).results) == 2
+
+
+# --- retrying failed cells; resuming with other settings --------------------------------------------
+
+
+def test_retry_failed_reruns_exactly_the_failed_cells_and_the_latest_result_is_read_back(tmp_path, capsys,
+                                                                                         monkeypatch, sweep_plugin):
+    from lab.sweep_plugin import FLAKY, FLAKY_ENV
+
+    out = tmp_path / "r.jsonl"
+    args = ["sweep", "--out", str(out), *TINY, "--impls", f"segment_reduce,{FLAKY}", "--modes", "eager",
+            "--plugin", sweep_plugin]
+    monkeypatch.setenv(FLAKY_ENV, "fail")
+    assert main(args) == 0
+    assert {r.implementation: r.status for r in load_results(out).results} == {"segment_reduce": "ok", FLAKY: "error"}
+    monkeypatch.delenv(FLAKY_ENV)
+    capsys.readouterr()
+    assert main([*args, "--plan"]) == 0
+    assert planned(capsys.readouterr().out)["to_run"] == 0  # a plain resume never retries
+    assert main([*args, "--retry-failed", "--plan"]) == 0
+    line = capsys.readouterr().out
+    assert planned(line) == {"cells": 4, "cases": 2, "done": 2, "too_large": 0, "to_run": 2}
+    assert "2 failed there, to retry" in line
+    before = out.read_text().splitlines()
+    assert main([*args, "--retry-failed"]) == 0
+    after = out.read_text().splitlines()
+    assert after[:len(before)] == before and len(after) == len(before) + 1 + 2  # a header, the two retried cells
+    record, warnings = read_results(out)
+    assert warnings == []  # a retry repeats its cell on purpose
+    flaky = [r for r in record.results if r.implementation == FLAKY]
+    assert len(record.results) == 4 and [r.status for r in flaky] == ["ok", "ok"]  # the later line is the one read
+    assert all(r.extra["retry"] == {"status": "error", "reason": "first call: RuntimeError: flaky failure"} for r in flaky)
+    capsys.readouterr()
+    assert main([*args, "--retry-failed", "--plan"]) == 0
+    assert planned(capsys.readouterr().out)["to_run"] == 0  # nothing failed any more
+
+
+def test_a_resume_with_other_settings_is_refused_listing_them_unless_accepted(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    args = ["sweep", "--out", str(out), "--B", "8", "--M", "3", "--sparsity", "0.5", "--impls", "segment_reduce",
+            "--modes", "eager", "--device", "cpu"]
+    assert main([*args, "--seqlen", "10", "--warmup", "1", "--iters", "2"]) == 0
+    header = json.loads(out.read_text().splitlines()[0])
+    assert header["environment"]["settings"] == {
+        "device": "cpu", "warmup": 1, "iters": 2, "byte_limit": 8 * 10**9, "flush_l2": True, "device_time": True,
+        "profile_calls": 10, "dynamic": None, "cold_compile": True}
+    capsys.readouterr()
+    grown = [*args, "--seqlen", "10", "20", "--warmup", "1", "--iters", "3", "--dynamic"]
+    before = out.read_text()
+    assert main(grown) == 2
+    err = capsys.readouterr().err
+    assert err == (f"jaggedperf: error: {out} was measured with other settings than these: iters: 2 in the file, "
+                   "3 now; dynamic: null in the file, true now (--accept-settings to add to it anyway, or give "
+                   "another --out)\n")
+    assert out.read_text() == before
+    assert main([*args, "--seqlen", "10", "--warmup", "1", "--iters", "3", "--plan"]) == 0  # nothing to run: no check
+    assert main([*grown, "--accept-settings"]) == 0
+    assert "measured with other settings (accepted): iters: 2 in the file, 3 now" in capsys.readouterr().err
+    record = load_results(out)
+    assert len(record.results) == 2 and record.environment["more"][-1]["settings"]["iters"] == 3
+    assert main([*grown[:-5], "--seqlen", "10", "20", "30", "--warmup", "1", "--iters", "3", "--dynamic"]) == 0
+    assert main([*grown[:-5], "--seqlen", "40", "--warmup", "1", "--iters", "2"]) == 2  # against the last settings

@@ -3,7 +3,10 @@ import math
 import pytest
 import torch
 
-from jaggedperf.inputs import Case, make_batch, make_lengths, tritonbench_bounds
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaggedperf.inputs import DISTRIBUTIONS, Case, length_bounds, make_batch, make_lengths, tritonbench_bounds
 
 
 @pytest.mark.parametrize("seqlen,sparsity", [(100, 0.1), (500, 0.75), (1000, 0.5), (20000, 0.5), (10, 0.99)])
@@ -89,3 +92,14 @@ def test_batch_from_tensors_and_nested_round_trip_and_reject_bad_offsets():
     assert (again.max_seqlen, again.min_seqlen, again.padded_len) == (made.max_seqlen, made.min_seqlen, 40)
     with pytest.raises(ValueError, match="non-decreasing"):
         JaggedBatch.from_tensors(torch.randn(4, 2), torch.tensor([0, 3, 1, 4]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(B=st.integers(0, 300), seqlen=st.integers(0, 500), sparsity=st.floats(0, 1),
+       distribution=st.sampled_from(DISTRIBUTIONS), seed=st.integers(0, 2**31))
+def test_length_bounds_hold_every_drawn_length(B, seqlen, sparsity, distribution, seed):
+    case = Case(B, 1, seqlen, sparsity, distribution, seed=seed)
+    low, high = length_bounds(case)
+    lengths = make_lengths(case)
+    assert 0 <= low <= high <= max(seqlen, 1)
+    assert all(low <= n <= high for n in lengths.tolist())

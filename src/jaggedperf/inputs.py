@@ -96,6 +96,17 @@ def tritonbench_bounds(seqlen: int, sparsity: float) -> tuple[int, int]:
     return low, max(high, low)
 
 
+def length_bounds(case: Case) -> tuple[int, int]:
+    """Inclusive [low, high] of every one of the case's lengths, from its numbers alone (nothing is drawn):
+    what ``make_lengths`` can give for any seed. A size check uses it before drawing B lengths."""
+    if case.distribution == "tritonbench":
+        return tritonbench_bounds(case.seqlen, case.sparsity)
+    if case.distribution == "fixed":
+        length = max(math.floor(case.seqlen * (1 - case.sparsity)), 0)
+        return length, length
+    return 0, case.seqlen  # heavy: some empty, clipped to seqlen
+
+
 def make_lengths(case: Case) -> torch.Tensor:
     """(B,) int64 lengths on the CPU, drawn from ``case.seed``."""
     gen = torch.Generator().manual_seed(case.seed)

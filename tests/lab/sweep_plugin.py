@@ -1,5 +1,5 @@
 """A plugin for the sweep's tests (``--plugin lab.sweep_plugin``): implementations of jagged_mean that hang,
-kill their process, raise, break their device, or are merely slow. Importing it registers them; ``unregister`` takes them out."""
+kill their process, raise, break their device, change their inputs, fail until told not to, or are merely slow. Importing it registers them; ``unregister`` takes them out."""
 
 import os
 import time
@@ -10,8 +10,9 @@ from jaggedperf.impls.jagged_mean import segment_reduce
 from jaggedperf.impls.registry import get_op, implementation
 
 HANGS, EXITS, RAISES, POISONS, SLOW = "test_hangs", "test_exits", "test_raises", "test_poisons", "test_slow"
-DEVICE_ASSERT = "test_device_assert"
-NAMES = (HANGS, EXITS, RAISES, POISONS, SLOW, DEVICE_ASSERT)
+DEVICE_ASSERT, MUTATES, FLAKY = "test_device_assert", "test_mutates", "test_flaky"
+NAMES = (HANGS, EXITS, RAISES, POISONS, SLOW, DEVICE_ASSERT, MUTATES, FLAKY)
+FLAKY_ENV = "JAGGEDPERF_TEST_FLAKY"  # "fail": test_flaky raises (workers inherit the environment)
 SLOW_CALL_S = 0.2
 
 
@@ -48,6 +49,19 @@ def device_assert(values, offsets):
 @implementation("jagged_mean", SLOW, takes="dense", description=f"test: segment_reduce after {SLOW_CALL_S} s")
 def slow(values, offsets):
     time.sleep(SLOW_CALL_S)
+    return segment_reduce(values, offsets)
+
+
+@implementation("jagged_mean", MUTATES, takes="dense", description="test: doubles its values in place")
+def mutates(values, offsets):
+    values.mul_(2)
+    return segment_reduce(values, offsets)
+
+
+@implementation("jagged_mean", FLAKY, takes="dense", description=f"test: raises while ${FLAKY_ENV} is 'fail'")
+def flaky(values, offsets):
+    if os.environ.get(FLAKY_ENV) == "fail":
+        raise RuntimeError("flaky failure")
     return segment_reduce(values, offsets)
 
 

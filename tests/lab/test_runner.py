@@ -71,6 +71,7 @@ def test_run_records_ok_cells_with_wall_stats_and_speedups():
             record.results[[x.implementation for x in record.results].index(r.implementation)].wall.median_ms
             / r.wall.median_ms)
     assert record.environment["torch"] == torch.__version__
+    assert record.environment["settings"] == quick().settings() and record.environment["settings"]["iters"] == 3
 
 
 def test_a_raising_implementation_is_recorded_and_the_run_goes_on(extra_impls):
@@ -218,3 +219,78 @@ def test_our_implementations_build_the_native_launch_path_on_cuda_only(monkeypat
     assert builtin.native_launch(torch.device("cuda")) == {
         "native_launch": {"status": "ready", "reason": None, "build_seconds": 1.5}}
     assert built == [True]
+
+
+def test_a_huge_case_is_judged_by_arithmetic_without_drawing_its_lengths(monkeypatch):
+    import jaggedperf.inputs as inputs
+
+    def no_drawing(case):
+        raise AssertionError(f"drew the lengths of {case}")
+
+    monkeypatch.setattr(inputs, "make_lengths", no_drawing)
+    inputs._total_length.cache_clear()
+    huge = runner.input_too_large(Case(10**12, 3, 10, 0.5), runner.DEFAULT_BYTE_LIMIT)  # ≥ 2 rows each
+    assert str(huge) == "values would take at least 24000.00 GB > byte limit 8.00 GB"
+    empty_ok = runner.input_too_large(Case(10**12, 3, 10, 0.5, "heavy"), runner.DEFAULT_BYTE_LIMIT)  # may be empty
+    assert str(empty_ok) == "offsets would take 8000.00 GB > byte limit 8.00 GB"
+    wide = runner.input_too_large(Case(10**6, 4096, 1000, 0.5), runner.DEFAULT_BYTE_LIMIT)  # ≥ 200 rows each
+    assert str(wide).startswith("values would take at least 3276.80 GB > byte limit")
+    assert runner.input_too_large(Case(10**6, 1, 100, 0.5, "heavy"), runner.DEFAULT_BYTE_LIMIT) is None  # ≤ 400 MB
+    record = runner.run(runner.plan("jagged_mean", [Case(10**12, 3, 10, 0.5, "heavy")], ["segment_reduce"], ["eager"]),
+                        quick())
+    (r,) = record.results
+    assert r.status == SKIPPED and r.reason == "input: offsets would take 8000.00 GB > byte limit 8.00 GB"
+
+
+# --- implementations that change their inputs -----------------------------------------------------
+
+
+def test_a_fingerprint_changes_with_any_element_and_with_order_not_with_a_copy():
+    from jaggedperf.lab.fingerprint import CHUNK, STEP, fingerprint
+
+    x = torch.randn(CHUNK + 1000, 3)  # spans two chunks
+    base = int(fingerprint(x))
+    assert int(fingerprint(x.clone())) == base
+    for change in (lambda t: t.mul_(2), lambda t: t.copy_(t.flip(0)), lambda t: t[-1, -1].add_(1e-3),
+                   lambda t: t[CHUNK + 5].copy_(t[3]), lambda t: t.view(-1)[0].copy_(-t.view(-1)[0])):
+        y = x.clone()
+        change(y)
+        assert int(fingerprint(y)) != base
+    bits = x.view(-1).view(torch.int32).to(torch.int64)  # the definition, in one piece: Σ bits_i·(i·STEP + 1)
+    assert base == int((bits * (torch.arange(bits.numel()) * STEP + 1)).sum())
+    zero = torch.zeros(4)
+    assert int(fingerprint(zero)) != int(fingerprint(-zero))  # bit for bit: -0.0 is a change
+    for t in (torch.arange(10), torch.ones(3, dtype=torch.bfloat16), torch.ones(2, dtype=torch.bool), torch.empty(0)):
+        assert int(fingerprint(t)) == int(fingerprint(t.clone()))
+
+
+@pytest.mark.parametrize("tensor", ["values", "offsets"])
+def test_an_implementation_that_changes_its_inputs_is_the_error_and_the_next_is_measured_on_the_real_batch(
+        extra_impls, tensor):
+    def doubles(values, offsets):
+        values.mul_(2)
+        return torch.segment_reduce(values, "mean", offsets=offsets, axis=0)
+
+    def shifts(values, offsets):
+        out = torch.segment_reduce(values, "mean", offsets=offsets, axis=0)
+        offsets[1:-1].add_(1)
+        return out
+
+    extra_impls("mutates", doubles if tensor == "values" else shifts)
+    other = Case(8, 2, 10, 0.1)
+    extra_impls("segment_reduce_after", get_implementation("jagged_mean", "segment_reduce").fn)
+    cells = runner.plan("jagged_mean", [SMALL, other], ["segment_reduce", "mutates", "segment_reduce_after"], ["eager"])
+    results = runner.run(cells, quick()).results
+    assert [r.implementation for r in results[:3]] == ["segment_reduce", "mutates", "segment_reduce_after"]
+    assert [r.status for r in results] == [OK, ERROR, OK] * 2
+    bad = results[1]
+    assert bad.reason.startswith(f"changed its inputs in place ({tensor}); an implementation must leave the batch")
+    assert bad.extra["before_input_check"]["status"] in (OK, WRONG)
+    assert results[2].rel_error < 1e-5 and results[2].wall is not None  # not "wrong": measured on the real input
+
+
+def test_a_model_ops_weights_are_watched_too(extra_impls):
+    from jaggedperf.lab.fingerprint import input_tensors
+
+    batch, _ = runner.prepare_case("rec_block", Case(4, 8, 6, 0.3), quick())
+    assert set(input_tensors("rec_block", batch)) == {"values", "offsets", "table", "w1", "b1", "w2", "b2"}

@@ -240,3 +240,83 @@ def test_append_refuses_a_json_document_and_foreign_tails(tmp_path, record):
     partial.write_text('{"environment": {"gpu": "NVI')  # killed while writing the very first line
     append_result(partial, record.results[0])
     assert load_results(partial).results == record.results[:1]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_atomic_writes_follow_the_umask_as_the_sweeps_jsonl_does(tmp_path, record, umask):
+    import os
+
+    old = os.umask(umask)
+    try:
+        write_json(tmp_path / "run.json", record)
+        write_csv(tmp_path / "run.csv", record.results)
+        append_result(tmp_path / "sweep.jsonl", record.results[0])
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == {"run.json": 0o666 & ~umask, "run.csv": 0o666 & ~umask, "sweep.jsonl": 0o666 & ~umask}
+
+
+def test_an_atomic_rewrite_keeps_the_mode_of_the_file_it_replaces(tmp_path, record):
+    path = tmp_path / "run.json"
+    write_json(path, record)
+    path.chmod(0o640)
+    write_json(path, record)
+    assert path.stat().st_mode & 0o777 == 0o640
+
+
+_GOOD = {"op": "x", "implementation": "y", "mode": "eager", "device": "cpu",
+         "case": {"B": 1, "M": 1, "seqlen": 1, "sparsity": 0}}
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"wall": {"mean_ms": 1, "std_ms": 0, "median_ms": "fast", "min_ms": 1, "max_ms": 1, "n": 2}},
+     '"wall.median_ms" must be a number, got a string "fast"'),
+    ({"wall": {"mean_ms": 1, "std_ms": 0, "median_ms": 1, "min_ms": 1, "max_ms": 1, "n": 2.5}},
+     '"wall.n" must be an integer, got a number 2.5'),
+    ({"device_time": {"median_us": 1, "p20_us": 1, "p80_us": 1, "method": "graph", "l2_flushed": "yes"}},
+     '"device_time.l2_flushed" must be true or false, got a string "yes"'),
+    ({"wall": [1, 2]}, '"wall" must be an object or null, got a list [1, 2]'),
+    ({"rel_error": "big"}, '"rel_error" must be a number or null, got a string "big"'),
+    ({"speedup_vs_eager": True}, '"speedup_vs_eager" must be a number or null, got a boolean true'),
+    ({"kernel_names": "abc"}, '"kernel_names" must be a list of strings, got a string "abc"'),
+    ({"extra": []}, '"extra" must be an object, got a list []'),
+    ({"reason": 3}, '"reason" must be a string or null, got a number 3'),
+    ({"case": {"B": "8", "M": 1, "seqlen": 1, "sparsity": 0}}, '"case.B" must be an integer, got a string "8"'),
+    ({"case": {"B": 8, "M": 1, "seqlen": 1, "sparsity": 0, "dtype": None}}, '"case.dtype" must be a string, got null'),
+    ({"op": 7}, '"op" must be a string, got a number 7'),
+])
+def test_a_field_of_the_wrong_type_is_one_clear_error(tmp_path, change, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"environment": {}}\n' + json.dumps({**_GOOD, **change}) + "\n")
+    with pytest.raises(ResultsFileError) as info:
+        load_results(path)
+    assert str(info.value) == f"{path}:2: {message}"
+    doc = tmp_path / "bad.json"
+    doc.write_text(json.dumps({"environment": {}, "results": [_GOOD, {**_GOOD, **change}]}))
+    with pytest.raises(ResultsFileError) as info:
+        load_results(doc)
+    assert str(info.value) == f"{doc}: results[1]: {message}"
+
+
+def test_numbers_may_be_integers_and_optional_fields_null(tmp_path):
+    path = tmp_path / "ok.jsonl"
+    path.write_text(json.dumps({**_GOOD, "compile_s": 2, "wall": None, "rel_error": None, "extra": {"x": [1]}}) + "\n")
+    (r,) = load_results(path).results
+    assert r.compile_s == 2 and r.wall is None
+
+
+def test_check_writable_refuses_what_the_writers_would_fail_on_and_leaves_nothing_behind(tmp_path):
+    from jaggedperf.lab.results.store import check_writable
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(NotADirectoryError) as info:
+        check_writable(blocker / "deeper" / "r.json")
+    assert info.value.filename == str(blocker)
+    with pytest.raises(IsADirectoryError):
+        check_writable(tmp_path)
+    check_writable(tmp_path / "new" / "folders" / "r.json")  # the writers make folders: fine, and none made yet
+    check_writable(tmp_path / "r.json")
+    check_writable(blocker)  # an existing file: opened for appending, unchanged
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"] and blocker.read_text() == "x"

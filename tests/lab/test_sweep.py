@@ -77,6 +77,35 @@ def test_plan_groups_by_case_eager_first_and_skips_what_is_done_or_too_large(tmp
     assert all(r.status == SKIPPED and "byte limit" in r.reason for r in p.too_large)
 
 
+
+def test_retry_plans_only_the_cells_whose_latest_result_is_an_error_and_settings_are_checked(tmp_path):
+    out = tmp_path / "r.jsonl"
+    settings = OPTIONS.settings()
+    store.write_environment_header(out, {"torch": "x", "settings": settings}, None)
+    statuses = {"sum_padded": ERROR, "segment_reduce": "wrong", "nanmean_padded": SKIPPED, "unbind_mean": ERROR}
+    for impl, status in statuses.items():
+        store.append_result(out, Result("jagged_mean", impl, "eager", C1, "cpu", status=status, reason="r"))
+    store.append_result(out, Result("jagged_mean", "unbind_mean", "eager", C1, "cpu"))  # failed, then ok
+    impls = list(statuses)
+    p = plan(out, [C1], impls, ["eager"])
+    assert (p.done, p.to_run, p.retried) == (4, 0, {})
+    p = sweep.plan_sweep(out, "jagged_mean", [C1], impls, ["eager"], byte_limit=runner.DEFAULT_BYTE_LIMIT,
+                         device="cpu", settings=settings, retry_failed=True)
+    assert [c.implementation for u in p.units for c in u] == ["sum_padded"] and p.done == 3
+    assert p.retried == {p.units[0][0].key: {"status": ERROR, "reason": "r"}}
+    other = {**settings, "iters": settings["iters"] + 1}
+    with pytest.raises(sweep.SettingsChanged, match=r"iters: 2 in the file, 3 now \(--accept-settings"):
+        sweep.plan_sweep(out, "jagged_mean", [C1], impls, ["eager"], byte_limit=runner.DEFAULT_BYTE_LIMIT,
+                         device="cpu", settings=other, retry_failed=True)
+    quiet = sweep.plan_sweep(out, "jagged_mean", [C1], impls, ["eager"], byte_limit=runner.DEFAULT_BYTE_LIMIT,
+                             device="cpu", settings=other)  # nothing to run: nothing measured differently
+    assert quiet.to_run == 0 and quiet.settings_changes == []
+    old = tmp_path / "old.jsonl"  # written before settings were recorded
+    store.append_result(old, Result("jagged_mean", "sum_padded", "eager", C1, "cpu"))
+    p = sweep.plan_sweep(old, "jagged_mean", [C1, C2], ["sum_padded"], ["eager"],
+                         byte_limit=runner.DEFAULT_BYTE_LIMIT, device="cpu", settings=settings)
+    assert p.to_run == 1 and "records no measurement settings" in p.warnings[-1]
+
 def test_plugins_come_from_flags_and_the_environment():
     assert plugin_names(["a", "b"], {"JAGGEDPERF_PLUGINS": " b, c ,,"}) == ["a", "b", "c"]
     assert plugin_names([], {}) == []
@@ -305,6 +334,61 @@ def test_killing_the_sweep_keeps_finished_lines_leaves_no_orphans_and_resumes(tm
     assert out.read_text().startswith(finished)  # what was written before the kill is kept as it was
 
 
+def test_a_worker_records_an_implementation_that_changes_its_inputs_and_measures_the_next_on_the_real_batch(
+        tmp_path, sweep_plugin):
+    import_plugins([sweep_plugin])
+    from lab.sweep_plugin import MUTATES
+
+    out = tmp_path / "r.jsonl"
+    p = plan(out, [C1], ["segment_reduce", MUTATES, "sum_padded"], ["eager"])
+    sweep.run_sweep(p, CPU, OPTIONS, backend=_Threads())
+    by_impl = {r.implementation: r for r in store.load_results(out).results}
+    assert by_impl[MUTATES].status == ERROR and by_impl[MUTATES].reason.startswith("changed its inputs in place (values)")
+    assert by_impl["segment_reduce"].status == by_impl["sum_padded"].status == OK  # not "wrong", rel. error 1
+    assert by_impl["sum_padded"].rel_error < 1e-5
+
+# --- one sweep per results file -------------------------------------------------------------------
+
+
+def _hold_in_another_process(out):
+    """A process that holds ``out``'s lock until killed (as a sweep would); returns it once it holds it."""
+    code = ("import sys; from jaggedperf.lab.sweep.lock import hold; h = hold(sys.argv[1]); h.__enter__(); "
+            "print('held', flush=True); sys.stdin.read()")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.Popen([sys.executable, "-c", code, str(out)], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "held\n"
+    return proc
+
+
+def test_a_second_sweep_on_the_same_file_is_refused_with_the_holders_pid_until_the_holder_dies(tmp_path):
+    from jaggedperf.lab.sweep import lock
+
+    out = tmp_path / "r.jsonl"
+    holder = _hold_in_another_process(out)
+    try:
+        with pytest.raises(sweep.SweepLocked, match=rf"another sweep \(pid {holder.pid} on .*\) is writing to {out}"):
+            with lock.hold(out):
+                pass
+        p = plan(out, [C1], ["segment_reduce"], ["eager"])
+        with pytest.raises(sweep.SweepLocked):
+            sweep.run_sweep(p, CPU, OPTIONS, backend=_Threads())
+        assert not out.exists()  # nothing measured, nothing written
+    finally:
+        holder.kill()  # a crash: the kernel releases the lock, the stale file stays
+        holder.wait(10)
+    assert lock.lock_path(out).exists()
+    with lock.hold(out):
+        with lock.hold(out):  # re-entrant in one process: the CLI holds it when run_sweep takes it
+            assert f"pid {os.getpid()} on" in lock.lock_path(out).read_text()
+    assert not lock.lock_path(out).exists()  # removed by its holder at the end
+
+
+def test_the_lock_file_goes_when_the_sweep_ends(tmp_path):
+    out = tmp_path / "r.jsonl"
+    sweep.run_sweep(plan(out, [C1], ["segment_reduce"], ["eager"]), CPU, OPTIONS, backend=_Threads())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
+
 # --- on the GPU machine (pytest -m gpu) -----------------------------------------------------------
 
 
@@ -348,3 +432,4 @@ def test_faults_on_a_gpu_worker(tmp_path, sweep_plugin):
     assert by_impl[DEVICE_ASSERT].status == ERROR
     assert any("the device is unusable" in n for n in notes)  # a sticky CUDA error: the worker was replaced
     assert by_impl["segment_reduce"].status == OK  # ... and the cell after it ran on a fresh one
+

@@ -10,6 +10,7 @@ import torch
 
 from jaggedperf.inputs import DEFAULT_SEED, DISTRIBUTIONS, Case, canonical_dtype
 from jaggedperf.lab.grid import SEED_CASES  # noqa: F401  (the seed's shapes, for repro)
+from jaggedperf.lab.results.store import check_writable
 from jaggedperf.lab.runner import DEFAULT_BYTE_LIMIT, Options
 
 SEED_IMPLEMENTATIONS = ("unbind_mean", "nanmean_padded", "sum_padded")
@@ -26,7 +27,35 @@ def byte_size(text: str) -> int:
 
 
 def comma_list(text: str) -> list[str]:
-    return [part for part in (p.strip() for p in text.split(",")) if part]
+    """'a, b,c' -> ['a', 'b', 'c']; an empty list is refused (``--modes ""`` would run nothing, and an empty
+    ``--impls`` would silently mean every implementation)."""
+    names = [part for part in (p.strip() for p in text.split(",")) if part]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected one or more comma-separated names, got {text!r}")
+    return names
+
+
+def positive_int(text: str) -> int:
+    """A count that must be at least 1 (``--iters``: no timings, no wall time)."""
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """A count that may be 0 (``--warmup``)."""
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
 def add_case_arguments(p: argparse.ArgumentParser, *, required: bool = False) -> None:
@@ -79,8 +108,8 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
     """How each cell is measured (read back by ``options_from_args``)."""
     g = p.add_argument_group("measurement")
     g.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is present, else cpu")
-    g.add_argument("--warmup", type=int, default=50, help="warm-up calls before timing (seed: 50)")
-    g.add_argument("--iters", type=int, default=200, help="timed calls (seed: 200)")
+    g.add_argument("--warmup", type=non_negative_int, default=50, help="warm-up calls before timing (seed: 50)")
+    g.add_argument("--iters", type=positive_int, default=200, help="timed calls (seed: 200)")
     g.add_argument("--byte-limit", type=byte_size, default=DEFAULT_BYTE_LIMIT,
                    help="skip a cell whose largest tensor passes this (default 8GB)")
     g.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between device-timed calls")
@@ -92,7 +121,21 @@ def print_error(err, problem) -> None:
     """``jaggedperf: error: …`` on the stderr console ``err``: an exception's first argument (a KeyError's
     without the quotes str() adds), or a text as it is."""
     text = problem.args[0] if isinstance(problem, BaseException) and problem.args else problem
-    err.print(f"jaggedperf: error: {text}", markup=False, highlight=False)
+    err.print(f"jaggedperf: error: {text}", markup=False, highlight=False, soft_wrap=True)  # one line, for logs and grep
+
+
+def unwritable(*paths) -> str | None:
+    """Why one of the output ``paths`` (None: not asked for) cannot be written, or None; checked before a
+    command measures anything, so that its results are not lost at the end (``store.check_writable``)."""
+    for path in paths:
+        if path is None:
+            continue
+        try:
+            check_writable(path)
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename and str(exc.filename) != str(path) else ""
+            return f"cannot write {path}: {where}{exc.strerror or exc}"
+    return None
 
 
 def device_from_args(args: argparse.Namespace) -> torch.device | None:

@@ -18,7 +18,10 @@ from jaggedperf.cli._args import (
     cases_from_args,
     comma_list,
     device_from_args,
+    non_negative_int,
+    positive_int,
     print_error,
+    unwritable,
 )
 from jaggedperf.cli.lab import _footer, console
 from jaggedperf.impls.registry import implementation_names
@@ -52,9 +55,9 @@ def register(sub) -> None:
     add_case_arguments(p, required=False)
     g = p.add_argument_group("measurement")
     g.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is present, else cpu")
-    g.add_argument("--warmup", type=int, default=50, help="warm-up calls before timing (seed: 50)")
-    g.add_argument("--iters", type=int, default=200, help="timed calls (seed: 200)")
-    g.add_argument("--profile-calls", type=int, default=10, help="calls profiled for kernels (default 10)")
+    g.add_argument("--warmup", type=non_negative_int, default=50, help="warm-up calls before timing (seed: 50)")
+    g.add_argument("--iters", type=positive_int, default=200, help="timed calls (seed: 200)")
+    g.add_argument("--profile-calls", type=positive_int, default=10, help="calls profiled for kernels (default 10)")
     g.add_argument("--byte-limit", type=byte_size, default=DEFAULT_BYTE_LIMIT,
                    help="skip a cell whose largest tensor passes this (default 8GB)")
     g.add_argument("--flush-l2", action="store_true",
@@ -111,6 +114,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except (KeyError, ValueError) as exc:
         print_error(err, exc)
         return 2
+    problem = unwritable(args.json)
+    if problem:
+        print_error(err, problem)
+        return 2
     options = doctor_options(args)
     if options.device.type == "cpu":
         err.print("[yellow]No CUDA GPU in use: running on the CPU. Wall time only: device time, kernels and the "
@@ -119,7 +126,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             err.print("[yellow]--trace: traces need CUDA (torch.profiler device activity); none written.[/yellow]")
             options.trace_dir = None
     if options.trace_dir:
-        os.makedirs(options.trace_dir, exist_ok=True)
+        try:
+            os.makedirs(options.trace_dir, exist_ok=True)
+        except OSError as exc:
+            print_error(err, f"cannot make the trace folder {options.trace_dir}: {exc.strerror or exc}")
+            return 2
     started = time.perf_counter()
     try:
         budget = None if args.compile_budget < 0 else args.compile_budget

@@ -24,6 +24,7 @@ from jaggedperf.cli._args import (
     comma_list,
     options_from_args,
     print_error,
+    unwritable,
 )
 from jaggedperf.impls.registry import get_op, implementation_names
 from jaggedperf.lab import modes as modes_mod
@@ -125,6 +126,10 @@ def execute(args, op, cases, impls, modes, *, compiled_mode) -> int:
                                     on_note=lambda note: err.print(f"[yellow]{escape(note)}[/yellow]", highlight=False))
     except (PluginError, KeyError, ValueError) as exc:
         print_error(err, exc)
+        return 2
+    problem = unwritable(args.json, args.csv)
+    if problem:
+        print_error(err, problem)
         return 2
     options = options_from_args(args)
     if options.device.type == "cpu":

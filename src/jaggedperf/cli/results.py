@@ -49,7 +49,7 @@ def register(sub) -> None:
                                    "beyond max(k·(σA+σB), min-rel·A).")
     p.add_argument("a", metavar="A", help="baseline results file")
     p.add_argument("b", metavar="B", help="results file to judge")
-    p.add_argument("--fail-on-regression", action="store_true", help="exit with code 1 when a cell regressed")
+    p.add_argument("--fail-on-regression", action="store_true", help="exit with code 1 when a cell regressed, 2 when no cell could be compared")
     p.add_argument("--json", metavar="OUT", type=Path, help="also write the comparison as JSON to OUT")
     p.add_argument("--k", type=float, default=K, help=f"standard deviations a change must exceed (default {K:g})")
     p.add_argument("--min-rel", type=float, default=MIN_REL,
@@ -116,6 +116,11 @@ def _compare(args) -> int:
     if result.has_regression:
         console.print(f"[bold red]{len(result.regressions)} regression(s)[/bold red]")
         return EXIT_REGRESSION if args.fail_on_regression else 0
+    compared = sum(c.verdict != NOT_COMPARED for c in result.cells)
+    if args.fail_on_regression and not compared:  # a gate that saw nothing must not pass
+        why = (f"{len(result.cells)} cells are in both, none measured in both" if result.cells
+               else "no cell is in both")
+        raise _CommandError(f"--fail-on-regression: nothing could be compared ({why}: {args.a}, {args.b})")
     return 0
 
 

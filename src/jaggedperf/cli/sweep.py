@@ -18,6 +18,7 @@ from jaggedperf.cli._args import (
     options_from_args,
     positive_seconds,
     print_error,
+    unwritable,
 )
 from jaggedperf.cli.lab import OP, console
 from jaggedperf.impls.registry import implementation_names
@@ -39,7 +40,8 @@ def register(sub) -> None:
         "sweep", help="run a grid of cells on every GPU, each under a timeout; resumable",
         description="Every implementation × mode × case of a grid, one worker process per GPU (one on the CPU), "
                     "each cell under --timeout. Results are appended to --out as they finish; the same command "
-                    "again runs only the cells not yet there.",
+                    "again runs only the cells not yet there (--retry-failed: and those that failed), with the "
+                    "settings --out was measured with. One sweep at a time per --out.",
         epilog="Axis values are numbers or inclusive ranges START:STOP[:STEP], several per flag "
                "(e.g. --seqlen 100:1000:100 5000 --sparsity 0.1:0.9:0.1). With --preset, an axis given "
                "explicitly replaces the preset's.")
@@ -49,6 +51,12 @@ def register(sub) -> None:
     p.add_argument("--modes", type=comma_list, default=[modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE],
                    help="modes, comma-separated (default: eager and the seed's compiled mode)")
     p.add_argument("--plan", action="store_true", help="print how many cells would run, and run nothing")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run again the cells of this grid whose latest result in --out is an error (raised, timed "
+                        "out, worker died); their new results are appended, and read back in place of the old")
+    p.add_argument("--accept-settings", action="store_true",
+                   help="resume even though --out was measured with other settings (--iters, --warmup, --dynamic, "
+                        "--no-flush-l2, --byte-limit, device, ...); without it such a resume is refused")
     g = p.add_argument_group("grid (every combination of the axes)")
     g.add_argument("--preset", choices=sorted(grid.PRESETS),
                    help="seed: the two shapes of pytorch/pytorch#160355; tritonbench: its default jagged sweep")
@@ -103,19 +111,49 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                             seed=_flat(args.seed))
         options = options_from_args(args)
         slots = sweep.worker_slots(args.gpus, args.device)
-        plan = sweep.plan_sweep(args.out, args.op, cases, args.impls or implementation_names(args.op), args.modes,
-                                byte_limit=options.byte_limit, device=slots[0].device)
-    except (PluginError, KeyError, ValueError, ResultsFileError) as exc:
+        impls = args.impls or implementation_names(args.op)
+    except (PluginError, KeyError, ValueError) as exc:
+        print_error(err, exc)
+        return 2
+    log_path = Path(args.out).with_name(Path(args.out).stem + ".workers.log")
+    if args.plan:  # reads only: no lock, no check that the file could be written
+        return _plan(args, cases, impls, options, slots, out, err)
+    problem = unwritable(args.out, log_path)  # before any worker starts: a sweep that cannot save must not run
+    if problem:
+        print_error(err, problem)
+        return 2
+    try:
+        with sweep.hold_lock(args.out):  # from before planning: a second sweep would plan the same cells
+            plan = _plan(args, cases, impls, options, slots, out, err)
+            if not isinstance(plan, sweep.SweepPlan):
+                return plan
+            return _run(args, plan, slots, options, plugins, log_path, out, err)
+    except sweep.SweepLocked as exc:
+        print_error(err, exc)
+        return 2
+
+
+def _plan(args, cases, impls, options, slots, out: Console, err: Console) -> sweep.SweepPlan | int:
+    """The plan, with its line printed; with --plan, the exit code instead (0, or 2 for a bad request)."""
+    try:
+        plan = sweep.plan_sweep(args.out, args.op, cases, impls, args.modes, byte_limit=options.byte_limit,
+                                device=slots[0].device, settings=options.settings(device=slots[0].device),
+                                accept_settings=args.accept_settings, retry_failed=args.retry_failed)
+    except (KeyError, ValueError, ResultsFileError) as exc:  # SettingsChanged is a ValueError
         print_error(err, exc)
         return 2
     for warning in plan.warnings:
         err.print(f"jaggedperf: warning: {warning}", markup=False, highlight=False)
+    if plan.settings_changes:
+        err.print(f"jaggedperf: warning: {plan.out} was measured with other settings (accepted): "
+                  f"{'; '.join(plan.settings_changes)}", markup=False, highlight=False)
     out.print(_plan_line(plan, len(cases), slots), markup=False, highlight=False)
-    if args.plan:
-        return 0
+    return 0 if args.plan else plan
+
+
+def _run(args, plan, slots, options, plugins, log_path: Path, out: Console, err: Console) -> int:
     if slots[0].device == "cpu":
         err.print("[yellow]No CUDA GPU in use: the sweep runs on the CPU, one worker.[/yellow]")
-    log_path = Path(args.out).with_name(Path(args.out).stem + ".workers.log")
     settings = sweep.Settings(timeout_s=args.timeout, plugins=tuple(plugins), log_path=str(log_path))
     try:
         outcome = run_with_progress(plan, slots, options, settings, err)
@@ -137,6 +175,8 @@ def _plan_line(plan: sweep.SweepPlan, n_cases: int, slots: list[sweep.WorkerSlot
     parts = [f"{len(plan.cells)} cells ({n_cases} cases)"]
     if plan.done:
         parts.append(f"{plan.done} already in {plan.out}")
+    if plan.retried:
+        parts.append(f"{len(plan.retried)} failed there, to retry")
     if plan.too_large:
         parts.append(f"{len(plan.too_large)} skipped before dispatch (values over the byte limit)")
     parts.append(f"{plan.to_run} to run on {len(slots)} worker{'s' if len(slots) > 1 else ''} "

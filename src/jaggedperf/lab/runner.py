@@ -13,9 +13,10 @@ from typing import Callable, Iterable
 import torch
 
 from jaggedperf.impls.registry import Batch, Implementation, get_implementation, get_op
-from jaggedperf.inputs import Case
+from jaggedperf.inputs import Case, length_bounds
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab import timing
+from jaggedperf.lab.fingerprint import input_fingerprints
 from jaggedperf.lab.env import environment
 from jaggedperf.lab.result import ERROR, SKIPPED, WRONG, Result, RunRecord
 from jaggedperf.checks import check_offsets
@@ -50,6 +51,30 @@ class Options:
     dynamic: bool | None = None  # torch.compile(dynamic=...)
     trace_dir: str | None = None  # write a chrome trace per cell here
     cold_compile: bool = True  # turn off Inductor's on-disk caches so compile time is a cold compile
+
+    def __post_init__(self) -> None:
+        # Checked here, not only by the CLI: 0 timed calls fails every cell's wall statistics, and a
+        # negative count would silently mean none.
+        if self.iters < 1 or self.warmup < 0 or self.profile_calls < 1 or self.byte_limit < 0:
+            raise ValueError(f"Options need iters >= 1, warmup >= 0, profile_calls >= 1 and byte_limit >= 0; got "
+                             f"iters={self.iters}, warmup={self.warmup}, profile_calls={self.profile_calls}, "
+                             f"byte_limit={self.byte_limit}")
+
+
+    def settings(self, device: str | None = None) -> dict:
+        """How cells are measured, as a results file's header records it (``environment["settings"]``): a
+        resumed sweep must measure its new cells the same way as the old ones.
+
+        Args:
+            device: the device type the cells run on (default: this ``device``'s type; a sweep's workers
+                each set their own).
+
+        Returns:
+            ``{name: value}``, JSON-serialisable; the trace folder is left out (it changes no number).
+        """
+        return {"device": device or self.device.type, "warmup": self.warmup, "iters": self.iters,
+                "byte_limit": self.byte_limit, "flush_l2": self.flush_l2, "device_time": self.device_time,
+                "profile_calls": self.profile_calls, "dynamic": self.dynamic, "cold_compile": self.cold_compile}
 
 
 def default_device() -> torch.device:
@@ -101,7 +126,7 @@ def run(
         The record: the environment (with what the implementations' setup hooks returned), the copy
         bandwidth, and one result per cell in plan order, speedups filled in.
     """
-    record = RunRecord(environment(), [], measure_copy_bandwidth(options.device))
+    record = RunRecord({**environment(), "settings": options.settings()}, [], measure_copy_bandwidth(options.device))
     run_one = CellRunner(options, record.copy_gbps)
     for cell in cells:
         if on_start:
@@ -120,12 +145,19 @@ class CellRunner:
     (as ``plan`` orders them) make each batch once. Turns the compile caches off before the first
     compiled cell when ``options.cold_compile`` (not before: importing Inductor takes a while). Before
     an implementation's first cell, calls its setup hook (once per hook: the runner has one device);
-    what the hooks returned is in ``setup_state``, for the run's environment."""
+    what the hooks returned is in ``setup_state``, for the run's environment.
+
+    The batch is shared by the case's cells, so an implementation that changes its inputs in place would
+    corrupt every later contender's input (and have an innocent one recorded wrong). After each cell that
+    ran, the batch's tensors are fingerprinted on the device (``fingerprint.input_fingerprints``) and compared with
+    the fingerprints taken when the batch was made: a cell that changed them is an error saying so, and the
+    batch (and reference) is made again, from the case's seed, for the next cell."""
 
     def __init__(self, options: Options, copy_gbps: float | None) -> None:
         self.options = options
         self.copy_gbps = copy_gbps
-        self._case: tuple[Case, Batch | Exception, torch.Tensor | None] | None = None
+        # (case, batch or why there is none, reference, the batch's fingerprints when made)
+        self._case: tuple[Case, Batch | Exception, torch.Tensor | None, dict[str, int]] | None = None
         self._setups: dict[Callable, Exception | None] = {}  # hook -> how it failed (None: it ran)
         self.setup_state: dict = {}
 
@@ -139,11 +171,33 @@ class CellRunner:
                           status=ERROR, reason=f"setup: {type(failed).__name__}: {_first_line(failed)}")
         if self._case is None or self._case[0] != cell.case:
             self._case = None  # free the previous batch before making the next
-            self._case = (cell.case, *prepare_case(cell.op, cell.case, self.options))
-        _, batch, reference = self._case
+            batch, reference = prepare_case(cell.op, cell.case, self.options)
+            self._case = (cell.case, batch, reference, {} if isinstance(batch, Exception) else _fingerprints(cell.op, batch))
+        _, batch, reference, made = self._case
         if isinstance(batch, Exception):
             return input_result(cell, self.options.device, batch)
-        return run_cell(cell, batch, reference, self.options, self.copy_gbps)
+        result = run_cell(cell, batch, reference, self.options, self.copy_gbps)
+        if result.status != SKIPPED:  # it ran: did it leave its inputs as it found them?
+            self._check_inputs(cell, batch, made, result)
+        return result
+
+    def _check_inputs(self, cell: Cell, batch: Batch, made: dict[str, int] | str, result: Result) -> None:
+        """Make ``result`` an error when ``cell`` changed the batch, and drop the batch so the next cell gets a
+        fresh one. A fingerprint that cannot be taken (a broken device, no memory left) is noted in the result's
+        ``extra["input_check"]``, and the batch is dropped all the same."""
+        now = _fingerprints(cell.op, batch) if isinstance(made, dict) else made
+        if isinstance(now, str):
+            self._case = None
+            result.extra["input_check"] = now
+            return
+        changed = [name for name in made if now.get(name) != made[name]]
+        if not changed:
+            return
+        self._case = None  # made again, from the seed, for the next cell of this case
+        result.extra["before_input_check"] = {"status": result.status, "reason": result.reason}
+        result.status = ERROR
+        result.reason = (f"changed its inputs in place ({', '.join(changed)}); an implementation must leave the "
+                         "batch as it found it (the batch is made again for the next cells)")
 
     def _setup(self, impl: Implementation) -> Exception | None:
         """Run ``impl``'s setup hook the first time it is met; how it failed, or None."""
@@ -157,6 +211,15 @@ class CellRunner:
             except Exception as exc:  # a plugin's failing setup is a finding about its cells, not a crash
                 self._setups[hook] = exc
         return self._setups[hook]
+
+
+def _fingerprints(op: str, batch: Batch) -> dict[str, int] | str:
+    """``input_fingerprints``, or why they could not be taken."""
+    try:
+        return input_fingerprints(op, batch)
+    except Exception as exc:  # the check is a guard, not a cell: its failure must not end the run
+        _release_memory(batch.values.device)
+        return f"not done: {type(exc).__name__}: {_first_line(exc)}"
 
 
 def measure_copy_bandwidth(device: torch.device) -> float | None:
@@ -174,10 +237,33 @@ class InputTooLarge(Exception):
 
 
 def input_too_large(case: Case, byte_limit: int) -> InputTooLarge | None:
-    """Why ``case``'s values tensor is over ``byte_limit`` (cheap: only the lengths are drawn), or None."""
+    """Why ``case``'s values (or offsets) tensor is over ``byte_limit``, or None.
+
+    Arithmetic first, from the case's numbers: the offsets take (B+1)·8 bytes, and the values at least
+    B·low·M·itemsize and at most B·high·M·itemsize (``inputs.length_bounds``). Only when the limit falls
+    between the two bounds are the B lengths drawn (on the CPU) for the exact size: drawing them for a huge B
+    would itself be the allocation the limit is there to prevent.
+
+    Args:
+        case: the case.
+        byte_limit: the largest tensor allowed, in bytes.
+
+    Returns:
+        An ``InputTooLarge`` saying which tensor would take how much, or None.
+    """
+    limit = f"byte limit {byte_limit / 1e9:.2f} GB"
+    low, high = length_bounds(case)
+    row_bytes = case.M * torch.empty((), dtype=case.torch_dtype).element_size()
+    if case.B * low * row_bytes > byte_limit:
+        return InputTooLarge(f"values would take at least {case.B * low * row_bytes / 1e9:.2f} GB > {limit}")
+    offsets_bytes = (case.B + 1) * 8  # checked before any drawing: the draw makes B-element tensors
+    if offsets_bytes > byte_limit:
+        return InputTooLarge(f"offsets would take {offsets_bytes / 1e9:.2f} GB > {limit}")
+    if case.B * high * row_bytes <= byte_limit:
+        return None
     values_bytes = case.values_nbytes()
     if values_bytes > byte_limit:
-        return InputTooLarge(f"values would take {values_bytes / 1e9:.2f} GB > byte limit {byte_limit / 1e9:.2f} GB")
+        return InputTooLarge(f"values would take {values_bytes / 1e9:.2f} GB > {limit}")
     return None
 
 

@@ -7,7 +7,8 @@ Two forms are read:
   header ``{"environment": {...}, "copy_gbps": ...}`` or one ``Result.to_dict()`` (a line holding a whole
   document, with ``"results"``, is read as a header plus its results). A resumed sweep appends a new
   header: the first environment wins and the later ones that differ from it are kept, in order, in
-  ``environment["more"]``. A cell written twice keeps its later line.
+  ``environment["more"]``. A cell written twice keeps its later line (with a warning, unless the later
+  line is a retry: ``extra["retry"]``, written by ``sweep --retry-failed``).
 
 A process killed while appending loses at most the line in flight: each line is written with one
 ``write`` and then flushed and fsync'ed. Such an unfinished last line (no newline, not JSON) is skipped
@@ -20,10 +21,15 @@ lines). Nothing here prints: warnings are returned to the caller.
 from __future__ import annotations
 
 import csv
+import dataclasses
+import errno
+import functools
 import io
 import json
 import os
 import tempfile
+import types
+import typing
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Iterable
@@ -31,6 +37,7 @@ from typing import Any, Iterable
 from jaggedperf.inputs import Case
 from jaggedperf.lab.result import STATUSES, DeviceTime, Result, RunRecord, WallStats
 
+RETRY = "retry"  # extra[RETRY] on a result: it re-ran a failed cell of the file (what failed, from the scheduler)
 RESULT_KEYS = ("op", "implementation", "mode", "case", "device")  # a result line needs at least these
 CASE_KEYS = ("B", "M", "seqlen", "sparsity")  # a case needs at least these (the rest have defaults)
 _MARKERS = ('{"environment"', '{"op"')  # how the lines this module writes begin
@@ -156,7 +163,7 @@ def _read_lines(path: Path, text: str) -> tuple[RunRecord, list[str]]:
 
     def add_result(lineno: int, d: dict, where: str) -> None:
         result = _result_from_dict(path, lineno, d, where)
-        if result.key in results:
+        if result.key in results and RETRY not in result.extra:  # a retry (sweep --retry-failed) is meant to repeat
             warnings.append(
                 f"{path}:{lineno}: repeats the cell of line {seen_at[result.key]} "
                 f"({result.implementation} {result.mode} {result.case.label}); the later line is kept"
@@ -224,10 +231,93 @@ def _result_from_dict(path: Path, lineno: int | None, d: Any, where: str) -> Res
     status = d.get("status", "ok")
     if status not in STATUSES:
         raise _error(path, lineno, f"{where}unknown status {status!r} (expected one of {', '.join(STATUSES)})")
+    wrong = _wrong_type(Result, d, "")
+    if wrong is not None:
+        raise _error(path, lineno, f"{where}{wrong}")
     try:
         return Result.from_dict(d)
     except (TypeError, ValueError, KeyError) as err:
         raise _error(path, lineno, f"{where}not a valid result ({_one_line(err)})") from None
+
+
+def _wrong_type(cls: type, d: dict, prefix: str) -> str | None:
+    """What is wrongly typed in ``d``, the fields of dataclass ``cls`` (nested dataclasses by their own
+    fields), as ``"wall.median_ms" must be a number, got a string``; None when every field it has is of its
+    annotated type. Keys that are not fields are left to ``from_dict`` (it ignores them); missing ones too.
+    The types come from the annotations, so a field added to ``Result`` or its parts is checked as well."""
+    hints = _field_types(cls)
+    for name, v in d.items():
+        if name not in hints:
+            continue
+        wanted = hints[name]
+        nested = next((t for t in (wanted, *typing.get_args(wanted)) if dataclasses.is_dataclass(t)), None)
+        if nested is not None and isinstance(v, dict):  # say which field inside is wrong
+            inner = _wrong_type(nested, v, f"{prefix}{name}.")
+            if inner is not None:
+                return inner
+        elif not _is_a(v, wanted):
+            return f'"{prefix}{name}" must be {_describe(wanted)}, got {_kind_of(v)}'
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _is_a(v: Any, hint: Any) -> bool:
+    """Whether the JSON value ``v`` is of type ``hint`` (an annotation of a results dataclass)."""
+    if hint is Any:
+        return True
+    args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_a(v, a) for a in args)
+    if hint is type(None):
+        return v is None
+    if hint is bool:
+        return isinstance(v, bool)
+    if hint is int:
+        return isinstance(v, int) and not isinstance(v, bool)
+    if hint is float:  # JSON has one number type: an integer is a float here
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if hint is str:
+        return isinstance(v, str)
+    if dataclasses.is_dataclass(hint):
+        return isinstance(v, dict) and _wrong_type(hint, v, "") is None
+    if origin in (list, tuple):
+        return isinstance(v, list) and (not args or all(_is_a(x, args[0]) for x in v))
+    if origin is dict or hint is dict:
+        return isinstance(v, dict) and (len(args) < 2 or all(_is_a(x, args[1]) for x in v.values()))
+    return True  # an annotation this check does not know: left to the constructor
+
+
+def _describe(hint: Any) -> str:
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        named = [_describe(a) for a in args if a is not type(None)]
+        return " or ".join(named) + (" or null" if type(None) in args else "")
+    if hint in (int, float):
+        return "an integer" if hint is int else "a number"
+    if hint is str:
+        return "a string"
+    if hint is bool:
+        return "true or false"
+    if typing.get_origin(hint) in (list, tuple):
+        return f"a list of {_describe(args[0]).split(' ', 1)[-1]}s" if args else "a list"
+    if dataclasses.is_dataclass(hint) or typing.get_origin(hint) is dict or hint is dict:
+        return "an object"
+    return str(hint)
+
+
+def _kind_of(v: Any) -> str:
+    """``v`` for a message: its JSON kind and, when short, the value."""
+    kind = _kind(v)
+    if v is None:
+        return "null"
+    shown = json.dumps(v)
+    article = "an" if kind[0] in "aeiou" else "a"
+    return f"{article} {kind} {shown}" if len(shown) <= 40 else f"{article} {kind}"
 
 
 def _number_or_none(path: Path, lineno: int | None, name: str, v: Any) -> float | None:
@@ -374,6 +464,41 @@ def _fsync_dir(directory: Path) -> None:
 # --- whole files ----------------------------------------------------------------------------------
 
 
+def check_writable(path: str | os.PathLike) -> None:
+    """Raise if ``path`` could not be written by ``write_text_atomic`` or appended to, before any work is done
+    for it (a run that can only fail to save its results should not start).
+
+    Nothing is left behind: an existing file is opened for appending and closed unchanged; in an existing
+    folder a temporary file is made and removed; a missing folder (which the writers would make) is not made,
+    its nearest existing ancestor must be a folder this process may write into.
+
+    Args:
+        path: the output file.
+
+    Raises:
+        OSError: with ``filename`` and ``strerror``: a directory, a path through a file, a folder that cannot
+            be written, a read-only file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+    if path.exists():
+        with open(path, "ab"):
+            return
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "a folder on its path is a file", str(folder))
+    if folder != path.parent:  # the writer would make the missing folders here
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "cannot make its folder (permission denied)", str(folder))
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=folder)
+    os.close(fd)
+    os.unlink(tmp)
+
+
 def write_json(path: str | os.PathLike, record: RunRecord) -> None:
     """Write ``record`` as one JSON document, atomically: a reader sees the old file or the new one.
 
@@ -390,6 +515,9 @@ def write_json(path: str | os.PathLike, record: RunRecord) -> None:
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
 
+    The file gets the mode a plain ``open(path, "w")`` would give it: the mode of the file it replaces, or
+    ``0o666 & ~umask`` for a new one (as the sweep's JSON lines, which are opened for appending).
+
     Args:
         path: the file to write (its folder is made if missing).
         text: the whole content.
@@ -399,8 +527,10 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = _mode_for(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)  # mkstemp makes it 0600; a plain open() would follow the umask (or keep the old mode)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
             f.flush()
@@ -413,6 +543,29 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
             pass
         raise
     _fsync_dir(path.parent)
+
+
+def _mode_for(path: Path) -> int:
+    """The permission bits ``open(path, "w")`` would leave ``path`` with: its own if it exists, else the umask's."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """This process's umask. Read from /proc where it is there: setting and restoring it (the only portable way)
+    would change it for a moment for every thread of the process."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def csv_row(result: Result) -> dict[str, Any]:

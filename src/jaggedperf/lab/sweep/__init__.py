@@ -6,15 +6,18 @@ appended to a JSON-lines file as it finishes; a rerun resumes.
 - ``scheduler``: dispatch, timeouts, deaths, the results file;
 - ``backend``: what a back end provides; ``local``: local processes (the default);
 - ``worker``: what a worker runs, whatever started it;
-- ``isolated``: ``runner.run`` through this engine (``repro``/``run --timeout``).
+- ``isolated``: ``runner.run`` through this engine (``repro``/``run --timeout``);
+- ``lock``: one sweep per results file.
 """
 
 from jaggedperf.lab.sweep.backend import Backend, WorkerHandle
 from jaggedperf.lab.sweep.isolated import run_isolated
 from jaggedperf.lab.sweep.local import LocalProcesses
-from jaggedperf.lab.sweep.plan import SweepPlan, plan_sweep
+from jaggedperf.lab.sweep.lock import SweepLocked, hold as hold_lock
+from jaggedperf.lab.sweep.plan import SettingsChanged, SweepPlan, plan_sweep
 from jaggedperf.lab.sweep.scheduler import DEFAULT_TIMEOUT_S, Settings, SweepError, SweepOutcome, run_sweep
 from jaggedperf.lab.sweep.slots import WorkerSlot, worker_slots
 
-__all__ = ["DEFAULT_TIMEOUT_S", "Backend", "LocalProcesses", "Settings", "SweepError", "SweepOutcome", "SweepPlan",
-           "WorkerHandle", "WorkerSlot", "plan_sweep", "run_isolated", "run_sweep", "worker_slots"]
+__all__ = ["DEFAULT_TIMEOUT_S", "Backend", "LocalProcesses", "Settings", "SettingsChanged", "SweepError",
+           "SweepLocked", "SweepOutcome", "SweepPlan", "WorkerHandle", "WorkerSlot", "hold_lock", "plan_sweep",
+           "run_isolated", "run_sweep", "worker_slots"]

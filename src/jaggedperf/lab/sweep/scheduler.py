@@ -4,9 +4,10 @@ finishes, so that a rerun resumes where a crash or kill stopped.
 
 A worker imports the plugins, measures copy bandwidth once, says it is ready, then runs the units it is
 sent and sends each result back (``worker``). The parent is the only writer of the results file: an
-environment header once every worker is ready (with each worker's GPU and copy bandwidth), then one line
-per cell (``store.append_result`` fsyncs each), ``speedup_vs_eager`` filled in from the eager twin of
-this run or of the resumed file.
+environment header once every worker is ready (with each worker's GPU and copy bandwidth, and the
+measurement settings), then one line per cell (``store.append_result`` fsyncs each), ``speedup_vs_eager``
+filled in from the eager twin of this run or of the resumed file; a retried cell's line carries what failed
+before (``extra["retry"]``).
 
 Faults. A worker's cell in flight is the first of its unit without a result; its clock starts when the
 unit is sent or the previous result arrives (the first cell's time includes making the case's batch).
@@ -35,6 +36,7 @@ from jaggedperf.lab import runner
 from jaggedperf.lab.env import environment
 from jaggedperf.lab.result import ERROR, Result
 from jaggedperf.lab.results import store
+from jaggedperf.lab.sweep import lock
 from jaggedperf.lab.sweep.backend import Backend, WorkerHandle
 from jaggedperf.lab.sweep.local import LocalProcesses
 from jaggedperf.lab.sweep.plan import SweepPlan
@@ -95,16 +97,18 @@ def run_sweep(plan: SweepPlan, slots: list[WorkerSlot], options: runner.Options,
 
     Raises:
         SweepError: no worker could start, or every slot was given up.
+        lock.SweepLocked: another process's sweep is writing to ``plan.out``.
         ValueError: no slot.
         store.ResultsFileError, OSError: the results file cannot be read or appended to.
     """
     settings = settings or Settings()
-    sweep = _Sweep(plan, slots, options, settings, on_start or _nothing, on_result or _nothing, on_note or _nothing,
-                   backend or LocalProcesses())
-    try:
-        return sweep.run()
-    finally:
-        sweep.close()
+    with lock.hold(plan.out):  # already held when the caller took it before planning, as the CLI does
+        sweep = _Sweep(plan, slots, options, settings, on_start or _nothing, on_result or _nothing,
+                       on_note or _nothing, backend or LocalProcesses())
+        try:
+            return sweep.run()
+        finally:
+            sweep.close()
 
 
 def _nothing(*_args) -> None:
@@ -130,7 +134,7 @@ class _Sweep:
         if not self.queue:
             if not self.plan.too_large:
                 return SweepOutcome([], None, None)
-            env = environment()
+            env = {**environment(), "settings": self._settings()}
             store.write_environment_header(self.plan.out, env, None)
             for r in self.plan.too_large:
                 self._record(r)
@@ -264,13 +268,21 @@ class _Sweep:
     def _header(self, ready: list[_Worker]) -> tuple[dict, float | None]:
         gpu = next((w.info["gpu_facts"] for w in ready if w.info.get("gpu_facts")), None)
         env = environment(gpu=gpu)
+        env["settings"] = self._settings()
         env["workers"] = [{"name": w.slot.name, **{k: v for k, v in w.info.items() if k != "gpu_facts"},
                            **(w.info.get("gpu_facts") or {})} for w in ready]
         measured = [w.info["copy_gbps"] for w in ready if w.info.get("copy_gbps")]
         return env, (statistics.fmean(measured) if measured else None)
 
+    def _settings(self) -> dict:
+        """How this sweep measures, for its header (the workers' device: the slots', not the parent's)."""
+        return self.options.settings(device=self.workers[0].slot.device)
+
     def _record(self, result: Result, worker: str | None = None) -> None:
-        """Fill in the speedup from the eager twin, append the result (fsync'ed), tell the caller."""
+        """Fill in the speedup from the eager twin, mark a retry with what failed before, append the result
+        (fsync'ed), tell the caller."""
+        if result.key in self.plan.retried:
+            result.extra[store.RETRY] = self.plan.retried[result.key]
         twin = self.eager.get(_twin_key(result))
         runner.attach_speedups([twin, result] if twin is not None else [result])
         if result.mode == modes_mod.EAGER:
