@@ -42,10 +42,10 @@ def test_outliers_move_the_std_but_not_the_quantiles():
 
 
 def test_stability_flags_spread_and_drift():
-    noisy = [1.0, 2.0, 0.5, 1.8, 0.6, 1.5] * 30
+    noisy = [100.0, 200.0, 50.0, 180.0, 60.0, 150.0] * 30  # µs
     j = stats.stability(noisy)
     assert not j.stable and j.iqr_rel > 0.5 and "IQR" in j.reasons[0]
-    drift = [1.0] * 160 + [1.25] * 40  # a tight IQR, but load arrived near the end
+    drift = [100.0] * 160 + [125.0] * 40  # µs: a tight IQR, but load arrived near the end
     j = stats.stability(drift)
     assert j.iqr_rel == 0 and j.drift_rel == pytest.approx(0.25)
     assert not j.stable and j.reasons == ["wall drifted: the last third's median rose 25% from the first third's (> 10%)"]
@@ -95,3 +95,12 @@ def test_the_exact_median_distribution_matches_resampling():
         exact = x[np.searchsorted(cdf, q)]
         assert exact == pytest.approx(np.quantile(resampled, q), rel=0.02)
     assert stats.median_distribution(1).tolist() == [1.0]
+
+
+def test_spreads_and_drifts_under_the_floor_never_count():
+    tiny = [4.0, 4.5, 4.0, 5.0, 4.5, 4.0, 5.0, 4.5, 4.0, 5.0, 4.5, 4.0]  # µs: IQR 0.9 µs = 20% of the median
+    assert stats.stability(tiny).stable
+    assert not stats.stability(tiny, stats.Policy(floor_us=0.5)).stable
+    ms = [x / 1e3 for x in tiny]  # the same in ms: the floor is in µs whatever the unit
+    assert stats.stability(ms, to_us=1e3).stable
+    assert not stats.stability(ms, stats.Policy(floor_us=0.5), to_us=1e3).stable

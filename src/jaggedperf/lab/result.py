@@ -259,7 +259,7 @@ def judge(wall_ms, device_us, policy: stats.Policy) -> Judged:
     Returns:
         The figures and the reasons the cell is unstable, if it is.
     """
-    w = stats.stability(wall_ms, policy, what="wall")
+    w = stats.stability(wall_ms, policy, what="wall", to_us=1e3)
     reasons = list(w.reasons)
     device_iqr = None
     if device_us is not None and len(device_us):

@@ -14,7 +14,10 @@ A set of samples is *unstable* (``stability``) when
 
 - its IQR passes ``max_iqr_rel`` of its median (the calls do not agree with each other), or
 - it drifts: the medians of its first and last thirds differ by more than ``max_drift_rel`` of the
-  overall median (the machine changed under the measurement: load came or went, clocks moved).
+  overall median (the machine changed under the measurement: load came or went, clocks moved);
+
+and in either case by more than ``Policy.floor_us`` in absolute terms (a 4 µs kernel whose replays differ
+by 0.5 µs, the events' resolution, is not unstable).
 
 A steady load slows every call alike and shows in neither test, so the machine is watched too: an
 attempt during which other processes kept more CPUs busy than the machine has to spare for the cell's
@@ -43,6 +46,7 @@ import numpy as np
 CODEC_PREFIX = "f32z:"
 MAX_IQR_REL = 0.10  # torch.utils.benchmark's warning threshold (IQR / median)
 MAX_DRIFT_REL = 0.10  # first-third vs last-third medians, relative to the median
+FLOOR_US = 2.0  # CUDA events resolve about 0.5 µs; a host call's own jitter is a µs or two
 CPU_SLACK = 0.25  # of a CPU: other processes may use this much of the cores the cell needs
 LOAD_WINDOW_S = 0.2
 MIN_SAMPLES_TO_JUDGE = 10  # below this, quantiles are too coarse to call a measurement unstable
@@ -148,6 +152,7 @@ class Policy:
     cpu_slack: float | None = CPU_SLACK  # contended when other processes' CPUs > machine CPUs − threads + this;
     #                                      None: not judged (load is still recorded)
     load_window_s: float = LOAD_WINDOW_S  # watch other processes' CPU use at least this long per attempt
+    floor_us: float = FLOOR_US  # spreads and drifts under this many µs never count (timer resolution, µs jitter)
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
@@ -168,7 +173,7 @@ class Judgement:
 
 
 def stability(samples: Sequence[float] | np.ndarray, policy: Policy = Policy(), *, what: str = "wall",
-              drift: bool = True) -> Judgement:
+              drift: bool = True, to_us: float = 1.0) -> Judgement:
     """Whether ``samples`` are stable enough to report (see the module notes for the two tests).
 
     Args:
@@ -176,6 +181,7 @@ def stability(samples: Sequence[float] | np.ndarray, policy: Policy = Policy(), 
         policy: the thresholds.
         what: the name of the measurement, for the reasons (``wall``, ``device``).
         drift: test for drift too.
+        to_us: µs per unit of ``samples`` (1000 for ms), for ``policy.floor_us``.
 
     Returns:
         The judgement with both figures and the reasons it fails, if it does.
@@ -190,13 +196,15 @@ def stability(samples: Sequence[float] | np.ndarray, policy: Policy = Policy(), 
     reasons: list[str] = []
     if x.size < MIN_SAMPLES_TO_JUDGE:
         return Judgement(True, float(iqr_rel), None, reasons, judged=False)
-    if iqr_rel > policy.max_iqr_rel:
+    floor = policy.floor_us / to_us
+    if iqr_rel > policy.max_iqr_rel and s.iqr > floor:
         reasons.append(f"{what} IQR is {iqr_rel:.0%} of the median (> {policy.max_iqr_rel:.0%})")
     drift_rel = None
     if drift:
         third = x.size // 3
-        drift_rel = float((np.median(x[-third:]) - np.median(x[:third])) / scale)
-        if abs(drift_rel) > policy.max_drift_rel:
+        moved = float(np.median(x[-third:]) - np.median(x[:third]))
+        drift_rel = moved / scale
+        if abs(drift_rel) > policy.max_drift_rel and abs(moved) > floor:
             direction = "rose" if drift_rel > 0 else "fell"
             reasons.append(f"{what} drifted: the last third's median {direction} {abs(drift_rel):.0%} from the "
                            f"first third's (> {policy.max_drift_rel:.0%})")

@@ -116,7 +116,7 @@ def measure_wall(fn: Callable[[], object], device: torch.device, *, warmup: int 
         load = CpuLoad.start()
         times = wall_samples(fn, device, warmup=warmup, iters=iters)
         other = load.other_cpus(window)
-        judged = stats.stability(times, policy, what="wall")
+        judged = stats.stability(times, policy, what="wall", to_us=1e3)
         busy = stats.contended(other, cpus, threads, policy) if judge_load else None
         history.append({"median_ms": float(statistics.median(times)), "iqr_rel": judged.iqr_rel,
                         "drift_rel": judged.drift_rel, "other_cpu": other, "contended": busy is not None})
