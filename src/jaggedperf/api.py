@@ -212,6 +212,7 @@ def bench(implementations: str | Callable | Iterable[str | Callable] | Mapping[s
     with _registered(op, named, takes):
         cells = runner.plan(op, cases, [name for name, _ in named], modes)
         record = runner.run(cells, options, on_result=(lambda r, _: on_result(r)) if on_result else None)
+    record.environment["command"] = _command("bench")
     return Results(record)
 
 
@@ -248,6 +249,7 @@ def measure(fn: Callable, *args, name: str | None = None, modes: str | Iterable[
     name = name or getattr(fn, "__name__", "fn")
     case = case or UNUSED_CASE
     record = RunRecord(environment(), [], runner.measure_copy_bandwidth(options.device))
+    record.environment["command"] = _command("measure")
     for mode in modes:
         cell = runner.Cell(CALLABLE_OP, name, mode, case)
         result = Result(CALLABLE_OP, name, mode, case, options.device.type, threads=runner.set_threads(options))
@@ -300,6 +302,15 @@ def load(path: str | os.PathLike) -> Results:
 
 
 # --- helpers --------------------------------------------------------------------------------------
+
+
+def _command(verb: str) -> str:
+    """What ran, for the environment: the Python program and the API call (not a ``jaggedperf`` command line)."""
+    import shlex
+    import sys
+
+    program = shlex.join(["python", *sys.argv]) if sys.argv and sys.argv[0] else "python (interactive)"
+    return f"{program} → jaggedperf.{verb}()"
 
 
 def _pandas():

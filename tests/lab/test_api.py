@@ -33,6 +33,7 @@ def test_bench_takes_names_and_callables_and_registers_nothing(scripted):
     assert isinstance(res, Results) and len(res) == 2
     assert [r.implementation for r in res] == ["sum_padded", "mine"] and {r.status for r in res} == {OK}
     assert set(get_op("jagged_mean").implementations) == before  # the callable was there for the call only
+    assert res.environment["command"].endswith("→ jaggedperf.bench()")
     rows = res.rows()
     assert list(rows[0]) == list(COLUMNS)
     assert rows[1]["wall_us"] == pytest.approx(100, rel=0.02) and rows[1]["wall_p20_us"] <= rows[1]["wall_p80_us"]
