@@ -182,7 +182,7 @@ def test_a_resume_with_other_settings_is_refused_listing_them_unless_accepted(tm
     header = json.loads(out.read_text().splitlines()[0])
     assert header["environment"]["settings"] == {
         "device": "cpu", "warmup": 1, "iters": 2, "byte_limit": 8 * 10**9, "flush_l2": True, "device_time": True,
-        "profile_calls": 10, "dynamic": None, "cold_compile": True}
+        "profile_calls": 10, "dynamic": None, "cold_compile": True, "threads": 1}
     capsys.readouterr()
     grown = [*args, "--seqlen", "10", "20", "--warmup", "1", "--iters", "3", "--dynamic"]
     before = out.read_text()

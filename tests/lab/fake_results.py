@@ -12,9 +12,11 @@ import math
 import random
 from dataclasses import replace
 
+import numpy as np
+
 from jaggedperf.inputs import Case
 from jaggedperf.lab.modes import BOUNDARY_MODES, COMPILE_MODES, EAGER, GRAPH
-from jaggedperf.lab.result import ERROR, OK, SKIPPED, WRONG, DeviceTime, Result, RunRecord, WallStats
+from jaggedperf.lab.result import ERROR, OK, SKIPPED, WRONG, DeviceTime, Result, RunRecord, Stability, WallStats
 
 # The record's modes: eager, torch.compile's four and graph (the counts the tests check are of these);
 # ``make_results(modes=ALL_MODES)`` adds jaggedperf.compile's four.
@@ -89,9 +91,9 @@ def make_result(impl: str, mode: str, case: Case, rng: random.Random, op: str = 
     if mode == "compile:max-autotune-no-cudagraphs":
         host_us = 9.0 * _KERNELS[impl]  # guards and a launch per generated kernel: slower than eager
     median_ms = (device_us + host_us + 4.0) / 1000
-    std_ms = median_ms * 0.03
-    wall = WallStats(median_ms * 1.01, std_ms, median_ms, median_ms * 0.95, median_ms * 1.4, 200)
-    dev = DeviceTime(device_us, device_us * 0.99, device_us * 1.012, "graph", True)
+    wall = WallStats.from_samples(_samples(median_ms, 0.03, 200, rng))
+    dev = DeviceTime.from_samples(_samples(device_us, 0.01, 100, rng), "graph", True)
+    device_us = dev.median_us
     gbps = nbytes / (device_us * 1e-6) / 1e9
     return Result(
         op, impl, mode, case, "cuda", OK, None, rel_error,
@@ -100,7 +102,16 @@ def make_result(impl: str, mode: str, case: Case, rng: random.Random, op: str = 
         kernel_names=[f"{impl}_kernel_{i}" for i in range(min(int(launches), 3))],
         bytes_moved=nbytes, gbps=gbps, pct_of_copy=100 * gbps / COPY_GBPS,
         extra={"total_len": nbytes // (case.M * 4)},
+        stability=Stability(True, 0.04, 0.0, 1, 0.1, 0.1), threads=1,
     )
+
+
+def _samples(median: float, spread: float, n: int, rng: random.Random) -> np.ndarray:
+    """``n`` per-call times around ``median``: normal with a relative σ of ``spread``, clipped to stay positive,
+    shifted so that their median is ``median`` (float32, as stored)."""
+    g = np.random.default_rng(rng.randrange(2**32))
+    x = median * (1 + spread * np.clip(g.standard_normal(n), -3, 3))
+    return (x - np.median(x) + median).astype(np.float32)
 
 
 def fill_speedups(results: list[Result]) -> list[Result]:
@@ -127,16 +138,15 @@ def make_record(seed: int = 0, modes: tuple[str, ...] = MODES) -> RunRecord:
 
 def scaled(record: RunRecord, factor: float, select) -> RunRecord:
     """A copy of ``record`` whose ok cells for which ``select(result)`` is true are ``factor`` times slower
-    (wall and device alike), keeping their relative spread."""
+    (wall and device alike, every sample), keeping their relative spread."""
     out = []
     for r in record.results:
         if r.status == OK and select(r):
-            w, d = r.wall, r.device_time
+            d = r.device_time
             r = replace(
                 r,
-                wall=WallStats(w.mean_ms * factor, w.std_ms * factor, w.median_ms * factor,
-                               w.min_ms * factor, w.max_ms * factor, w.n),
-                device_time=DeviceTime(d.median_us * factor, d.p20_us * factor, d.p80_us * factor, d.method, d.l2_flushed),
+                wall=WallStats.from_samples(r.wall.samples_ms() * factor),
+                device_time=DeviceTime.from_samples(d.samples_us() * factor, d.method, d.l2_flushed),
             )
         out.append(r)
     return RunRecord(dict(record.environment), out, record.copy_gbps)

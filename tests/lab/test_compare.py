@@ -108,3 +108,60 @@ def test_status_changes_and_cells_on_one_side(a):
     assert d["counts"][BROKEN] == 1 and d["counts"][FIXED] == 1
     assert d["only_b"][0]["mode"] == "compile:new-mode"
     assert d["environment_changes"]["torch"] == ["2.13.0+cu130", "2.14.0"]
+
+
+# --- the robust test on raw samples -------------------------------------------------------------
+
+import numpy as np  # noqa: E402
+
+from jaggedperf.lab.result import UNSTABLE  # noqa: E402
+from jaggedperf.lab.results.compare import BOOTSTRAP, UNSTABLE_VERDICT, judge_samples  # noqa: E402
+
+
+def _cell_with_samples(r, wall_ms):
+    return replace(r, wall=WallStats.from_samples(wall_ms), device_time=None)
+
+
+def test_one_outlier_does_not_hide_a_real_change(a):
+    rng = np.random.default_rng(3)
+    base = rng.normal(0.100, 0.002, 200)
+    faster = base * 0.72
+    base[7] = 50.0  # one preempted call in A: σ_A is now 3.5 ms, 35× the median
+    r = next(r for r in a.results if r.status == OK)
+    ra, rb = _cell_with_samples(r, base), _cell_with_samples(r, faster)
+    old = judge(ra.wall.median_ms, rb.wall.median_ms, ra.wall.std_ms, rb.wall.std_ms)
+    assert old.verdict == SAME  # what k·(σA+σB) concluded
+    (x,) = compare(RunRecord({}, [ra]), RunRecord({}, [rb])).cells
+    assert x.verdict == IMPROVEMENT and x.wall.method == BOOTSTRAP
+    assert x.wall.ratio == pytest.approx(0.72, rel=0.02) and x.wall.low < x.wall.ratio < x.wall.high < 0.8
+    d = x.to_dict()["wall_ms"]
+    assert d["ratio_low"] == x.wall.low and d["confidence"] == 0.95
+
+
+def test_bootstrap_rule_needs_the_interval_off_1_and_the_minimum_effect():
+    rng = np.random.default_rng(4)
+    a = rng.normal(1.0, 0.01, 200)
+    assert judge_samples(a, a * 1.03).verdict == SAME  # certain, but under the 5% minimum effect
+    assert judge_samples(a, a * 1.03, min_rel=0.01).verdict == REGRESSION
+    wide = rng.normal(1.0, 0.6, 30).clip(0.05)
+    assert judge_samples(wide, wide * 1.2).verdict == SAME  # 20% slower, but the interval holds 1
+    assert judge_samples(a, a * 0.9).verdict == IMPROVEMENT
+
+
+def test_an_unstable_cell_is_shown_but_never_a_regression(a):
+    r = next(r for r in a.results if r.status == OK)
+    slow = replace(scaled(RunRecord({}, [r]), 2.0, lambda _: True).results[0], status=UNSTABLE,
+                   reason="wall drifted")
+    (x,) = compare(RunRecord({}, [r]), RunRecord({}, [slow])).cells
+    assert x.verdict == UNSTABLE_VERDICT and x.wall.ratio == pytest.approx(2.0)
+    c = compare(RunRecord({}, [r]), RunRecord({}, [slow]))
+    assert not c.has_regression and c.counts()[UNSTABLE_VERDICT] == 1
+
+
+def test_results_without_samples_fall_back_to_the_quantile_spread(a):
+    r = next(r for r in a.results if r.status == OK)
+    w = r.wall
+    bare = replace(r, wall=WallStats(w.mean_ms, w.std_ms, w.median_ms, w.min_ms, w.max_ms, w.n), device_time=None)
+    slower = replace(bare, wall=replace(bare.wall, median_ms=w.median_ms * 1.5))
+    (x,) = compare(RunRecord({}, [bare]), RunRecord({}, [slower])).cells
+    assert x.wall.method == "spread" and x.wall.low is None and x.verdict == REGRESSION

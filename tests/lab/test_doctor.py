@@ -10,7 +10,7 @@ from jaggedperf.cli.doctor import doctor_cases
 from jaggedperf.cli._args import SEED_CASES
 from jaggedperf.inputs import Case, make_batch
 from jaggedperf.impls.registry import get_op
-from jaggedperf.lab import modes, runner
+from jaggedperf.lab import modes, runner, stats
 from jaggedperf.lab.doctor import attribution, evidence, gather, probes
 from jaggedperf.lab.result import ERROR, OK, SKIPPED, DeviceTime, Result, WallStats
 
@@ -43,8 +43,9 @@ def _guards(us, count):
 
 
 def make_evidence(*, eager, compiled, plain=None, njt_guard_us=None, plain_guard_us=None, compile_s=5.0,
-                  takes="njt", eager_kernels=4, compiled_kernels=1, boundary=None):
-    """eager/compiled/plain/boundary: (wall µs, device µs or None); boundary: the jagged-compile twin's."""
+                  takes="njt", eager_kernels=4, compiled_kernels=1, boundary=None, host_calls=None):
+    """eager/compiled/plain/boundary: (wall µs, device µs or None); boundary: the jagged-compile twin's;
+    host_calls: the host timer's (eager, compiled, plain) µs, or None for evidence without it."""
     wall_only = eager[1] is None
     e = _result("eager", eager[0], eager[1], None if wall_only else eager_kernels, 0.001)
     c = _result(MODE, compiled[0], compiled[1], None if wall_only else compiled_kernels, compile_s)
@@ -54,9 +55,15 @@ def make_evidence(*, eager, compiled, plain=None, njt_guard_us=None, plain_guard
     host = evidence.HostOverhead(not wall_only, "needs CUDA" if wall_only else None, "test",
                                  evidence.host_us(e, wall_only=wall_only), evidence.host_us(c, wall_only=wall_only),
                                  g, probes.CompileStats(True, graphs=1, graph_breaks=0, recompiles=0))
+    if host_calls is not None:
+        for r, us in zip((e, c, p), host_calls):
+            if r is not None and us is not None:
+                r.host_call = WallStats(us / 1e3, 0.0, us / 1e3, us / 1e3, us / 1e3, 200)
+        host.eager_call_us, host.compiled_call_us = host_calls[0], host_calls[1]
     if plain:
         form = evidence.InputForm(True, None, "test", p, evidence.host_us(p, wall_only=wall_only), pg,
                                   probes.CompileStats(True))
+        form.plain_call_us = host_calls[2] if host_calls is not None else None
     else:
         form = evidence.InputForm(False, "not applicable: the implementation already takes (values, offsets)", "")
     kernels = evidence.Kernels(False, "needs CUDA", "test")
@@ -70,6 +77,15 @@ def make_evidence(*, eager, compiled, plain=None, njt_guard_us=None, plain_guard
         b = evidence.Boundary(False, "not measured", "test")
     return evidence.Evidence("jagged_mean", "sum_padded", MODE, SEED, "cuda", takes, e, c, host, form, kernels, pad,
                              graphs, evidence.compile_cost(e, c), boundary=b)
+
+
+def _assert_residual_is_what_the_parts_leave(d: attribution.Diagnosis):
+    """A diagnosis from real measurements: the residual is measured, the refusal follows the rules."""
+    assert d.available and d.residual_measured
+    assert sum(p.us for p in d.contributions) + d.residual_us == pytest.approx(d.delta_us, abs=1e-6)
+    assert d.sums_ok == (abs(d.residual_us) <= 0.1 * abs(d.delta_us) + 1e-9)
+    if not d.sums_ok and not attribution.on_par(d.delta_us, d.eager_wall_us):
+        assert d.verdict.startswith("no verdict: the measured parts leave") and d.remedy is None
 
 
 def _assert_adds_up_and_ordered(d: attribution.Diagnosis):
@@ -356,7 +372,8 @@ def test_gather_a_dense_implementation_on_cpu():
     assert not ev.host.device_time and ev.host.compiled_host_us == pytest.approx(ev.compiled.wall.median_ms * 1e3)
     assert ev.jagged is not None and not ev.jagged.pads
     assert not ev.boundary.available and ev.boundary.result is None and "not applicable" in ev.boundary.reason
-    assert attribution.diagnose(ev).sums_ok
+    assert ev.compiled.host_call is not None and ev.host.compiled_call_us == ev.compiled.host_call.median_ms * 1e3
+    _assert_residual_is_what_the_parts_leave(attribution.diagnose(ev))
 
 
 def test_gather_skips_the_extra_compiles_over_the_compile_budget():
@@ -370,7 +387,8 @@ def test_gather_skips_the_extra_compiles_over_the_compile_budget():
     assert not ev.boundary.available and ev.boundary.result is None and "compile budget" in ev.boundary.reason
     assert set(ev.stage_s) >= {"eager", "compile:default", "guards"} and all(v >= 0 for v in ev.stage_s.values())
     d = attribution.diagnose(ev)
-    assert d.sums_ok and attribution.NJT not in {p.key for p in d.contributions}
+    _assert_residual_is_what_the_parts_leave(d)
+    assert attribution.NJT not in {p.key for p in d.contributions}
     assert {p.key for p in d.contributions} >= {attribution.GUARDS, attribution.OTHER}
 
 
@@ -445,8 +463,13 @@ def test_cli_doctor_end_to_end_on_cpu(tmp_path, capsys):
     assert twin in ev["stage_s"] and f"{twin} (the boundary)" in out
     assert any(f.startswith(f"boundary: {twin}") for f in diagnosis["findings"])
     assert diagnosis["remedy"] is None or diagnosis["verdict"].endswith(diagnosis["remedy"])
-    assert diagnosis["available"] and diagnosis["sums_ok"]
-    assert math.isclose(sum(p["us"] for p in diagnosis["contributions"]), diagnosis["delta_us"], abs_tol=1e-6)
+    assert diagnosis["available"] and diagnosis["residual_measured"]
+    assert math.isclose(sum(p["us"] for p in diagnosis["contributions"]) + diagnosis["residual_us"],
+                        diagnosis["delta_us"], abs_tol=1e-6)
+    assert diagnosis["sums_ok"] == (abs(diagnosis["residual_us"]) <= 0.1 * abs(diagnosis["delta_us"]) + 1e-9)
+    if diagnosis["refused"]:
+        assert diagnosis["verdict"] == f"no verdict: {diagnosis['refused']}" and diagnosis["remedy"] is None
+    assert "residual (unattributed)" in out
 
 
 def test_cli_doctor_needs_all_case_flags_or_none(capsys):
@@ -461,3 +484,78 @@ def test_doctor_defaults_to_the_seed_shapes():
     assert [(c.B, c.M, c.seqlen, c.sparsity) for c in doctor_cases(args)] == [
         (c.B, c.M, c.seqlen, c.sparsity) for c in SEED_CASES]
     assert args.impls is None and args.mode == MODE and (args.warmup, args.iters) == (50, 200)
+
+
+# --- measured parts, a real residual, refusals -----------------------------------------------------
+
+
+def test_host_timer_parts_leave_a_real_residual():
+    # wall loop: eager 100, compiled 400 (Δ 300); host timer: eager 95, compiled 390, plain 150; guards 20
+    ev = make_evidence(eager=(100, None), compiled=(400, None), plain=(160, None), plain_guard_us=20,
+                       njt_guard_us=60, host_calls=(95, 390, 150))
+    d = attribution.diagnose(ev)
+    parts = {p.key: p.us for p in d.contributions}
+    assert parts == {attribution.NJT: 240.0, attribution.GUARDS: 20.0, attribution.OTHER: 35.0}
+    assert d.residual_measured and d.residual_us == pytest.approx(5.0) and d.sums_ok and d.refused is None
+    assert d.verdict.startswith("slower by 300 µs") and "240 µs overhead on NJT inputs" in d.verdict
+    assert "measured" not in " ".join(d.findings) or "residual is zero" not in " ".join(d.findings)
+
+
+def test_a_residual_past_10_percent_of_delta_refuses_the_verdict_and_says_why():
+    # the issue's case: the wall loop saw 7401 µs (a preempted run), the host timer 86–89 µs: nothing explains it
+    ev = make_evidence(eager=(57, None), compiled=(7401, None), plain=(80, None), plain_guard_us=5,
+                       njt_guard_us=8, host_calls=(56, 89, 80))
+    d = attribution.diagnose(ev)
+    assert d.available and not d.sums_ok and d.residual_us == pytest.approx(7401 - 57 - (89 - 56))
+    assert d.refused.startswith("the measured parts leave +7311.0 µs of Δ +7344.0 µs unattributed (100% > 10%)")
+    assert d.verdict == f"no verdict: {d.refused}" and d.remedy is None
+    assert "overhead on NJT inputs" not in d.verdict
+
+
+def test_unstable_inputs_refuse_the_verdict_but_keep_the_parts():
+    from jaggedperf.lab.result import UNSTABLE
+
+    ev = make_evidence(eager=(100, None), compiled=(400, None), plain=(160, None), plain_guard_us=20,
+                       host_calls=(95, 390, 150))
+    ev.compiled.status, ev.compiled.reason = UNSTABLE, "wall IQR is 85% of the median (> 10%); after 3 attempts"
+    d = attribution.diagnose(ev)
+    assert d.available and d.contributions and d.refused.startswith("the timing it would rest on is unstable")
+    assert f"{MODE}: wall IQR is 85%" in d.refused and d.verdict.startswith("no verdict:")
+    ev.input_form.plain.status, ev.input_form.plain.reason = UNSTABLE, "wall drifted"
+    ev.compiled.status = OK
+    assert "(plain twin): wall drifted" in attribution.diagnose(ev).refused
+
+
+def test_on_par_cells_are_not_refused_for_a_residual_of_nothing():
+    ev = make_evidence(eager=(100, None), compiled=(100.5, None), host_calls=(99, 101, None))
+    d = attribution.diagnose(ev)
+    assert not d.sums_ok and d.refused is None and d.verdict.startswith("on par")
+
+
+def test_evidence_without_the_host_timer_says_its_residual_checks_nothing():
+    d = attribution.diagnose(make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30,
+                                           plain_guard_us=4))
+    assert d.residual_measured is False and abs(d.residual_us) < 1e-9
+    assert any("zero by construction" in f for f in d.findings)
+
+
+def test_run_and_doctor_agree_on_the_same_cell_within_their_spreads(monkeypatch):
+    from jaggedperf.lab import timing
+    from lab.fake_clock import FakeClock, steady
+
+    # every timed call, in run and in doctor alike, takes 300 µs ± 5%: the same cell must read the same
+    monkeypatch.setattr(timing, "clock", FakeClock(steady(0.3, jitter=0.05)))
+    case = Case(8, 3, 12, 0.3)
+    opts = runner.Options(device=CPU, warmup=1, iters=40)
+    (ran,) = runner.run(runner.plan("jagged_mean", [case], ["segment_reduce"], ["compile:default"]), opts).results
+    batch, ref = runner.prepare_case("jagged_mean", case, opts)
+    ev = gather.gather("jagged_mean", "segment_reduce", "compile:default", case, batch, ref, opts, None)
+    doc = ev.compiled
+    assert ran.status == OK and doc.status == OK and ran.threads == doc.threads == 1
+    assert stats.intervals_overlap((ran.wall.p20_ms, ran.wall.p80_ms), (doc.wall.p20_ms, doc.wall.p80_ms))
+    assert doc.wall.p20_ms <= ran.wall.median_ms <= doc.wall.p80_ms
+    assert ran.wall.p20_ms <= doc.wall.median_ms <= ran.wall.p80_ms
+    # the doctor's host timer measured the call on its own; on the CPU it reads the same as the wall
+    assert doc.host_call.median_ms == pytest.approx(doc.wall.median_ms, rel=0.05)
+    d = attribution.diagnose(ev)
+    assert d.residual_measured and abs(d.residual_us) <= 0.1 * max(abs(d.delta_us), 1.0) + 30

@@ -225,3 +225,65 @@ def test_nothing_ok_still_draws_and_nothing_at_all_draws_nothing(tmp_path, small
     assert_files(roofline(failed, tmp_path))
     assert speedup_heatmaps(RunRecord({}, [], None), tmp_path) == []
     assert roofline(RunRecord({}, [], None), tmp_path) == []
+
+
+# --- robust colour scales, unstable cells, bars, no empty roofline --------------------------------
+
+from jaggedperf.lab.results.plot import NO_ROOFLINE, ratio_limit, ratio_ticks  # noqa: E402
+from jaggedperf.lab.result import UNSTABLE  # noqa: E402
+
+
+def test_one_outlier_cannot_flatten_the_colour_scale():
+    near_one = np.array([0.85, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 0.8])
+    assert ratio_limit(near_one) == pytest.approx(1.25 * 1.05)
+    with_outlier = np.append(near_one, 0.0015)  # the 0.0015×
+    assert ratio_limit(with_outlier) < 1.6
+    spread = np.array([0.25, 0.5, 1.0, 2.0, 4.0])  # evenly spread: the scale covers all of it
+    assert ratio_limit(spread) == pytest.approx(4 * 1.05)
+    assert ratio_limit(np.array([np.nan, -1.0])) == 1.25
+    assert ratio_ticks(1.6) == [0.8, 1.0, 1.25] and ratio_ticks(4.2) == [0.5, 0.8, 1.0, 1.25, 2.0]
+    assert all(f"{t:g}" == f"{t:.3g}" for t in ratio_ticks(1000))  # round numbers only
+
+
+def _unstable_at(record, impl, mode, seqlen, sparsity):
+    target = find(record, impl, mode, seqlen, sparsity).key
+    rs = [replace(r, status=UNSTABLE, reason="wall IQR is 85% of the median (> 10%); after 3 attempts")
+          if r.key == target else r for r in record.results]
+    return RunRecord(record.environment, rs, record.copy_gbps)
+
+
+def test_unstable_cells_are_hatched_not_valued(record, tmp_path):
+    rec = _unstable_at(record, "sum_padded", "compile:max-autotune-no-cudagraphs", 100, 0.1)
+    h = next(h for h in heatmap_data(rec) if h.mode == "compile:max-autotune-no-cudagraphs" and h.shape.dtype == "float32")
+    panel = next(p for p in h.panels if p.name == "sum_padded")
+    assert panel.unstable_mask()[0, 0] and math.isnan(panel.values[0, 0])  # no "× slower" drawn from it
+    assert h.unstable == 1 and "unstable" not in h.left_out
+    eager = _unstable_at(record, "jaggedperf", "eager", 1000, 0.5)  # an unstable eager hatches every mode's cell
+    for h in (h for h in heatmap_data(eager) if h.kind == "speedup" and h.shape.dtype == "float32"):
+        panel = next(p for p in h.panels if p.name == "jaggedperf")
+        assert panel.unstable_mask()[1, 1] and math.isnan(panel.values[1, 1])
+    small = RunRecord(rec.environment, [r for r in rec.results if r.case.dtype == "float32"
+                                         and r.mode in ("eager", "compile:max-autotune-no-cudagraphs")], None)
+    files = speedup_heatmaps(small, tmp_path)
+    svg = (tmp_path / f"{files[0].name}.svg").read_text()
+    assert "1 cell unstable (hatched" in svg
+
+
+def test_a_grid_with_one_point_on_an_axis_is_drawn_as_bars(record, tmp_path):
+    one = RunRecord(record.environment, [r for r in record.results if r.case.seqlen == 1000 and r.case.dtype == "float32"
+                                         and r.mode in ("eager", "compile:default")], record.copy_gbps)
+    (h, *_) = heatmap_data(one)
+    assert h.bars and h.seqlens == [1000] and len(h.sparsities) == 3
+    files = speedup_heatmaps(one, tmp_path)
+    assert_files(files[:1])
+    assert "sparsity 0.5" in (tmp_path / f"{files[0].name}.svg").read_text()
+
+
+def test_no_roofline_without_device_time_and_the_latency_figure_says_so(record, tmp_path):
+    cpu = RunRecord({}, [replace(r, device_time=None, gbps=None, pct_of_copy=None, host_us=None)
+                         for r in record.results if r.case.dtype == "bfloat16"], None)
+    assert roofline_data(cpu) == [] and roofline(cpu, tmp_path) == []
+    (lat,) = latency_data(cpu)
+    assert lat.metric == "wall_us" and lat.note == NO_ROOFLINE
+    (f,) = latency(cpu, tmp_path)
+    assert "no roofline: no cell has device time" in f.svg.read_text()

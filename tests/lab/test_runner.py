@@ -294,3 +294,55 @@ def test_a_model_ops_weights_are_watched_too(extra_impls):
 
     batch, _ = runner.prepare_case("rec_block", Case(4, 8, 6, 0.3), quick())
     assert set(input_tensors("rec_block", batch)) == {"values", "offsets", "table", "w1", "b1", "w2", "b2"}
+
+
+# --- samples, stability, threads ------------------------------------------------------------------
+
+import json  # noqa: E402
+
+from jaggedperf.lab import stats, timing  # noqa: E402
+from jaggedperf.lab.result import UNSTABLE, Result, recompute  # noqa: E402
+from lab.fake_clock import FakeClock, drifting, noisy, steady  # noqa: E402
+
+
+def test_a_cell_whose_timing_never_settles_is_unstable_with_its_figures(monkeypatch):
+    # eager settles on its second attempt; compiled drifts in all three (load arrived mid-measurement)
+    script = noisy(1.0, n=30) + steady(1.0, n=30) + drifting(0.5, step_at=20, factor=1.4, n=30) * 3
+    monkeypatch.setattr(timing, "clock", FakeClock(script))
+    cells = runner.plan("jagged_mean", [SMALL], ["segment_reduce"], ["eager", "compile:default"])
+    eager, compiled = runner.run(cells, runner.Options(device=CPU, warmup=1, iters=30)).results
+    assert eager.status == OK and eager.stability.attempts == 2 and eager.stability.stable
+    assert compiled.status == UNSTABLE and compiled.stability.attempts == 3
+    assert "drifted" in compiled.reason and compiled.reason.endswith("after 3 attempts")
+    assert compiled.wall.median_ms == pytest.approx(0.5, rel=0.05)  # its figures are kept...
+    assert compiled.speedup_vs_eager is None  # ...but no speedup is drawn from them
+    assert len(compiled.stability.history) == 3
+
+
+def test_results_keep_their_samples_and_every_statistic_recomputes_from_them(monkeypatch):
+    monkeypatch.setattr(timing, "clock", FakeClock(steady(0.25, jitter=0.05)))
+    (r,) = runner.run(runner.plan("jagged_mean", [SMALL], ["segment_reduce"], ["eager"]),
+                      runner.Options(device=CPU, warmup=1, iters=40)).results
+    assert r.status == OK and r.wall.samples_ms().size == 40 and r.threads == 1
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["wall"]["samples"].startswith(stats.CODEC_PREFIX)
+    back = Result.from_dict(d)
+    fresh = recompute(Result.from_dict(d))
+    for name in ("median_ms", "p20_ms", "p80_ms", "iqr_ms", "min_ms", "max_ms", "mean_ms", "n"):
+        assert getattr(fresh.wall, name) == pytest.approx(getattr(back.wall, name), rel=1e-6), name
+    assert fresh.stability.iqr_rel == pytest.approx(back.stability.iqr_rel, rel=1e-5)
+    # a result edited to hold noise recomputes to unstable: the status follows the samples
+    d["wall"]["samples"] = stats.encode(noisy(0.25, n=40))
+    assert recompute(Result.from_dict(d)).status == UNSTABLE
+
+
+def test_cpu_runs_set_and_record_the_thread_count():
+    before = torch.get_num_threads()
+    try:
+        record = runner.run(runner.plan("jagged_mean", [SMALL], ["segment_reduce"], ["eager"]), quick(threads=2))
+        assert record.results[0].threads == 2 and record.environment["threads"] == 2
+        assert torch.get_num_threads() == 2
+        with pytest.raises(ValueError):
+            runner.set_threads(quick(threads=0))
+    finally:
+        torch.set_num_threads(before)

@@ -35,8 +35,8 @@ def test_seed_table_puts_the_boundary_wall_and_speedup_beside_the_seeds(record):
     assert row["boundary"].mode == BOUNDARY and row["boundary_speedup"] == row["boundary"].speedup_vs_eager
     text = render(tables.seed_table(record.results, SEED, boundary_mode=BOUNDARY))
     header = next(line for line in text.splitlines() if "implementation" in line)
-    assert header.index("speedup") < header.index("jagged-compile ms") < header.index("jagged-compile speedup")
-    assert f"{row['boundary'].wall.median_ms:.3f}" in text and f"{row['boundary_speedup']:.2f}×" in text
+    assert header.index("speedup") < header.index("jagged-compile µs") < header.index("jagged-compile speedup")
+    assert f"{row['boundary'].wall.median_ms * 1e3:.1f}" in text and f"{row['boundary_speedup']:.2f}×" in text
     assert "jagged-compile" not in render(tables.seed_table(record.results, SEED))  # only when asked
 
 
@@ -53,3 +53,22 @@ def test_report_and_heatmaps_key_on_jagged_compile_modes_in_the_labs_order(recor
     maps = [h for h in heatmap_data(record) if h.kind == "speedup"]
     assert [h.mode for h in maps] == [SEED, BOUNDARY]
     assert len({h.name for h in maps}) == 2
+
+
+def test_unstable_cells_show_their_figures_but_never_a_finding(record):
+    from dataclasses import replace
+
+    from jaggedperf.lab.result import UNSTABLE
+
+    slow = next(r for r in record.results if r.mode == SEED and r.speedup_vs_eager < 1)
+    shaky = [replace(r, status=UNSTABLE, reason="wall IQR is 85% of the median (> 10%); after 3 attempts")
+             if r.key == slow.key else r for r in record.results]
+    assert any(slow.implementation in line for line in tables.findings(record.results, SEED))
+    assert not any(line.startswith(f"{slow.implementation} at {slow.case.label}")
+                   for line in tables.findings(shaky, SEED))
+    text = render(tables.cells_table(shaky))
+    line = next(x for x in text.splitlines() if slow.implementation in x and SEED in x and slow.case.label in x)
+    us = tables._us
+    assert us(slow.wall.median_ms * 1e3) in line and "unstable" in line and "±" not in text
+    assert f"{us(slow.wall.p20_ms * 1e3)}–{us(slow.wall.p80_ms * 1e3)}" in line
+    assert any("unstable: " in p and "85%" in p for p in tables.problems(shaky))

@@ -67,3 +67,85 @@ def test_uncapturable_call_returns_none():
     assert timing.capture_graph(lambda: x.sum().item(), device) is None
     torch.cuda.synchronize()
     assert float((x * 1).sum()) == pytest.approx(float(x.sum()), rel=1e-5)  # CUDA still usable
+
+
+# --- samples, stability and re-measurement, on a scripted clock ---------------------------------
+
+from jaggedperf.lab import stats  # noqa: E402
+from lab.fake_clock import FakeClock, drifting, noisy, steady, with_outliers  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+def test_wall_stats_keeps_every_sample_in_order(monkeypatch):
+    script = [1.0, 2.0, 3.0, 4.0, 10.0]
+    monkeypatch.setattr(timing, "clock", FakeClock(script))
+    w = timing.wall_stats(lambda: None, CPU, warmup=3, iters=5)
+    assert w.samples_ms().tolist() == pytest.approx(script)
+    assert (w.median_ms, w.p20_ms, w.p80_ms, w.iqr_ms) == pytest.approx((3.0, 1.8, 5.2, 2.0))
+
+
+def test_outliers_leave_a_cell_stable_at_its_median(monkeypatch):
+    monkeypatch.setattr(timing, "clock", FakeClock(with_outliers(1.0, every=20, factor=400)))
+    wall, st = timing.measure_wall(lambda: None, CPU, warmup=0, iters=200)
+    assert st.stable and st.attempts == 1 and st.reasons == []
+    assert wall.median_ms == pytest.approx(1.0, rel=0.01) and wall.max_ms == pytest.approx(400, rel=0.02)
+
+
+def test_a_noisy_attempt_is_measured_again_and_the_stable_one_kept(monkeypatch):
+    script = noisy(1.0, n=200) + noisy(1.0, n=200) + steady(2.0, n=200)
+    monkeypatch.setattr(timing, "clock", FakeClock(script))
+    wall, st = timing.measure_wall(lambda: None, CPU, warmup=0, iters=200, policy=stats.Policy(attempts=3))
+    assert st.stable and st.attempts == 3 and len(st.history) == 3
+    assert [h["iqr_rel"] > 0.1 for h in st.history] == [True, True, False]
+    assert wall.median_ms == pytest.approx(2.0, rel=0.02)  # the third attempt's samples
+    assert wall.samples_ms().size == 200
+
+
+def test_drift_in_every_attempt_makes_the_cell_unstable_with_its_figures(monkeypatch):
+    monkeypatch.setattr(timing, "clock", FakeClock(drifting(1.0, step_at=150, factor=1.3, n=200) * 2))
+    wall, st = timing.measure_wall(lambda: None, CPU, warmup=0, iters=200, policy=stats.Policy(attempts=2))
+    assert not st.stable and st.attempts == 2
+    assert st.drift_rel == pytest.approx(0.3, rel=0.05) and st.iqr_rel <= 0.1
+    assert "drifted" in st.reason and st.reason.endswith("after 2 attempts")
+    assert wall.median_ms == pytest.approx(1.0, rel=0.02)
+
+
+def test_least_unstable_attempt_is_kept(monkeypatch):
+    wild = [0.1, 9.0] * 100  # IQR far past the median
+    mild = noisy(1.0, n=200)
+    monkeypatch.setattr(timing, "clock", FakeClock(wild + mild + wild))
+    wall, st = timing.measure_wall(lambda: None, CPU, warmup=0, iters=200, policy=stats.Policy(attempts=3))
+    assert not st.stable and st.attempts == 3
+    assert wall.samples_ms().tolist() == pytest.approx(mild, rel=1e-6)
+
+
+def test_host_call_stats_times_until_return(monkeypatch):
+    monkeypatch.setattr(timing, "clock", FakeClock(steady(0.5, n=50)))
+    h = timing.host_call_stats(lambda: None, CPU, warmup=2, iters=50)
+    assert h.n == 50 and h.median_ms == pytest.approx(0.5, rel=0.02)
+
+
+def test_measure_wall_refuses_no_iters():
+    with pytest.raises(ValueError):
+        timing.measure_wall(lambda: None, CPU, iters=0)
+
+
+def test_a_steady_load_is_caught_by_watching_the_machine(monkeypatch):
+    # every call takes 1 ms ± 1%: nothing in the samples shows that another process shared the core
+    monkeypatch.setattr(timing, "clock", FakeClock(steady(1.0)))
+    monkeypatch.setattr(timing, "machine_cpus", lambda: 2)
+    monkeypatch.setattr(timing.torch, "get_num_threads", lambda: 1)  # the runner's default for CPU cells
+    seen = iter([1.9, 1.95, 0.3])  # other processes' CPUs during each attempt: busy, busy, then quiet
+    monkeypatch.setattr(timing.CpuLoad, "other_cpus", lambda self, window=0.0: next(seen))
+    wall, st = timing.measure_wall(lambda: None, CPU, warmup=0, iters=50, policy=stats.Policy(attempts=3))
+    assert st.stable and st.attempts == 3 and st.other_cpu == 0.3 and st.contended is None
+    assert [h["contended"] for h in st.history] == [True, True, False]
+    seen = iter([1.9, 1.8])
+    wall, st = timing.measure_wall(lambda: None, CPU, warmup=0, iters=50, policy=stats.Policy(attempts=2))
+    assert not st.stable and st.contended.startswith("CPU contended: other processes kept 1.80 of 2 CPUs busy")
+    assert st.reasons == [st.contended, "after 2 attempts"] and st.iqr_rel < 0.1
+    assert stats.contended(1.9, 2, 1, stats.Policy(cpu_slack=None)) is None  # judged only when asked
+    # a busy loop on the other vCPU of a 2-vCPU machine: half its spare CPU plus the slack is all it may use
+    assert stats.contended(1.0, 2, 1, stats.Policy()) is not None and stats.contended(0.7, 2, 1, stats.Policy()) is None
+    assert stats.contended(0.3, 16, 1, stats.Policy()) is None and stats.contended(7.8, 16, 1, stats.Policy())

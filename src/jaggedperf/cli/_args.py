@@ -9,6 +9,7 @@ import re
 import torch
 
 from jaggedperf.inputs import DEFAULT_SEED, DISTRIBUTIONS, Case, canonical_dtype
+from jaggedperf.lab import stats
 from jaggedperf.lab.grid import SEED_CASES  # noqa: F401  (the seed's shapes, for repro)
 from jaggedperf.lab.results.store import check_writable
 from jaggedperf.lab.runner import DEFAULT_BYTE_LIMIT, Options
@@ -115,6 +116,38 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between device-timed calls")
     g.add_argument("--no-device-time", action="store_true", help="wall time only (no graph replay, no profiler)")
     g.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
+    add_stability_arguments(g)
+
+
+def positive_fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a positive fraction (e.g. 0.1 for 10%), got {text!r}")
+    return value
+
+
+def add_stability_arguments(g) -> None:
+    """CPU threads and when a cell is measured again, then marked unstable (read by ``apply_stability_arguments``)."""
+    g.add_argument("--threads", type=positive_int, default=1, metavar="N",
+                   help="torch's CPU threads for CPU cells, recorded in every result (default 1)")
+    policy = stats.Policy()
+    g.add_argument("--max-iqr", type=positive_fraction, default=policy.max_iqr_rel, metavar="F",
+                   help=f"a cell whose wall IQR passes F of its median is measured again (default {policy.max_iqr_rel:g})")
+    g.add_argument("--max-drift", type=positive_fraction, default=policy.max_drift_rel, metavar="F",
+                   help="... or whose first and last thirds' medians differ by more than F of the median "
+                        f"(default {policy.max_drift_rel:g})")
+    g.add_argument("--attempts", type=positive_int, default=policy.attempts, metavar="N",
+                   help=f"measurements of a cell at most before it is marked unstable (default {policy.attempts})")
+
+
+def apply_stability_arguments(args: argparse.Namespace, opts: Options) -> Options:
+    """``opts`` with the threads and stability policy of ``add_stability_arguments``' flags."""
+    opts.threads = args.threads
+    opts.stability = stats.Policy(args.max_iqr, args.max_drift, args.attempts)
+    return opts
 
 
 def print_error(err, problem) -> None:
@@ -153,4 +186,4 @@ def options_from_args(args: argparse.Namespace) -> Options:
                    dynamic=True if args.dynamic else None)
     if device is not None:
         opts.device = device
-    return opts
+    return apply_stability_arguments(args, opts)

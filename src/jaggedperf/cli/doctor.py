@@ -14,6 +14,8 @@ from jaggedperf.cli._args import (
     SEED_CASES,
     SEED_IMPLEMENTATIONS,
     add_case_arguments,
+    add_stability_arguments,
+    apply_stability_arguments,
     byte_size,
     cases_from_args,
     comma_list,
@@ -28,7 +30,7 @@ from jaggedperf.impls.registry import implementation_names
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab.doctor import attribution, evidence, gather
-from jaggedperf.lab.result import OK
+from jaggedperf.lab.result import OK, TIMED
 from jaggedperf.lab.results.store import write_json
 from jaggedperf.lab.runner import DEFAULT_BYTE_LIMIT, Options
 
@@ -69,6 +71,7 @@ def register(sub) -> None:
                         "(plain twin, boundary, CUDA-graph counterpart); a negative S means no limit "
                         f"(default {gather.DEFAULT_COMPILE_BUDGET_S:g})")
     g.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
+    add_stability_arguments(g)
     g.add_argument("--json", metavar="PATH", help="write every piece of evidence, the diagnoses and the environment")
     g.add_argument("--trace", metavar="DIR", help="write a chrome trace per profiled callable (CUDA)")
     p.set_defaults(handler=cmd_doctor)
@@ -103,7 +106,7 @@ def doctor_options(args: argparse.Namespace) -> Options:
                    profile_calls=args.profile_calls, dynamic=True if args.dynamic else None, trace_dir=args.trace)
     if device is not None:
         opts.device = device
-    return opts
+    return apply_stability_arguments(args, opts)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -193,12 +196,11 @@ def _f(value: float | None, spec: str = ".1f") -> str:
 
 
 def measurements_table(ev: evidence.Evidence) -> Table:
+    """What was measured for the cell, one row per callable; a measure no row has (device time on the CPU) gets
+    no column, nor host µs when it is the wall (wall only)."""
     wall_only = not ev.host.device_time
-    table = Table(title=f"{ev.implementation} · {ev.mode} vs eager · {ev.case.label}: what was measured "
-                        f"(µs per call{', wall only' if wall_only else ''})")
-    for name in ("callable", "input", "wall µs", "device µs", "host µs", "kernels", "guards", "guard µs",
-                 "first call s", "status"):
-        table.add_column(name, justify="left" if name in ("callable", "input", "status") else "right")
+    names = ("callable", "input", "wall µs", "p20–p80 µs", "device µs", "host µs", "host timer µs", "kernels",
+             "guards", "guard µs", "first call s", "status")
     rows = [("eager", ev.takes, ev.eager, None), (ev.mode, ev.takes, ev.compiled, ev.host.guards)]
     if ev.input_form.plain is not None:
         rows.append((f"{ev.mode} (plain twin)", "plain", ev.input_form.plain, ev.input_form.guards))
@@ -208,21 +210,34 @@ def measurements_table(ev: evidence.Evidence) -> Table:
         rows.append((f"{ev.boundary.mode} (the boundary)", ev.takes, ev.boundary.result, None))
     if ev.cudagraphs.counterpart is not None:
         rows.append((ev.cudagraphs.counterpart_mode, ev.takes, ev.cudagraphs.counterpart, None))
+    cells = []
     for label, form, r, guards in rows:
-        ok = r.status == OK and r.wall is not None
+        ok = r.status in TIMED and r.wall is not None
         g_ok = guards is not None and guards.available
-        table.add_row(
+        spread = ok and r.wall.p20_ms is not None and r.wall.p80_ms is not None
+        cells.append((r, [
             label, form,
             _f(r.wall.median_ms * 1e3 if ok else None),
+            f"{r.wall.p20_ms * 1e3:.1f}–{r.wall.p80_ms * 1e3:.1f}" if spread else "—",
             _f(r.device_time.median_us if r.device_time else None),
             _f(evidence.host_us(r, wall_only=wall_only) if ok else None),
+            _f(evidence.host_call_us(r) if ok else None),
             _f(r.kernels_per_call, ".0f"),
             _f(guards.guards if g_ok else None, "d"),
             _f(guards.check_us if g_ok else None),
             _f(r.compile_s, ".2f"),
             r.status if r.status == OK else f"{r.status}: {r.reason}",
-            style=None if r.status == OK else "red",
-        )
+        ]))
+    keep = [i for i, name in enumerate(names) if name in ("callable", "status") or any(c[i] != "—" for _, c in cells)]
+    if wall_only:  # host µs is the wall itself: one column of the two
+        keep = [i for i in keep if names[i] != "host µs"]
+    table = Table(title=f"{ev.implementation} · {ev.mode} vs eager · {ev.case.label}: what was measured "
+                        f"(µs per call{', wall only' if wall_only else ''})")
+    for i in keep:
+        table.add_column(names[i], justify="left" if names[i] in ("callable", "input", "status") else "right")
+    for r, c in cells:
+        table.add_row(*(c[i] for i in keep),
+                      style=None if r.status == OK else "yellow" if r.status in TIMED else "red")
     return table
 
 
@@ -239,8 +254,13 @@ def attribution_table(ev: evidence.Evidence, d: attribution.Diagnosis) -> Table:
     table.add_section()
     table.add_row("Δ = compiled wall − eager wall", f"{d.delta_us:+.1f}", "100%",
                   f"{d.compiled_wall_us:.1f} − {d.eager_wall_us:.1f} (wall medians)", style="bold")
-    table.add_row("Σ parts (residual)", f"{d.parts_sum_us:+.1f}", f"({d.residual_us:+.2f} µs)",
-                  "within 10% of Δ" if d.sums_ok else "MISSES Δ by more than 10%",
+    table.add_row("Σ parts", f"{d.parts_sum_us:+.1f}", _f(d.parts_sum_us / d.delta_us * 100 if d.delta_us else None,
+                                                         "+.0f") + "%", "the measured parts above")
+    how = ("Δ − Σ parts: what the measured parts leave unexplained" if d.residual_measured
+           else "zero by construction: no host timer in this evidence")
+    table.add_row("residual (unattributed)", f"{d.residual_us:+.1f}",
+                  _f(d.residual_us / d.delta_us * 100 if d.delta_us else None, "+.0f") + "%",
+                  how + ("" if d.sums_ok else f" — past {attribution.SUM_TOLERANCE:.0%} of Δ"),
                   style=None if d.sums_ok else "red")
     return table
 
@@ -250,5 +270,6 @@ def verdicts_table(record: attribution.DoctorRecord) -> Table:
     for name in ("case", "implementation", "mode", "verdict"):
         table.add_column(name)
     for d in record.diagnoses:
-        table.add_row(d.case_label, d.implementation, d.mode, d.verdict, style=None if d.available else "red")
+        table.add_row(d.case_label, d.implementation, d.mode, d.verdict,
+                      style="red" if not d.available else "yellow" if d.refused else None)
     return table

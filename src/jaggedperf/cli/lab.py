@@ -32,6 +32,7 @@ from jaggedperf.lab import runner, sweep
 from jaggedperf.lab.plugins import PluginError, import_plugins, plugin_names
 from jaggedperf.lab.result import RunRecord
 from jaggedperf.lab.results import tables
+from jaggedperf.lab.results.markdown import load_text
 from jaggedperf.lab.results.store import write_csv, write_json
 
 OP = "jagged_mean"
@@ -190,6 +191,9 @@ def _footer(console: Console, record: RunRecord) -> None:
     copy = f", copy bandwidth {record.copy_gbps:.0f} GB/s" if record.copy_gbps else ""
     console.print(f"{where}, torch {env.get('torch')}, triton {env.get('triton')}, CUDA {env.get('cuda')}{copy}; "
                   f"commit {str(env.get('git_commit'))[:12]}", markup=False, highlight=False)
+    load = env.get("load")
+    console.print(f"{env.get('threads', '?')} CPU thread(s); {load_text(load) if load else 'load not recorded'}",
+                  markup=False, highlight=False)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -45,13 +45,16 @@ def register(sub) -> None:
     p.set_defaults(handler=_clean_errors(_plot))
 
     p = sub.add_parser("compare", help="compare two results files cell by cell (B against baseline A)",
-                       description="Ratios B/A of wall and device medians per cell; a change counts when it is "
-                                   "beyond max(k·(σA+σB), min-rel·A).")
+                       description="Ratios B/A of wall and device medians per cell with a bootstrap confidence "
+                                   "interval from the raw samples; a change counts when the interval excludes 1 and "
+                                   "the ratio passes 1 ± min-rel (files without samples: beyond "
+                                   "max(k·(σA+σB), min-rel·A)). Unstable cells are shown, never counted.")
     p.add_argument("a", metavar="A", help="baseline results file")
     p.add_argument("b", metavar="B", help="results file to judge")
     p.add_argument("--fail-on-regression", action="store_true", help="exit with code 1 when a cell regressed, 2 when no cell could be compared")
     p.add_argument("--json", metavar="OUT", type=Path, help="also write the comparison as JSON to OUT")
-    p.add_argument("--k", type=float, default=K, help=f"standard deviations a change must exceed (default {K:g})")
+    p.add_argument("--k", type=float, default=K,
+                   help=f"files without samples: standard deviations a change must exceed (default {K:g})")
     p.add_argument("--min-rel", type=float, default=MIN_REL,
                    help=f"smallest relative change that counts (default {MIN_REL:g})")
     p.add_argument("--changed", action="store_true", help="list only cells that regressed, improved, broke or were fixed")
@@ -91,17 +94,18 @@ def _compare(args) -> int:
     console = Console(width=_width())
     for key, (va, vb) in result.environment_changes.items():
         console.print(f"[yellow]{key}[/yellow]: {escape(str(va))} → {escape(str(vb))}", highlight=False)
+    ci = f"{result.confidence:.0%} CI"
     table = Table(title=escape(f"B / A   (A = {args.a}, B = {args.b})"), title_justify="left")
-    for name, justify in (("case", "left"), ("implementation", "left"), ("mode", "left"), ("wall A ms", "right"),
-                          ("wall B ms", "right"), ("wall B/A", "right"), ("device A µs", "right"),
-                          ("device B µs", "right"), ("device B/A", "right"), ("verdict", "left")):
+    for name, justify in (("case", "left"), ("implementation", "left"), ("mode", "left"), ("wall A µs", "right"),
+                          ("wall B µs", "right"), ("wall B/A", "right"), (ci, "right"), ("device A µs", "right"),
+                          ("device B µs", "right"), ("device B/A", "right"), (ci, "right"), ("verdict", "left")):
         table.add_column(name, justify=justify)
     shown = [c for c in result.cells if not args.changed or c.verdict in (REGRESSION, BROKEN, IMPROVEMENT, FIXED)]
     for c in shown:
         style = _STYLE.get(c.verdict, "")
         verdict = c.verdict if c.status_a == c.status_b else f"{c.verdict} ({c.status_a} → {c.status_b})"
-        table.add_row(c.case.label, c.implementation, c.mode, *_change_cells(c.wall, "{:.4g}"),
-                      *_change_cells(c.device, "{:.1f}"), Text(verdict, style=style))
+        table.add_row(c.case.label, c.implementation, c.mode, *_change_cells(c.wall, 1e3),
+                      *_change_cells(c.device, 1.0), Text(verdict, style=style))
     if shown:
         console.print(table)
     for label, only in (("only in A", result.only_a), ("only in B", result.only_b)):
@@ -112,7 +116,8 @@ def _compare(args) -> int:
     counts = result.counts()
     summary = ", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v])
     console.print(f"{len(result.cells)} cells compared: {summary or 'none'} "
-                  f"(k={result.k:g}, min-rel={result.min_rel:g})", highlight=False)
+                  f"({ci} of the median ratio from the raw samples, min-rel={result.min_rel:g}; "
+                  f"k={result.k:g} for cells without samples)", highlight=False)
     if result.has_regression:
         console.print(f"[bold red]{len(result.regressions)} regression(s)[/bold red]")
         return EXIT_REGRESSION if args.fail_on_regression else 0
@@ -183,11 +188,17 @@ def _without_matplotlib(err: ImportError) -> Exception:
     return err
 
 
-def _change_cells(change: Change | None, fmt: str) -> list:
+def _change_cells(change: Change | None, to_us: float) -> list:
+    """A, B (µs; ``to_us`` µs per recorded unit), B/A and its interval (— without samples)."""
     if change is None:
-        return ["—", "—", "—"]
+        return ["—", "—", "—", "—"]
     style = _STYLE.get(change.verdict, "")
-    return [fmt.format(change.a), fmt.format(change.b), Text(f"{change.ratio:.3f}", style=style)]
+    interval = "—" if change.low is None else f"{change.low:.3f}–{change.high:.3f}"
+    return [_us(change.a * to_us), _us(change.b * to_us), Text(f"{change.ratio:.3f}", style=style), interval]
+
+
+def _us(value: float) -> str:
+    return f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
 
 
 def _width() -> int | None:

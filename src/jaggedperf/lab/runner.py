@@ -15,10 +15,10 @@ import torch
 from jaggedperf.impls.registry import Batch, Implementation, get_implementation, get_op
 from jaggedperf.inputs import Case, length_bounds
 from jaggedperf.lab import modes as modes_mod
-from jaggedperf.lab import timing
+from jaggedperf.lab import stats, timing
 from jaggedperf.lab.fingerprint import input_fingerprints
 from jaggedperf.lab.env import environment
-from jaggedperf.lab.result import ERROR, SKIPPED, WRONG, Result, RunRecord
+from jaggedperf.lab.result import ERROR, OK, SKIPPED, UNSTABLE, WRONG, Result, RunRecord
 from jaggedperf.checks import check_offsets
 
 # Relative error ‖out − ref‖/‖ref‖ allowed per dtype (accumulation order differs between implementations).
@@ -51,6 +51,9 @@ class Options:
     dynamic: bool | None = None  # torch.compile(dynamic=...)
     trace_dir: str | None = None  # write a chrome trace per cell here
     cold_compile: bool = True  # turn off Inductor's on-disk caches so compile time is a cold compile
+    threads: int | None = 1  # torch's intra-op CPU threads for CPU cells (None: leave torch's setting)
+    stability: stats.Policy = field(default_factory=stats.Policy)  # when a cell is re-measured, then unstable
+    host_timer: bool = False  # also time each call until it returns, without a sync (Result.host_call; the doctor)
 
     def __post_init__(self) -> None:
         # Checked here, not only by the CLI: 0 timed calls fails every cell's wall statistics, and a
@@ -59,7 +62,6 @@ class Options:
             raise ValueError(f"Options need iters >= 1, warmup >= 0, profile_calls >= 1 and byte_limit >= 0; got "
                              f"iters={self.iters}, warmup={self.warmup}, profile_calls={self.profile_calls}, "
                              f"byte_limit={self.byte_limit}")
-
 
     def settings(self, device: str | None = None) -> dict:
         """How cells are measured, as a results file's header records it (``environment["settings"]``): a
@@ -74,7 +76,8 @@ class Options:
         """
         return {"device": device or self.device.type, "warmup": self.warmup, "iters": self.iters,
                 "byte_limit": self.byte_limit, "flush_l2": self.flush_l2, "device_time": self.device_time,
-                "profile_calls": self.profile_calls, "dynamic": self.dynamic, "cold_compile": self.cold_compile}
+                "profile_calls": self.profile_calls, "dynamic": self.dynamic, "cold_compile": self.cold_compile,
+                "threads": self.threads}
 
 
 def default_device() -> torch.device:
@@ -126,6 +129,7 @@ def run(
         The record: the environment (with what the implementations' setup hooks returned), the copy
         bandwidth, and one result per cell in plan order, speedups filled in.
     """
+    set_threads(options)  # before the environment, which records the thread count
     record = RunRecord({**environment(), "settings": options.settings()}, [], measure_copy_bandwidth(options.device))
     run_one = CellRunner(options, record.copy_gbps)
     for cell in cells:
@@ -220,6 +224,21 @@ def _fingerprints(op: str, batch: Batch) -> dict[str, int] | str:
     except Exception as exc:  # the check is a guard, not a cell: its failure must not end the run
         _release_memory(batch.values.device)
         return f"not done: {type(exc).__name__}: {_first_line(exc)}"
+
+
+def set_threads(options: Options) -> int:
+    """Set torch's intra-op threads to ``options.threads`` for a CPU run (CPU timings depend on it; GPU runs
+    leave it); the count in force, which each result records.
+
+    Raises:
+        ValueError: ``options.threads`` is below 1.
+    """
+    if options.threads is not None and options.device.type == "cpu":
+        if options.threads < 1:
+            raise ValueError(f"threads must be at least 1; got {options.threads}")
+        if torch.get_num_threads() != options.threads:
+            torch.set_num_threads(options.threads)
+    return torch.get_num_threads()
 
 
 def measure_copy_bandwidth(device: torch.device) -> float | None:
@@ -347,7 +366,13 @@ def run_cell(cell: Cell, batch: Batch, reference: torch.Tensor, options: Options
         return result
     fn, args = (impl.plain, impl.prepare_plain(batch)) if plain else (impl.fn, impl.prepare(batch))
     stage = "build"
+
+    def entering(name: str) -> None:  # time_call's stages name where a failure happened
+        nonlocal stage
+        stage = name
+
     try:
+        result.threads = set_threads(options)
         call = modes_mod.build(fn, args, cell.mode, device, dynamic=options.dynamic)
         stage = "first call"
         sync = timing.synchronizer(device)
@@ -365,11 +390,7 @@ def run_cell(cell: Cell, batch: Batch, reference: torch.Tensor, options: Options
             result.status, result.reason = WRONG, reason
             return result
         del out
-        stage = "wall"
-        result.wall = timing.wall_stats(call, device, warmup=options.warmup, iters=options.iters)
-        if device.type == "cuda" and options.device_time:
-            stage = "device time"
-            measure_device(call, cell, result, options, copy_gbps, tag=".plain" if plain else "")
+        time_call(call, cell, result, options, copy_gbps, tag=".plain" if plain else "", on_stage=entering)
     except modes_mod.ModeUnavailable as exc:
         result.status, result.reason = SKIPPED, str(exc)
     except torch.cuda.OutOfMemoryError as exc:
@@ -381,6 +402,40 @@ def run_cell(cell: Cell, batch: Batch, reference: torch.Tensor, options: Options
         call = None
         _release_memory(device)
     return result
+
+
+def time_call(call: Callable, cell: Cell, result: Result, options: Options, copy_gbps: float | None, *,
+              tag: str = "", on_stage: Callable[[str], None] | None = None) -> None:
+    """Time a built call that already ran once into ``result``: wall (measured again until stable, see
+    ``timing.measure_wall``), the host timer when ``options.host_timer``, device time and kernels on CUDA; an
+    unstable timing makes the status ``UNSTABLE`` with the reason (its figures kept).
+
+    Args:
+        call: the cell's no-argument callable (``modes.build``), warm.
+        cell: the cell (for trace names).
+        result: filled in place: ``wall``, ``stability``, ``host_call``, device fields, status.
+        options: how to measure.
+        copy_gbps: the run's copy bandwidth, or None.
+        tag: added to trace file names.
+        on_stage: called with each stage's name as it starts (``wall``, ``host timer``, ``device time``).
+
+    Raises:
+        Whatever the call raises.
+    """
+    device = options.device
+    stage = on_stage or (lambda name: None)
+    stage("wall")
+    result.wall, result.stability = timing.measure_wall(call, device, warmup=options.warmup, iters=options.iters,
+                                                        policy=options.stability)
+    if options.host_timer:
+        stage("host timer")
+        result.host_call = timing.host_call_stats(call, device, iters=options.iters)
+    if device.type == "cuda" and options.device_time:
+        stage("device time")
+        measure_device(call, cell, result, options, copy_gbps, tag=tag)
+    timing.finish_stability(result.stability, result.wall, result.device_time)
+    if not result.stability.stable:  # figures kept, but no finding is drawn from them
+        result.status, result.reason = UNSTABLE, result.stability.reason
 
 
 def why_skip(impl: Implementation, cell: Cell, batch: Batch, options: Options) -> str | None:
@@ -461,11 +516,13 @@ def check_output(out: torch.Tensor, reference: torch.Tensor, dtype: str) -> tupl
 
 
 def attach_speedups(results: list[Result]) -> None:
-    """speedup_vs_eager = eager wall median / this wall median, same op, implementation and case."""
-    eager = {(r.op, r.implementation, r.case): r for r in results if r.mode == modes_mod.EAGER and r.wall}
+    """speedup_vs_eager = eager wall median / this wall median, same op, implementation and case; only where
+    both cells are ok (an unstable cell's ratio would be a finding drawn from noise)."""
+    eager = {(r.op, r.implementation, r.case): r for r in results
+             if r.mode == modes_mod.EAGER and r.wall and r.status == OK}
     for r in results:
         base = eager.get((r.op, r.implementation, r.case))
-        if base and r.wall and r.wall.median_ms > 0:
+        if base and r.wall and r.status == OK and r.wall.median_ms > 0:
             r.speedup_vs_eager = base.wall.median_ms / r.wall.median_ms
 
 

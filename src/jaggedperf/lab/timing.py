@@ -1,7 +1,12 @@
 """How the lab times a callable: wall per call (the seed's method), device time, kernels, bandwidth.
 
 - Wall: ``warmup`` calls, then ``iters`` calls each followed by a device sync, timed with
-  ``time.perf_counter`` (pytorch/pytorch#160355's method: 50 + 200, mean/std/median).
+  ``time.perf_counter`` (pytorch/pytorch#160355's method: 50 + 200). Every sample is kept; the
+  statistics are quantiles (``stats``). ``measure_wall`` judges the samples (spread, drift) and measures
+  again, up to ``Policy.attempts`` times, until they are stable.
+- Host: ``host_call_stats`` times each call until it returns, without the sync (after a sync before it,
+  so the device queue is empty): the host's own work per call. On the CPU a call returns when it is
+  done, so this is a second, independent measurement of the wall.
 - Device, preferred: capture the call in a CUDA graph and time its replays with
   ``triton.testing.do_bench`` (CUDA events, L2 flushed before every replay). Replays leave the host
   out, so this is the device's own time for the call.
@@ -14,6 +19,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -21,7 +27,13 @@ from typing import Callable
 
 import torch
 
-from jaggedperf.lab.result import DeviceTime, WallStats
+from jaggedperf.lab import stats
+from jaggedperf.lab.env import CpuLoad
+from jaggedperf.lab.result import DeviceTime, Stability, WallStats, judge
+
+# The clock of every host-timed loop here (seconds). A module attribute so that tests can put a fake clock
+# in its place and script what each call "takes" (outliers, drift) without loading the machine.
+clock: Callable[[], float] = time.perf_counter
 
 FLUSH_KERNEL_MARK = "bitwise_not"
 _MEMORY_OP_PREFIXES = ("Memcpy", "Memset")
@@ -34,20 +46,17 @@ def synchronizer(device: torch.device) -> Callable[[], None]:
     return lambda: None
 
 
-def wall_stats(fn: Callable[[], object], device: torch.device, *, warmup: int = 50, iters: int = 200) -> WallStats:
-    """Wall time per call by the seed's method: ``warmup`` calls, then ``iters`` calls, each followed by a sync.
+def wall_samples(fn: Callable[[], object], device: torch.device, *, warmup: int = 50, iters: int = 200) -> list[float]:
+    """Wall time of each call by the seed's method: ``warmup`` calls, then ``iters`` calls, each followed by a sync.
 
     Args:
         fn: the call to time.
         device: where it runs (what to sync).
         warmup: untimed calls first.
-        iters: timed calls; every sample is kept in the statistics.
+        iters: timed calls.
 
     Returns:
-        Mean, std, median, min, max (ms) and the count.
-
-    Raises:
-        ValueError: ``iters`` is 0.
+        ms per timed call, in order.
     """
     sync = synchronizer(device)
     for _ in range(warmup):
@@ -55,29 +64,141 @@ def wall_stats(fn: Callable[[], object], device: torch.device, *, warmup: int = 
     sync()
     times = []
     for _ in range(iters):
-        start = time.perf_counter()
+        start = clock()
         fn()
         sync()
-        times.append((time.perf_counter() - start) * 1e3)
+        times.append((clock() - start) * 1e3)
+    return times
+
+
+def wall_stats(fn: Callable[[], object], device: torch.device, *, warmup: int = 50, iters: int = 200) -> WallStats:
+    """Wall time per call by the seed's method (``wall_samples``), summarised, samples kept; one attempt, not judged.
+
+    Raises:
+        ValueError: ``iters`` is 0.
+    """
+    return summarize_ms(wall_samples(fn, device, warmup=warmup, iters=iters))
+
+
+def measure_wall(fn: Callable[[], object], device: torch.device, *, warmup: int = 50, iters: int = 200,
+                 policy: stats.Policy = stats.Policy()) -> tuple[WallStats, Stability]:
+    """Wall time per call, measured again until its samples are stable (at most ``policy.attempts`` times).
+
+    Each attempt is ``wall_samples`` (warm-up included) and is judged by ``stats.stability``, and by
+    ``stats.contended`` on the CPUs other processes kept busy meanwhile (watched for at least
+    ``policy.load_window_s``). The first stable, uncontended attempt is kept; when none is, the least bad
+    one (uncontended first, then ``stats.badness``) is kept and the stability says why.
+
+    Args:
+        fn: the call to time.
+        device: where it runs.
+        warmup: untimed calls before each attempt.
+        iters: timed calls per attempt.
+        policy: the thresholds and the number of attempts.
+
+    Returns:
+        ``(statistics of the kept attempt with its samples, stability)``; the stability judges the wall only
+        (``finish_stability`` adds device time).
+
+    Raises:
+        ValueError: ``iters`` is 0.
+    """
+    if iters < 1:
+        raise ValueError("no timings to summarize: iters must be at least 1")
+    threads = torch.get_num_threads() if device.type == "cpu" else 1
+    cpus = machine_cpus()
+    # contention is judged with the samples: not for too few of them, nor when the machine's size is unknown
+    judge_load = cpus is not None and policy.cpu_slack is not None and iters >= stats.MIN_SAMPLES_TO_JUDGE
+    window = policy.load_window_s if judge_load else 0.0
+    kept = None
+    history = []
+    for attempt in range(policy.attempts):
+        load = CpuLoad.start()
+        times = wall_samples(fn, device, warmup=warmup, iters=iters)
+        other = load.other_cpus(window)
+        judged = stats.stability(times, policy, what="wall", to_us=1e3)
+        busy = stats.contended(other, cpus, threads, policy) if judge_load else None
+        history.append({"median_ms": float(statistics.median(times)), "iqr_rel": judged.iqr_rel,
+                        "drift_rel": judged.drift_rel, "other_cpu": other, "contended": busy is not None})
+        # the least bad attempt: uncontended first, then the smallest excess over the thresholds, then the quietest
+        rank = (busy is not None, stats.badness(judged, policy), other if busy is not None and other else 0.0)
+        if kept is None or rank < kept[3]:
+            kept = (times, judged, other, rank, busy)
+        if judged.stable and busy is None:
+            break
+    times, judged, other, _, busy = kept
+    reasons = list(judged.reasons) + ([busy] if busy else [])
+    stability = Stability(not reasons, judged.iqr_rel, judged.drift_rel, len(history), policy.max_iqr_rel,
+                          policy.max_drift_rel, reasons, other_cpu=other, history=history, judged=judged.judged,
+                          contended=busy)
+    if reasons:
+        stability.reasons.append(stats.after_attempts(len(history)))
+    return summarize_ms(times), stability
+
+
+def machine_cpus() -> int | None:
+    """The machine's CPUs (what ``/proc/stat``'s busy time is shared between); None: unknown, contention is
+    then not judged (tests put None here so that their verdicts do not depend on the machine's load)."""
+    return os.cpu_count()
+
+
+def finish_stability(stability: Stability, wall: WallStats, device: DeviceTime | None) -> Stability:
+    """``stability`` (from ``measure_wall``) judged again with the device samples too: a cell is stable when
+    its kept wall attempt and its device samples both are.
+
+    Args:
+        stability: the wall's.
+        wall: the kept wall statistics (with samples).
+        device: the device time (with samples), or None.
+
+    Returns:
+        ``stability``, updated in place.
+    """
+    dev = device.samples_us() if device is not None else None
+    judged = judge(wall.samples_ms(), dev, stats.Policy(stability.max_iqr_rel, stability.max_drift_rel,
+                                                        max(stability.attempts, 1)))
+    reasons = judged.reasons + ([stability.contended] if stability.contended else [])
+    stability.device_iqr_rel = judged.device_iqr_rel
+    stability.stable, stability.judged = not reasons, judged.judged
+    stability.reasons = reasons + ([stats.after_attempts(stability.attempts)] if reasons else [])
+    return stability
+
+
+def host_call_stats(fn: Callable[[], object], device: torch.device, *, warmup: int = 10, iters: int = 200) -> WallStats:
+    """Host time of each call: from the call until it returns, with the device idle before it (a sync
+    first, not timed) and no sync inside the timing. On the CPU the call returns when it is done.
+
+    Args:
+        fn: the call.
+        device: where it runs.
+        warmup: untimed calls first.
+        iters: timed calls.
+
+    Returns:
+        ms per call until it returned, summarised, samples kept.
+    """
+    sync = synchronizer(device)
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        sync()
+        start = clock()
+        fn()
+        times.append((clock() - start) * 1e3)
+    sync()
     return summarize_ms(times)
 
 
 def summarize_ms(times: list[float]) -> WallStats:
-    """Statistics of per-call times in ms.
+    """Statistics of per-call times in ms, the samples kept.
 
     Raises:
         ValueError: no times.
     """
-    if not times:
+    if not len(times):
         raise ValueError("no timings to summarize")
-    return WallStats(
-        mean_ms=statistics.fmean(times),
-        std_ms=statistics.pstdev(times),
-        median_ms=statistics.median(times),
-        min_ms=min(times),
-        max_ms=max(times),
-        n=len(times),
-    )
+    return WallStats.from_samples(times)
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -148,8 +269,7 @@ def replay_device_time(replay: Callable[[], object], *, flush: bool = True, rep_
         times = do_bench(replay, warmup=10, rep=rep_ms, return_mode="all")
     else:
         times = _events_no_flush(replay, rep_ms)
-    times = sorted(t * 1e3 for t in times)
-    return DeviceTime(percentile(times, 0.5), percentile(times, 0.2), percentile(times, 0.8), "graph", flush)
+    return DeviceTime.from_samples([t * 1e3 for t in times], "graph", flush)
 
 
 def _events_no_flush(fn: Callable[[], object], rep_ms: int) -> list[float]:
@@ -235,9 +355,9 @@ def profile_kernels(
 
 
 def profiler_device_time(profile: KernelProfile, flush: bool) -> DeviceTime:
-    """Device time from a kernel profile: median, p20 and p80 of the per-call kernel sums (method ``profiler``)."""
-    times = sorted(profile.device_us_per_call)
-    return DeviceTime(percentile(times, 0.5), percentile(times, 0.2), percentile(times, 0.8), "profiler", flush)
+    """Device time from a kernel profile: median, p20 and p80 of the per-call kernel sums (method ``profiler``),
+    the sums kept as the samples."""
+    return DeviceTime.from_samples(profile.device_us_per_call, "profiler", flush)
 
 
 # --- bandwidth ---------------------------------------------------------------------------------

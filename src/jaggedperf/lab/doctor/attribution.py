@@ -3,22 +3,28 @@
 Pure functions of an ``Evidence`` (recorded numbers in, words out): nothing here runs or times
 anything, so every verdict can be tested on the CPU from numbers measured on a GPU.
 
-The attribution. With per-call medians in µs, host = wall − device (``HostOverhead``; wall only when
-there is no device time, e.g. on the CPU):
+The attribution. With per-call medians in µs:
 
-    Δ      = compiled wall − eager wall
-           = Δdevice + Δhost
-    Δdevice = compiled device − eager device
-    Δhost   = compiled host − eager host
-            = NJT inputs + guards + other host work, where
-    NJT inputs = compiled-NJT host − compiled-plain host   (the plain twin, same mode: ``InputForm``)
+    Δ          = compiled wall − eager wall                 (the cells' wall loops)
+    device     = compiled device − eager device             (device timers; absent on the CPU)
+    NJT inputs = compiled host − plain-twin host            (the plain twin, same mode: ``InputForm``)
     guards     = guard evaluation of the plain-form compiled call (the plain twin's, or the compiled
-                 call's own when it has no NJT form); the NJT call's *extra* guards lie inside the
-                 NJT part, and the findings say how much of it they are
-    other      = Δhost − NJT inputs − guards               (the remainder)
+                 call's own when it has no NJT form), timed by calling Dynamo's guard check; the NJT
+                 call's *extra* guards lie inside the NJT part, and the findings say how much
+    other host = plain-form host − eager host − guards      (runtime wrappers, launches, Python)
+    residual   = Δ − Σ parts                                (unattributed)
 
-A part that was not measured is left out and falls into "other"; so the parts add up to Δ by
-construction, and ``check_sum`` reports the residual (float rounding) against a 10% tolerance.
+"host" is the host timer's median (``Result.host_call``: each call until it returns, device idle before
+it, no sync), measured apart from the wall loop that gives Δ. So the parts are measured, and the residual
+is what they do not explain: noise between the two measurements, host work overlapping device work, a
+sync's own cost. On the CPU the host timer measures the whole call again, so the residual is the noise.
+
+The doctor refuses a verdict, and says why, when the eager, compiled or plain-twin timing is unstable
+(``Result.status == UNSTABLE``), or when the residual passes ``SUM_TOLERANCE`` of |Δ| (unless Δ itself is
+on par with eager, where a share of nothing means nothing).
+
+Evidence written before the host timer existed has no host timer: its host is wall − device and "other"
+is the remainder, so its residual is zero by construction; the diagnosis says so (``residual_measured``).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab.doctor.evidence import Evidence, EvidenceRun
-from jaggedperf.lab.result import OK
+from jaggedperf.lab.result import TIMED, UNSTABLE
 
 DEVICE = "device"
 NJT = "njt_inputs"
@@ -61,8 +67,10 @@ class Diagnosis:
     delta_us: float | None = None
     contributions: list[Contribution] = field(default_factory=list)  # ordered by |us|, largest first
     parts_sum_us: float | None = None
-    residual_us: float | None = None  # Δ − Σ parts
+    residual_us: float | None = None  # Δ − Σ parts: what the measured parts leave unattributed
     sums_ok: bool | None = None  # |residual| ≤ 10% of |Δ|
+    residual_measured: bool | None = None  # False: no host timer in the evidence, host parts are remainders
+    refused: str | None = None  # why there is no verdict (unstable inputs, residual past 10% of Δ), or None
     verdict: str = ""
     findings: list[str] = field(default_factory=list)
     remedy: str | None = None  # the measured remedy the verdict recommends (see ``remedy``), or None
@@ -88,14 +96,24 @@ class DoctorRecord:
 # --- attribution ---------------------------------------------------------------------------------
 
 
+def host_timed(e: Evidence) -> bool:
+    """Whether the evidence has the host timer for the calls the host parts use (eager, compiled, and the plain
+    twin when its part is taken)."""
+    form = e.input_form
+    plain_needed = form.available and form.plain is not None
+    return (e.host.eager_call_us is not None and e.host.compiled_call_us is not None
+            and (not plain_needed or form.plain_call_us is not None))
+
+
 def attribute(e: Evidence) -> tuple[float, list[Contribution]]:
-    """Split compiled − eager into parts (see the module docstring for each part).
+    """Split compiled − eager into measured parts (see the module docstring for each part).
 
     Args:
         e: the cell's evidence.
 
     Returns:
-        ``(Δ in µs per call, parts ordered by |µs|, largest first)``; the parts add up to Δ.
+        ``(Δ in µs per call, parts ordered by |µs|, largest first)``; Δ − Σ parts is the residual
+        (``check_sum``); it is zero by construction only for evidence without the host timer.
 
     Raises:
         ValueError: the wall time of the eager or the compiled call is missing.
@@ -103,21 +121,72 @@ def attribute(e: Evidence) -> tuple[float, list[Contribution]]:
     eager_wall, compiled_wall = _wall_us(e.eager), _wall_us(e.compiled)
     if eager_wall is None or compiled_wall is None:
         raise ValueError("attribution needs the wall time of both the eager and the compiled call")
-    delta = compiled_wall - eager_wall
+    if host_timed(e):
+        return delta_of(e), _measured_parts(e)
+    return delta_of(e), _remainder_parts(e)
+
+
+def delta_of(e: Evidence) -> float:
+    """Δ = compiled wall median − eager wall median, µs per call."""
+    return _wall_us(e.compiled) - _wall_us(e.eager)
+
+
+def _device_part(e: Evidence) -> Contribution:
+    e_dev, c_dev = e.eager.device_time.median_us, e.compiled.device_time.median_us
+    return Contribution(
+        DEVICE, "device time (kernels)", c_dev - e_dev, None,
+        f"compiled device median − eager device median (compiled: {e.compiled.device_time.method}, "
+        f"eager: {e.eager.device_time.method})",
+        f"compiled {c_dev:.1f} µs{_kernel_count(e.compiled.kernels_per_call)} vs eager {e_dev:.1f} µs"
+        f"{_kernel_count(e.eager.kernels_per_call)}")
+
+
+def _measured_parts(e: Evidence) -> list[Contribution]:
+    """Every part from its own measurement: device timers, the host timer, the guard check."""
+    wall_only = not e.host.device_time
+    timer = "host timer (each call until it returns, no sync)" + ("; on the CPU, the whole call" if wall_only else "")
+    parts: list[Contribution] = [] if wall_only else [_device_part(e)]
+    eager_h, compiled_h = e.host.eager_call_us, e.host.compiled_call_us
+    form = e.input_form
+    plain_h = form.plain_call_us if form.available and form.plain is not None else None
+    if plain_h is not None:
+        parts.append(Contribution(
+            NJT, "NestedTensor input overhead", compiled_h - plain_h, None,
+            f"compiled-NJT host − compiled-plain host, {timer}",
+            f"host per call: {compiled_h:.1f} µs on NJT inputs vs {plain_h:.1f} µs on plain tensors"
+            f"{_guard_detail(e)}"))
+    guard_source = form.guards if plain_h is not None else e.host.guards
+    guards = guard_source.check_us if guard_source is not None and guard_source.available else None
+    if guards is not None:
+        whose = "the plain twin's" if plain_h is not None else "the compiled call's"
+        parts.append(Contribution(
+            GUARDS, "guard evaluation", guards, None,
+            f"{whose} Dynamo guards: guard_manager.check on the call's frame locals, median per call",
+            f"{guard_source.guards} guards" + (" (the NJT call's extra guards are in the NJT part)"
+                                               if plain_h is not None else "")))
+    base_h = plain_h if plain_h is not None else compiled_h
+    label = "other work (wall only: includes the computation)" if wall_only else "other host work"
+    parts.append(Contribution(
+        OTHER, label, base_h - eager_h - (guards or 0.0), None,
+        f"{'plain-twin' if plain_h is not None else 'compiled'} host − eager host − guards, {timer}",
+        f"host per call: {base_h:.1f} µs compiled{' (plain)' if plain_h is not None else ''} vs {eager_h:.1f} µs "
+        "eager; runtime wrappers, launches and Python of the compiled call, minus eager's own dispatch"
+        + ("; without device time the computation is in here too" if wall_only else "")))
+    return _shared_and_sorted(parts, delta_of(e))
+
+
+def _remainder_parts(e: Evidence) -> list[Contribution]:
+    """Evidence without the host timer: host = wall − device, and "other" is what is left of Δ (so the parts
+    add up to Δ by construction)."""
+    delta = delta_of(e)
     wall_only = not e.host.device_time
     parts: list[Contribution] = []
     if wall_only:
         d_host = delta
     else:
-        e_dev, c_dev = e.eager.device_time.median_us, e.compiled.device_time.median_us
-        d_dev = c_dev - e_dev
-        d_host = delta - d_dev
-        parts.append(Contribution(
-            DEVICE, "device time (kernels)", d_dev, None,
-            f"compiled device median − eager device median (compiled: {e.compiled.device_time.method}, "
-            f"eager: {e.eager.device_time.method})",
-            f"compiled {c_dev:.1f} µs{_kernel_count(e.compiled.kernels_per_call)} vs eager {e_dev:.1f} µs"
-            f"{_kernel_count(e.eager.kernels_per_call)}"))
+        device = _device_part(e)
+        d_host = delta - device.us
+        parts.append(device)
 
     njt = None
     form = e.input_form
@@ -146,11 +215,14 @@ def attribute(e: Evidence) -> tuple[float, list[Contribution]]:
         "Δhost − the parts above (remainder)" if not wall_only else "Δwall − the parts above (remainder)",
         "runtime wrappers, launches and Python of the compiled call, minus eager's own dispatch"
         + ("; without device time the computation is in here too" if wall_only else "")))
+    return _shared_and_sorted(parts, delta)
 
+
+def _shared_and_sorted(parts: list[Contribution], delta: float) -> list[Contribution]:
     for p in parts:
         p.share = p.us / delta if delta else None
     parts.sort(key=lambda p: -abs(p.us))
-    return delta, parts
+    return parts
 
 
 def check_sum(delta: float, parts: list[Contribution], tolerance: float = SUM_TOLERANCE) -> tuple[float, float, bool]:
@@ -172,7 +244,7 @@ def verdict(e: Evidence, delta: float, parts: list[Contribution]) -> str:
     eager_wall, compiled_wall = _wall_us(e.eager), _wall_us(e.compiled)
     wall_only = not e.host.device_time
     tail = " (wall only: no device time)" if wall_only else ""
-    if abs(delta) <= max(1.0, PAR_FRACTION * eager_wall):
+    if on_par(delta, eager_wall):
         head = f"on par with eager (Δ {delta:+.0f} µs on {eager_wall:.0f} µs){tail}"
     elif delta > 0:
         head = f"slower by {delta:.0f} µs ({compiled_wall:.0f} vs {eager_wall:.0f} µs per call){tail}"
@@ -347,9 +419,9 @@ def _boundary_line(e: Evidence) -> str | None:
 
 
 def _result_wall(r) -> str:
-    if r.status != OK or r.wall is None:
+    if r.status not in TIMED or r.wall is None:
         return f"{r.status} ({r.reason})" if r.reason else r.status
-    return f"{r.wall.median_ms * 1e3:.0f} µs"
+    return f"{r.wall.median_ms * 1e3:.0f} µs" + (" (unstable)" if r.status == UNSTABLE else "")
 
 
 def _guard_detail(e: Evidence) -> str:
@@ -395,7 +467,7 @@ def diagnose(e: Evidence) -> Diagnosis:
         run to a wall time (skipped, wrong, error).
     """
     d = Diagnosis(e.op, e.implementation, e.mode, e.case.label, available=False, wall_only=not e.host.device_time)
-    broken = [r for r in (e.eager, e.compiled) if r.status != OK or r.wall is None]
+    broken = [r for r in (e.eager, e.compiled) if r.status not in TIMED or r.wall is None]
     if broken:
         d.reason = "; ".join(f"{r.mode} {r.status}: {r.reason}" for r in broken)
         d.verdict = f"cannot attribute: {d.reason}"
@@ -405,12 +477,53 @@ def diagnose(e: Evidence) -> Diagnosis:
     d.eager_wall_us, d.compiled_wall_us = _wall_us(e.eager), _wall_us(e.compiled)
     d.delta_us, d.contributions = attribute(e)
     d.parts_sum_us, d.residual_us, d.sums_ok = check_sum(d.delta_us, d.contributions)
+    d.residual_measured = host_timed(e)
+    d.findings = findings(e)
+    if not d.residual_measured:
+        d.findings.append("no host timer in this evidence: the host parts are wall − device and 'other' is the "
+                          "remainder, so the residual is zero by construction and checks nothing")
+    d.refused = refusal(e, d)
+    if d.refused:
+        d.verdict = f"no verdict: {d.refused}"
+        return d
     d.verdict = verdict(e, d.delta_us, d.contributions)
     d.remedy = remedy(e, d.delta_us, d.contributions)
-    d.findings = findings(e)
-    if not d.sums_ok:
-        d.findings.append(f"the parts miss Δ by {d.residual_us:+.1f} µs (more than {SUM_TOLERANCE:.0%})")
     return d
+
+
+def refusal(e: Evidence, d: Diagnosis) -> str | None:
+    """Why the doctor gives no verdict for a cell it could attribute, or None.
+
+    It refuses when a timing it uses is unstable (eager, compiled, or the plain twin whose host time makes
+    the NJT part), and when Δ is not on par with eager and the residual passes ``SUM_TOLERANCE`` of |Δ|.
+
+    Args:
+        e: the evidence.
+        d: its diagnosis, attribution and sum check filled in.
+
+    Returns:
+        The reason, one phrase, or None.
+    """
+    used = [e.eager, e.compiled]
+    if e.input_form.available and e.input_form.plain is not None:
+        used.append(e.input_form.plain)
+    shaky = [r for r in used if r.status == UNSTABLE]
+    if shaky:
+        what = "; ".join(f"{r.mode}{' (plain twin)' if r.extra.get('input_form') == 'plain' else ''}: {r.reason}"
+                         for r in shaky)
+        return (f"the timing it would rest on is unstable ({what}); measure on a quieter machine, or with more "
+                "--attempts")
+    if not d.sums_ok and not on_par(d.delta_us, d.eager_wall_us):
+        share = abs(d.residual_us) / abs(d.delta_us) if d.delta_us else float("inf")
+        return (f"the measured parts leave {d.residual_us:+.1f} µs of Δ {d.delta_us:+.1f} µs unattributed "
+                f"({share:.0%} > {SUM_TOLERANCE:.0%}): the wall loop and the host timer disagree (a noisy machine, "
+                "or host work overlapping device work)")
+    return None
+
+
+def on_par(delta: float, eager_wall: float) -> bool:
+    """|Δ| within ``PAR_FRACTION`` of eager's wall (or 1 µs): compiled and eager are on par."""
+    return abs(delta) <= max(1.0, PAR_FRACTION * eager_wall)
 
 
 def diagnose_run(run: EvidenceRun) -> DoctorRecord:

@@ -26,7 +26,9 @@ INDUCTOR_KERNEL_PREFIX = "triton_"
 
 @dataclass
 class HostOverhead:
-    """Per-call host work (wall − device) of the eager and the compiled call, and Dynamo's part in it."""
+    """Per-call host work (wall − device) of the eager and the compiled call, and Dynamo's part in it; and the
+    host work measured on its own by the host timer (each call until it returns, no sync: ``timing.host_call_stats``),
+    which the attribution's host parts use so that its residual is measured, not zero by construction."""
 
     device_time: bool  # device time measured for both: host = wall − device; False: wall only
     reason: str | None
@@ -35,6 +37,8 @@ class HostOverhead:
     compiled_host_us: float | None
     guards: GuardCost
     dynamo: CompileStats
+    eager_call_us: float | None = None  # host timer median of the eager call (None: evidence without it)
+    compiled_call_us: float | None = None  # host timer median of the compiled call
 
 
 @dataclass
@@ -48,6 +52,7 @@ class InputForm:
     plain_host_us: float | None = None
     guards: GuardCost | None = None
     dynamo: CompileStats | None = None
+    plain_call_us: float | None = None  # host timer median of the plain twin's call
 
 
 @dataclass
@@ -231,6 +236,13 @@ def host_us(result: Result | None, *, wall_only: bool) -> float | None:
     if result.device_time is None:
         return None
     return result.wall.median_ms * 1e3 - result.device_time.median_us
+
+
+def host_call_us(result: Result | None) -> float | None:
+    """The host timer's median µs per call of a timed result (``Result.host_call``), or None."""
+    if result is None or result.host_call is None or result.wall is None:
+        return None
+    return result.host_call.median_ms * 1e3
 
 
 def kernel_infos(result: Result | None, must_move: int | None, copy_gbps: float | None) -> list[KernelInfo]:

@@ -34,6 +34,7 @@ The probes into Dynamo and Inductor (guards, counters, cudagraph messages) live 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable, Iterable
 
 import torch
@@ -54,6 +55,7 @@ from jaggedperf.lab.doctor.evidence import (
     PaddingModel,
     batch_padding_model,
     compile_cost,
+    host_call_us,
     host_us,
     kernel_infos,
 )
@@ -88,8 +90,10 @@ BOUNDARY_METHOD = (
     "the implementation run through jaggedperf.compile(fn, mode=<the cell's torch mode>, dynamic=<as the cell>) "
     "from a reset Dynamo state (mode jagged-compile:<torch mode>), checked and timed like the cell"
 )
-HOST_METHOD = "host = wall median − device median per call (µs)"
-HOST_METHOD_WALL_ONLY = "no device time on the CPU (needs CUDA): host = wall median, which includes the computation"
+HOST_METHOD = ("host = wall median − device median per call (µs); the host timer (each call until it returns, "
+               "device idle before it, no sync) measures it on its own")
+HOST_METHOD_WALL_ONLY = ("no device time on the CPU (needs CUDA): host = wall median, which includes the computation; "
+                         "the host timer measures it again on its own")
 CUDAGRAPH_METHOD = (
     "the same cell in mode 'graph' (eager captured once in a CUDA graph, replayed) and in the compiled mode's "
     "CUDA-graph counterpart; Inductor's skip message caught by a logging.Handler on the torch._inductor "
@@ -129,6 +133,7 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: Batch, re
     """
     if not modes_mod.is_compiled(mode):
         raise ValueError(f"the doctor explains a compiled mode; got {mode!r}")
+    options = replace(options, host_timer=True)  # the host parts are measured, not left over (attribution)
     impl = get_implementation(op, implementation)
     cuda = options.device.type == "cuda"
     notes: list[str] = []
@@ -223,8 +228,10 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: Batch, re
 
     wall_only, why = _wall_only(options, eager, compiled)
     host = HostOverhead(not wall_only, why, HOST_METHOD_WALL_ONLY if wall_only else HOST_METHOD,
-                        host_us(eager, wall_only=wall_only), host_us(compiled, wall_only=wall_only), guards, dynamo)
+                        host_us(eager, wall_only=wall_only), host_us(compiled, wall_only=wall_only), guards, dynamo,
+                        host_call_us(eager), host_call_us(compiled))
     input_form.plain_host_us = host_us(input_form.plain, wall_only=wall_only)
+    input_form.plain_call_us = host_call_us(input_form.plain)
     must_move = get_op(op).must_move_bytes(batch)
     kernels = _kernels(cuda, options, must_move, copy_gbps, eager, compiled, input_form.plain)
     cost = compile_cost(eager, compiled)

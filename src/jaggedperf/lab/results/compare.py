@@ -1,18 +1,22 @@
 """Two runs, cell by cell: did B get slower or faster than A beyond what the measurements can tell apart?
 
 A cell of A matches the cell of B with the same ``Result.key`` (op, implementation, mode, case). For each
-matched pair where both are ok, wall median and device median are compared separately:
+matched pair where both were timed, wall time and device time are compared separately:
 
-- the ratio is B / A (above 1: B is slower);
-- the change counts only when it passes a threshold: ``max(k·(σ_A + σ_B), min_rel·A)``, with σ the wall
-  standard deviation for wall time, and for device time the p20–p80 spread taken as a σ estimate
-  ((p80 − p20) / 1.683, which is σ for a normal distribution); ``min_rel`` keeps tiny but very steady
-  differences (device time spreads are often well under 1%) from counting;
-- B − A above the threshold is a regression, A − B above it an improvement.
+- the ratio is median(B) / median(A) (above 1: B is slower);
+- with raw samples on both sides (method ``bootstrap``): a bootstrap confidence interval of that ratio
+  (``stats.bootstrap_ratio``, 95% by default). The change counts when the interval lies wholly above 1
+  (a regression) or below 1 (an improvement) *and* the ratio passes the minimum effect ``min_rel``
+  (above 1 + min_rel, or below 1 − min_rel): steady but tiny differences do not count. Medians and
+  resampling make it robust: one outlier moves neither;
+- without samples (results written before they were kept; method ``spread``): the change counts when
+  |B − A| passes ``max(k·(σ_A + σ_B), min_rel·A)``, σ estimated from the p20–p80 spread ((p80 − p20) /
+  1.683, σ for a normal distribution) where recorded, else the standard deviation.
 
-A cell regresses when either metric does, and improves when one does and neither regresses. A cell ok in A
-but wrong or failing in B is ``broken`` (counted with the regressions); the reverse is ``fixed``. Cells in
-only one run are listed apart.
+A cell regresses when either metric does, and improves when one does and neither regresses. A cell that is
+unstable on either side (its timing never settled) is ``unstable``: its ratio and interval are shown, but
+it is never a regression nor an improvement. A cell ok in A but wrong or failing in B is ``broken``
+(counted with the regressions); the reverse is ``fixed``. Cells in only one run are listed apart.
 """
 
 from __future__ import annotations
@@ -21,27 +25,35 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jaggedperf.inputs import Case
-from jaggedperf.lab.result import ERROR, OK, WRONG, Result, RunRecord
+from jaggedperf.lab import stats
+from jaggedperf.lab.result import ERROR, OK, TIMED, UNSTABLE, WRONG, Result, RunRecord
 from jaggedperf.lab.results.views import result_rank
 
-K = 2.0  # how many (summed) standard deviations a change must exceed
-MIN_REL = 0.05  # ... and at least this fraction of A's median
+K = 2.0  # without samples: how many (summed) standard deviations a change must exceed
+MIN_REL = 0.05  # the minimum effect: a change smaller than this fraction of A's median never counts
+CONFIDENCE = stats.CONFIDENCE  # of the bootstrap interval
 SIGMAS_IN_P20_P80 = 2 * 0.8416212335729143  # p80 − p20 of a normal distribution, in σ
+BOOTSTRAP, SPREAD = "bootstrap", "spread"  # how a change was judged
 
 REGRESSION, IMPROVEMENT, SAME = "regression", "improvement", "same"
 BROKEN, FIXED, NOT_COMPARED = "broken", "fixed", "not compared"
-VERDICTS = (REGRESSION, BROKEN, IMPROVEMENT, FIXED, SAME, NOT_COMPARED)
+UNSTABLE_VERDICT = UNSTABLE  # timed on both sides, unstable on one: shown, never judged
+VERDICTS = (REGRESSION, BROKEN, IMPROVEMENT, FIXED, SAME, UNSTABLE_VERDICT, NOT_COMPARED)
 ENVIRONMENT_KEYS = ("gpu", "torch", "triton", "cuda", "driver", "python", "git_commit", "platform", "hostname")
 
 
 @dataclass
 class Change:
-    """One metric of one cell, A against B (same unit as measured: ms for wall, µs for device)."""
+    """One metric of one cell, A against B (medians in the unit measured: ms for wall, µs for device)."""
 
     a: float
     b: float
-    threshold: float  # |b − a| must exceed this to count
+    threshold: float  # spread method: |b − a| must exceed this; bootstrap: the minimum effect, min_rel·a
     verdict: str  # regression | improvement | same
+    method: str = SPREAD  # BOOTSTRAP (raw samples) or SPREAD (summaries only)
+    low: float | None = None  # the bootstrap interval of the ratio B/A (None: spread method)
+    high: float | None = None
+    confidence: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -49,7 +61,8 @@ class Change:
         return self.b / self.a if self.a > 0 else float("inf")
 
     def to_dict(self) -> dict:
-        return {"a": self.a, "b": self.b, "ratio": self.ratio, "threshold": self.threshold, "verdict": self.verdict}
+        return {"a": self.a, "b": self.b, "ratio": self.ratio, "threshold": self.threshold, "verdict": self.verdict,
+                "method": self.method, "ratio_low": self.low, "ratio_high": self.high, "confidence": self.confidence}
 
 
 @dataclass
@@ -60,8 +73,8 @@ class CellComparison:
     case: Case
     status_a: str
     status_b: str
-    wall: Change | None  # None unless both cells are ok with wall stats
-    device: Change | None  # None unless both cells are ok with device time
+    wall: Change | None  # None unless both cells were timed
+    device: Change | None  # None unless both cells have device time
     verdict: str  # one of VERDICTS
 
     @property
@@ -91,6 +104,7 @@ class Comparison:
     environment_changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # key -> (A's, B's)
     k: float = K
     min_rel: float = MIN_REL
+    confidence: float = CONFIDENCE
 
     @property
     def regressions(self) -> list[CellComparison]:
@@ -119,6 +133,7 @@ class Comparison:
         return {
             "k": self.k,
             "min_rel": self.min_rel,
+            "confidence": self.confidence,
             "environment_changes": {key: list(v) for key, v in self.environment_changes.items()},
             "counts": self.counts(),
             "cells": [c.to_dict() for c in self.cells],
@@ -127,26 +142,33 @@ class Comparison:
         }
 
 
-def compare(a: RunRecord, b: RunRecord, *, k: float = K, min_rel: float = MIN_REL) -> Comparison:
+def compare(a: RunRecord, b: RunRecord, *, k: float = K, min_rel: float = MIN_REL,
+            confidence: float = CONFIDENCE) -> Comparison:
     """Compare run ``b`` against baseline ``a`` cell by cell (see the module notes for the rule).
 
     Args:
         a: the baseline run.
         b: the run to judge.
-        k: standard deviations a change must exceed.
+        k: without samples, the standard deviations a change must exceed.
         min_rel: the smallest relative change that counts.
+        confidence: of the bootstrap interval of each ratio.
 
     Returns:
         The cells in both runs with their verdicts, in report order; the cells only in one; the
         environment entries that differ.
+
+    Raises:
+        ValueError: ``confidence`` is not in (0, 1).
     """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1); got {confidence}")
     by_a = {r.key: r for r in a.results}
     by_b = {r.key: r for r in b.results}
-    cells = [_cell(by_a[key], by_b[key], k, min_rel) for key in by_a if key in by_b]
+    cells = [_cell(by_a[key], by_b[key], k, min_rel, confidence) for key in by_a if key in by_b]
     cells.sort(key=lambda c: result_rank(by_a[c.key]))
     only_a = sorted((r for key, r in by_a.items() if key not in by_b), key=result_rank)
     only_b = sorted((r for key, r in by_b.items() if key not in by_a), key=result_rank)
-    return Comparison(cells, only_a, only_b, environment_changes(a, b), k, min_rel)
+    return Comparison(cells, only_a, only_b, environment_changes(a, b), k, min_rel, confidence)
 
 
 def environment_changes(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]]:
@@ -156,8 +178,35 @@ def environment_changes(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]
     return {key: v for key, v in out.items() if v[0] != v[1]}
 
 
+def judge_samples(a, b, min_rel: float = MIN_REL, confidence: float = CONFIDENCE) -> Change:
+    """Whether samples ``b`` differ from samples ``a``: the bootstrap interval of median(b)/median(a) lies wholly
+    on one side of 1 and the ratio passes the minimum effect ``min_rel`` (see the module notes).
+
+    Args:
+        a: the baseline's per-call samples.
+        b: the samples to judge, in the same unit.
+        min_rel: the minimum effect.
+        confidence: of the interval.
+
+    Returns:
+        The change, method ``bootstrap``, with the interval.
+
+    Raises:
+        ValueError: a side has no samples or a median that is not positive.
+    """
+    r = stats.bootstrap_ratio(a, b, confidence=confidence)
+    ma = float(stats.summarize(a).median)
+    if r.low > 1 and r.ratio > 1 + min_rel:
+        verdict = REGRESSION
+    elif r.high < 1 and r.ratio < 1 - min_rel:
+        verdict = IMPROVEMENT
+    else:
+        verdict = SAME
+    return Change(ma, ma * r.ratio, min_rel * ma, verdict, BOOTSTRAP, r.low, r.high, confidence)
+
+
 def judge(a: float, b: float, sigma_a: float, sigma_b: float, k: float = K, min_rel: float = MIN_REL) -> Change:
-    """Whether ``b`` differs from ``a`` beyond ``max(k·(sigma_a + sigma_b), min_rel·a)``."""
+    """Without samples: whether ``b`` differs from ``a`` beyond ``max(k·(sigma_a + sigma_b), min_rel·a)``."""
     threshold = max(k * (max(sigma_a, 0.0) + max(sigma_b, 0.0)), min_rel * abs(a))
     if b - a > threshold:
         verdict = REGRESSION
@@ -168,18 +217,36 @@ def judge(a: float, b: float, sigma_a: float, sigma_b: float, k: float = K, min_
     return Change(a, b, threshold, verdict)
 
 
-def _cell(ra: Result, rb: Result, k: float, min_rel: float) -> CellComparison:
+def _wall_sigma(w) -> float:
+    if w.p20_ms is not None and w.p80_ms is not None:
+        return (w.p80_ms - w.p20_ms) / SIGMAS_IN_P20_P80
+    return w.std_ms
+
+
+def _metric(a_median: float, b_median: float, a_samples, b_samples, sigma_a: float, sigma_b: float, k: float,
+            min_rel: float, confidence: float) -> Change:
+    """Bootstrap on the samples when both sides have them (and positive medians), else the spread rule."""
+    if a_samples is not None and b_samples is not None and a_samples.size and b_samples.size \
+            and a_median > 0 and b_median > 0:
+        return judge_samples(a_samples, b_samples, min_rel, confidence)
+    return judge(a_median, b_median, sigma_a, sigma_b, k, min_rel)
+
+
+def _cell(ra: Result, rb: Result, k: float, min_rel: float, confidence: float) -> CellComparison:
     wall = device = None
-    if ra.status == OK and rb.status == OK:
+    if ra.status in TIMED and rb.status in TIMED:
         if ra.wall is not None and rb.wall is not None:
-            wall = judge(ra.wall.median_ms, rb.wall.median_ms, ra.wall.std_ms, rb.wall.std_ms, k, min_rel)
+            wall = _metric(ra.wall.median_ms, rb.wall.median_ms, ra.wall.samples_ms(), rb.wall.samples_ms(),
+                           _wall_sigma(ra.wall), _wall_sigma(rb.wall), k, min_rel, confidence)
         da, db = ra.device_time, rb.device_time
         if da is not None and db is not None:
-            sigma_a = (da.p80_us - da.p20_us) / SIGMAS_IN_P20_P80
-            sigma_b = (db.p80_us - db.p20_us) / SIGMAS_IN_P20_P80
-            device = judge(da.median_us, db.median_us, sigma_a, sigma_b, k, min_rel)
+            device = _metric(da.median_us, db.median_us, da.samples_us(), db.samples_us(),
+                             (da.p80_us - da.p20_us) / SIGMAS_IN_P20_P80, (db.p80_us - db.p20_us) / SIGMAS_IN_P20_P80,
+                             k, min_rel, confidence)
         verdicts = {c.verdict for c in (wall, device) if c is not None}
-        if REGRESSION in verdicts:
+        if UNSTABLE in (ra.status, rb.status):
+            verdict = UNSTABLE_VERDICT  # figures shown, but noise is not a finding either way
+        elif REGRESSION in verdicts:
             verdict = REGRESSION
         elif IMPROVEMENT in verdicts:
             verdict = IMPROVEMENT
@@ -187,9 +254,9 @@ def _cell(ra: Result, rb: Result, k: float, min_rel: float) -> CellComparison:
             verdict = SAME
         else:
             verdict = NOT_COMPARED
-    elif ra.status == OK and rb.status in (WRONG, ERROR):
+    elif ra.status in TIMED and rb.status in (WRONG, ERROR):
         verdict = BROKEN
-    elif ra.status in (WRONG, ERROR) and rb.status == OK:
+    elif ra.status in (WRONG, ERROR) and rb.status in TIMED:
         verdict = FIXED
     else:
         verdict = NOT_COMPARED  # skipped on a side, or failing on both

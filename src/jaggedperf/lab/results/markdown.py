@@ -1,6 +1,9 @@
-"""A run as a Markdown report: environment, statuses, the seed's table per case for each compiled mode,
-ours against the best torch contender, every cell, the failures and the plots.
+"""A run as a Markdown report: environment (with how quiet the machine was), statuses, the seed's table per
+case for each compiled mode, ours against the best torch contender, every cell, the unstable cells, the
+failures and the plots.
 
+Every per-call time is in µs, the spread as quantiles (p20–p80), never ± std. Unstable cells keep their
+figures in the tables but give no speedup and no finding; they are listed in a section of their own.
 Plot paths are written as given: pass them relative to where the report will live.
 """
 
@@ -11,7 +14,7 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from jaggedperf.inputs import Case
-from jaggedperf.lab.result import OK, STATUSES, Result, RunRecord
+from jaggedperf.lab.result import OK, STATUSES, TIMED, UNSTABLE, Result, RunRecord
 from jaggedperf.lab.results.views import (
     EAGER,
     OURS,
@@ -27,8 +30,8 @@ from jaggedperf.lab.results.views import (
     wall_ms,
 )
 
-ENVIRONMENT_ORDER = ("gpu", "torch", "triton", "cuda", "driver", "python", "platform", "hostname", "git_commit",
-                     "command", "date")
+ENVIRONMENT_ORDER = ("gpu", "torch", "triton", "cuda", "driver", "python", "platform", "hostname", "cpu_count",
+                     "threads", "load", "git_commit", "command", "date")
 NONE = "—"
 
 
@@ -51,6 +54,7 @@ def render_report(record: RunRecord, plots: dict[str, str | os.PathLike] | None 
     out += _seed_tables(results)
     out += _ours_vs_best(results)
     out += _all_cells(results)
+    out += _unstable(results)
     out += _failures(results)
     out += _plots(plots or {})
     return "\n".join(out).rstrip("\n") + "\n"
@@ -62,7 +66,7 @@ def render_report(record: RunRecord, plots: dict[str, str | os.PathLike] | None 
 def _environment(record: RunRecord) -> list[str]:
     env = record.environment
     keys = [k for k in ENVIRONMENT_ORDER if k in env] + sorted(k for k in env if k not in ENVIRONMENT_ORDER and k != "more")
-    rows = [[k, _code_if(k, env[k])] for k in keys]
+    rows = [[k, load_text(env[k]) if k == "load" else _code_if(k, env[k])] for k in keys]
     rows.append(["copy bandwidth", f"{record.copy_gbps:.0f} GB/s" if record.copy_gbps is not None else "not measured"])
     out = ["## Environment", ""] + _table(["", ""], rows)
     more = env.get("more") or []
@@ -97,7 +101,8 @@ def _seed_tables(results: list[Result]) -> list[str]:
         return []
     speedup = speedups(results)
     cell = {r.key: r for r in results}
-    out = ["## Speedup vs eager", "", "Wall median per call; speedup = eager / compiled (below 1, in bold: slower than eager).", ""]
+    out = ["## Speedup vs eager", "", "Wall median per call in µs; speedup = eager / compiled (below 1, in bold: slower "
+           "than eager; none where a side is unstable).", ""]
     for mode in modes:
         out += [f"### {mode}", ""]
         for op, case in _cases(r for r in results if r.mode == mode):
@@ -105,9 +110,9 @@ def _seed_tables(results: list[Result]) -> list[str]:
             rows = []
             for impl in impls:
                 eager, compiled = cell.get((op, impl, EAGER, case)), cell[(op, impl, mode, case)]
-                rows.append([impl, _ms_or_status(eager), _ms_or_status(compiled), _speedup(speedup.get(compiled.key))])
+                rows.append([impl, _us_or_status(eager), _us_or_status(compiled), _speedup(speedup.get(compiled.key))])
             out += [f"#### {_case_title(op, case, results)}", ""]
-            out += _table(["implementation", "eager ms", f"{mode} ms", "speedup"], rows)
+            out += _table(["implementation", "eager µs", f"{mode} µs", "speedup"], rows)
     return out
 
 
@@ -121,23 +126,24 @@ def _ours_vs_best(results: list[Result]) -> list[str]:
             continue
         if r.key in versus:
             ratio, best = versus[r.key]
-            rows.append([r.case.label, r.mode, _ms(wall_ms(r)), f"{best.implementation} ({best.mode})", _ms(best.value),
-                         _speedup(ratio)])
+            rows.append([r.case.label, r.mode, _us(wall_ms(r) * 1e3), f"{best.implementation} ({best.mode})",
+                         _us(best.value * 1e3), _speedup(ratio)])
         else:
-            rows.append([r.case.label, r.mode, _ms_or_status(r), NONE, NONE, NONE])
+            rows.append([r.case.label, r.mode, _us_or_status(r), NONE, NONE, NONE])
     out = [f"## {OURS} vs the best torch contender", ""]
     out += [f"Best torch = the fastest ok cell of any other implementation in any mode; ratio = best torch / {OURS}, "
-            f"wall median (below 1, in bold: {OURS} is slower).", ""]
-    return out + _table(["case", f"{OURS} mode", f"{OURS} ms", "best torch", "best torch ms", "ratio"], rows)
+            f"wall median (below 1, in bold: {OURS} is slower). Unstable cells take no part.", ""]
+    return out + _table(["case", f"{OURS} mode", f"{OURS} µs", "best torch", "best torch µs", "ratio"], rows)
 
 
 def _all_cells(results: list[Result]) -> list[str]:
     rows = []
     for r in results:
-        ok = r.status == OK
-        wall = f"{_num(r.wall.median_ms)} ± {_num(r.wall.std_ms, 2)}" if ok and r.wall else NONE
+        ok = r.status in TIMED
         rows.append([
-            r.case.label, r.implementation, r.mode, r.status if ok else f"**{r.status}**", wall,
+            r.case.label, r.implementation, r.mode, r.status if r.status == OK else f"**{r.status}**",
+            _us(r.wall.median_ms * 1e3) if ok and r.wall else NONE,
+            _range_us(r.wall.p20_ms, r.wall.p80_ms, 1e3) if ok and r.wall else NONE,
             _us(r.device_time.median_us) if ok and r.device_time else NONE,
             _us(r.host_us) if ok else NONE,
             f"{r.kernels_per_call:g}" if ok and r.kernels_per_call is not None else NONE,
@@ -146,8 +152,8 @@ def _all_cells(results: list[Result]) -> list[str]:
             f"{r.speedup_vs_eager:.2f}×" if ok and r.speedup_vs_eager is not None else NONE,
             f"{r.compile_s:.1f}" if r.compile_s is not None else NONE,
         ])
-    header = ["case", "implementation", "mode", "status", "wall ms (median ± std)", "device µs", "host µs",
-              "kernels/call", "GB/s", "% copy", "speedup", "compile s"]
+    header = ["case", "implementation", "mode", "status", "wall µs (median)", "wall µs (p20–p80)", "device µs",
+              "host µs", "kernels/call", "GB/s", "% copy", "speedup", "compile s"]
     multi_op = len({r.op for r in results}) > 1
     if multi_op:
         header.insert(0, "op")
@@ -155,10 +161,57 @@ def _all_cells(results: list[Result]) -> list[str]:
     return ["## All cells", ""] + _table(header, rows)
 
 
+def _unstable(results: list[Result]) -> list[str]:
+    shaky = [r for r in results if r.status == UNSTABLE]
+    out = ["## Unstable cells", ""]
+    if not shaky:
+        judged = [r.stability for r in results if r.status == OK and r.stability is not None]
+        if not judged:
+            return out + ["No cell was judged (these results predate the stability check).", ""]
+        st = judged[0]
+        unjudged = sum(1 for x in judged if not x.judged)
+        note = f" ({unjudged} had too few calls to judge)" if unjudged else ""
+        return out + [f"None: every timed cell settled (IQR ≤ {st.max_iqr_rel:.0%} of the median, drift ≤ "
+                      f"{st.max_drift_rel:.0%}){note}.", ""]
+    out += ["Measured again and again, these cells never settled: their figures are shown but give no speedup and no "
+            "finding. IQR and drift are relative to the median; other CPUs = CPUs other processes kept busy while "
+            "the cell was timed.", ""]
+    rows = []
+    for r in shaky:
+        st = r.stability
+        rows.append([r.case.label, r.implementation, r.mode, _us(r.wall.median_ms * 1e3),
+                     _range_us(r.wall.p20_ms, r.wall.p80_ms, 1e3), f"{st.iqr_rel:.0%}",
+                     NONE if st.drift_rel is None else f"{st.drift_rel:+.0%}", str(st.attempts),
+                     NONE if st.other_cpu is None else f"{st.other_cpu:.2f}", r.reason or NONE])
+    return out + _table(["case", "implementation", "mode", "wall µs (median)", "wall µs (p20–p80)", "IQR", "drift",
+                         "attempts", "other CPUs", "why"], rows)
+
+
+def load_text(load: Any) -> str:
+    """An environment's ``load`` entry in words: load average, other processes' CPU use, GPU clocks."""
+    if not isinstance(load, dict):
+        return str(load)
+    parts = []
+    if load.get("loadavg"):
+        parts.append("load average " + "/".join(f"{x:g}" for x in load["loadavg"]))
+    if load.get("other_cpus") is not None:
+        parts.append(f"other processes kept {load['other_cpus']:.2f} of {load.get('cpus') or '?'} CPUs busy")
+    for g in load.get("gpus") or []:
+        text = f"GPU {g.get('index', '?')}: SM {g.get('clocks_sm', '?')}/{g.get('clocks_max_sm', '?')} MHz"
+        if g.get("utilization_gpu") is not None:
+            text += f", {g['utilization_gpu']}% busy"
+        others = g.get("other_processes") or []
+        text += f", {len(others)} other process{'es' if len(others) != 1 else ''}"
+        parts.append(text)
+    return "; ".join(parts) or NONE
+
+
 def _failures(results: list[Result]) -> list[str]:
-    bad = [r for r in results if r.status != OK]
+    bad = [r for r in results if r.status not in TIMED]
     out = ["## Failures", ""]
     if not bad:
+        if any(r.status == UNSTABLE for r in results):
+            return out + ["None failed, was wrong or was skipped (the unstable cells are listed above).", ""]
         return out + ["None: every cell is ok.", ""]
     rows = []
     for r in sorted(bad, key=lambda r: (STATUSES.index(r.status) if r.status in STATUSES else 9, result_rank(r))):
@@ -208,25 +261,29 @@ def _code_if(key: str, value: Any) -> str:
     return f"`{value}`" if key in ("command", "git_commit") and value else str(value)
 
 
-def _num(x: float, digits: int = 4) -> str:
-    return f"{x:.{digits}g}"
-
-
-def _ms(x: float | None) -> str:
-    return NONE if x is None else _num(x)
-
-
 def _us(x: float | None) -> str:
+    """µs with one decimal below 1000, whole µs above (the unit is in the column's name)."""
     if x is None:
         return NONE
     return f"{x:.1f}" if abs(x) < 1000 else f"{x:.0f}"
 
 
-def _ms_or_status(r: Result | None) -> str:
+def _us_or_status(r: Result | None) -> str:
     if r is None:
         return NONE
     w = wall_ms(r)
-    return _num(w) if w is not None else r.status
+    if w is not None:
+        return _us(w * 1e3)
+    if r.status == UNSTABLE and r.wall is not None:
+        return f"{_us(r.wall.median_ms * 1e3)} (unstable)"
+    return r.status
+
+
+def _range_us(low: float | None, high: float | None, scale: float = 1.0) -> str:
+    """``p20–p80`` in µs from two quantiles in another unit (``scale`` µs per unit); — when unknown."""
+    if low is None or high is None:
+        return NONE
+    return f"{_us(low * scale)}–{_us(high * scale)}"
 
 
 def _speedup(x: float | None) -> str:

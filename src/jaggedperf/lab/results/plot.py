@@ -3,7 +3,13 @@
 Drawing uses matplotlib's object API on the Agg canvas, never pyplot: nothing is left in a global
 figure list and the caller's backend is untouched. What each figure shows is worked out first, by
 ``heatmap_data``, ``roofline_data`` and ``latency_data``, which draw nothing (and are what the tests
-check the numbers of). Cells that are not ok are left out of every figure and counted in a note on it.
+check the numbers of). Cells that failed are left out of every figure and counted in a note on it;
+unstable cells (timed, never settled) are drawn hatched grey with no value: never a "× slower".
+
+Ratio colour scales are centred on 1× (log-symmetric) and clipped robustly (``ratio_limit``): one
+outlier cannot stretch the scale and flatten every other cell; a clipped cell takes the end colour and
+keeps its true value in its label. Ticks are round numbers. A grid with one point on an axis is drawn
+as bars. Without device time (the CPU) no roofline is drawn; the latency figure says why.
 """
 
 from __future__ import annotations
@@ -21,9 +27,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import EngFormatter
 
-from jaggedperf.lab.result import OK, Result, RunRecord
+from jaggedperf.lab.result import OK, UNSTABLE, Result, RunRecord
 from jaggedperf.lab.results.views import (
     EAGER,
     OURS,
@@ -42,6 +49,9 @@ from jaggedperf.lab.results.views import (
 DPI = 110
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">")
 _MISSING = "#d9d9d9"  # heatmap cells with no value
+_UNSTABLE = "#bdbdbd"  # unstable cells: grey, hatched
+_HATCH = "///"
+NO_ROOFLINE = "no roofline: no cell has device time (the CPU, or --no-device-time)"
 
 
 @dataclass
@@ -65,6 +75,10 @@ class PlotFile:
 class Panel:
     name: str  # the implementation (speedup) or our mode (ours vs best torch)
     values: np.ndarray  # (len(seqlens), len(sparsities)); NaN where there is no value
+    unstable: np.ndarray | None = None  # same shape, True where a cell the value needs is unstable (no value)
+
+    def unstable_mask(self) -> np.ndarray:
+        return self.unstable if self.unstable is not None else np.zeros(self.values.shape, dtype=bool)
 
 
 @dataclass
@@ -84,8 +98,14 @@ class Heatmap:
     seqlens: list[int]
     sparsities: list[float]
     panels: list[Panel]
-    left_out: Counter  # status -> cells not ok that this figure would have used
+    left_out: Counter  # status -> cells that failed (not ok, not unstable) that this figure would have used
     unmeasured: int = 0  # ok cells without device time (ours_vs_best_device only)
+    unstable: int = 0  # cells drawn hatched: a cell the value needs is unstable
+
+    @property
+    def bars(self) -> bool:
+        """One point on an axis: drawn as bars, not a map."""
+        return len(self.seqlens) == 1 or len(self.sparsities) == 1
 
     @property
     def name(self) -> str:
@@ -131,27 +151,38 @@ def heatmap_data(record: RunRecord) -> list[Heatmap]:
                     g[seqlens.index(r.case.seqlen), sparsities.index(r.case.sparsity)] = v[0] if isinstance(v, tuple) else v
             return g
 
+        def shaky(cells: list[Result], depends_on_eager: bool) -> np.ndarray:
+            m = np.zeros((len(seqlens), len(sparsities)), dtype=bool)
+            eager_unstable = {(r.implementation, r.case) for r in rs if r.mode == EAGER and r.status == UNSTABLE}
+            for r in cells:
+                if r.status == UNSTABLE or (depends_on_eager and (r.implementation, r.case) in eager_unstable):
+                    m[seqlens.index(r.case.seqlen), sparsities.index(r.case.sparsity)] = True
+            return m
+
         for mode in ordered((r.mode for r in rs if r.mode != EAGER), mode_rank):
             in_mode = [r for r in rs if r.mode == mode]
-            panels = [
-                Panel(impl, grid([r for r in in_mode if r.implementation == impl], speedup))
-                for impl in ordered((r.implementation for r in in_mode), impl_rank)
-            ]
-            left_out = Counter(r.status for r in rs if r.mode in (EAGER, mode) and r.status != OK)
-            out.append(Heatmap("speedup", shape, mode, seqlens, sparsities, panels, left_out))
+            panels = []
+            for impl in ordered((r.implementation for r in in_mode), impl_rank):
+                mine = [r for r in in_mode if r.implementation == impl]
+                panels.append(Panel(impl, grid(mine, speedup), shaky(mine, True)))
+            left_out = Counter(r.status for r in rs if r.mode in (EAGER, mode) and r.status not in (OK, UNSTABLE))
+            n_unstable = int(sum(p.unstable_mask().sum() for p in panels))
+            out.append(Heatmap("speedup", shape, mode, seqlens, sparsities, panels, left_out, unstable=n_unstable))
         ours = [r for r in rs if r.implementation == OURS]
         if not ours or all(r.implementation == OURS for r in rs):
             continue
-        left_out = Counter(r.status for r in ours if r.status != OK)
+        left_out = Counter(r.status for r in ours if r.status not in (OK, UNSTABLE))
         for kind, (_, _, value) in _VERSUS.items():
             if kind == "ours_vs_best_device" and all(device_us(r) is None for r in rs):
                 continue  # device time was not measured (CPU, or --no-device-time): nothing to draw
             panels = [
-                Panel(mode, grid([r for r in ours if r.mode == mode], versus[kind]))
+                Panel(mode, grid([r for r in ours if r.mode == mode], versus[kind]),
+                      shaky([r for r in ours if r.mode == mode], False))
                 for mode in ordered((r.mode for r in ours), mode_rank)
             ]
             unmeasured = sum(1 for r in ours if r.status == OK and value(r) is None)
-            out.append(Heatmap(kind, shape, None, seqlens, sparsities, panels, left_out, unmeasured))
+            n_unstable = int(sum(p.unstable_mask().sum() for p in panels))
+            out.append(Heatmap(kind, shape, None, seqlens, sparsities, panels, left_out, unmeasured, n_unstable))
     return out
 
 
@@ -172,9 +203,10 @@ class Scatter:
     op: str
     metric: str  # roofline: "pct_of_copy" or "gbps"; latency: "device_us" or "wall_us"
     series: list[Series]
-    left_out: Counter  # status -> cells not ok
+    left_out: Counter  # status -> cells not ok (unstable ones included: a scatter has no hatching)
     unmeasured: int  # ok cells without the numbers this figure needs
     copy_gbps: float | None
+    note: str | None = None  # one more line for the figure's footer
 
     @property
     def name(self) -> str:
@@ -197,9 +229,12 @@ class Scatter:
 
 
 def roofline_data(record: RunRecord) -> list[Scatter]:
-    """Per op: % of copy bandwidth (GB/s where some cell lacks it) against bytes moved."""
+    """Per op with device time: % of copy bandwidth (GB/s where some cell lacks it) against bytes moved. An op
+    with no device time at all gets no roofline (``NO_ROOFLINE``: the latency figure says so)."""
     out = []
     for op, rs in _by_op(record.results).items():
+        if not _has_device_time(rs):
+            continue
         ok = [r for r in rs if r.status == OK]
         usable = [r for r in ok if r.bytes_moved and r.gbps is not None]
         pct = bool(usable) and all(r.pct_of_copy is not None for r in usable)
@@ -218,8 +253,13 @@ def latency_data(record: RunRecord) -> list[Scatter]:
         metric = "device_us" if device else "wall_us"
         series = _series(ok, lambda r: r.device_time.median_us if device else r.wall.median_ms * 1000)
         unmeasured = sum(1 for r in rs if r.status == OK) - len(ok)
-        out.append(Scatter("latency", op, metric, series, _not_ok(rs), unmeasured, record.copy_gbps))
+        out.append(Scatter("latency", op, metric, series, _not_ok(rs), unmeasured, record.copy_gbps,
+                           None if _has_device_time(rs) else NO_ROOFLINE))
     return out
+
+
+def _has_device_time(results: list[Result]) -> bool:
+    return any(r.device_time is not None or r.gbps is not None for r in results)
 
 
 def _by_op(results: list[Result]) -> dict[str, list[Result]]:
@@ -280,7 +320,35 @@ def plot_all(record: RunRecord, out_dir: str | Path) -> list[PlotFile]:
     return speedup_heatmaps(record, out_dir) + roofline(record, out_dir) + latency(record, out_dir)
 
 
+def ratio_limit(values: np.ndarray) -> float:
+    """The colour scale's end, L (the scale runs 1/L … 1 … L, log-symmetric about 1×), robust to outliers.
+
+    L covers every ratio unless a few lie far out: then it stops at twice the 75th percentile of
+    |log ratio| (at least 1.25×), and the far ones take the end colours. One 0.0015× cell among cells
+    near 1× no longer turns all of them white.
+
+    Args:
+        values: ratios (NaN, non-positive and infinite values are ignored).
+
+    Returns:
+        L ≥ 1.25.
+    """
+    v = values[np.isfinite(values) & (values > 0)]
+    if not v.size:
+        return 1.25
+    logs = np.abs(np.log(v))
+    cap = max(2 * float(np.quantile(logs, 0.75)), math.log(1.25))
+    return max(math.exp(min(float(logs.max()), cap)) * 1.05, 1.25)
+
+
+def ratio_ticks(limit: float) -> list[float]:
+    """Round ratios within [1/limit, limit] for the colour bar (1× always among them)."""
+    return [t for t in _RATIO_TICKS if 1 / limit <= t <= limit]
+
+
 def _draw_heatmap(h: Heatmap, environment: dict) -> Figure:
+    if h.bars:
+        return _draw_bars(h, environment)
     n = len(h.panels)
     ncols = min(n, 3)
     nrows = math.ceil(n / ncols)
@@ -291,10 +359,8 @@ def _draw_heatmap(h: Heatmap, environment: dict) -> Figure:
     )
     axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True)
 
-    finite = np.concatenate([p.values[np.isfinite(p.values) & (p.values > 0)] for p in h.panels])
-    spread = float(np.max(np.abs(np.log(finite)))) if finite.size else 0.0
-    lim = max(math.exp(spread) * 1.05, 1.25)
-    norm = LogNorm(vmin=1 / lim, vmax=lim)  # symmetric in log space: 1 sits in the middle of the colormap
+    lim = ratio_limit(np.concatenate([p.values[~p.unstable_mask()].ravel() for p in h.panels]))
+    norm = LogNorm(vmin=1 / lim, vmax=lim, clip=True)  # symmetric in log space: 1 sits in the middle of the colormap
     cmap = colormaps["RdBu"].with_extremes(bad=_MISSING)  # red: slower than the baseline, blue: faster
     fontsize = 9 if len(h.sparsities) <= 4 else 7
     image = None
@@ -306,8 +372,13 @@ def _draw_heatmap(h: Heatmap, environment: dict) -> Figure:
         ax.set_xlabel("sparsity")
         ax.set_ylabel("seqlen")
         ax.label_outer()  # tick labels and axis names on the outer panels only
+        shaky = panel.unstable_mask()
         for (i, j), v in np.ndenumerate(panel.values):
-            if math.isfinite(v) and v > 0:
+            if shaky[i, j]:  # no value, no colour: a grey hatched cell that says why
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=_UNSTABLE, hatch=_HATCH,
+                                       edgecolor="#777777", linewidth=0))
+                ax.text(j, i, "unstable", ha="center", va="center", fontsize=fontsize - 1, color="#333333")
+            elif math.isfinite(v) and v > 0:
                 red, green, blue, _ = cmap(norm(v))
                 dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5
                 ax.text(j, i, _times(v), ha="center", va="center", fontsize=fontsize, color="white" if dark else "black")
@@ -320,25 +391,89 @@ def _draw_heatmap(h: Heatmap, environment: dict) -> Figure:
             ax.xaxis.set_tick_params(labelbottom=True)
             ax.set_xlabel("sparsity")
     if image is not None:
-        bar = fig.colorbar(image, ax=axes, shrink=0.9)
-        ticks = [t for t in _RATIO_TICKS if 1 / lim <= t <= lim]
+        clipped = any(np.any((p.values < 1 / lim) | (p.values > lim)) for p in h.panels)
+        bar = fig.colorbar(image, ax=axes, shrink=0.9, extend="both" if clipped else "neither")
+        ticks = ratio_ticks(lim)
         bar.set_ticks(ticks, labels=[f"{t:g}×" for t in ticks])
         bar.minorticks_off()
-        if h.kind == "speedup":
-            bar.set_label("speedup vs eager")
-        else:
-            what = _VERSUS[h.kind][1]
-            bar.set_label(f"best torch {what} / {OURS} {what}\n(>1: {OURS} faster)")
+        bar.set_label(_ratio_label(h))
     width = int(fig.get_figwidth() * 10)  # characters that fit: about 10 an inch at 11 pt
     head, _, shape = h.title.rpartition(", ")  # too long: the shape on a line of its own
     title = h.title if len(h.title) <= width else f"{textwrap.fill(head + ',', width)}\n{shape}"
     fig.suptitle(f"{title}\n{environment_line(environment)}", fontsize=11)
-    note = _note(h.left_out, h.unmeasured, "without device time")
-    fig.supxlabel(note or "all cells ok", fontsize=8, color="#555555")
+    fig.supxlabel(_heatmap_note(h), fontsize=8, color="#555555")
     return fig
 
 
-_RATIO_TICKS = sorted({2.0**k for k in range(-10, 11)} | {0.8, 1.25})
+def _heatmap_note(h: Heatmap) -> str:
+    note = _note(h.left_out, h.unmeasured, "without device time")
+    if h.unstable:
+        shaky = f"{h.unstable} cell{'s' if h.unstable != 1 else ''} unstable (hatched: timing never settled, no value)"
+        note = f"{note}; {shaky}" if note else shaky
+    return note or "all cells ok"
+
+
+def _ratio_label(h: Heatmap) -> str:
+    if h.kind == "speedup":
+        return "speedup vs eager"
+    what = _VERSUS[h.kind][1]
+    return f"best torch {what} / {OURS} {what}\n(>1: {OURS} faster)"
+
+
+def _draw_bars(h: Heatmap, environment: dict) -> Figure:
+    """A grid with one point on an axis: one group of bars per point of the other axis, one bar per panel, on a
+    log scale about 1× (a bar grows up from 1× when faster, down when slower); unstable bars hatched grey."""
+    along_seqlen = len(h.sparsities) == 1 and len(h.seqlens) > 1
+    labels = [f"seqlen {L}" for L in h.seqlens] if along_seqlen else [f"sparsity {s:g}" for s in h.sparsities]
+    if len(h.seqlens) == 1 and len(h.sparsities) == 1:
+        labels = [f"seqlen {h.seqlens[0]}, sparsity {h.sparsities[0]:g}"]
+    n, k = len(h.panels), len(labels)
+    fig = Figure(figsize=(max(6.0, 1.2 + k * (0.5 + 0.35 * n)), 5.2), layout="constrained")
+    ax = fig.subplots()
+    lim = ratio_limit(np.concatenate([p.values[~p.unstable_mask()].ravel() for p in h.panels]))
+    norm = LogNorm(vmin=1 / lim, vmax=lim, clip=True)
+    cmap = colormaps["RdBu"]
+    width = 0.8 / n
+    for b, panel in enumerate(h.panels):
+        values, shaky = panel.values.ravel(), panel.unstable_mask().ravel()
+        for g, (v, unstable) in enumerate(zip(values, shaky)):
+            x = g + (b - (n - 1) / 2) * width
+            if unstable:
+                ax.bar(x, 0.1, bottom=0.95, width=width * 0.9, color=_UNSTABLE, hatch=_HATCH, edgecolor="#777777")
+                ax.text(x, 1.06, "unstable", ha="center", va="bottom", fontsize=7, rotation=90, color="#333333")
+            elif math.isfinite(v) and v > 0:
+                ax.bar(x, abs(v - 1), bottom=min(v, 1.0), width=width * 0.9, color=cmap(norm(v)),
+                       edgecolor="#444444", linewidth=0.5)
+                ax.text(x, v, _times(v), ha="center", va="bottom" if v >= 1 else "top", fontsize=7)
+            else:
+                ax.text(x, 1.0, "—", ha="center", va="center", fontsize=8, color="#555555")
+    for b, panel in enumerate(h.panels):  # the panel's name under its bars
+        for g in range(k):
+            ax.annotate(panel.name, (g + (b - (n - 1) / 2) * width, 0), xycoords=("data", "axes fraction"),
+                        xytext=(0, -4), textcoords="offset points", ha="right", va="top", rotation=35, fontsize=7)
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    finite = np.concatenate([p.values[np.isfinite(p.values) & (p.values > 0)] for p in h.panels] + [np.array([1.0])])
+    ax.set_ylim(min(finite.min(), 1 / 1.25) / 1.3, max(finite.max(), 1.25) * 1.3)
+    ticks = [t for t in _RATIO_TICKS if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
+    ax.set_yticks(ticks, labels=[f"{t:g}×" for t in ticks])
+    ax.minorticks_off()
+    ax.set_xticks(range(k), labels)
+    ax.tick_params(axis="x", pad=58 if n > 1 else 40)
+    ax.set_xlim(-0.6, k - 0.4)
+    ax.set_ylabel(_ratio_label(h).replace("\n", " "))
+    ax.grid(True, axis="y", alpha=0.3)
+    if h.unstable:
+        ax.legend(handles=[Patch(facecolor=_UNSTABLE, hatch=_HATCH, edgecolor="#777777", label="unstable")],
+                  loc="upper right", fontsize=8)
+    title = textwrap.fill(h.title, int(fig.get_figwidth() * 11))  # about 11 characters an inch at 10 pt
+    fig.suptitle(f"{title}\n{environment_line(environment)}", fontsize=10)
+    fig.supxlabel(_heatmap_note(h), fontsize=8, color="#555555")
+    return fig
+
+
+# Round ratios only: 0.8 and 1.25 mark ±20%; then 1-2-5 steps each way.
+_RATIO_TICKS = sorted({0.8, 1.0, 1.25} | {m * 10.0**e for e in range(-3, 3) for m in (1, 2, 5)})
 
 
 def _draw_scatter(s: Scatter, environment: dict) -> Figure:
@@ -385,7 +520,8 @@ def _draw_scatter(s: Scatter, environment: dict) -> Figure:
         ax.text(0.5, 0.5, "no ok cells to show", transform=ax.transAxes, ha="center", va="center")
     fig.suptitle(f"{s.title}\n{environment_line(environment)}", fontsize=11)
     missing = "without device time" if s.metric == "device_us" else "without the numbers"
-    fig.supxlabel(_note(s.left_out, s.unmeasured, missing) or "all cells ok", fontsize=8, color="#555555")
+    footer = _note(s.left_out, s.unmeasured, missing) or "all cells ok"
+    fig.supxlabel(f"{footer}\n{s.note}" if s.note else footer, fontsize=8, color="#555555")
     return fig
 
 

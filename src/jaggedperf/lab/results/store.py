@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from jaggedperf.inputs import Case
-from jaggedperf.lab.result import STATUSES, DeviceTime, Result, RunRecord, WallStats
+from jaggedperf.lab.result import STATUSES, DeviceTime, Result, RunRecord, Stability, WallStats
 
 RETRY = "retry"  # extra[RETRY] on a result: it re-ran a failed cell of the file (what failed, from the scheduler)
 RESULT_KEYS = ("op", "implementation", "mode", "case", "device")  # a result line needs at least these
@@ -569,8 +569,9 @@ def _umask() -> int:
 
 
 def csv_row(result: Result) -> dict[str, Any]:
-    """One result as flat columns: scalar fields as they are, ``case``/``wall``/``device_time`` expanded
-    into ``case.B``, ``wall.median_ms``, ``device_time.median_us``, ..., kernel names joined by ``;``
+    """One result as flat columns: scalar fields as they are, ``case``/``wall``/``device_time``/``host_call``/
+    ``stability`` expanded into ``case.B``, ``wall.median_ms``, ``device_time.median_us``, ... (samples stay
+    encoded, lists in ``stability`` as JSON), kernel names joined by ``;``
     and each ``extra`` entry as ``extra.<name>`` (JSON when it is not a scalar)."""
     row: dict[str, Any] = {}
     for f in fields(Result):
@@ -582,6 +583,11 @@ def csv_row(result: Result) -> dict[str, Any]:
             row.update(_expand("wall", WallStats, v))
         elif f.name == "device_time":
             row.update(_expand("device_time", DeviceTime, v))
+        elif f.name == "host_call":
+            row.update(_expand("host_call", WallStats, v))
+        elif f.name == "stability":
+            row.update({k: json.dumps(x) if isinstance(x, (list, dict)) else x
+                        for k, x in _expand("stability", Stability, v).items()})
         elif f.name == "kernel_names":
             row["kernel_names"] = ";".join(v)
         elif f.name == "extra":

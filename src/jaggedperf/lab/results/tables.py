@@ -1,11 +1,15 @@
-"""Tables and sentences made from results (rich renderables; the CLI prints them)."""
+"""Tables and sentences made from results (rich renderables; the CLI prints them).
+
+Per-call times are in µs and spreads are quantiles (p20–p80); an unstable cell shows its figures marked
+``unstable`` and gives no speedup and no finding.
+"""
 
 from __future__ import annotations
 
 from rich.table import Table
 
 from jaggedperf.lab.modes import EAGER
-from jaggedperf.lab.result import OK, Result
+from jaggedperf.lab.result import OK, TIMED, UNSTABLE, Result
 
 
 def _fmt(value: float | None, spec: str, missing: str = "—") -> str:
@@ -44,12 +48,29 @@ def seed_rows(results: list[Result], compiled_mode: str, boundary_mode: str | No
     return rows
 
 
+def _us(value: float | None) -> str:
+    """µs with one decimal below 1000, whole µs above."""
+    if value is None:
+        return "—"
+    return f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
+
+
 def _wall_cell(r: Result | None) -> str:
+    """A cell's wall median in µs; ``unstable`` beside it when its timing never settled; else its status."""
     if r is None:
         return "—"
-    if r.status != OK or r.wall is None:
+    if r.status not in TIMED or r.wall is None:
         return r.status
-    return f"{r.wall.median_ms:.3f}"
+    text = _us(r.wall.median_ms * 1e3)
+    return text if r.status == OK else f"{text} ({UNSTABLE})"
+
+
+def _spread_cell(r: Result) -> str:
+    """p20–p80 of the wall in µs (— for results written before quantiles were kept)."""
+    w = r.wall
+    if r.status not in TIMED or w is None or w.p20_ms is None or w.p80_ms is None:
+        return "—"
+    return f"{_us(w.p20_ms * 1e3)}–{_us(w.p80_ms * 1e3)}"
 
 
 def _speedup_cell(speedup: float | None) -> str:
@@ -77,11 +98,11 @@ def seed_table(results: list[Result], compiled_mode: str, title: str | None = No
     """
     ops = list(dict.fromkeys(r.op for r in results)) or ["jagged_mean"]
     against = compiled_mode + (f" and {boundary_mode}" if boundary_mode else "")
-    table = Table(title=title or f"{', '.join(ops)}: eager vs {against} (wall per call, median of the seed's 200 calls)")
-    columns = [("case", "left"), ("implementation", "left"), ("eager ms", "right"), ("compiled ms", "right"),
+    table = Table(title=title or f"{', '.join(ops)}: eager vs {against} (wall per call in µs, median of the timed calls)")
+    columns = [("case", "left"), ("implementation", "left"), ("eager µs", "right"), ("compiled µs", "right"),
                ("speedup", "right")]
     if boundary_mode:
-        columns += [("jagged-compile ms", "right"), ("jagged-compile speedup", "right")]
+        columns += [("jagged-compile µs", "right"), ("jagged-compile speedup", "right")]
     columns += [("eager dev µs", "right"), ("compiled dev µs", "right"), ("compiled host µs", "right"),
                 ("kernels e→c", "right"), ("compile s", "right")]
     for name, justify in columns:
@@ -103,20 +124,23 @@ def seed_table(results: list[Result], compiled_mode: str, title: str | None = No
 
 
 def cells_table(results: list[Result], title: str = "every cell") -> Table:
-    """Every cell as a row of a rich ``Table`` (wall, spread, speedup, device, host, kernels, bandwidth,
-    first call, status); red where the status is not ok.
+    """Every cell as a row of a rich ``Table`` (wall median and p20–p80 in µs, IQR/median, speedup, device, host,
+    kernels, bandwidth, first call, status); red where the cell failed, yellow where it is unstable. A measure
+    no cell has (device time on the CPU, say) gets no column.
     """
-    table = Table(title=title)
-    columns = ["case", "implementation", "mode", "wall ms", "± std", "speedup", "device µs", "host µs",
-               "kernels", "GB/s", "% copy", "first call s", "status"]
-    for name in columns:
-        table.add_column(name, justify="left" if name in ("case", "implementation", "mode", "status") else "right")
+    columns = ["case", "implementation", "mode", "wall µs", "p20–p80 µs", "IQR/med", "speedup", "device µs",
+               "host µs", "kernels", "GB/s", "% copy", "first call s", "status"]
+    always = {"case", "implementation", "mode", "wall µs", "status"}
+    rows = []
     for r in results:
-        table.add_row(
+        timed = r.status in TIMED and r.wall is not None
+        iqr = r.stability.iqr_rel if timed and r.stability is not None else None
+        rows.append((r, [
             r.case.label, r.implementation, r.mode,
-            _fmt(r.wall.median_ms if r.wall else None, ".3f"),
-            _fmt(r.wall.std_ms if r.wall else None, ".3f"),
-            _fmt(r.speedup_vs_eager, ".2f"),
+            _us(r.wall.median_ms * 1e3) if timed else "—",
+            _spread_cell(r),
+            "—" if iqr is None else f"{iqr:.0%}",
+            _fmt(r.speedup_vs_eager if r.status == OK else None, ".2f"),
             _fmt(r.device_time.median_us if r.device_time else None, ".1f"),
             _fmt(r.host_us, ".1f"),
             _fmt(r.kernels_per_call, ".1f"),
@@ -124,30 +148,43 @@ def cells_table(results: list[Result], title: str = "every cell") -> Table:
             _fmt(r.pct_of_copy, ".0f"),
             _fmt(r.compile_s, ".2f"),
             r.status,
-            style="red" if r.status != OK else None,
-        )
+        ]))
+    keep = [i for i, name in enumerate(columns) if name in always or any(row[i] != "—" for _, row in rows)]
+    table = Table(title=title)
+    for i in keep:
+        name = columns[i]
+        table.add_column(name, justify="left" if name in ("case", "implementation", "mode", "status") else "right",
+                         no_wrap=name == "case")
+    for r, row in rows:
+        table.add_row(*(row[i] for i in keep),
+                      style=None if r.status == OK else "yellow" if r.status == UNSTABLE else "red")
     return table
 
 
 def problems(results: list[Result]) -> list[str]:
-    """One line per cell that is not ok, with its reason."""
+    """One line per cell that is not ok, with its reason (unstable ones say why their timing never settled)."""
     return [f"{r.status}: {r.implementation} · {r.mode} · {r.case.label}: {r.reason}" for r in results if r.status != OK]
 
 
 def findings(results: list[Result], compiled_mode: str, boundary_mode: str | None = None) -> list[str]:
     """One sentence per cell where the compiled mode is slower than eager, worst first; with ``boundary_mode``,
     each says what the same implementation measured through ``jaggedperf.compile`` in it."""
-    slower = [r for r in results if r.mode == compiled_mode and r.speedup_vs_eager is not None and r.speedup_vs_eager < 1]
-    slower.sort(key=lambda r: r.speedup_vs_eager)
     index = _by_key(results)
+
+    def settled(r: Result | None) -> bool:
+        return r is not None and r.status == OK and r.wall is not None
+
+    slower = [r for r in results if r.mode == compiled_mode and settled(r) and r.speedup_vs_eager is not None
+              and r.speedup_vs_eager < 1 and settled(index.get((r.op, r.implementation, EAGER, r.case)))]
+    slower.sort(key=lambda r: r.speedup_vs_eager)
     lines = []
     for r in slower:
         eager = index[(r.op, r.implementation, EAGER, r.case)]
         line = (f"{r.implementation} at {r.case.label}: {compiled_mode} is {1 / r.speedup_vs_eager:.2f}× slower than "
-                f"eager ({r.wall.median_ms:.3f} vs {eager.wall.median_ms:.3f} ms per call)")
+                f"eager ({_us(r.wall.median_ms * 1e3)} vs {_us(eager.wall.median_ms * 1e3)} µs per call)")
         boundary = index.get((r.op, r.implementation, boundary_mode, r.case)) if boundary_mode else None
-        if boundary is not None and boundary.speedup_vs_eager is not None:
-            line += (f"; {boundary_mode}: {boundary.wall.median_ms:.3f} ms per call, "
+        if settled(boundary) and boundary.speedup_vs_eager is not None:
+            line += (f"; {boundary_mode}: {_us(boundary.wall.median_ms * 1e3)} µs per call, "
                      f"{boundary.speedup_vs_eager:.2f}× eager")
         lines.append(line)
     return lines
