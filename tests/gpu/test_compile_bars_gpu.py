@@ -9,6 +9,7 @@ A bar measured not to hold is a strict xfail naming the limit measured; every me
 the junit XML (``--junitxml``) as a property of its test (``benchmarks/bars_report.py`` renders it).
 """
 
+import functools
 import statistics
 import sys
 from pathlib import Path
@@ -55,11 +56,22 @@ def checked_batch(case):
     return make_batch(case, CUDA)
 
 
-@pytest.mark.parametrize("case", SEED_CASES, ids=lambda c: c.label)
-@pytest.mark.parametrize("name", SEED_NJT_IMPLS)
-def test_boundary_compiled_faster_than_eager_and_host_near_plain(name, case, record_property):
-    """Through jaggedperf.compile the seed's NJT implementations beat eager, and the compiled NJT call's
-    host time is within 1.15× that of the same computation compiled on plain tensors."""
+BOUNDARY_HOST = (
+    "H200, run 41: through the boundary the compiled call's host time is 1.25-1.32x the plain twin's "
+    "(121-131 µs against 95-103; njt_mean at the first seed shape 75 against 56): ~9 µs are the wrapper's "
+    "split and join (run 40, boundary_bench), the rest the compiled region's extra input (the NJT's cached "
+    "max_seqlen as a (n, 0) tensor) and the NJT it rebuilds inside")
+HOLDS_ON = {("njt_mean", "B512-M64-L500-s0.75")}  # run 41: 60.1 against 58.4 µs
+
+
+def _host_bar(name, case):
+    return () if (name, case.label) in HOLDS_ON else (pytest.mark.xfail(strict=True, reason=BOUNDARY_HOST),)
+
+
+@functools.lru_cache(maxsize=None)
+def boundary_cell(name: str, case: Case) -> dict:
+    """Wall and host µs per call of a seed NJT implementation eager, through jaggedperf.compile, and its
+    plain twin compiled, measured side by side once for both tests below (outputs checked first)."""
     batch = checked_batch(case)
     impl = get_implementation("jagged_mean", name)
     args, plain_args = impl.prepare(batch), impl.prepare_plain(batch)
@@ -74,10 +86,25 @@ def test_boundary_compiled_faster_than_eager_and_host_near_plain(name, case, rec
              "plain": lambda: plain(*plain_args)}
     wall = walls_us(calls)
     device = {k: kernels(fn).median_us for k, fn in calls.items()}
-    host = {k: wall[k] - device[k] for k in calls}
-    record(record_property, **{f"{k} wall_us": v for k, v in wall.items()},
-           **{f"{k} host_us": v for k, v in host.items()}, speedup=wall["eager"] / wall["boundary"])
+    return {"wall": wall, "host": {k: wall[k] - device[k] for k in calls}}
+
+
+@pytest.mark.parametrize("case", SEED_CASES, ids=lambda c: c.label)
+@pytest.mark.parametrize("name", SEED_NJT_IMPLS)
+def test_boundary_compiled_faster_than_eager(name, case, record_property):
+    """Through jaggedperf.compile the seed's NJT implementations beat eager (torch.compile on the NJT did not)."""
+    wall = boundary_cell(name, case)["wall"]
+    record(record_property, **{f"{k} wall_us": v for k, v in wall.items()}, speedup=wall["eager"] / wall["boundary"])
     assert wall["boundary"] < wall["eager"], f"boundary {wall['boundary']:.1f} µs, eager {wall['eager']:.1f} µs"
+
+
+@pytest.mark.parametrize("name, case", [pytest.param(n, c, marks=_host_bar(n, c), id=f"{n}-{c.label}")
+                                        for n in SEED_NJT_IMPLS for c in SEED_CASES])
+def test_boundary_host_within_15_percent_of_plain_compiled(name, case, record_property):
+    """The compiled NJT call's host time through the boundary is within 1.15× that of the same computation
+    compiled on plain tensors."""
+    host = boundary_cell(name, case)["host"]
+    record(record_property, **{f"{k} host_us": v for k, v in host.items()}, ratio=host["boundary"] / host["plain"])
     assert host["boundary"] <= 1.15 * host["plain"], (
         f"boundary host {host['boundary']:.1f} µs against plain {host['plain']:.1f} µs")
 
@@ -141,9 +168,9 @@ def test_our_op_under_reduce_overhead_replays_graphs_without_skips(case, with_ma
 
 
 REDUCE_OVERHEAD_FLOOR = (
-    "H200, run 39: our op under reduce-overhead 124-204 µs a call (graphs replayed, no skip) against 20-25 µs "
-    "for eager captured in a CUDA graph; torch.compile(mode='reduce-overhead')'s own per-call cost on these "
-    "inputs (a function doing `values[:1] + offsets[:1, None]`) is recorded beside it as `floor wall_us`")
+    "H200, run 41: our op under reduce-overhead 163 / 113 µs a call at the seed shapes (graphs replayed, no skip) "
+    "against 21 / 16 µs for eager captured in a CUDA graph; reduce-overhead's own per-call cost on the same "
+    "inputs (a function doing `values[:1] + offsets[:1, None]`) is 147 / 103 µs, 7x the graph-mode call")
 
 
 @pytest.mark.xfail(strict=True, reason=REDUCE_OVERHEAD_FLOOR)
@@ -196,7 +223,16 @@ MODEL_MODES = ["eager", "compile:default", "compile:max-autotune-no-cudagraphs",
                "jagged-compile:max-autotune-no-cudagraphs", "jagged-compile:reduce-overhead"]
 
 
-@pytest.mark.parametrize("implementation", ["jaggedperf", "jaggedperf_njt"])
+MODEL_DENSE = (
+    "H200, run 41: rec_block with our op on (values, offsets): eager 143 / 121 µs at the seed shapes, the best "
+    "compiled mode 167 / 239 µs (0.86 / 0.51x): the eager block is already ~7 kernels and our op's native call, "
+    "and torch.compile's own per-call cost (41-60 µs for a compiled `offsets + 1`, 103-147 µs under "
+    "reduce-overhead) is more than fusing the MLP saves. With the NJT (jaggedperf_njt) the bar holds: 2.7 / 4.2x")
+
+
+@pytest.mark.parametrize("implementation", [pytest.param("jaggedperf", marks=pytest.mark.xfail(strict=True,
+                                                                                             reason=MODEL_DENSE)),
+                                            "jaggedperf_njt"])
 def test_model_block_compiled_at_least_1_3x_faster_than_eager(implementation, record_property):
     """The recommendation block (embedding of jagged ids → our jagged mean → two-layer MLP) at the seed's
     sizes: its best compiled mode runs ≥ 1.3× faster than eager, as measured by the lab (every cell
