@@ -178,7 +178,8 @@ def test_compiled_nested_tensor_with_max_seqlen_runs_the_whole_segments_kernel()
     out, code = run_and_get_code(g, nt)
     check(out, values, offsets, mean=True)
     code = "\n".join(code)
-    assert "_segments_kernel" in code and "_reduce_kernel" not in code
+    # kernel definitions, not names: Inductor emits the helpers' sources, comments included
+    assert "def _segments_kernel(" in code and "def _reduce_kernel(" not in code
 
 
 def test_compile_fullgraph_dynamic_no_recompile():
@@ -226,7 +227,8 @@ def test_compile_with_max_seqlen_runs_the_whole_segments_kernel_and_recompiles_o
     out, code = run_and_get_code(g, b.values, b.offsets)
     check(out, b.values, b.offsets, mean=True)
     code = "\n".join(code)
-    assert "_segments_kernel" in code and "_reduce_kernel" not in code
+    # kernel definitions, not names: Inductor emits the helpers' sources, comments included
+    assert "def _segments_kernel(" in code and "def _reduce_kernel(" not in code
 
 
 def test_operator_called_eagerly_takes_the_fast_launch_path():

@@ -228,7 +228,7 @@ def _group_tile(base_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOC
 @triton.jit
 def _group_segments(g, n_segments, GROUP: tl.constexpr):
     # group g's segment indices (GROUP,) and which of them exist. Arithmetic only, no pointer: a store
-    # address may be computed from what it returns (see _reduce_kernel on Inductor's write analysis).
+    # address may be computed from what it returns (Inductor's write analysis: the note in the chunks' kernel).
     segs = g.to(tl.int64) * GROUP + tl.arange(0, GROUP)
     return segs, segs < n_segments
 
@@ -236,7 +236,7 @@ def _group_segments(g, n_segments, GROUP: tl.constexpr):
 @triton.jit
 def _group_bounds(offsets_ptr, segs, seg_ok):
     # the [start, end) rows of a group's segments: two loads of GROUP+1 offsets. What it returns may bound
-    # loads and masks, never a store address (see _reduce_kernel on Inductor's write analysis).
+    # loads and masks, never a store address (Inductor's write analysis: the note in the chunks' kernel).
     start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
     end = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64)
     return start, end
@@ -360,7 +360,7 @@ def _segments_expand_kernel(
     col_mask = cols < n_cols
     segs, seg_ok = _group_segments(tl.program_id(0), n_segments, GROUP)
     # loaded here, not by _group_bounds: the rows written are addressed from them (Inductor's write
-    # analysis, see _reduce_kernel)
+    # analysis: the note in the chunks' kernel)
     start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
     end = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64)
     length = end - start
