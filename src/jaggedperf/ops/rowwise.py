@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import torch
 
+from jaggedperf.checks import check_offsets
+
 from jaggedperf.ops.launch.body import fast_eager, run_in_operator
 from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
 from jaggedperf.ops.reduce.api import _inputs, _is_nested
@@ -92,13 +94,21 @@ def _cached(nt, attribute: str):
 def segment_ids(offsets: torch.Tensor, n_rows) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's segment, and the lengths (the CPU kernels' gather/scatter index).
 
+    Eagerly the offsets are checked first (no sync on the CPU, as for the reductions): with invalid
+    offsets ``repeat_interleave(output_size=)`` would write out of bounds. Traced, they are not read.
+
     Args:
-        offsets: (B + 1,) valid offsets.
+        offsets: (B + 1,) offsets.
         n_rows: N = offsets[-1] (the output size: no sync, traceable).
 
     Returns:
         (segment of each row (N,) int64, lengths (B,) int64).
+
+    Raises:
+        ValueError: invalid offsets (eagerly), with jaggedperf.checks' messages.
     """
+    if not torch.compiler.is_compiling() and isinstance(n_rows, int):
+        check_offsets(torch.empty((n_rows, 0), device="meta"), offsets)
     lengths = (offsets[1:] - offsets[:-1]).to(torch.int64)
     ids = torch.arange(lengths.shape[0], device=offsets.device)
     return torch.repeat_interleave(ids, lengths, output_size=n_rows), lengths
