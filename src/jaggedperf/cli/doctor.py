@@ -31,7 +31,7 @@ from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab.doctor import attribution, evidence, gather
 from jaggedperf.lab.result import OK, TIMED
-from jaggedperf.lab.results.store import write_json
+from jaggedperf.lab.results.atomic import write_json
 from jaggedperf.lab.runner import DEFAULT_BYTE_LIMIT, Options
 
 OP = "jagged_mean"
