@@ -10,7 +10,7 @@ from jaggedperf.cli.doctor import doctor_cases
 from jaggedperf.cli._args import SEED_CASES
 from jaggedperf.inputs import Case, make_batch
 from jaggedperf.impls.registry import get_op
-from jaggedperf.lab import modes, runner, stats
+from jaggedperf.lab import input_size, modes, runner, stats
 from jaggedperf.lab.doctor import attribution, evidence, gather, probes, verdicts
 from jaggedperf.lab.result import ERROR, OK, SKIPPED, DeviceTime, Result, WallStats
 
@@ -395,7 +395,7 @@ def test_gather_skips_the_extra_compiles_over_the_compile_budget():
 def test_gather_all_records_a_case_over_the_byte_limit_as_skipped_with_the_reason():
     big, small = Case(8, 4, 20, 0.5), Case(2, 1, 3, 0.5)
     opts = runner.Options(device=CPU, warmup=1, iters=2, byte_limit=small.values_nbytes())
-    assert runner.input_too_large(big, opts.byte_limit) is not None
+    assert input_size.input_too_large(big, opts.byte_limit) is not None
     run = gather.gather_all("jagged_mean", [big], ["segment_reduce", "sum_padded"], MODE, opts)
     assert [(e.implementation, e.case) for e in run.evidence] == [("segment_reduce", big), ("sum_padded", big)]
     for ev in run.evidence:
