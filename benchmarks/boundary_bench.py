@@ -53,7 +53,7 @@ SEED_CASES = (Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75))  # pytorch/pyto
 SMALL_CASES = (Case(64, 16, 100, 0.1), Case(64, 16, 500, 0.75))
 DEFAULT_IMPLS = ("nanmean_padded", "sum_padded", "njt_mean")
 VARIANTS = ("eager", "torch.compile", "jaggedperf.compile", "plain twin")
-TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}  # the lab's check (lab/runner.py)
+TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}  # the lab's check (lab/correctness.py)
 
 
 @dataclass

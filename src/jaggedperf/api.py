@@ -151,7 +151,7 @@ class Results:
         Raises:
             OSError: the file cannot be written.
         """
-        from jaggedperf.lab.results.store import write_json, write_text_atomic
+        from jaggedperf.lab.results.atomic import write_json, write_text_atomic
 
         path = Path(path)
         if path.suffix == ".jsonl":

@@ -8,7 +8,7 @@ import torch
 from jaggedperf.cli import main
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes, runner
-from jaggedperf.lab.doctor import attribution, gather
+from jaggedperf.lab.doctor import attribution, gather, verdicts
 from jaggedperf.lab.result import OK
 
 pytestmark = pytest.mark.gpu
@@ -24,7 +24,7 @@ def sum_padded_evidence():
     batch, reference = runner.prepare_case("jagged_mean", SEED, opts)
     ev = gather.gather("jagged_mean", "sum_padded", modes.SEED_COMPILED_MODE, SEED, batch, reference, opts,
                          runner.measure_copy_bandwidth(device), compile_budget_s=None)
-    return ev, attribution.diagnose(ev)
+    return ev, verdicts.diagnose(ev)
 
 
 def test_parts_add_up_to_the_measured_delta(sum_padded_evidence):

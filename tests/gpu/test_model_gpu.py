@@ -6,7 +6,7 @@ import torch
 
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes, runner
-from jaggedperf.lab.doctor import attribution, gather
+from jaggedperf.lab.doctor import attribution, gather, verdicts
 from jaggedperf.lab.result import OK
 
 pytestmark = pytest.mark.gpu
@@ -40,7 +40,7 @@ def test_the_doctor_recommends_the_boundary_for_sum_padded_with_its_numbers():
     ev = gather.gather("jagged_mean", "sum_padded", modes.SEED_COMPILED_MODE, SEED, batch, reference, opts,
                        runner.measure_copy_bandwidth(opts.device), cudagraphs=False, compile_budget_s=None)
     assert ev.boundary.available and ev.boundary.result.status == OK, ev.boundary.reason
-    d = attribution.diagnose(ev)
+    d = verdicts.diagnose(ev)
     assert d.contributions[0].key == attribution.NJT, d.verdict
     assert d.remedy is not None and d.remedy in d.verdict
     assert "jaggedperf.compile(fn, mode='max-autotune-no-cudagraphs')" in d.remedy

@@ -78,11 +78,11 @@ def test_load_reads_what_save_wrote_in_either_form_and_a_doctor_file(tmp_path, s
         back = jaggedperf.load(res.save(tmp_path / name))
         assert back.rows() == res.rows() and back.sample_rows() == res.sample_rows()
     assert res.compare(back).counts()["same"] == 1
-    from jaggedperf.lab.doctor import attribution
+    from jaggedperf.lab.doctor import verdicts
     from lab.test_doctor import make_evidence
 
     ev = make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), boundary=(60, 6))
-    doc = attribution.DoctorRecord({"torch": "x"}, None, [ev], [attribution.diagnose(ev)])
+    doc = verdicts.DoctorRecord({"torch": "x"}, None, [ev], [verdicts.diagnose(ev)])
     (tmp_path / "doctor.json").write_text(json.dumps(doc.to_dict()))  # as `jaggedperf doctor --json` writes it
     doctor = jaggedperf.load(tmp_path / "doctor.json")
     assert [(r.mode, r.extra.get("input_form")) for r in doctor] == [

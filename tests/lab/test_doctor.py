@@ -10,8 +10,8 @@ from jaggedperf.cli.doctor import doctor_cases
 from jaggedperf.cli._args import SEED_CASES
 from jaggedperf.inputs import Case, make_batch
 from jaggedperf.impls.registry import get_op
-from jaggedperf.lab import modes, runner, stats
-from jaggedperf.lab.doctor import attribution, evidence, gather, probes
+from jaggedperf.lab import input_size, modes, runner, stats
+from jaggedperf.lab.doctor import attribution, evidence, gather, probes, verdicts
 from jaggedperf.lab.result import ERROR, OK, SKIPPED, DeviceTime, Result, WallStats
 
 CPU = torch.device("cpu")
@@ -79,7 +79,7 @@ def make_evidence(*, eager, compiled, plain=None, njt_guard_us=None, plain_guard
                              graphs, evidence.compile_cost(e, c), boundary=b)
 
 
-def _assert_residual_is_what_the_parts_leave(d: attribution.Diagnosis):
+def _assert_residual_is_what_the_parts_leave(d: verdicts.Diagnosis):
     """A diagnosis from real measurements: the residual is measured, the refusal follows the rules."""
     assert d.available and d.residual_measured
     assert sum(p.us for p in d.contributions) + d.residual_us == pytest.approx(d.delta_us, abs=1e-6)
@@ -88,7 +88,7 @@ def _assert_residual_is_what_the_parts_leave(d: attribution.Diagnosis):
         assert d.verdict.startswith("no verdict: the measured parts leave") and d.remedy is None
 
 
-def _assert_adds_up_and_ordered(d: attribution.Diagnosis):
+def _assert_adds_up_and_ordered(d: verdicts.Diagnosis):
     assert d.available and d.sums_ok
     assert sum(p.us for p in d.contributions) == pytest.approx(d.delta_us, abs=1e-6)
     assert abs(d.residual_us) < 1e-6
@@ -130,7 +130,7 @@ def test_padding_model_at_the_first_seed_shape():
 def test_njt_host_overhead_dominates():
     # The team's H200 numbers at the first seed shape: eager 112 µs (4 kernels, 20 µs), compiled 290 µs (1 kernel, 6 µs).
     ev = make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30, plain_guard_us=4)
-    d = attribution.diagnose(ev)
+    d = verdicts.diagnose(ev)
     _assert_adds_up_and_ordered(d)
     assert d.delta_us == pytest.approx(178)
     parts = {p.key: p.us for p in d.contributions}
@@ -150,7 +150,7 @@ def test_njt_host_overhead_dominates():
 def test_slower_kernel_dominates():
     ev = make_evidence(eager=(100, 20), compiled=(180, 100), plain=(170, 100), njt_guard_us=3, plain_guard_us=2,
                        compiled_kernels=3)
-    d = attribution.diagnose(ev)
+    d = verdicts.diagnose(ev)
     _assert_adds_up_and_ordered(d)
     assert d.contributions[0].key == attribution.DEVICE and d.contributions[0].us == pytest.approx(80)
     assert d.verdict.startswith("slower by 80 µs")
@@ -161,7 +161,7 @@ def test_slower_kernel_dominates():
 def test_compiled_faster_repays_its_compile_in_a_finite_number_of_calls():
     ev = make_evidence(eager=(500, 450), compiled=(300, 260), plain=(290, 260), njt_guard_us=8, plain_guard_us=2,
                        compile_s=2.0)
-    d = attribution.diagnose(ev)
+    d = verdicts.diagnose(ev)
     _assert_adds_up_and_ordered(d)
     assert ev.compile_cost.saving_us == pytest.approx(200)
     assert ev.compile_cost.repay_calls == 10_000 and ev.compile_cost.repay == "after 10000 calls"
@@ -173,7 +173,7 @@ def test_compiled_faster_repays_its_compile_in_a_finite_number_of_calls():
 
 def test_wall_only_evidence_still_adds_up_and_says_so():
     ev = make_evidence(eager=(170, None), compiled=(200, None), plain=(100, None), njt_guard_us=47, plain_guard_us=3)
-    d = attribution.diagnose(ev)
+    d = verdicts.diagnose(ev)
     _assert_adds_up_and_ordered(d)
     assert d.wall_only and attribution.DEVICE not in {p.key for p in d.contributions}
     assert {p.key: p.us for p in d.contributions}[attribution.NJT] == pytest.approx(100)
@@ -182,7 +182,7 @@ def test_wall_only_evidence_still_adds_up_and_says_so():
 
 def test_dense_implementation_has_no_njt_part_and_uses_its_own_guards():
     ev = make_evidence(eager=(50, 10), compiled=(60, 8), njt_guard_us=2, takes="dense")
-    d = attribution.diagnose(ev)
+    d = verdicts.diagnose(ev)
     _assert_adds_up_and_ordered(d)
     keys = {p.key for p in d.contributions}
     assert attribution.NJT not in keys and attribution.GUARDS in keys
@@ -190,7 +190,7 @@ def test_dense_implementation_has_no_njt_part_and_uses_its_own_guards():
 
 
 def test_on_par_wording():
-    d = attribution.diagnose(make_evidence(eager=(100, 20), compiled=(101, 20), plain=(99, 20), njt_guard_us=3,
+    d = verdicts.diagnose(make_evidence(eager=(100, 20), compiled=(101, 20), plain=(99, 20), njt_guard_us=3,
                                       plain_guard_us=2))
     assert d.verdict.startswith("on par with eager")
 
@@ -201,7 +201,7 @@ def test_cudagraph_findings_from_recorded_numbers():
                                         eager_graph=_result("graph", 25, 20),
                                         counterpart=_result("compile:max-autotune", 280, 6),
                                         skip_reason="cpu device (arg3_1)")
-    line = next(f for f in attribution.diagnose(ev).findings if f.startswith("CUDA graphs"))
+    line = next(f for f in verdicts.diagnose(ev).findings if f.startswith("CUDA graphs"))
     assert "compile:max-autotune 280 µs per call (vs compile:max-autotune-no-cudagraphs 290 µs)" in line
     assert "eager in a CUDA graph 25 µs (vs eager 112 µs)" in line
     assert "Inductor skipped cudagraphs in compile:max-autotune: cpu device (arg3_1)" in line
@@ -220,7 +220,7 @@ def test_kernel_and_padding_findings_from_recorded_numbers():
     assert ev.kernels.compiled[0].inductor and not ev.kernels.eager[0].inductor
     assert ev.kernels.compiled[0].gbps == pytest.approx(must / 6e-6 / 1e9)
     assert ev.kernels.compiled[0].pct_of_copy == pytest.approx(100 * must / 6e-6 / 1e9 / 4000)
-    found = attribution.diagnose(ev).findings
+    found = verdicts.diagnose(ev).findings
     kline = next(f for f in found if f.startswith("kernels per call"))
     assert "eager 4 (20.0 µs" in kline and "compiled 1 (6.0 µs" in kline and "Inductor generated 1" in kline
     pline = next(f for f in found if f.startswith("padding"))
@@ -230,7 +230,7 @@ def test_kernel_and_padding_findings_from_recorded_numbers():
 def test_a_failed_cell_cannot_be_attributed():
     ev = make_evidence(eager=(100, 20), compiled=(200, 10), plain=(50, 10), njt_guard_us=3, plain_guard_us=1)
     ev.compiled = _result(MODE, 0, status=ERROR)
-    d = attribution.diagnose(ev)
+    d = verdicts.diagnose(ev)
     assert not d.available and d.verdict.startswith("cannot attribute") and "boom" in d.verdict
 
 
@@ -250,7 +250,7 @@ def test_compile_cost_never_and_unknown():
 
 def test_doctor_record_serialises_every_section():
     ev = make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30, plain_guard_us=4)
-    record = attribution.DoctorRecord({"torch": "x"}, None, [ev], [attribution.diagnose(ev)])
+    record = verdicts.DoctorRecord({"torch": "x"}, None, [ev], [verdicts.diagnose(ev)])
     data = json.loads(json.dumps(record.to_dict()))
     cell = data["cells"][0]
     for section in ("host", "input_form", "kernels", "jagged", "cudagraphs", "compile_cost"):
@@ -329,7 +329,7 @@ def test_catch_cudagraph_messages_gets_inductors_skip_reason_and_restores_the_lo
 def test_verdict_recommends_the_boundary_with_its_numbers_when_njt_host_work_is_the_slowdown():
     ev = make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30, plain_guard_us=4,
                        boundary=(45, 6))
-    d = attribution.diagnose(ev)
+    d = verdicts.diagnose(ev)
     fix = ("compile it on its components: jaggedperf.compile(fn, mode='max-autotune-no-cudagraphs') — 45 µs a call "
            "instead of 290 (2.5× eager)")
     assert d.remedy == fix and d.verdict.endswith("; " + fix)
@@ -347,13 +347,13 @@ def test_verdict_recommends_the_boundary_with_its_numbers_when_njt_host_work_is_
     ("the boundary was not measured", dict(eager=(112, 20), compiled=(290, 6), plain=(40, 6))),
 ])
 def test_no_recommendation_when_the_boundary_is_not_the_remedy(why, kwargs):
-    d = attribution.diagnose(make_evidence(**kwargs))
+    d = verdicts.diagnose(make_evidence(**kwargs))
     assert d.remedy is None and "jaggedperf.compile(fn" not in d.verdict, why
 
 
 def test_wall_only_recommendation_on_the_cpu_numbers():
     ev = make_evidence(eager=(300, None), compiled=(900, None), plain=(350, None), boundary=(320, None))
-    d = attribution.diagnose(ev)
+    d = verdicts.diagnose(ev)
     assert d.remedy.endswith("— 320 µs a call instead of 900 (0.9× eager)")
 
 
@@ -373,7 +373,7 @@ def test_gather_a_dense_implementation_on_cpu():
     assert ev.jagged is not None and not ev.jagged.pads
     assert not ev.boundary.available and ev.boundary.result is None and "not applicable" in ev.boundary.reason
     assert ev.compiled.host_call is not None and ev.host.compiled_call_us == ev.compiled.host_call.median_ms * 1e3
-    _assert_residual_is_what_the_parts_leave(attribution.diagnose(ev))
+    _assert_residual_is_what_the_parts_leave(verdicts.diagnose(ev))
 
 
 def test_gather_skips_the_extra_compiles_over_the_compile_budget():
@@ -386,7 +386,7 @@ def test_gather_skips_the_extra_compiles_over_the_compile_budget():
     assert not ev.input_form.available and "compile budget" in ev.input_form.reason
     assert not ev.boundary.available and ev.boundary.result is None and "compile budget" in ev.boundary.reason
     assert set(ev.stage_s) >= {"eager", "compile:default", "guards"} and all(v >= 0 for v in ev.stage_s.values())
-    d = attribution.diagnose(ev)
+    d = verdicts.diagnose(ev)
     _assert_residual_is_what_the_parts_leave(d)
     assert attribution.NJT not in {p.key for p in d.contributions}
     assert {p.key for p in d.contributions} >= {attribution.GUARDS, attribution.OTHER}
@@ -395,7 +395,7 @@ def test_gather_skips_the_extra_compiles_over_the_compile_budget():
 def test_gather_all_records_a_case_over_the_byte_limit_as_skipped_with_the_reason():
     big, small = Case(8, 4, 20, 0.5), Case(2, 1, 3, 0.5)
     opts = runner.Options(device=CPU, warmup=1, iters=2, byte_limit=small.values_nbytes())
-    assert runner.input_too_large(big, opts.byte_limit) is not None
+    assert input_size.input_too_large(big, opts.byte_limit) is not None
     run = gather.gather_all("jagged_mean", [big], ["segment_reduce", "sum_padded"], MODE, opts)
     assert [(e.implementation, e.case) for e in run.evidence] == [("segment_reduce", big), ("sum_padded", big)]
     for ev in run.evidence:
@@ -403,7 +403,7 @@ def test_gather_all_records_a_case_over_the_byte_limit_as_skipped_with_the_reaso
         assert ev.eager.reason.startswith("input: values would take") and "byte limit" in ev.eager.reason
         assert not ev.host.device_time and ev.host.reason == ev.eager.reason and not ev.kernels.available
         assert not ev.input_form.available and ev.notes == [ev.eager.reason]
-        d = attribution.diagnose(ev)
+        d = verdicts.diagnose(ev)
         assert not d.available and d.verdict.startswith("cannot attribute: ") and "skipped" in d.verdict
 
 
@@ -493,7 +493,7 @@ def test_host_timer_parts_leave_a_real_residual():
     # wall loop: eager 100, compiled 400 (Δ 300); host timer: eager 95, compiled 390, plain 150; guards 20
     ev = make_evidence(eager=(100, None), compiled=(400, None), plain=(160, None), plain_guard_us=20,
                        njt_guard_us=60, host_calls=(95, 390, 150))
-    d = attribution.diagnose(ev)
+    d = verdicts.diagnose(ev)
     parts = {p.key: p.us for p in d.contributions}
     assert parts == {attribution.NJT: 240.0, attribution.GUARDS: 20.0, attribution.OTHER: 35.0}
     assert d.residual_measured and d.residual_us == pytest.approx(5.0) and d.sums_ok and d.refused is None
@@ -505,7 +505,7 @@ def test_a_residual_past_10_percent_of_delta_refuses_the_verdict_and_says_why():
     # the issue's case: the wall loop saw 7401 µs (a preempted run), the host timer 86–89 µs: nothing explains it
     ev = make_evidence(eager=(57, None), compiled=(7401, None), plain=(80, None), plain_guard_us=5,
                        njt_guard_us=8, host_calls=(56, 89, 80))
-    d = attribution.diagnose(ev)
+    d = verdicts.diagnose(ev)
     assert d.available and not d.sums_ok and d.residual_us == pytest.approx(7401 - 57 - (89 - 56))
     assert d.refused.startswith("the measured parts leave +7311.0 µs of Δ +7344.0 µs unattributed (100% > 10%)")
     assert d.verdict == f"no verdict: {d.refused}" and d.remedy is None
@@ -518,22 +518,22 @@ def test_unstable_inputs_refuse_the_verdict_but_keep_the_parts():
     ev = make_evidence(eager=(100, None), compiled=(400, None), plain=(160, None), plain_guard_us=20,
                        host_calls=(95, 390, 150))
     ev.compiled.status, ev.compiled.reason = UNSTABLE, "wall IQR is 85% of the median (> 10%); after 3 attempts"
-    d = attribution.diagnose(ev)
+    d = verdicts.diagnose(ev)
     assert d.available and d.contributions and d.refused.startswith("the timing it would rest on is unstable")
     assert f"{MODE}: wall IQR is 85%" in d.refused and d.verdict.startswith("no verdict:")
     ev.input_form.plain.status, ev.input_form.plain.reason = UNSTABLE, "wall drifted"
     ev.compiled.status = OK
-    assert "(plain twin): wall drifted" in attribution.diagnose(ev).refused
+    assert "(plain twin): wall drifted" in verdicts.diagnose(ev).refused
 
 
 def test_on_par_cells_are_not_refused_for_a_residual_of_nothing():
     ev = make_evidence(eager=(100, None), compiled=(100.5, None), host_calls=(99, 101, None))
-    d = attribution.diagnose(ev)
+    d = verdicts.diagnose(ev)
     assert not d.sums_ok and d.refused is None and d.verdict.startswith("on par")
 
 
 def test_evidence_without_the_host_timer_says_its_residual_checks_nothing():
-    d = attribution.diagnose(make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30,
+    d = verdicts.diagnose(make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30,
                                            plain_guard_us=4))
     assert d.residual_measured is False and abs(d.residual_us) < 1e-9
     assert any("zero by construction" in f for f in d.findings)
@@ -557,5 +557,5 @@ def test_run_and_doctor_agree_on_the_same_cell_within_their_spreads(monkeypatch)
     assert ran.wall.p20_ms <= doc.wall.median_ms <= ran.wall.p80_ms
     # the doctor's host timer measured the call on its own; on the CPU it reads the same as the wall
     assert doc.host_call.median_ms == pytest.approx(doc.wall.median_ms, rel=0.05)
-    d = attribution.diagnose(ev)
+    d = verdicts.diagnose(ev)
     assert d.residual_measured and abs(d.residual_us) <= 0.1 * max(abs(d.delta_us), 1.0) + 30

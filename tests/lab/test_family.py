@@ -9,7 +9,7 @@ from jaggedperf.batch import JaggedBatch
 from jaggedperf.cli import main
 from jaggedperf.impls.registry import get_op
 from jaggedperf.inputs import Case
-from jaggedperf.lab import runner
+from jaggedperf.lab import correctness, runner
 
 CPU = torch.device("cpu")
 FAMILY = {
@@ -38,7 +38,7 @@ def test_every_contender_equals_the_float64_reference(op, dtype):
         assert reference.shape == (rows, batch.M) and reference.dtype == torch.float64
         assert spec.must_move_bytes(batch) == batch.nbytes() + rows * batch.M * batch.values.element_size()
         for impl in spec.implementations.values():
-            ok, _, reason = runner.check_output(impl.fn(*impl.prepare(batch)), reference, dtype)
+            ok, _, reason = correctness.check_output(impl.fn(*impl.prepare(batch)), reference, dtype)
             assert ok, (impl.name, reason)
 
 

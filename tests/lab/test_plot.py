@@ -5,8 +5,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from jaggedperf.lab.results.plot import heatmap_data, latency, latency_data, roofline, roofline_data, speedup_heatmaps
 from jaggedperf.lab.result import ERROR, OK, DeviceTime, RunRecord, WallStats
+from jaggedperf.lab.results.figures import heatmap_data, latency_data, roofline_data
+from jaggedperf.lab.results.plot import latency, roofline, speedup_heatmaps
 from lab.fake_results import IMPLEMENTATIONS, MODES, SEQLENS, SPARSITIES, cases, make_record, make_result
 
 
@@ -229,7 +230,8 @@ def test_nothing_ok_still_draws_and_nothing_at_all_draws_nothing(tmp_path, small
 
 # --- robust colour scales, unstable cells, bars, no empty roofline --------------------------------
 
-from jaggedperf.lab.results.plot import NO_ROOFLINE, ratio_limit, ratio_ticks  # noqa: E402
+from jaggedperf.lab.results.figures import NO_ROOFLINE  # noqa: E402
+from jaggedperf.lab.results.plot import ratio_limit, ratio_ticks  # noqa: E402
 from jaggedperf.lab.result import UNSTABLE  # noqa: E402
 
 

@@ -6,7 +6,7 @@ import torch
 from jaggedperf.impls import rec_block
 from jaggedperf.impls.registry import get_op
 from jaggedperf.inputs import Case
-from jaggedperf.lab import runner
+from jaggedperf.lab import correctness, runner
 from jaggedperf.lab.doctor import gather
 from jaggedperf.lab.result import OK
 
@@ -29,7 +29,7 @@ def test_every_contender_and_plain_twin_equals_the_float64_reference_in_eager(ca
         if impl.plain is not None:
             forms.append(("plain", impl.plain(*impl.prepare_plain(batch))))
         for form, out in forms:
-            ok, rel, reason = runner.check_output(out, reference, case.dtype)
+            ok, rel, reason = correctness.check_output(out, reference, case.dtype)
             assert ok, (impl.name, form, reason)
 
 

@@ -6,7 +6,7 @@ import torch
 from jaggedperf.impls import jagged_mean as builtin
 from jaggedperf.impls.registry import Implementation, get_implementation, get_op
 from jaggedperf.inputs import Case, make_batch
-from jaggedperf.lab import runner
+from jaggedperf.lab import correctness, input_size, runner
 from jaggedperf.lab.result import ERROR, OK, SKIPPED, WRONG
 
 CPU = torch.device("cpu")
@@ -55,7 +55,7 @@ def test_every_builtin_implementation_is_correct_on_cpu_with_an_empty_sequence()
     op = get_op("jagged_mean")
     ref = op.reference(batch)
     for impl in op.implementations.values():
-        ok, rel, reason = runner.check_output(impl.fn(*impl.prepare(batch)), ref, "float32")
+        ok, rel, reason = correctness.check_output(impl.fn(*impl.prepare(batch)), ref, "float32")
         assert ok, (impl.name, reason)
 
 
@@ -128,15 +128,15 @@ def test_graph_mode_is_skipped_on_cpu():
 ])
 def test_check_output_rejects(out, reason):
     ref = torch.tensor([[1.0, 2.0, 3.0], [math.nan] * 3], dtype=torch.float64)
-    ok, _, why = runner.check_output(out, ref, "float32")
+    ok, _, why = correctness.check_output(out, ref, "float32")
     assert not ok and reason in why
 
 
 def test_check_output_tolerance_depends_on_dtype():
     ref = torch.ones(4, 4, dtype=torch.float64)
     out = torch.full((4, 4), 1.004)
-    assert not runner.check_output(out, ref, "float32")[0]
-    assert runner.check_output(out.bfloat16(), ref, "bfloat16")[0]
+    assert not correctness.check_output(out, ref, "float32")[0]
+    assert correctness.check_output(out.bfloat16(), ref, "bfloat16")[0]
 
 
 def test_run_cell_runs_the_plain_twin_when_asked():
@@ -152,7 +152,7 @@ def test_run_cell_runs_the_plain_twin_when_asked():
 def test_a_case_over_the_byte_limit_is_skipped_before_its_batch_is_made():
     case = Case(16, 4, 30, 0.3)
     limit = case.values_nbytes() - 1
-    assert runner.input_too_large(case, limit) is not None and runner.input_too_large(case, limit + 1) is None
+    assert input_size.input_too_large(case, limit) is not None and input_size.input_too_large(case, limit + 1) is None
     record = runner.run(runner.plan("jagged_mean", [case], ["segment_reduce"], ["eager"]), quick(byte_limit=limit))
     (r,) = record.results
     assert r.status == SKIPPED and r.reason.startswith("input: values would take")
@@ -229,13 +229,13 @@ def test_a_huge_case_is_judged_by_arithmetic_without_drawing_its_lengths(monkeyp
 
     monkeypatch.setattr(inputs, "make_lengths", no_drawing)
     inputs._total_length.cache_clear()
-    huge = runner.input_too_large(Case(10**12, 3, 10, 0.5), runner.DEFAULT_BYTE_LIMIT)  # ≥ 2 rows each
+    huge = input_size.input_too_large(Case(10**12, 3, 10, 0.5), runner.DEFAULT_BYTE_LIMIT)  # ≥ 2 rows each
     assert str(huge) == "values would take at least 24000.00 GB > byte limit 8.00 GB"
-    empty_ok = runner.input_too_large(Case(10**12, 3, 10, 0.5, "heavy"), runner.DEFAULT_BYTE_LIMIT)  # may be empty
+    empty_ok = input_size.input_too_large(Case(10**12, 3, 10, 0.5, "heavy"), runner.DEFAULT_BYTE_LIMIT)  # may be empty
     assert str(empty_ok) == "offsets would take 8000.00 GB > byte limit 8.00 GB"
-    wide = runner.input_too_large(Case(10**6, 4096, 1000, 0.5), runner.DEFAULT_BYTE_LIMIT)  # ≥ 200 rows each
+    wide = input_size.input_too_large(Case(10**6, 4096, 1000, 0.5), runner.DEFAULT_BYTE_LIMIT)  # ≥ 200 rows each
     assert str(wide).startswith("values would take at least 3276.80 GB > byte limit")
-    assert runner.input_too_large(Case(10**6, 1, 100, 0.5, "heavy"), runner.DEFAULT_BYTE_LIMIT) is None  # ≤ 400 MB
+    assert input_size.input_too_large(Case(10**6, 1, 100, 0.5, "heavy"), runner.DEFAULT_BYTE_LIMIT) is None  # ≤ 400 MB
     record = runner.run(runner.plan("jagged_mean", [Case(10**12, 3, 10, 0.5, "heavy")], ["segment_reduce"], ["eager"]),
                         quick())
     (r,) = record.results

@@ -6,16 +6,14 @@ import pytest
 
 from jaggedperf.inputs import Case
 from jaggedperf.lab.result import OK, Result, RunRecord
+from jaggedperf.lab.results.atomic import csv_columns, write_csv, write_json
 from jaggedperf.lab.results.store import (
     ResultsFileError,
     append_result,
-    csv_columns,
     finished_keys,
     load_results,
     read_results,
-    write_csv,
     write_environment_header,
-    write_json,
 )
 from lab.fake_results import ENVIRONMENT, make_record
 
@@ -307,7 +305,7 @@ def test_numbers_may_be_integers_and_optional_fields_null(tmp_path):
 
 
 def test_check_writable_refuses_what_the_writers_would_fail_on_and_leaves_nothing_behind(tmp_path):
-    from jaggedperf.lab.results.store import check_writable
+    from jaggedperf.lab.results.atomic import check_writable
 
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -6,8 +6,8 @@ from rich.console import Console
 
 from jaggedperf.lab.result import RunRecord
 from jaggedperf.lab.results import tables
+from jaggedperf.lab.results.figures import heatmap_data
 from jaggedperf.lab.results.markdown import render_report
-from jaggedperf.lab.results.plot import heatmap_data
 from jaggedperf.lab.results.views import mode_rank
 from lab.fake_results import ALL_MODES, make_record
 

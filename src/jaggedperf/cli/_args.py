@@ -11,7 +11,7 @@ import torch
 from jaggedperf.inputs import DEFAULT_SEED, DISTRIBUTIONS, Case, canonical_dtype
 from jaggedperf.lab import stats
 from jaggedperf.lab.grid import SEED_CASES  # noqa: F401  (the seed's shapes, for repro)
-from jaggedperf.lab.results.store import check_writable
+from jaggedperf.lab.results.atomic import check_writable
 from jaggedperf.lab.runner import DEFAULT_BYTE_LIMIT, Options
 
 SEED_IMPLEMENTATIONS = ("unbind_mean", "nanmean_padded", "sum_padded")
@@ -159,7 +159,7 @@ def print_error(err, problem) -> None:
 
 def unwritable(*paths) -> str | None:
     """Why one of the output ``paths`` (None: not asked for) cannot be written, or None; checked before a
-    command measures anything, so that its results are not lost at the end (``store.check_writable``)."""
+    command measures anything, so that its results are not lost at the end (``atomic.check_writable``)."""
     for path in paths:
         if path is None:
             continue

@@ -29,9 +29,9 @@ from jaggedperf.cli.lab import _footer, console
 from jaggedperf.impls.registry import implementation_names
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
-from jaggedperf.lab.doctor import attribution, evidence, gather
+from jaggedperf.lab.doctor import attribution, evidence, gather, verdicts
 from jaggedperf.lab.result import OK, TIMED
-from jaggedperf.lab.results.store import write_json
+from jaggedperf.lab.results.atomic import write_json
 from jaggedperf.lab.runner import DEFAULT_BYTE_LIMIT, Options
 
 OP = "jagged_mean"
@@ -141,7 +141,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except (KeyError, ValueError) as exc:
         print_error(err, exc)
         return 2
-    record = attribution.diagnose_run(run)
+    record = verdicts.diagnose_run(run)
     for ev, diagnosis in zip(record.evidence, record.diagnoses):
         out.print(measurements_table(ev))
         out.print(attribution_table(ev, diagnosis))
@@ -241,7 +241,7 @@ def measurements_table(ev: evidence.Evidence) -> Table:
     return table
 
 
-def attribution_table(ev: evidence.Evidence, d: attribution.Diagnosis) -> Table:
+def attribution_table(ev: evidence.Evidence, d: verdicts.Diagnosis) -> Table:
     table = Table(title=f"{ev.implementation} · {ev.case.label}: compiled − eager, part by part")
     for name in ("part", "µs per call", "share of Δ", "how it is measured"):
         table.add_column(name, justify="right" if name in ("µs per call", "share of Δ") else "left")
@@ -265,7 +265,7 @@ def attribution_table(ev: evidence.Evidence, d: attribution.Diagnosis) -> Table:
     return table
 
 
-def verdicts_table(record: attribution.DoctorRecord) -> Table:
+def verdicts_table(record: verdicts.DoctorRecord) -> Table:
     table = Table(title="verdicts")
     for name in ("case", "implementation", "mode", "verdict"):
         table.add_column(name)

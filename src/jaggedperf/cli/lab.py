@@ -32,8 +32,8 @@ from jaggedperf.lab import runner, sweep
 from jaggedperf.lab.plugins import PluginError, import_plugins, plugin_names
 from jaggedperf.lab.result import RunRecord
 from jaggedperf.lab.results import tables
+from jaggedperf.lab.results.atomic import write_csv, write_json
 from jaggedperf.lab.results.markdown import load_text
-from jaggedperf.lab.results.store import write_csv, write_json
 
 OP = "jagged_mean"
 # repro's modes: the seed's finding (its compiled mode slower than eager) and the remedy in the same torch mode.

@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from jaggedperf.lab.results.atomic import write_text_atomic
 from jaggedperf.lab.results.compare import (
     BROKEN,
     FIXED,
@@ -29,7 +30,7 @@ from jaggedperf.lab.results.compare import (
     compare,
 )
 from jaggedperf.lab.results.report import plots_dir, write_report
-from jaggedperf.lab.results.store import ResultsFileError, read_results, write_text_atomic
+from jaggedperf.lab.results.store import ResultsFileError, read_results
 
 EXIT_REGRESSION = 1
 EXIT_ERROR = 2

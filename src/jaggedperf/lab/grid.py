@@ -15,7 +15,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Callable, Iterable, Sequence, TypeVar
 
 from jaggedperf.inputs import DEFAULT_SEED, Case
-from jaggedperf.lab.runner import InputTooLarge, input_too_large
+from jaggedperf.lab.input_size import InputTooLarge, input_too_large
 
 MAX_RANGE_VALUES = 100_000  # a range longer than this is a typo, not a sweep
 

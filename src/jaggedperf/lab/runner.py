@@ -4,7 +4,6 @@ recorded in its result and never stops the rest."""
 
 from __future__ import annotations
 
-import math
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -13,16 +12,16 @@ from typing import Callable, Iterable
 import torch
 
 from jaggedperf.impls.registry import Batch, Implementation, get_implementation, get_op
-from jaggedperf.inputs import Case, length_bounds
+from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab import stats, timing
-from jaggedperf.lab.fingerprint import input_fingerprints
+from jaggedperf.lab.correctness import check_output
 from jaggedperf.lab.env import environment
+from jaggedperf.lab.fingerprint import input_fingerprints
+from jaggedperf.lab.input_size import input_status, input_too_large
 from jaggedperf.lab.result import ERROR, OK, SKIPPED, UNSTABLE, WRONG, Result, RunRecord
 from jaggedperf.checks import check_offsets
 
-# Relative error ‖out − ref‖/‖ref‖ allowed per dtype (accumulation order differs between implementations).
-TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}
 DEFAULT_BYTE_LIMIT = 8 * 10**9
 
 
@@ -251,47 +250,6 @@ def measure_copy_bandwidth(device: torch.device) -> float | None:
         return None
 
 
-class InputTooLarge(Exception):
-    """The case's values alone would pass the byte limit: its cells are skipped, not failed."""
-
-
-def input_too_large(case: Case, byte_limit: int) -> InputTooLarge | None:
-    """Why ``case``'s values (or offsets) tensor is over ``byte_limit``, or None.
-
-    Arithmetic first, from the case's numbers: the offsets take (B+1)·8 bytes, and the values at least
-    B·low·M·itemsize and at most B·high·M·itemsize (``inputs.length_bounds``). Only when the limit falls
-    between the two bounds are the B lengths drawn (on the CPU) for the exact size: drawing them for a huge B
-    would itself be the allocation the limit is there to prevent.
-
-    Args:
-        case: the case.
-        byte_limit: the largest tensor allowed, in bytes.
-
-    Returns:
-        An ``InputTooLarge`` saying which tensor would take how much, or None.
-    """
-    limit = f"byte limit {byte_limit / 1e9:.2f} GB"
-    low, high = length_bounds(case)
-    row_bytes = case.M * torch.empty((), dtype=case.torch_dtype).element_size()
-    if case.B * low * row_bytes > byte_limit:
-        return InputTooLarge(f"values would take at least {case.B * low * row_bytes / 1e9:.2f} GB > {limit}")
-    offsets_bytes = (case.B + 1) * 8  # checked before any drawing: the draw makes B-element tensors
-    if offsets_bytes > byte_limit:
-        return InputTooLarge(f"offsets would take {offsets_bytes / 1e9:.2f} GB > {limit}")
-    if case.B * high * row_bytes <= byte_limit:
-        return None
-    values_bytes = case.values_nbytes()
-    if values_bytes > byte_limit:
-        return InputTooLarge(f"values would take {values_bytes / 1e9:.2f} GB > {limit}")
-    return None
-
-
-def input_status(problem: Exception) -> str:
-    """The status of a cell whose batch could not be made (``prepare_case`` gave ``problem``): ``SKIPPED``
-    when the case is over the byte limit (``InputTooLarge``), else ``ERROR``."""
-    return SKIPPED if isinstance(problem, InputTooLarge) else ERROR
-
-
 def input_result(cell: Cell, device: torch.device, problem: Exception) -> Result:
     """The result of a cell whose batch could not be made: skipped when too large, else an error.
 
@@ -482,37 +440,6 @@ def device_time(call: Callable, mode: str, device: torch.device, flush: bool):
         return None
     graph = timing.capture_graph(call, device)
     return None if graph is None else timing.replay_device_time(graph.replay, flush=flush)
-
-
-def check_output(out: torch.Tensor, reference: torch.Tensor, dtype: str) -> tuple[bool, float | None, str | None]:
-    """Whether ``out`` matches the float64 ``reference`` within ``dtype``'s tolerance.
-
-    NaN in the reference (an empty sequence) must be NaN in the output.
-
-    Args:
-        out: what the implementation returned.
-        reference: the op's float64 result, on the CPU.
-        dtype: the case's dtype name (a key of ``TOLERANCE``).
-
-    Returns:
-        ``(ok, relative error or None, reason or None)``.
-    """
-    if not isinstance(out, torch.Tensor):
-        return False, None, f"returned {type(out).__name__}, not a tensor"
-    if tuple(out.shape) != tuple(reference.shape):
-        return False, None, f"shape {tuple(out.shape)} != expected {tuple(reference.shape)}"
-    got = out.detach().to("cpu", torch.float64)
-    expected_nan = torch.isnan(reference)
-    if not torch.equal(torch.isnan(got), expected_nan):
-        wrong = int((torch.isnan(got) != expected_nan).sum())
-        return False, None, f"{wrong} entries differ in NaN-ness from the reference (empty sequences give NaN)"
-    finite = ~expected_nan
-    diff = torch.linalg.vector_norm((got - reference)[finite])
-    norm = torch.linalg.vector_norm(reference[finite])
-    rel = float(diff / norm) if norm > 0 else float(diff)
-    if not math.isfinite(rel) or rel > TOLERANCE[dtype]:
-        return False, rel, f"relative error {rel:.3g} > {TOLERANCE[dtype]:g} for {dtype}"
-    return True, rel, None
 
 
 def attach_speedups(results: list[Result]) -> None:

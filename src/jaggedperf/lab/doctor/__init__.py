@@ -5,5 +5,6 @@
 - ``evidence``: the sections of what was measured about one cell, and the pure pieces derived from
   recorded numbers (padding model, compile cost, host time, kernel bandwidths);
 - ``gather``: runs the cell's callables and fills in its evidence;
-- ``attribution``: evidence → the parts of compiled − eager → a verdict (pure functions).
+- ``attribution``: evidence → the measured parts of compiled − eager (pure functions);
+- ``verdicts``: evidence and its attribution → a diagnosis: verdict, findings, remedy (pure functions).
 """

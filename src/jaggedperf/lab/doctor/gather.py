@@ -43,7 +43,7 @@ from jaggedperf.batch import JaggedBatch
 from jaggedperf.impls.registry import Batch, Implementation, get_implementation, get_op
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
-from jaggedperf.lab import runner
+from jaggedperf.lab import input_size, runner
 from jaggedperf.lab.doctor.evidence import (
     Boundary,
     CudaGraphs,
@@ -317,7 +317,7 @@ def unavailable_evidence(op: str, implementation: str, mode: str, case: Case, de
     Args:
         op, implementation, mode, case: the cell.
         device: the device type it would have run on.
-        status: the cells' status (``runner.input_status``).
+        status: the cells' status (``input_size.input_status``).
         reason: why, as the results say it.
 
     Returns:
@@ -384,7 +384,7 @@ def gather_all(op: str, cases: Iterable[Case], implementations: list[str], mode:
             if on_start:
                 on_start(name, case)
             if isinstance(batch, Exception):
-                ev = unavailable_evidence(op, name, mode, case, options.device.type, runner.input_status(batch),
+                ev = unavailable_evidence(op, name, mode, case, options.device.type, input_size.input_status(batch),
                                           f"input: {batch}")
             else:
                 ev = gather(op, name, mode, case, batch, reference, options, copy_gbps, cudagraphs=cudagraphs,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jaggedperf.lab.result import RunRecord
 from jaggedperf.lab.results.markdown import render_report
-from jaggedperf.lab.results.store import write_text_atomic
+from jaggedperf.lab.results.atomic import write_text_atomic
 
 
 @dataclass
