@@ -95,7 +95,8 @@ def segment_ids(offsets: torch.Tensor, n_rows) -> tuple[torch.Tensor, torch.Tens
     """Each row's segment, and the lengths (the CPU kernels' gather/scatter index).
 
     Eagerly the offsets are checked first (no sync on the CPU, as for the reductions): with invalid
-    offsets ``repeat_interleave(output_size=)`` would write out of bounds. Traced, they are not read.
+    offsets ``repeat_interleave(output_size=)`` would write out of bounds. Traced (torch.compile, fake or
+    functional tensors: not a plain ``torch.Tensor``), there are no values to read.
 
     Args:
         offsets: (B + 1,) offsets.
@@ -107,7 +108,7 @@ def segment_ids(offsets: torch.Tensor, n_rows) -> tuple[torch.Tensor, torch.Tens
     Raises:
         ValueError: invalid offsets (eagerly), with jaggedperf.checks' messages.
     """
-    if not torch.compiler.is_compiling() and isinstance(n_rows, int):
+    if type(offsets) is torch.Tensor and isinstance(n_rows, int) and not torch.compiler.is_compiling():
         check_offsets(torch.empty((n_rows, 0), device="meta"), offsets)
     lengths = (offsets[1:] - offsets[:-1]).to(torch.int64)
     ids = torch.arange(lengths.shape[0], device=offsets.device)
