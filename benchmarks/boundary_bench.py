@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import shlex
 import statistics
@@ -48,12 +47,12 @@ from jaggedperf.batch import JaggedBatch
 from jaggedperf.boundary import _flatten, _join_output
 from jaggedperf.impls.registry import Implementation, get_implementation, get_op
 from jaggedperf.inputs import Case, make_batch
+from jaggedperf.lab.correctness import check_output
 
 SEED_CASES = (Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75))  # pytorch/pytorch#160355's two shapes
 SMALL_CASES = (Case(64, 16, 100, 0.1), Case(64, 16, 500, 0.75))
 DEFAULT_IMPLS = ("nanmean_padded", "sum_padded", "njt_mean")
 VARIANTS = ("eager", "torch.compile", "jaggedperf.compile", "plain twin")
-TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}  # the lab's check (lab/correctness.py)
 
 
 @dataclass
@@ -118,21 +117,11 @@ def wall(fn: Callable[[], object], device: torch.device, warmup: int, iters: int
 
 
 def check(out: object, reference: torch.Tensor, dtype: str) -> tuple[bool, float | None, str | None]:
-    """(ok, relative error, reason): NaN exactly where the reference has NaN, relative error within tolerance."""
-    if not isinstance(out, torch.Tensor) or out.is_nested:
-        return False, None, f"returned {type(out).__name__}, not a dense tensor"
-    if tuple(out.shape) != tuple(reference.shape):
-        return False, None, f"shape {tuple(out.shape)} != {tuple(reference.shape)}"
-    got = out.detach().to("cpu", torch.float64)
-    nan = torch.isnan(reference)
-    if not torch.equal(torch.isnan(got), nan):
-        return False, None, "NaN-ness differs from the reference"
-    norm = torch.linalg.vector_norm(reference[~nan])
-    diff = torch.linalg.vector_norm((got - reference)[~nan])
-    rel = float(diff / norm) if norm > 0 else float(diff)
-    if not math.isfinite(rel) or rel > TOLERANCE[dtype]:
-        return False, rel, f"relative error {rel:.3g} > {TOLERANCE[dtype]:g}"
-    return True, rel, None
+    """The lab's check (NaN exactly where the reference has NaN, relative error within its tolerance); an NJT
+    output is refused first (jagged_mean's result is dense)."""
+    if isinstance(out, torch.Tensor) and out.is_nested:
+        return False, None, "returned a NestedTensor, not a dense tensor"
+    return check_output(out, reference, dtype)
 
 
 def _graphs() -> int:
