@@ -135,12 +135,25 @@ def _total_length(B: int, seqlen: int, sparsity: float, distribution: str, seed:
     return int(make_lengths(Case(B, 1, seqlen, sparsity, distribution, seed=seed)).sum())
 
 
-def make_batch(case: Case, device: torch.device | str = "cpu") -> JaggedBatch:
-    """The batch a case describes: values ~ N(0, 1) in the case dtype, int64 offsets, on ``device``."""
-    device = torch.device(device)
+def make_offsets(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    """The case's lengths and their int64 offsets (B + 1,), both on the CPU (drawn as ``make_lengths``).
+
+    Args:
+        case: the case.
+
+    Returns:
+        ``(lengths, offsets)``; offsets[0] == 0, offsets[-1] == the total length.
+    """
     lengths = make_lengths(case)
     offsets = torch.zeros(case.B + 1, dtype=torch.int64)
     torch.cumsum(lengths, 0, out=offsets[1:])
+    return lengths, offsets
+
+
+def make_batch(case: Case, device: torch.device | str = "cpu") -> JaggedBatch:
+    """The batch a case describes: values ~ N(0, 1) in the case dtype, int64 offsets, on ``device``."""
+    device = torch.device(device)
+    lengths, offsets = make_offsets(case)
     total = int(offsets[-1])
     gen = torch.Generator(device=device).manual_seed(case.seed)
     values = torch.randn(total, case.M, generator=gen, device=device, dtype=torch.float32).to(case.torch_dtype)

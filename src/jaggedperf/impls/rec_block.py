@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from jaggedperf import ops
 from jaggedperf.impls.jagged_mean import native_launch
 from jaggedperf.impls.registry import Op, implementation, register_op
-from jaggedperf.inputs import Case, make_lengths
+from jaggedperf.inputs import Case, make_offsets
 
 VOCABULARY = 100_000  # embedding rows; ids are uniform over them
 HIDDEN_FACTOR = 4  # the MLP's hidden width is HIDDEN_FACTOR·M
@@ -100,9 +100,7 @@ def make_lookup_batch(case: Case, device: torch.device) -> LookupBatch:
         The batch.
     """
     device = torch.device(device)
-    lengths = make_lengths(case)
-    offsets = torch.zeros(case.B + 1, dtype=torch.int64)
-    torch.cumsum(lengths, 0, out=offsets[1:])
+    lengths, offsets = make_offsets(case)
     total = int(offsets[-1])
     gen = torch.Generator(device=device).manual_seed(case.seed)
     M, hidden, dtype = case.M, HIDDEN_FACTOR * case.M, case.torch_dtype
