@@ -114,15 +114,10 @@ def _measured_parts(e: Evidence) -> list[Contribution]:
             f"compiled-NJT host − compiled-plain host, {timer}",
             f"host per call: {compiled_h:.1f} µs on NJT inputs vs {plain_h:.1f} µs on plain tensors"
             f"{_guard_detail(e)}"))
-    guard_source = form.guards if plain_h is not None else e.host.guards
-    guards = guard_source.check_us if guard_source is not None and guard_source.available else None
-    if guards is not None:
-        whose = "the plain twin's" if plain_h is not None else "the compiled call's"
-        parts.append(Contribution(
-            GUARDS, "guard evaluation", guards, None,
-            f"{whose} Dynamo guards: guard_manager.check on the call's frame locals, median per call",
-            f"{guard_source.guards} guards" + (" (the NJT call's extra guards are in the NJT part)"
-                                               if plain_h is not None else "")))
+    guard = _guard_part(e, twin=plain_h is not None)
+    guards = guard.us if guard is not None else None
+    if guard is not None:
+        parts.append(guard)
     base_h = plain_h if plain_h is not None else compiled_h
     label = "other work (wall only: includes the computation)" if wall_only else "other host work"
     parts.append(Contribution(
@@ -132,6 +127,19 @@ def _measured_parts(e: Evidence) -> list[Contribution]:
         "eager; runtime wrappers, launches and Python of the compiled call, minus eager's own dispatch"
         + ("; without device time the computation is in here too" if wall_only else "")))
     return _shared_and_sorted(parts, delta_of(e))
+
+
+def _guard_part(e: Evidence, *, twin: bool) -> Contribution | None:
+    """The guard-evaluation part: the plain twin's guards when the NJT part is measured against the twin
+    (the NJT call's extra guards are then in that part), else the compiled call's; None when not probed."""
+    source = e.input_form.guards if twin else e.host.guards
+    if source is None or not source.available or source.check_us is None:
+        return None
+    whose = "the plain twin's" if twin else "the compiled call's"
+    return Contribution(
+        GUARDS, "guard evaluation", source.check_us, None,
+        f"{whose} Dynamo guards: guard_manager.check on the call's frame locals, median per call",
+        f"{source.guards} guards" + (" (the NJT call's extra guards are in the NJT part)" if twin else ""))
 
 
 def _remainder_parts(e: Evidence) -> list[Contribution]:
@@ -158,15 +166,10 @@ def _remainder_parts(e: Evidence) -> list[Contribution]:
             f"host per call: {e.host.compiled_host_us:.1f} µs on NJT inputs vs {form.plain_host_us:.1f} µs on plain "
             f"tensors{_guard_detail(e)}"))
 
-    guard_source = form.guards if njt is not None else e.host.guards
-    guards = guard_source.check_us if guard_source is not None and guard_source.available else None
-    if guards is not None:
-        whose = "the plain twin's" if njt is not None else "the compiled call's"
-        parts.append(Contribution(
-            GUARDS, "guard evaluation", guards, None,
-            f"{whose} Dynamo guards: guard_manager.check on the call's frame locals, median per call",
-            f"{guard_source.guards} guards" + (" (the NJT call's extra guards are in the NJT part)"
-                                               if njt is not None else "")))
+    guard = _guard_part(e, twin=njt is not None)
+    guards = guard.us if guard is not None else None
+    if guard is not None:
+        parts.append(guard)
 
     other = d_host - (njt or 0.0) - (guards or 0.0)
     parts.append(Contribution(
