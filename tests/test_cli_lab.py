@@ -149,6 +149,23 @@ def test_timeout_must_be_a_positive_number_of_seconds(capsys, command, value):
     assert exc.value.code == 2 and "positive number of seconds" in capsys.readouterr().err
 
 
+def test_repro_caps_a_cell_on_a_gpu_only_unless_told(monkeypatch):
+    """On a GPU max-autotune compiles unbind_mean for minutes: repro's cells run in a worker under
+    REPRO_GPU_CELL_TIMEOUT_S there; on the CPU in this process; ``--timeout none`` or S overrides both."""
+    from jaggedperf.cli import lab
+    from jaggedperf.cli._args import timeout_from_args
+    from jaggedperf.cli import build_parser
+
+    parser = build_parser()
+    default = parser.parse_args(["repro"])
+    assert timeout_from_args(default, "cuda") == lab.REPRO_GPU_CELL_TIMEOUT_S
+    assert timeout_from_args(default, "cpu") is None
+    assert timeout_from_args(parser.parse_args(["repro", "--timeout", "none"]), "cuda") is None
+    assert timeout_from_args(parser.parse_args(["repro", "--timeout", "7"]), "cpu") == 7.0
+    run_default = parser.parse_args(["run", *SMALL])
+    assert timeout_from_args(run_default, "cuda") is None  # run keeps every cell in this process
+
+
 # --- the boundary (jagged-compile:) beside the seed's compiled mode --------------------------------
 
 

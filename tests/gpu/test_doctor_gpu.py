@@ -11,7 +11,7 @@ from jaggedperf.lab import modes, runner
 from jaggedperf.lab.doctor import attribution, gather, verdicts
 from jaggedperf.lab.result import OK
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.timed]  # the doctor's attribution is measured
 
 SEED = Case(512, 64, 100, 0.1)
 

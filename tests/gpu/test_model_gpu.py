@@ -19,6 +19,7 @@ def options() -> runner.Options:
     return runner.Options(device=torch.device("cuda"), warmup=20, iters=100)
 
 
+@pytest.mark.timed
 def test_the_boundary_beats_the_seeds_compiled_mode_on_the_seeds_njt_implementations():
     cells = runner.plan("jagged_mean", [SEED], ["nanmean_padded", "sum_padded"],
                         ["eager", modes.SEED_COMPILED_MODE, BOUNDARY])
@@ -32,6 +33,7 @@ def test_the_boundary_beats_the_seeds_compiled_mode_on_the_seeds_njt_implementat
         assert boundary.kernels_per_call == compiled.kernels_per_call, impl  # the same Inductor program
 
 
+@pytest.mark.timed
 def test_the_doctor_recommends_the_boundary_for_sum_padded_with_its_numbers():
     opts = options()
     opts.flush_l2 = False

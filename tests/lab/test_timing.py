@@ -37,6 +37,7 @@ def test_percentile_interpolates():
 
 
 @pytest.mark.gpu
+@pytest.mark.timed
 def test_replay_device_time_of_a_known_copy():
     device = torch.device("cuda")
     src = torch.randn(64 << 20, device=device)  # 256 MB

@@ -93,16 +93,49 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
+def seconds_or_none(text: str) -> float | None:
+    """``none`` (no limit) or a positive number of seconds."""
+    return None if text.strip().lower() == "none" else positive_seconds(text)
+
+
+class _DeviceDefault:
+    """Unset --timeout on a command whose default depends on the device (repro's, on a GPU). Not a string:
+    argparse would pass a string default through the option's type."""
+
+    def __repr__(self) -> str:
+        return "device-default"
+
+
+DEVICE_DEFAULT = _DeviceDefault()
+
+
+def add_run_arguments(p: argparse.ArgumentParser, *, gpu_timeout_s: float | None = None) -> None:
+    """The measurement, isolation and output arguments of repro and run.
+
+    Args:
+        gpu_timeout_s: the default cell timeout when the cells run on a GPU (None: no timeout anywhere).
+    """
     add_measurement_arguments(p)
+    default = (f"{gpu_timeout_s:g} s on a GPU, where a cell runs in a worker process; on the CPU no timeout, "
+               "every cell in this process" if gpu_timeout_s is not None
+               else "no timeout, every cell in this process")
     p.add_argument_group("isolation").add_argument(
-        "--timeout", type=positive_seconds, metavar="S",
+        "--timeout", type=seconds_or_none, metavar="S|none",
+        default=DEVICE_DEFAULT if gpu_timeout_s is not None else None,
         help="run the cells in worker processes (one per GPU, or one on the CPU), as sweep does, and give a "
              "cell S seconds, compile included: past them its worker is killed, the cell recorded as timed out "
-             "and the run goes on (default: no timeout, every cell in this process)")
+             f"and the run goes on; none: no timeout (default: {default})")
+    p.set_defaults(gpu_timeout_s=gpu_timeout_s)
     g = p.add_argument_group("output")
     g.add_argument("--json", metavar="PATH", help="write every raw number and the environment as JSON")
     g.add_argument("--csv", metavar="PATH", help="write one row per cell as CSV")
+
+
+def timeout_from_args(args: argparse.Namespace, device_type: str) -> float | None:
+    """The cell timeout in seconds that ``--timeout`` asked for on ``device_type``, or None for no timeout."""
+    if args.timeout is DEVICE_DEFAULT:
+        return args.gpu_timeout_s if device_type == "cuda" else None
+    return args.timeout
 
 
 def add_measurement_arguments(p: argparse.ArgumentParser) -> None:

@@ -24,6 +24,7 @@ from jaggedperf.cli._args import (
     comma_list,
     options_from_args,
     print_error,
+    timeout_from_args,
     unwritable,
 )
 from jaggedperf.impls.registry import get_op, implementation_names
@@ -38,6 +39,9 @@ from jaggedperf.lab.results.markdown import load_text
 OP = "jagged_mean"
 # repro's modes: the seed's finding (its compiled mode slower than eager) and the remedy in the same torch mode.
 REPRO_MODES = (modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE, modes_mod.boundary_twin(modes_mod.SEED_COMPILED_MODE))
+# On a GPU, max-autotune compiles unbind_mean's B unrolled means for minutes: repro caps a cell (compile
+# included) so that the one command finishes, and records the cell as timed out with its limit.
+REPRO_GPU_CELL_TIMEOUT_S = 90.0
 
 
 def register(sub) -> None:
@@ -52,7 +56,7 @@ def register(sub) -> None:
                    help="implementations (default: for jagged_mean the seed's three + jaggedperf; else all)")
     p.add_argument("--modes", type=comma_list, help=f"modes (default: {','.join(REPRO_MODES)})")
     p.add_argument("--dtype", default="float32", help="values dtype (float32 | bfloat16 | float16)")
-    add_run_arguments(p)
+    add_run_arguments(p, gpu_timeout_s=REPRO_GPU_CELL_TIMEOUT_S)
     p.set_defaults(handler=cmd_repro)
 
     p = sub.add_parser("run", help="run any cells: implementations × modes × cases")
@@ -120,10 +124,12 @@ def execute(args, op, cases, impls, modes, *, compiled_mode) -> int:
         plugins = plugin_names()  # $JAGGEDPERF_PLUGINS, as sweep
         import_plugins(plugins)
         cells = runner.plan(op, cases, impls, modes)
+        options = options_from_args(args)
+        timeout_s = timeout_from_args(args, options.device.type)
         run = runner.run
-        if args.timeout is not None:
+        if timeout_s is not None:
             run = functools.partial(sweep.run_isolated, slots=sweep.worker_slots("all", args.device),
-                                    settings=sweep.Settings(timeout_s=args.timeout, plugins=tuple(plugins)),
+                                    settings=sweep.Settings(timeout_s=timeout_s, plugins=tuple(plugins)),
                                     on_note=lambda note: err.print(f"[yellow]{escape(note)}[/yellow]", highlight=False))
     except (PluginError, KeyError, ValueError) as exc:
         print_error(err, exc)
@@ -132,7 +138,6 @@ def execute(args, op, cases, impls, modes, *, compiled_mode) -> int:
     if problem:
         print_error(err, problem)
         return 2
-    options = options_from_args(args)
     if options.device.type == "cpu":
         err.print("[yellow]No CUDA GPU in use: running on the CPU. The seed's table was measured on a GPU; "
                   "CPU numbers show the method, not the GPU finding.[/yellow]")
