@@ -15,6 +15,8 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
+from test_run_report import outcome_of  # benchmarks/ is this script's sys.path[0]
+
 TITLES = {
     "test_bar1_forward_within_10_percent_of_the_floor": "1. forward ≤ 1.10× floor",
     "test_bar2_seed_shapes_within_3_us_of_the_floor": "2. seed shapes ≤ floor + 3 µs",
@@ -45,15 +47,7 @@ def read(path: str) -> dict:
         name, _, param = case.get("name").partition("[")
         if name not in TITLES:  # a whole `pytest -m gpu` run's XML holds the other GPU tests too
             continue
-        outcome = "passed"
-        for tag in ("failure", "error", "skipped"):
-            node = case.find(tag)
-            if node is not None:
-                message = node.get("message") or ""
-                outcome = "xfailed" if tag == "skipped" and "xfail" in (node.get("type") or message).lower() else {
-                    "failure": "failed", "error": "error", "skipped": "skipped"}[tag]
-                if tag == "failure" and "XPASS(strict)" in message + (node.text or ""):
-                    outcome = "xpassed (strict: the bar holds, its xfail mark must go)"
+        outcome, _ = outcome_of(case)
         rows.append({"test": name, "case": param.rstrip("]"), "outcome": outcome,
                      "numbers": {p.get("name"): _value(p.get("value")) for p in case.iter("property")}})
     suite_props = suite.find("properties")

@@ -12,6 +12,15 @@ HAS_CUDA = torch.cuda.is_available()
 TIMED_TESTS = os.environ.get("JAGGEDPERF_TIMED_TESTS", "")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    # Each pass writes its own --junitxml (NAME.untimed.xml, NAME.timed.xml): the second would overwrite the first.
+    xmlpath = getattr(config.option, "xmlpath", None)
+    if TIMED_TESTS in ("defer", "only") and xmlpath:
+        root, ext = os.path.splitext(xmlpath)
+        config.option.xmlpath = f"{root}.{'timed' if TIMED_TESTS == 'only' else 'untimed'}{ext}"
+
+
 def _timed(item) -> bool:
     return "bars" in item.keywords or "timed" in item.keywords
 
