@@ -53,7 +53,8 @@ def test_bad_dtype_is_an_argument_error(capsys):
 
 
 def test_repro_eager_only_on_cpu_prints_the_seed_shapes(capsys):
-    code = main(["repro", "--modes", "eager", "--impls", "sum_padded,nanmean_padded", "--warmup", "1", "--iters", "2"])
+    code = main(["repro", "--device", "cpu", "--modes", "eager", "--impls", "sum_padded,nanmean_padded", "--warmup", "1",
+                 "--iters", "2"])
     assert code == 0
     captured = capsys.readouterr()
     assert "B512-M64-L100-s0.1" in captured.out and "B512-M64-L500-s0.75" in captured.out

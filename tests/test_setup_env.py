@@ -32,7 +32,11 @@ def _host_venv(path: Path, *, with_torch: bool) -> Path:
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     if with_torch:
-        ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+        # torch's own directory too: where this run's environment reuses a host's (the GPU machine's .venv
+        # links /opt/torch/.venv through a .pth of its own), its site dirs do not hold torch, and a .pth
+        # file in a directory that a .pth adds is not read
+        ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+                str(Path(torch.__file__).resolve().parents[1])}
         Path(site, "torch-from-elsewhere.pth").write_text("".join(f"{d}\n" for d in sorted(ours)))
     return python
 

@@ -57,17 +57,10 @@ def checked_batch(case):
 
 
 BOUNDARY_HOST = (
-    "H200, run 41: through the boundary the compiled call's host time is 1.25-1.32x the plain twin's "
-    "(121-131 µs against 95-103; njt_mean at the first seed shape 75 against 56): ~9 µs are the wrapper's "
-    "split and join (run 40, boundary_bench), the rest the compiled region's extra input (the NJT's cached "
-    "max_seqlen as a (n, 0) tensor) and the NJT it rebuilds inside")
-HOLDS_ON = {("njt_mean", "B512-M64-L500-s0.75")}  # run 41: 60.1 against 58.4 µs
-
-
-def _host_bar(name, case):
-    return () if (name, case.label) in HOLDS_ON else (pytest.mark.xfail(strict=True, reason=BOUNDARY_HOST),)
-
-
+    "H200, runs 41 and 42: through the boundary the compiled call's host time is up to 1.31-1.32x the plain "
+    "twin's at the worst cell (run 42: 0.99-1.31x over the six cells, 57-77 µs against 47-61): the boundary "
+    "adds ~10-16 µs a call, ~9 of them the wrapper's split and join (run 40, boundary_bench), the rest the "
+    "compiled region's extra input (the NJT's cached max_seqlen as a (n, 0) tensor)")
 @functools.lru_cache(maxsize=None)
 def boundary_cell(name: str, case: Case) -> dict:
     """Wall and host µs per call of a seed NJT implementation eager, through jaggedperf.compile, and its
@@ -98,15 +91,20 @@ def test_boundary_compiled_faster_than_eager(name, case, record_property):
     assert wall["boundary"] < wall["eager"], f"boundary {wall['boundary']:.1f} µs, eager {wall['eager']:.1f} µs"
 
 
-@pytest.mark.parametrize("name, case", [pytest.param(n, c, marks=_host_bar(n, c), id=f"{n}-{c.label}")
-                                        for n in SEED_NJT_IMPLS for c in SEED_CASES])
-def test_boundary_host_within_15_percent_of_plain_compiled(name, case, record_property):
-    """The compiled NJT call's host time through the boundary is within 1.15× that of the same computation
-    compiled on plain tensors."""
-    host = boundary_cell(name, case)["host"]
-    record(record_property, **{f"{k} host_us": v for k, v in host.items()}, ratio=host["boundary"] / host["plain"])
-    assert host["boundary"] <= 1.15 * host["plain"], (
-        f"boundary host {host['boundary']:.1f} µs against plain {host['plain']:.1f} µs")
+@pytest.mark.xfail(strict=True, reason=BOUNDARY_HOST)
+def test_boundary_host_within_15_percent_of_plain_compiled(record_property):
+    """At every seed cell the compiled NJT call's host time through the boundary is within 1.15× that of the
+    same computation compiled on plain tensors. One test over the six cells, judged on the worst: a cell
+    or two within the bar on a quiet host does not make it hold."""
+    ratios = {}
+    for name in SEED_NJT_IMPLS:
+        for case in SEED_CASES:
+            host = boundary_cell(name, case)["host"]
+            ratios[f"{name}-{case.label}"] = host["boundary"] / host["plain"]
+            record(record_property, **{f"{name}-{case.label} {k} host_us": v for k, v in host.items()})
+    record(record_property, **{f"{cell} ratio": r for cell, r in ratios.items()})
+    worst = max(ratios, key=ratios.get)
+    assert ratios[worst] <= 1.15, f"worst cell {worst}: {ratios[worst]:.2f}x"
 
 
 @pytest.mark.parametrize("case", SEED_CASES, ids=lambda c: c.label)
@@ -118,7 +116,9 @@ def test_our_njt_through_the_boundary_near_our_plain_compiled_and_one_kernel(cas
     through = jaggedperf.compile(njt.fn, mode=SEED_MODE)
     compiled = torch.compile(ours.fn, mode=SEED_MODE)
     check(through(*njt_args), batch.values, batch.offsets, mean=True, what="NJT through the boundary")
-    wall = walls_us({"njt boundary": lambda: through(*njt_args), "plain compiled": lambda: compiled(*ours_args)})
+    # five interleaved rounds: the boundary's ~10-16 µs against a 70-120 µs call sits near this bar's 20%
+    wall = walls_us({"njt boundary": lambda: through(*njt_args), "plain compiled": lambda: compiled(*ours_args)},
+                    rounds=5)
     n_kernels = kernels(lambda: through(*njt_args)).kernels_per_call
     record(record_property, **{f"{k} wall_us": v for k, v in wall.items()}, kernels=n_kernels,
            ratio=wall["njt boundary"] / wall["plain compiled"])
@@ -238,22 +238,28 @@ def test_model_block_compiled_at_least_1_3x_faster_than_eager(implementation, re
     sizes: its best compiled mode runs ≥ 1.3× faster than eager, as measured by the lab (every cell
     checked against float64 first)."""
     from jaggedperf.lab import runner
-    from jaggedperf.lab.result import OK
+    from jaggedperf.lab.result import OK, TIMED
 
     cells = runner.plan("rec_block", list(SEED_CASES), [implementation], MODEL_MODES)
     ran = runner.run(cells, runner.Options(device=CUDA))
     failures = []
     for case in SEED_CASES:
-        walls = {}
+        walls, stable = {}, True
         for r in ran.results:
             if r.case == case:
-                assert r.status == OK, (r.mode, r.reason)
-                walls[r.mode] = r.wall.median_ms * 1e3
-        best = min((m for m in walls if m != "eager"), key=walls.get)
-        speedup = walls["eager"] / walls[best]
-        record(record_property, **{f"{case.label} {m} wall_us": v for m, v in walls.items()},
-               **{f"{case.label} best": best, f"{case.label} speedup": speedup})
+                assert r.status in TIMED, (r.mode, r.reason)
+                walls[r.mode] = r.wall
+                stable &= r.status == OK
+        best = min((m for m in walls if m != "eager"), key=lambda m: walls[m].median_ms)
+        # A cell whose timing did not settle (the lab retried it) is judged on the far ends of the spread:
+        # eager's 20th percentile against the compiled mode's 80th, so noise cannot make the bar hold.
+        eager_ms = walls["eager"].median_ms if stable else walls["eager"].p20_ms
+        best_ms = walls[best].median_ms if stable else walls[best].p80_ms
+        speedup = eager_ms / best_ms
+        record(record_property, **{f"{case.label} {m} wall_us": w.median_ms * 1e3 for m, w in walls.items()},
+               **{f"{case.label} best": best, f"{case.label} speedup": speedup,
+                  f"{case.label} judged on": "medians" if stable else "p20 eager / p80 compiled (unstable)"})
         if speedup < 1.3:
-            failures.append(f"{case.label}: best compiled {best} {walls[best]:.1f} µs, eager {walls['eager']:.1f} µs "
+            failures.append(f"{case.label}: best compiled {best} {best_ms * 1e3:.1f} µs, eager {eager_ms * 1e3:.1f} µs "
                             f"({speedup:.2f}×)")
     assert not failures, "; ".join(failures)

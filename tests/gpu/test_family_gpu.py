@@ -88,6 +88,8 @@ def test_backward_matches_float64(family, dtype, case):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_compile_fullgraph_dynamic_without_recompiling(family):
+    """New B, total length and max_seqlen reuse the compiled code; a new width M compiles once more (the
+    column tile is chosen from M, so M is specialized, as the sum/mean op's is) and is reused after."""
     from torch._dynamo.testing import CompileCounterWithBackend
 
     torch._dynamo.reset()
@@ -95,11 +97,13 @@ def test_compile_fullgraph_dynamic_without_recompiling(family):
     fn = PUBLIC[family]
     compiled = torch.compile(lambda v, o: fn(v, o) * 2, fullgraph=True, dynamic=True, backend=counter)
     frames = []
-    for case in (SHAPES[0], SHAPES[1], SHAPES[3]):
+    same_width = (SHAPES[0], SHAPES[1], Case(7, 64, 50, 0.5, "heavy"))  # M = 64 throughout
+    for case in (*same_width, SHAPES[3], Case(9, 3, 40, 0.5, "heavy")):  # then M = 3, twice
         values, offsets, _ = batch(case, torch.bfloat16)
         assert_close(compiled(values, offsets), 2 * reference(family, values, offsets), torch.bfloat16)
         frames.append(counter.frame_count)
-    assert frames[1:] == frames[:1] * 2
+    assert frames[1:3] == frames[:1] * 2, frames
+    assert frames[3] == frames[4] and frames[3] - frames[0] <= 1, frames  # M = 3: at most one compile, reused
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -7,7 +7,7 @@ import torch
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes, runner
 from jaggedperf.lab.doctor import attribution, gather, verdicts
-from jaggedperf.lab.result import OK
+from jaggedperf.lab.result import OK, TIMED
 
 pytestmark = pytest.mark.gpu
 
@@ -55,5 +55,6 @@ def test_rec_block_runs_correctly_in_every_mode_family_at_the_seed_shape(mode):
                         [mode])
     record = runner.run(cells, runner.Options(device=torch.device("cuda"), warmup=5, iters=20))
     for r in record.results:
-        assert r.status == OK, (r.implementation, r.mode, r.reason)
+        # correct and timed; whether the timing settled is the timed tests' business, not this one's
+        assert r.status in TIMED, (r.implementation, r.mode, r.reason)
         assert r.device_time is not None and r.bytes_moved > 0

@@ -6,7 +6,6 @@ Run on the GPU machine: ``PYTHONPATH=src python -m pytest -q -m gpu tests/gpu``.
 """
 
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -307,40 +306,12 @@ def test_more_than_2_pow_31_elements():
     torch.cuda.empty_cache()
 
 
-# torch.export + AOTInductor on CUDA (issue 15, item 5). On the H200 (torch 2.11) a package of a module with
-# only torch ops died with SIGSEGV at load/run too: each runs in a subprocess, the torch-only one first, and
-# when it crashes the test xfails naming that crash (ours cannot be judged on such a machine).
-
-AOTI_BODY = """
-    import tempfile, os
-    class TorchOnly(torch.nn.Module):
-        def forward(self, v, o):
-            return v.sum(0, keepdim=True) * 2 + o[-1]
-    class Ours(torch.nn.Module):
-        def forward(self, v, o):
-            return jaggedperf.jagged_sum(v, o) * 2 + jaggedperf.jagged_mean(v, o, empty="zero", max_seqlen=4)
-    module = {"torch-only": TorchOnly, "ours": Ours}[WHICH]()
-    v, o = torch.randn(7, 3, device="cuda"), torch.tensor([0, 2, 2, 6, 7], device="cuda")
-    with torch._inductor.config.patch(force_disable_caches=True):
-        path = torch._inductor.aoti_compile_and_package(torch.export.export(module, (v, o)),
-                                                        package_path=os.path.join(tempfile.mkdtemp(), "m.pt2"))
-    out = torch._inductor.aoti_load_package(path)(v, o)
-    torch.cuda.synchronize()
-    result["max_error"] = float((out - module(v, o)).abs().max())
-"""
+# torch.export + AOTInductor on CUDA (issue 15, item 5): see tests/ops/aoti_check.py.
 
 
 def test_aot_inductor_package_on_cuda_matches_eager():
-    import subprocess
-
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
-    from ops_isolated import run_isolated
+    from aoti_check import aoti_round_trip
 
-    try:
-        run_isolated('WHICH = "torch-only"\n' + textwrap.dedent(AOTI_BODY))
-    except AssertionError as died:  # the subprocess died: torch's own AOTI fails here, whatever our op does
-        pytest.xfail(f"an AOTInductor package of a torch-only module dies on this machine: {str(died)[-300:]}")
-    except subprocess.TimeoutExpired:
-        pytest.xfail("an AOTInductor package of a torch-only module hangs on this machine")
-    result = run_isolated('WHICH = "ours"\n' + textwrap.dedent(AOTI_BODY))
+    result = aoti_round_trip("cuda")
     assert result["max_error"] <= 1e-5

@@ -20,7 +20,7 @@ from jaggedperf.lab import runner, sweep
 from jaggedperf.lab.results import store
 from jaggedperf.lab.sweep import worker
 from jaggedperf.lab.plugins import import_plugins, plugin_names
-from jaggedperf.lab.result import ERROR, OK, SKIPPED, Result, WallStats
+from jaggedperf.lab.result import ERROR, OK, SKIPPED, TIMED, Result, WallStats
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTIONS = runner.Options(device=torch.device("cpu"), warmup=1, iters=2)
@@ -403,7 +403,8 @@ def test_every_gpu_gets_its_own_worker_that_sees_only_it(tmp_path):
     options = runner.Options(device=torch.device("cuda"), warmup=5, iters=20)
     outcome = sweep.run_sweep(p, slots, options, sweep.Settings(timeout_s=300))
     record = store.load_results(p.out)
-    assert len(record.results) == len(p.cells) and {r.status for r in record.results} == {OK}
+    # correct and timed (stable or not: this test is about the workers, and other tests may share the machine)
+    assert len(record.results) == len(p.cells) and {r.status for r in record.results} <= set(TIMED)
     assert all(r.device == "cuda" and r.device_time is not None for r in record.results)
     assert {r.extra["worker"] for r in record.results} == {s.name for s in slots}  # every GPU took work
     workers = outcome.environment["workers"]
@@ -431,5 +432,5 @@ def test_faults_on_a_gpu_worker(tmp_path, sweep_plugin):
     assert by_impl[EXITS].reason == "worker died (exit code 3)"
     assert by_impl[DEVICE_ASSERT].status == ERROR
     assert any("the device is unusable" in n for n in notes)  # a sticky CUDA error: the worker was replaced
-    assert by_impl["segment_reduce"].status == OK  # ... and the cell after it ran on a fresh one
+    assert by_impl["segment_reduce"].status in TIMED  # ... and the cell after it ran on a fresh one
 

@@ -41,7 +41,7 @@ OP = "jagged_mean"
 REPRO_MODES = (modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE, modes_mod.boundary_twin(modes_mod.SEED_COMPILED_MODE))
 # On a GPU, max-autotune compiles unbind_mean's B unrolled means for minutes: repro caps a cell (compile
 # included) so that the one command finishes, and records the cell as timed out with its limit.
-REPRO_GPU_CELL_TIMEOUT_S = 90.0
+REPRO_GPU_CELL_TIMEOUT_S = 60.0
 
 
 def register(sub) -> None:
