@@ -65,7 +65,7 @@ def test_cudagraph_comparison_present(sum_padded_evidence):
 def test_cli_on_the_gpu_writes_json_and_traces(tmp_path):
     path, traces = tmp_path / "doctor.json", tmp_path / "traces"
     args = ["doctor", "--B", "512", "--M", "64", "--seqlen", "100", "--sparsity", "0.1", "--impls", "sum_padded",
-            "--warmup", "10", "--iters", "50", "--json", str(path), "--trace", str(traces)]
+            "--warmup", "10", "--iters", "200", "--attempts", "5", "--json", str(path), "--trace", str(traces)]
     assert main(args) == 0
     (cell,) = json.loads(path.read_text())["cells"]
     assert cell["evidence"]["kernels"]["available"] and cell["diagnosis"]["sums_ok"]

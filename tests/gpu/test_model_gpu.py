@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from jaggedperf.inputs import Case
-from jaggedperf.lab import modes, runner
+from jaggedperf.lab import modes, runner, stats
 from jaggedperf.lab.doctor import attribution, gather, verdicts
 from jaggedperf.lab.result import OK, TIMED
 
@@ -16,7 +16,11 @@ BOUNDARY = modes.boundary_twin(modes.SEED_COMPILED_MODE)
 
 
 def options() -> runner.Options:
-    return runner.Options(device=torch.device("cuda"), warmup=20, iters=100)
+    # five attempts, as the doctor advises on a noisy host: the NJT calls' host-bound walls spread 10-14%
+    # (IQR / median) on the shared H200 host in run 43, past the lab's 10% in three attempts
+    opts = runner.Options(device=torch.device("cuda"), warmup=20, iters=100)
+    opts.stability = stats.Policy(attempts=5)
+    return opts
 
 
 @pytest.mark.timed
@@ -27,9 +31,13 @@ def test_the_boundary_beats_the_seeds_compiled_mode_on_the_seeds_njt_implementat
     by = {(r.implementation, r.mode): r for r in record.results}
     for impl in ("nanmean_padded", "sum_padded"):
         compiled, boundary = by[(impl, modes.SEED_COMPILED_MODE)], by[(impl, BOUNDARY)]
-        assert compiled.status == OK and boundary.status == OK, (compiled.reason, boundary.reason)
-        # the NJT's per-call host work (~250 µs on an H200 host under torch 2.11) is what the boundary removes
-        assert boundary.wall.median_ms < compiled.wall.median_ms, impl
+        assert compiled.status in TIMED and boundary.status in TIMED, (compiled.reason, boundary.reason)
+        # the NJT's per-call host work (~250 µs on an H200 host under torch 2.11) is what the boundary removes;
+        # a timing that did not settle is judged on the far ends of the spread, so noise cannot make it hold
+        if compiled.status == OK and boundary.status == OK:
+            assert boundary.wall.median_ms < compiled.wall.median_ms, impl
+        else:
+            assert boundary.wall.p80_ms < compiled.wall.p20_ms, impl
         assert boundary.kernels_per_call == compiled.kernels_per_call, impl  # the same Inductor program
 
 
