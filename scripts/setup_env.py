@@ -147,7 +147,8 @@ def _link_project(root: Path, venv: Path) -> None:
         #!{venv_python(venv)}
         import sys
         from jaggedperf.cli import main
-        sys.exit(main())
+        if __name__ == "__main__":  # spawned workers (repro/run --timeout, sweep) import this file again
+            sys.exit(main())
         """))
     script.chmod(0o755)
 
