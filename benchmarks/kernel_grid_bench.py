@@ -113,7 +113,7 @@ def judge(row: dict) -> dict:
     """Bars 1, 2, 3 and 5 of issue #16 for one shape: True / False, or None where the bar does not apply
     or a number it needs is missing."""
     floor = row["floor_us"]
-    t = {v: (row.get(v) or {}).get("median_us") for v in ("ours_hinted", "ours_plain")}
+    t = {v: row[v]["median_us"] if isinstance(row.get(v), dict) else None for v in ("ours_hinted", "ours_plain")}
     peers = [row[p]["median_us"] for p in PEERS if isinstance(row.get(p), dict) and row.get(f"{p}_correct")]
     best = min(peers) if peers else None
     row["best_peer_us"] = best
@@ -429,7 +429,7 @@ def main() -> int:
     p.add_argument("--op", choices=("sum", "mean"), default="sum", help="the reduction of the grid")
     p.add_argument("--classes", nargs="+", help="only these classes of the preset")
     p.add_argument("--quick", action="store_true", help="one shape per class")
-    p.add_argument("--budget-s", type=float, default=400, help="start no shape after this many seconds")
+    p.add_argument("--budget-s", type=float, default=380, help="start no shape after this many seconds")
     p.add_argument("--inductor-s", type=float, default=170, help="total Inductor compile time allowed")
     p.add_argument("--max-bytes", type=float, default=4e9, help="skip shapes whose values pass this many bytes")
     p.add_argument("--padded-max-bytes", type=float, default=8e9, help="Inductor's padded tensor at most this")
