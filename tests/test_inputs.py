@@ -41,6 +41,17 @@ def test_fixed_lengths():
     assert lengths.tolist() == [30] * 7
 
 
+def test_empty_lengths_are_mostly_empty_and_the_rest_uniform():
+    lengths = make_lengths(Case(20000, 3, 32, 0.9, "empty"))
+    empty = (lengths == 0).double().mean().item()
+    assert 0.88 < empty < 0.92
+    rest = lengths[lengths > 0]
+    assert int(rest.min()) == 1 and int(rest.max()) == 32
+    assert make_lengths(Case(50, 3, 32, 1.0, "empty")).tolist() == [0] * 50
+    assert int(make_lengths(Case(50, 3, 32, 0.0, "empty")).min()) >= 1
+    assert make_lengths(Case(5, 3, 0, 0.5, "empty")).tolist() == [0] * 5
+
+
 def test_same_seed_same_batch_and_other_seed_differs():
     a, b = make_batch(Case(64, 8, 50, 0.2)), make_batch(Case(64, 8, 50, 0.2))
     assert torch.equal(a.offsets, b.offsets) and torch.equal(a.values, b.values)

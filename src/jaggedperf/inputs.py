@@ -12,6 +12,8 @@ Distributions (``case.distribution``):
   x_m = max(1, seqlen·(1−sparsity)/100), rounded down and clipped to seqlen. A few sequences reach
   seqlen, most are near x_m: the load-balance stress case.
 - ``fixed``: every length = max(floor(seqlen·(1−sparsity)), 0).
+- ``empty``: many empty sequences. Each sequence is empty with probability ``sparsity``; the others have a
+  length uniform in [1, seqlen] (0 when seqlen is 0).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 
 from jaggedperf.batch import JaggedBatch
 
-DISTRIBUTIONS = ("tritonbench", "heavy", "fixed")
+DISTRIBUTIONS = ("tritonbench", "heavy", "fixed", "empty")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}
 DEFAULT_SEED = 1337
@@ -104,7 +106,7 @@ def length_bounds(case: Case) -> tuple[int, int]:
     if case.distribution == "fixed":
         length = max(math.floor(case.seqlen * (1 - case.sparsity)), 0)
         return length, length
-    return 0, case.seqlen  # heavy: some empty, clipped to seqlen
+    return 0, case.seqlen  # heavy and empty: some empty, at most seqlen
 
 
 def make_lengths(case: Case) -> torch.Tensor:
@@ -117,6 +119,10 @@ def make_lengths(case: Case) -> torch.Tensor:
         return torch.randint(low, high + 1, (case.B,), generator=gen, dtype=torch.int64)
     if case.distribution == "fixed":
         return torch.full((case.B,), max(math.floor(case.seqlen * (1 - case.sparsity)), 0), dtype=torch.int64)
+    if case.distribution == "empty":
+        lengths = torch.randint(min(1, case.seqlen), case.seqlen + 1, (case.B,), generator=gen, dtype=torch.int64)
+        empty = torch.rand(case.B, generator=gen, dtype=torch.float64) < case.sparsity
+        return lengths.masked_fill(empty, 0)
     # heavy
     scale = max(1.0, case.seqlen * (1 - case.sparsity) / 100)
     u = torch.rand(case.B, generator=gen, dtype=torch.float64).clamp_min(1e-12)

@@ -119,3 +119,24 @@ def test_byte_limit_filter_drops_the_largest_tritonbench_cases_quickly():
     assert fit and too_large and len(fit) + len(too_large) == len(cases)
     assert all(c.values_nbytes() <= 8 * 10**9 for c in fit)
     assert max(c.B for c, _ in too_large) == 2**21
+
+
+def test_kernels_preset_covers_issue_16s_classes():
+    classes = grid.kernel_classes()
+    cases = grid.expand("kernels")
+    assert [c for cs in classes.values() for c in cs] == cases  # every case in one class, in the preset's order
+    narrow = classes["narrow"]
+    assert {c.M for c in narrow} == {4, 8, 12, 16, 32} and {c.B for c in narrow} == {10_000, 100_000, 1_000_000}
+    assert all(c.seqlen <= 16 for c in narrow)
+    widths = {c.M for c in classes["odd_width"]}
+    assert min(widths) == 24 and max(widths) == 1500 and all(m & (m - 1) for m in widths)  # none a power of two
+    small = [c.values_nbytes() for c in classes["powerlaw_small"] if c.dtype == "float32"]
+    assert all(c.distribution == "heavy" for c in classes["powerlaw_small"] + classes["powerlaw_large"])
+    assert all(10e6 <= b <= 100e6 for b in small)
+    assert min(c.values_nbytes() for c in classes["powerlaw_large"]) >= 256e6
+    assert all(c.B == 1 and c.seqlen >= 10**6 and c.distribution == "fixed" for c in classes["giant"])
+    assert all(c.distribution == "empty" and c.sparsity >= 0.9 for c in classes["empty"])
+    assert set(grid.SEED_CASES) <= set(cases) and set(grid.BAR_CASES) <= set(cases)
+    assert {c.dtype for c in cases} == {"float32", "bfloat16"}
+    for name, cs in classes.items():
+        assert any(c.dtype == "bfloat16" for c in cs) or name in ("bars",), name

@@ -1,5 +1,5 @@
 """Grids of cases for a sweep: axis values from lists and ranges, the presets (the seed's two shapes,
-tritonbench's default jagged sweep), axes given explicitly that replace a preset's, and the byte-limit
+tritonbench's default jagged sweep, issue #16's kernel classes), axes given explicitly that replace a preset's, and the byte-limit
 filter a sweep applies before it dispatches anything.
 
 An axis value is written as a number or an inclusive range ``START:STOP[:STEP]`` (STEP defaults to 1;
@@ -61,11 +61,57 @@ def dim_vals(sizes: Iterable[int]) -> list[int]:
     return vals
 
 
+def _one(case: Case, dtypes: tuple[str, ...] = ("float32",)) -> Grid:
+    """The grid of one case (in each of ``dtypes``)."""
+    return Grid((case.B,), (case.M,), (case.seqlen,), (case.sparsity,), (case.distribution,), dtypes, (case.seed,))
+
+
+# The shapes of the reduction bars so far (issue #3's bars, ops_bench's looping-kernel shape, issue #16's table).
+BAR_CASES = (Case(1024, 256, 1000, 0.5), Case(4096, 512, 512, 0.2), Case(256, 64, 20000, 0.5),
+             Case(4096, 128, 32768, 0.0, "heavy"), Case(8, 4096, 4000, 0.0, "fixed"), Case(65536, 16, 64, 0.2),
+             Case(32768, 64, 32, 0.2), Case(65536, 16, 64, 0.5))
+FP_BOTH = ("float32", "bfloat16")
+
+# Issue #16's classes of shapes, each a tuple of grids; the preset "kernels" is all of them, in this order.
+# Sizes (fp32 values): narrow 1.3 MB-1 GB; odd widths 38 MB-2.4 GB (mean length ~192 rows); power-law small
+# 11-88 MB, large 0.5-1.9 GB (5% empty); giant one segment 0.5-1 GB; empty-heavy 11-850 MB; bars up to 3.2 GB.
+KERNEL_CLASSES: dict[str, tuple[Grid, ...]] = {
+    # M in {4, 8, 12, 16, 32}, 10^4-10^6 segments of 4-12 rows (tritonbench lengths, seqlen 16, sparsity 0.5)
+    "narrow": (Grid((10_000, 100_000, 1_000_000), (4, 8, 12, 16, 32), (16,), (0.5,)),
+               Grid((100_000,), (4, 8, 16, 32), (16,), (0.5,), dtype=("bfloat16",))),
+    # widths that are not powers of two, 2048 segments of 128-256 rows
+    "odd_width": (Grid((2048,), (24, 48, 96, 200, 384, 640, 1000, 1500), (256,), (0.2,)),
+                  Grid((2048,), (200, 1000), (256,), (0.2,), dtype=("bfloat16",))),
+    # power-law lengths (inputs' "heavy": Pareto α=1.5, 5% empty), 10-100 MB
+    "powerlaw_small": (_one(Case(4096, 64, 400, 0.0, "heavy")), _one(Case(4096, 128, 1000, 0.0, "heavy"), FP_BOTH),
+                       _one(Case(8192, 256, 400, 0.0, "heavy"))),
+    # power-law lengths at large totals, with empty segments
+    "powerlaw_large": (_one(Case(20000, 128, 2000, 0.0, "heavy")), _one(Case(4096, 128, 32768, 0.0, "heavy"), FP_BOTH)),
+    # one giant segment (B = 1, >= 10^6 rows)
+    "giant": (_one(Case(1, 64, 2_000_000, 0.0, "fixed"), FP_BOTH), _one(Case(1, 256, 1_000_000, 0.0, "fixed"))),
+    # most segments empty (inputs' "empty": each empty with probability sparsity)
+    "empty": (_one(Case(100_000, 64, 64, 0.9, "empty")), _one(Case(1_000_000, 16, 32, 0.99, "empty")),
+              _one(Case(65536, 256, 512, 0.95, "empty"), FP_BOTH)),
+    "seed": tuple(_one(c, FP_BOTH) for c in SEED_CASES),
+    "bars": tuple(_one(c) for c in BAR_CASES),
+}
+
 PRESETS: dict[str, tuple[Grid, ...]] = {
     "seed": tuple(Grid((c.B,), (c.M,), (c.seqlen,), (c.sparsity,)) for c in SEED_CASES),
     "tritonbench": (Grid(tuple(dim_vals(TRITONBENCH_SIZES)), tuple(dim_vals(TRITONBENCH_SIZES)),
                          TRITONBENCH_SEQLENS, TRITONBENCH_SPARSITIES),),
+    "kernels": tuple(g for grids in KERNEL_CLASSES.values() for g in grids),
 }
+
+
+def kernel_classes() -> dict[str, list[Case]]:
+    """Issue #16's classes of shapes and their cases, in order; a case in two classes is kept in the first."""
+    seen: set[Case] = set()
+    out: dict[str, list[Case]] = {}
+    for name, grids in KERNEL_CLASSES.items():
+        out[name] = [c for c in _unique(c for g in grids for c in g.cases()) if c not in seen]
+        seen.update(out[name])
+    return out
 
 
 def expand(preset: str | None = None, **axes: Sequence | None) -> list[Case]:

@@ -15,6 +15,7 @@ from jaggedperf.checks import (INT64_MAX, assert_offsets_async, check_layout, ch
                                validation_requested)
 from jaggedperf.ops.launch import eager_key, launch_all, native, plain_eager
 from jaggedperf.ops.reduce import autograd, op  # noqa: F401  (register torch.ops.jaggedperf.* and their autograd)
+from jaggedperf.ops.reduce.op import expand_triton
 from jaggedperf.ops.reduce.plan import plan_reduce
 
 try:  # the jagged NestedTensor's class (private module: without it, the public is_nested check alone)
@@ -115,17 +116,14 @@ def _python_reduce(values, offsets, name: str, *, mean: bool, empty_zero: bool, 
     # native path, a no-op once it is registered) or the operator
     given = values
     values, offsets, max_seqlen = _inputs(values, offsets, name, max_seqlen, validate)
+    if values.requires_grad and torch.is_grad_enabled() and plain_eager(values, offsets) and not _transformed():
+        return EagerReduce.apply(values, offsets, max_seqlen, mean, empty_zero)
     if values is not given:  # a NestedTensor's values and offsets (or a contiguous copy): a plan may serve them
         out = _native_call(values, offsets, max_seqlen, mean, empty_zero, validate)
         if out is not None:
             return out
     if _fast_ok(values, offsets):
-        plan = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen)
-        key = eager_key(values, offsets)
-        launch_all(plan.launches, values.device, key)
-        if plan.config is not None and native.offering():
-            native.offer_plan(plan, key, values, offsets, max_seqlen, mean, empty_zero)
-        return plan.out
+        return _fast_reduce(values, offsets, mean, empty_zero, max_seqlen)
     if mean:
         return torch.ops.jaggedperf.jagged_mean(values, offsets, empty_zero, max_seqlen)
     return torch.ops.jaggedperf.jagged_sum(values, offsets, max_seqlen)
@@ -203,3 +201,46 @@ def _fast_ok(values, offsets) -> bool:
     # the public functions skip the operator: eager plain CUDA tensors, and no autograd to record
     return plain_eager(values, offsets) and not (values.requires_grad and torch.is_grad_enabled()) \
         and not _transformed()
+
+
+class EagerReduce(torch.autograd.Function):
+    """Eager reverse mode on plain CUDA tensors, without the operators' dispatch: one Function whose forward is
+    the eager call with grad off (the native path, else the fast tiers) and whose backward launches the expand
+    kernel through the fast tiers (``op.expand_triton``: no dispatcher, no redispatch, no operator checks;
+    the forward's inputs were checked). With ``create_graph`` the backward calls the ``jagged_expand`` operator,
+    differentiable in turn. Forward mode and torch.func's transforms keep the operators (``autograd``).
+
+    apply(values, offsets, max_seqlen, mean, empty_zero) -> (B, M), values and offsets already checked.
+    """
+
+    @staticmethod
+    def forward(ctx, values, offsets, max_seqlen, mean: bool, empty_zero: bool):
+        ctx.save_for_backward(offsets)
+        ctx.n_rows, ctx.mean, ctx.max_seqlen = values.shape[0], mean, max_seqlen
+        out = _native_call(values, offsets, max_seqlen, mean, empty_zero, None)  # grad is off in here
+        if out is not None:
+            return out
+        if _fast_ok(values, offsets):
+            return _fast_reduce(values, offsets, mean, empty_zero, max_seqlen)
+        if mean:  # other devices (tests apply it on the CPU): the operator
+            return torch.ops.jaggedperf.jagged_mean(values, offsets, empty_zero, max_seqlen)
+        return torch.ops.jaggedperf.jagged_sum(values, offsets, max_seqlen)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (offsets,) = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: a differentiable backward
+            back = torch.ops.jaggedperf.jagged_expand(grad.contiguous(), offsets, ctx.n_rows, ctx.mean, ctx.max_seqlen)
+        else:
+            back = expand_triton(grad, offsets, ctx.n_rows, mean=ctx.mean, max_seqlen=ctx.max_seqlen)
+        return back, None, None, None, None
+
+
+def _fast_reduce(values, offsets, mean: bool, empty_zero: bool, max_seqlen):
+    # the fast tiers' launches of the planned kernels, the plan offered to the native path
+    plan = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen)
+    key = eager_key(values, offsets)
+    launch_all(plan.launches, values.device, key)
+    if plan.config is not None and native.offering():
+        native.offer_plan(plan, key, values, offsets, max_seqlen, mean, empty_zero)
+    return plan.out
