@@ -194,6 +194,8 @@ def set_up(root: Path, venv: Path, host_python: str, extra: str | None) -> str:
     """Make (or keep) ``venv`` for the project at ``root``; returns the route taken."""
     wanted = requirements_for(extra)
     if _usable(venv, root):
+        if (_site_packages(venv) / LINK_NAME).exists():  # linked by this script: rewrite what an older one wrote
+            _link_project(root, venv)
         _install_missing(venv_python(venv), wanted)
         return "kept"
     if venv.exists():

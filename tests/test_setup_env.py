@@ -63,7 +63,10 @@ def test_reuses_torch_of_a_virtualenv_host_offline(tmp_path):
     venv = tmp_path / "env"
     env = _offline_env(host, venv)
     probe = "python -c 'import torch, jaggedperf; print(torch.__file__); print(jaggedperf.__file__)'"
-    done = _source_and_run(env, f"{probe} && jaggedperf --help >/dev/null && echo CLI-OK")
+    # the CLI through a spawned worker process (--timeout): the launcher must not run main() when imported
+    cli = ("jaggedperf run --device cpu --B 4 --M 2 --seqlen 5 --sparsity 0.5 --impls segment_reduce --modes eager "
+           "--warmup 1 --iters 2 --timeout 120 >/dev/null")
+    done = _source_and_run(env, f"{probe} && {cli} && echo CLI-OK")
     assert done.returncode == 0, done.stderr
     assert "reuse torch" in done.stderr
     torch_file, project_file, cli = done.stdout.strip().splitlines()[-3:]
