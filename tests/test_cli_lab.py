@@ -61,7 +61,8 @@ def test_repro_eager_only_on_cpu_prints_the_seed_shapes(capsys):
     assert "CPU" in captured.err
 
 
-def test_an_interrupted_run_keeps_the_finished_cells_in_its_json(tmp_path, monkeypatch):
+def test_an_interrupted_run_keeps_the_finished_cells_in_its_json_and_says_so_in_one_line(tmp_path, monkeypatch,
+                                                                                          capsys):
     from jaggedperf.lab import runner
     from jaggedperf.lab.results.store import load_results
 
@@ -76,11 +77,15 @@ def test_an_interrupted_run_keeps_the_finished_cells_in_its_json(tmp_path, monke
 
     monkeypatch.setattr(runner, "run_cell", interrupt_second)
     path = tmp_path / "r.json"
-    with pytest.raises(KeyboardInterrupt):
-        main(["run", *SMALL, "--impls", "sum_padded,segment_reduce", "--modes", "eager", "--device", "cpu",
-              "--json", str(path)])
+    assert main(["run", *SMALL, "--impls", "sum_padded,segment_reduce", "--modes", "eager", "--device", "cpu",
+                 "--json", str(path)]) == 130
     (kept,) = load_results(path).results
     assert kept.implementation == "sum_padded" and kept.status == "ok"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"interrupted: 1 of 2 cells finished, kept in {path}; run the same command again to measure "
+                       "them all, or `jaggedperf sweep --json R.jsonl` with the same flags, which resumes where it "
+                       "stopped")
+    assert not any("Traceback" in line for line in err)
 
 
 # --- --timeout: the same cells through the sweep's worker processes -------------------------------
@@ -175,16 +180,16 @@ def test_repro_runs_the_seeds_mode_and_the_boundary_in_it_by_default(monkeypatch
 
     seen = {}
 
-    def execute(args, op, cases, impls, modes, *, compiled_mode):
-        seen.update(op=op, impls=impls, modes=modes, compiled_mode=compiled_mode)
-        return 0
+    def plan(op, cases, impls, modes):  # what repro asks the runner for; nothing is run
+        seen.update(op=op, impls=impls, modes=modes, compiled_mode=lab._compiled_mode(modes))
+        raise ValueError("planned")
 
-    monkeypatch.setattr(lab, "execute", execute)
-    assert main(["repro"]) == 0
+    monkeypatch.setattr(lab.runner, "plan", plan)
+    assert main(["repro"]) == 2
     assert seen["modes"] == ["eager", "compile:max-autotune-no-cudagraphs", "jagged-compile:max-autotune-no-cudagraphs"]
     assert seen["compiled_mode"] == "compile:max-autotune-no-cudagraphs" and seen["op"] == "jagged_mean"
     assert lab._boundary_mode(seen["modes"], seen["compiled_mode"]) == "jagged-compile:max-autotune-no-cudagraphs"
-    assert main(["repro", "--op", "rec_block"]) == 0  # a model at the seed's shapes, every contender
+    assert main(["repro", "--op", "rec_block"]) == 2  # a model at the seed's shapes, every contender
     assert seen["op"] == "rec_block" and seen["impls"] == list(get_op("rec_block").implementations)
 
 
@@ -207,14 +212,12 @@ def test_run_prints_the_boundary_columns_beside_the_compiled_mode(capsys):
     ("--iters", "-5", "argument --iters: expected a positive integer"),
     ("--warmup", "-1", "argument --warmup: expected an integer >= 0, got '-1'"),
     ("--warmup", "x", "argument --warmup: expected an integer, got 'x'"),
-    ("--impls", "", "argument --impls: expected one or more comma-separated names, got ''"),
-    ("--impls", " , ", "argument --impls: expected one or more comma-separated names"),
+    ("--impls", "", "argument --impls/--only: expected one or more comma-separated names, got ''"),
+    ("--impls", " , ", "argument --impls/--only: expected one or more comma-separated names"),
     ("--modes", "", "argument --modes: expected one or more comma-separated names, got ''"),
 ])
 def test_counts_and_lists_that_would_measure_nothing_are_argument_errors(tmp_path, capsys, command, flag, value,
                                                                          message):
-    if command == "doctor" and flag == "--modes":
-        pytest.skip("doctor takes one --mode")
     argv = {"run": ["run", *SMALL], "repro": ["repro"], "sweep": ["sweep", "--out", str(tmp_path / "r.jsonl"), *SMALL],
             "doctor": ["doctor"]}[command]
     with pytest.raises(SystemExit) as exc:
@@ -262,3 +265,59 @@ def test_an_unwritable_output_is_refused_before_measuring(tmp_path, capsys, monk
     reason = "a folder on its path is a file" if where == "through_a_file" else "is a directory"
     assert captured.err.startswith(f"jaggedperf: error: cannot write {path}: ") and reason in captured.err
     assert "Traceback" not in captured.err and captured.out == ""
+
+
+# --- tritonbench's flags, plugins, 80 columns -------------------------------------------------------
+
+
+def test_run_with_tritonbench_flags_prints_csv_or_the_chosen_metrics_and_the_baseline(capsys):
+    argv = ["run", *SMALL, "--only", "sum_padded,segment_reduce", "--mode", "eager", "--device", "cpu",
+            "--baseline", "sum_padded"]
+    assert main([*argv, "--csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("op,implementation,mode,") and len(lines) == 3  # header + 2 cells, no table
+    assert main([*argv, "--metrics", "latency,accuracy"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if "wall µs" in line and "mode" in line)
+    assert "rel err" in header and "device µs" not in header and "speedup" not in header
+    baseline = out[out.index("speedup vs sum_padded"):]
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in baseline.splitlines() if line.startswith("│")]
+    assert [row[1] for row in rows] == ["sum_padded", "segment_reduce"]
+    assert rows[0][3] == "1.00×" and rows[1][3].endswith("×")  # the baseline against itself, and the other
+
+
+def test_list_and_run_take_plugins_like_sweep(capsys, sweep_plugin):
+    assert main(["list", "--plugin", sweep_plugin]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "test_raises" in line)
+    assert sweep_plugin in row and "built-in" in next(line for line in out.splitlines() if "sum_padded" in line)
+    assert main(["run", *SMALL, "--plugin", sweep_plugin, "--impls", "test_raises", "--modes", "eager",
+                 "--device", "cpu"]) == 0
+    assert "error: test_raises" in capsys.readouterr().out
+
+
+def test_tables_at_80_columns_keep_every_name_whole_and_distinct():
+    from rich.console import Console
+
+    from jaggedperf.cli.lab import show
+    from jaggedperf.lab import modes
+    from jaggedperf.lab.results import tables
+    from dataclasses import replace
+
+    from lab.fake_results import make_results
+
+    assert len({tables.short_mode(m) for m in modes.MODES}) == len(modes.MODES)
+    results = [replace(r, implementation="jaggedperf_njt") if r.implementation == "njt_mean" else r
+               for r in make_results(modes=("eager", "compile:max-autotune-no-cudagraphs",
+                                            "jagged-compile:max-autotune-no-cudagraphs"))
+               if r.implementation in ("jaggedperf", "njt_mean")]
+    for table in (tables.seed_table(results, "compile:max-autotune-no-cudagraphs"),
+                  tables.cells_table(results), tables.baseline_table(results, "jaggedperf")):
+        console = Console(width=80, record=True)
+        show(console, table)
+        text = console.export_text()
+        assert max(map(len, text.splitlines())) <= 80
+        rows = [line.replace("│", " ").split() for line in text.splitlines()]
+        rows = [row for row in rows if row and row[0].startswith("B") and "-M" in row[0]]
+        assert rows and {row[1] for row in rows} == {"jaggedperf", "jaggedperf_njt"}  # whole, never cut alike
+        assert all(not cell.endswith("…") for row in rows for cell in row)

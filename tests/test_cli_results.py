@@ -1,6 +1,7 @@
 """jaggedperf plot | compare | report, through jaggedperf.cli.main."""
 
 import json
+import os
 import re
 from dataclasses import replace
 
@@ -107,11 +108,28 @@ def test_report_with_and_without_plots(tmp_path, small):
     text = out.read_text()
     assert "## Speedup vs eager" in text and "## All cells" in text and "## Failures" in text
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
-    assert len(links) == 5 and all(link.startswith("report-plots/") for link in links)
+    assert len(links) == 5 and all(link.startswith("../run-plots/") for link in links)  # where `plot` draws them
     assert all((out.parent / link).is_file() for link in links)  # relative to the report
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reports", "run-plots", "run.json"]
     bare = tmp_path / "bare.md"
     assert main(["report", str(results), "-o", str(bare), "--no-plots"]) == 0
     assert "## Plots" not in bare.read_text() and not (tmp_path / "bare-plots").exists()
+
+
+def test_report_after_plot_links_the_same_figures_without_drawing_them_again(tmp_path, small):
+    results = tmp_path / "run.json"
+    write_json(results, small)
+    assert main(["plot", str(results)]) == 0
+    folder = tmp_path / "run-plots"
+    drawn = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    assert main(["report", str(results), "-o", str(tmp_path / "report.md")]) == 0
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == drawn  # not one figure drawn again
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md", "run-plots", "run.json"]  # no second folder
+    assert len(re.findall(r"\]\(run-plots/[^)]+\.png\)", (tmp_path / "report.md").read_text())) == 5
+    write_json(results, small)  # the results changed after the figures: drawn again, in the same folder
+    os.utime(results, ns=(max(drawn.values()) + 10**9,) * 2)
+    assert main(["report", str(results), "-o", str(tmp_path / "report.md")]) == 0
+    assert all(p.stat().st_mtime_ns != drawn[p.name] for p in folder.iterdir())
 
 
 def test_plot_into_a_chosen_folder(tmp_path, small, capsys):

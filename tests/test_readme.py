@@ -43,3 +43,40 @@ def test_quickstart_runs_as_written(command):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     assert done.stdout.strip()
+
+
+def _readme_figures():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import readme_figures
+    finally:
+        sys.path.pop(0)
+    return readme_figures
+
+
+def test_readme_blocks_are_what_the_committed_results_give():
+    """`python benchmarks/readme_figures.py --check`: the repro table, the doctor's verdicts and the figure's
+    link in the README are regenerated from benchmarks/results/h200 by the code that renders them."""
+    done = subprocess.run([sys.executable, "benchmarks/readme_figures.py", "--check"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_readme_figures_rewrites_a_drifted_block_and_only_its_blocks():
+    figures = _readme_figures()
+    drifted = README.replace("| sum_padded | 0.155 |", "| sum_padded | 0.100 |")
+    assert drifted != README
+    record = figures.seed_record()
+    assert figures.render(drifted, figures.blocks(record)) == README
+    empty = figures.render("<!-- repro:begin -->\n<!-- repro:end -->\n<!-- doctor:begin -->\n<!-- doctor:end -->\n",
+                           figures.blocks(record))
+    assert "| jaggedperf_njt | 0.172 |" in empty and "- `sum_padded`: slower by" in empty
+    with pytest.raises(ValueError, match="no <!-- repro:begin -->"):
+        figures.render("no markers", figures.blocks(record))
+
+
+def test_readme_figure_is_drawn_by_the_lab(tmp_path):
+    pytest.importorskip("matplotlib")
+    figures = _readme_figures()
+    figures.draw_figure(figures.seed_record(), tmp_path / "f.png")
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

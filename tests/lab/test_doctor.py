@@ -483,7 +483,7 @@ def test_doctor_defaults_to_the_seed_shapes():
     args = build_parser().parse_args(["doctor"])
     assert [(c.B, c.M, c.seqlen, c.sparsity) for c in doctor_cases(args)] == [
         (c.B, c.M, c.seqlen, c.sparsity) for c in SEED_CASES]
-    assert args.impls is None and args.mode == MODE and (args.warmup, args.iters) == (50, 200)
+    assert args.impls is None and args.modes == [MODE] and (args.warmup, args.iters) == (50, 200)
 
 
 # --- measured parts, a real residual, refusals -----------------------------------------------------

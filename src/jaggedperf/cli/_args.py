@@ -1,20 +1,34 @@
-"""Argument groups shared by the subcommands that take cases (run, doctor, sweep)."""
+"""The flags every subcommand shares, defined once so that the same thing has the same flag everywhere.
+
+The grammar (``tests/test_cli_grammar.py`` walks every parser and holds it):
+- one dest, one spelling, one type and one help stem in every command; a command states its own default
+  in the help's "(default …)" tail; old spellings stay accepted as hidden aliases (``--out``, ``--trace``);
+- every list takes values separated by commas or spaces (``--impls a,b``, ``--B 64 128``), and every case
+  axis takes ranges ``START:STOP[:STEP]`` (``lab/grid.py`` parses them);
+- outputs: ``--json PATH`` (a results file), ``--csv [PATH]`` (one row per cell; without PATH, to
+  stdout), ``-o/--output FILE`` (a document), ``--plots-dir`` / ``--trace-dir DIR`` (folders);
+- tritonbench's flags where they mean the same: ``--op``, ``--only`` (= ``--impls``), ``--baseline``,
+  ``--metrics``, ``--csv``.
+"""
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import re
 
 import torch
 
+from jaggedperf.cli._names import choice
 from jaggedperf.inputs import DEFAULT_SEED, DISTRIBUTIONS, Case, canonical_dtype
-from jaggedperf.lab import stats
+from jaggedperf.lab import grid, stats
 from jaggedperf.lab.grid import SEED_CASES  # noqa: F401  (the seed's shapes, for repro)
+from jaggedperf.lab.plugins import PLUGINS_ENV
+from jaggedperf.lab.results.tables import METRICS
 from jaggedperf.lab.results.atomic import check_writable
 from jaggedperf.lab.runner import DEFAULT_BYTE_LIMIT, Options
 
 SEED_IMPLEMENTATIONS = ("unbind_mean", "nanmean_padded", "sum_padded")
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
@@ -59,16 +73,110 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
-def add_case_arguments(p: argparse.ArgumentParser, *, required: bool = False) -> None:
-    g = p.add_argument_group("cases (lists give every combination)")
-    g.add_argument("--B", type=int, nargs="+", required=required, help="batch sizes")
-    g.add_argument("--M", type=int, nargs="+", required=required, help="feature widths")
-    g.add_argument("--seqlen", type=int, nargs="+", required=required, help="maximum (nominal) sequence lengths")
-    g.add_argument("--sparsity", type=float, nargs="+", required=required, help="sparsities in [0, 1]")
-    g.add_argument("--distribution", nargs="+", default=["tritonbench"], choices=DISTRIBUTIONS)
-    g.add_argument("--dtype", nargs="+", default=["float32"], type=canonical_dtype_arg,
-                   help="float32 | bfloat16 | float16 (fp32/bf16/fp16 accepted)")
-    g.add_argument("--seed", type=int, default=DEFAULT_SEED)
+class ListAction(argparse.Action):
+    """A list flag: one or more values (``nargs="+"``), each parsed by ``type`` into a list (so commas split
+    it too), flattened. Given twice, the last one counts, as for any other flag."""
+
+    def __init__(self, option_strings, dest, nargs="+", **kwargs):
+        super().__init__(option_strings, dest, nargs=nargs, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, [v for parsed in values for v in parsed])
+
+
+def _each(parse):
+    """An argparse ``type`` for a ``ListAction``: the comma-separated items of one value, each by ``parse``."""
+
+    def parse_arg(text: str) -> list:
+        try:
+            return [parse(item) for item in comma_list(text)]
+        except (ValueError, argparse.ArgumentTypeError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse_arg.__name__ = getattr(parse, "__name__", "value")
+    return parse_arg
+
+
+def axis(parse):
+    """An argparse ``type`` for a case axis: numbers and ranges, by ``grid.int_values``/``float_values``."""
+
+    def parse_arg(text: str) -> list:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse_arg.__name__ = "axis value"  # argparse names the type in its messages
+    return parse_arg
+
+
+# One type object per kind of value: the grammar test compares types by identity.
+INT_AXIS, FLOAT_AXIS = axis(grid.int_values), axis(grid.float_values)
+DTYPES = _each(canonical_dtype)
+DISTRIBUTION_NAMES = _each(choice("distribution", DISTRIBUTIONS))
+METRIC_NAMES = _each(choice("metric", METRICS))
+PRESET = choice("preset", grid.PRESETS)  # read when parsing: a preset added to grid.PRESETS is taken
+NAMES = comma_list
+
+
+def add_list(g, flag: str, *aliases: str, type=NAMES, help: str, default=None, metavar: str | None = None,
+             required: bool = False, hidden: tuple[str, ...] = ()) -> None:
+    """A list flag (``ListAction``), with ``hidden`` spellings that are accepted and not shown."""
+    g.add_argument(flag, *aliases, action=ListAction, type=type, default=default, help=help, metavar=metavar,
+                   required=required)
+    if hidden:
+        dest = flag.lstrip("-").replace("-", "_")
+        g.add_argument(*hidden, dest=dest, action=ListAction, type=type, default=default, help=argparse.SUPPRESS)
+
+
+def add_names_arguments(p, *, impls_default: str, modes_default: str | None, op: bool = True) -> None:
+    """--op, --impls/--only and --modes (--mode hidden), with this command's defaults in the help;
+    ``modes_default`` None: the command takes no modes."""
+    if op:
+        p.add_argument("--op", default="jagged_mean", metavar="OP", help="the op (default: jagged_mean)")
+    add_list(p, "--impls", "--only", metavar="IMPL", help=f"implementations (default: {impls_default})")
+    if modes_default is not None:
+        add_list(p, "--modes", metavar="MODE", hidden=("--mode",), help=f"modes (default: {modes_default})")
+
+
+def add_plugin_argument(p) -> None:
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (in every worker too), e.g. to register implementations; "
+                        f"repeatable (also ${PLUGINS_ENV}, comma-separated)")
+
+
+def add_table_arguments(p) -> None:
+    """What run and repro show: tritonbench's --baseline and --metrics."""
+    g = p.add_argument_group("tables")
+    g.add_argument("--baseline", metavar="IMPL",
+                   help="also show each implementation's speedup against IMPL in the same mode and case "
+                        "(default: none; the speedup column is always against the same implementation's eager)")
+    add_list(g, "--metrics", type=METRIC_NAMES, metavar="METRIC",
+             help=f"the measures shown in the table of every cell: {', '.join(METRICS)} "
+                  "(default: all but accuracy; the case, implementation, mode and status are always shown)")
+
+
+def add_case_arguments(p, *, preset: bool = True, preset_default: str | None = None) -> None:
+    """The case axes; every combination of their values is a case (``cases_from_args``). An axis not given
+    takes the preset's values, or its default."""
+    g = p.add_argument_group("cases (every combination; values or ranges START:STOP[:STEP], by commas or spaces)")
+    if preset:
+        g.add_argument("--preset", type=PRESET,
+                       help="seed: the two shapes of pytorch/pytorch#160355; tritonbench: its default jagged "
+                            f"sweep; an axis given replaces the preset's (default: {preset_default or 'none'})")
+    add_list(g, "--B", type=INT_AXIS, help="batch sizes")
+    add_list(g, "--M", type=INT_AXIS, help="feature widths")
+    add_list(g, "--seqlen", type=INT_AXIS, help="maximum (nominal) sequence lengths")
+    add_list(g, "--sparsity", type=FLOAT_AXIS, help="sparsities in [0, 1]")
+    add_dtype_argument(g)
+    add_list(g, "--distribution", type=DISTRIBUTION_NAMES,
+             help=f"length distributions: {' | '.join(DISTRIBUTIONS)} (default: tritonbench)")
+    add_list(g, "--seed", type=INT_AXIS, help=f"generator seeds (default: {DEFAULT_SEED})")
+
+
+def add_dtype_argument(g) -> None:
+    add_list(g, "--dtype", type=DTYPES, help="values dtypes: float32 | bfloat16 | float16 (fp32/bf16/fp16 accepted; "
+                                              "default: float32)")
 
 
 def canonical_dtype_arg(text: str) -> str:
@@ -78,9 +186,15 @@ def canonical_dtype_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def cases_from_args(args: argparse.Namespace) -> list[Case]:
-    grid = itertools.product(args.B, args.M, args.seqlen, args.sparsity, args.distribution, args.dtype)
-    return [Case(B, M, L, s, dist, dtype, args.seed) for B, M, L, s, dist, dtype in grid]
+def cases_from_args(args: argparse.Namespace, preset: str | None = None) -> list[Case]:
+    """The cases of ``add_case_arguments``' flags: the preset's (``--preset``, else ``preset``) with each axis
+    given replacing its values; without a preset, B, M, seqlen and sparsity must be given.
+
+    Raises:
+        ValueError: an axis missing, or a value out of range.
+    """
+    axes = {name: getattr(args, name, None) for name in grid.AXES}
+    return grid.expand(getattr(args, "preset", None) or preset, **axes)
 
 
 def positive_seconds(text: str) -> float:
@@ -119,16 +233,35 @@ def add_run_arguments(p: argparse.ArgumentParser, *, gpu_timeout_s: float | None
     default = (f"{gpu_timeout_s:g} s on a GPU, where a cell runs in a worker process; on the CPU no timeout, "
                "every cell in this process" if gpu_timeout_s is not None
                else "no timeout, every cell in this process")
-    p.add_argument_group("isolation").add_argument(
-        "--timeout", type=seconds_or_none, metavar="S|none",
-        default=DEVICE_DEFAULT if gpu_timeout_s is not None else None,
-        help="run the cells in worker processes (one per GPU, or one on the CPU), as sweep does, and give a "
-             "cell S seconds, compile included: past them its worker is killed, the cell recorded as timed out "
-             f"and the run goes on; none: no timeout (default: {default})")
+    add_timeout_argument(p.add_argument_group("isolation"), default=DEVICE_DEFAULT if gpu_timeout_s is not None else None,
+                         more="given, the cells run in worker processes (one per GPU, or one on the CPU), as sweep's do",
+                         default_text=default)
     p.set_defaults(gpu_timeout_s=gpu_timeout_s)
     g = p.add_argument_group("output")
-    g.add_argument("--json", metavar="PATH", help="write every raw number and the environment as JSON")
-    g.add_argument("--csv", metavar="PATH", help="write one row per cell as CSV")
+    add_json_argument(g, "write every raw number and the environment, rewritten as each cell finishes")
+    g.add_argument("--csv", nargs="?", const="-", metavar="PATH",
+                   help="results as CSV, one row per cell; without PATH (or -), to stdout in place of the tables")
+
+
+def add_timeout_argument(g, *, default, default_text: str, more: str = "") -> None:
+    g.add_argument("--timeout", type=seconds_or_none, metavar="S|none", default=default,
+                   help="seconds a cell may take, compile included, before its worker is killed and the cell "
+                        f"recorded as timed out (the run goes on); none: no limit{'; ' + more if more else ''} "
+                        f"(default: {default_text})")
+
+
+def add_json_argument(g, what: str, *, required: bool = False, hidden: tuple[str, ...] = (),
+                      metavar: str = "PATH") -> None:
+    """``--json PATH``: the results file a command writes (``what`` it holds), with old ``hidden`` spellings."""
+    g.add_argument("--json", metavar=metavar, required=required and not hidden,
+                   help=f"JSON output: {what}")
+    if hidden:
+        g.add_argument(*hidden, dest="json", metavar=metavar, help=argparse.SUPPRESS)
+
+
+def add_flush_argument(g, *, default: bool, why: str) -> None:
+    g.add_argument("--flush-l2", action=argparse.BooleanOptionalAction, default=default,
+                   help=f"flush L2 between device-timed calls (default: {'flush' if default else 'no flush'}, {why})")
 
 
 def timeout_from_args(args: argparse.Namespace, device_type: str) -> float | None:
@@ -141,15 +274,23 @@ def timeout_from_args(args: argparse.Namespace, device_type: str) -> float | Non
 def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
     """How each cell is measured (read back by ``options_from_args``)."""
     g = p.add_argument_group("measurement")
-    g.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is present, else cpu")
-    g.add_argument("--warmup", type=non_negative_int, default=50, help="warm-up calls before timing (seed: 50)")
-    g.add_argument("--iters", type=positive_int, default=200, help="timed calls (seed: 200)")
-    g.add_argument("--byte-limit", type=byte_size, default=DEFAULT_BYTE_LIMIT,
-                   help="skip a cell whose largest tensor passes this (default 8GB)")
-    g.add_argument("--no-flush-l2", action="store_true", help="do not flush L2 between device-timed calls")
+    add_timing_arguments(g)
+    add_flush_argument(g, default=True, why="the device time of a cold cache, as do_bench")
     g.add_argument("--no-device-time", action="store_true", help="wall time only (no graph replay, no profiler)")
-    g.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
     add_stability_arguments(g)
+
+
+def add_timing_arguments(g) -> None:
+    """Device, warm-up, timed calls and byte limit: what every measuring command (run, repro, doctor, sweep)
+    takes alike."""
+    g.add_argument("--device", choices=["cuda", "cpu"], help="where the cells run (default: cuda when a GPU is "
+                                                               "present, else cpu)")
+    g.add_argument("--warmup", type=non_negative_int, default=50, help="warm-up calls before timing (default: 50, "
+                                                                         "the seed's)")
+    g.add_argument("--iters", type=positive_int, default=200, help="timed calls (default: 200, the seed's)")
+    g.add_argument("--byte-limit", type=byte_size, default=DEFAULT_BYTE_LIMIT,
+                   help="skip a cell whose largest tensor passes this (default: 8GB)")
+    g.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
 
 
 def positive_fraction(text: str) -> float:
@@ -165,15 +306,15 @@ def positive_fraction(text: str) -> float:
 def add_stability_arguments(g) -> None:
     """CPU threads and when a cell is measured again, then marked unstable (read by ``apply_stability_arguments``)."""
     g.add_argument("--threads", type=positive_int, default=1, metavar="N",
-                   help="torch's CPU threads for CPU cells, recorded in every result (default 1)")
+                   help="torch's CPU threads for CPU cells, recorded in every result (default: 1)")
     policy = stats.Policy()
     g.add_argument("--max-iqr", type=positive_fraction, default=policy.max_iqr_rel, metavar="F",
-                   help=f"a cell whose wall IQR passes F of its median is measured again (default {policy.max_iqr_rel:g})")
+                   help=f"a cell whose wall IQR passes F of its median is measured again (default: {policy.max_iqr_rel:g})")
     g.add_argument("--max-drift", type=positive_fraction, default=policy.max_drift_rel, metavar="F",
                    help="... or whose first and last thirds' medians differ by more than F of the median "
-                        f"(default {policy.max_drift_rel:g})")
+                        f"(default: {policy.max_drift_rel:g})")
     g.add_argument("--attempts", type=positive_int, default=policy.attempts, metavar="N",
-                   help=f"measurements of a cell at most before it is marked unstable (default {policy.attempts})")
+                   help=f"measurements of a cell at most before it is marked unstable (default: {policy.attempts})")
 
 
 def apply_stability_arguments(args: argparse.Namespace, opts: Options) -> Options:
@@ -215,7 +356,7 @@ def device_from_args(args: argparse.Namespace) -> torch.device | None:
 def options_from_args(args: argparse.Namespace) -> Options:
     device = device_from_args(args)
     opts = Options(warmup=args.warmup, iters=args.iters, byte_limit=args.byte_limit,
-                   flush_l2=not args.no_flush_l2, device_time=not args.no_device_time,
+                   flush_l2=args.flush_l2, device_time=not args.no_device_time,
                    dynamic=True if args.dynamic else None)
     if device is not None:
         opts.device = device

@@ -11,28 +11,33 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from jaggedperf.cli._args import (
-    SEED_CASES,
+    EXIT_INTERRUPTED,
     SEED_IMPLEMENTATIONS,
     add_case_arguments,
+    add_flush_argument,
+    add_json_argument,
+    add_names_arguments,
+    add_plugin_argument,
     add_stability_arguments,
+    add_timing_arguments,
     apply_stability_arguments,
-    byte_size,
     cases_from_args,
-    comma_list,
     device_from_args,
-    non_negative_int,
     positive_int,
     print_error,
     unwritable,
 )
+from jaggedperf.cli._names import select
 from jaggedperf.cli.lab import _footer, console
 from jaggedperf.impls.registry import implementation_names
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab.doctor import attribution, evidence, gather, verdicts
+from jaggedperf.lab.env import environment
+from jaggedperf.lab.plugins import PluginError
 from jaggedperf.lab.result import OK, TIMED
 from jaggedperf.lab.results.atomic import write_json
-from jaggedperf.lab.runner import DEFAULT_BYTE_LIMIT, Options
+from jaggedperf.lab.runner import Options
 
 OP = "jagged_mean"
 CASE_FLAGS = ("B", "M", "seqlen", "sparsity")
@@ -48,32 +53,27 @@ def register(sub) -> None:
                     "device time, NestedTensor input overhead, guard evaluation and other host work, and print a "
                     "verdict (which recommends jaggedperf.compile, with its measured numbers, where NJT host work is "
                     "the slowdown and it is faster). Without case flags: the seed's two shapes.")
-    p.add_argument("--op", default=OP, help="the op (default jagged_mean)")
-    p.add_argument("--impls", type=comma_list,
-                   help=f"implementations, comma-separated (default: for jagged_mean the seed's three: "
-                        f"{','.join(SEED_IMPLEMENTATIONS)}; for another op, all)")
-    p.add_argument("--mode", default=modes_mod.SEED_COMPILED_MODE,
-                   choices=[*modes_mod.COMPILE_MODES, *modes_mod.BOUNDARY_MODES], help=f"the compiled mode to explain (default {modes_mod.SEED_COMPILED_MODE})")
-    add_case_arguments(p, required=False)
+    add_names_arguments(p, impls_default=f"for jagged_mean the seed's three: {','.join(SEED_IMPLEMENTATIONS)}; "
+                                         "for another op, all",
+                        modes_default=f"{modes_mod.SEED_COMPILED_MODE}; each a compiled mode, explained against eager")
+    p.set_defaults(modes=[modes_mod.SEED_COMPILED_MODE])
+    add_plugin_argument(p)
+    add_case_arguments(p, preset_default="seed, when no case axis is given")
     g = p.add_argument_group("measurement")
-    g.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is present, else cpu")
-    g.add_argument("--warmup", type=non_negative_int, default=50, help="warm-up calls before timing (seed: 50)")
-    g.add_argument("--iters", type=positive_int, default=200, help="timed calls (seed: 200)")
-    g.add_argument("--profile-calls", type=positive_int, default=10, help="calls profiled for kernels (default 10)")
-    g.add_argument("--byte-limit", type=byte_size, default=DEFAULT_BYTE_LIMIT,
-                   help="skip a cell whose largest tensor passes this (default 8GB)")
-    g.add_argument("--flush-l2", action="store_true",
-                   help="flush L2 between device-timed calls (default: no flush, as in the wall loop, so that "
-                        "host = wall − device compares like with like)")
+    add_timing_arguments(g)
+    g.add_argument("--profile-calls", type=positive_int, default=10, help="calls profiled for kernels (default: 10)")
+    add_flush_argument(g, default=False, why="as in the wall loop, so that host = wall − device compares like with "
+                                            "like")
     g.add_argument("--no-cudagraphs", action="store_true", help="skip the CUDA-graph comparison (saves two cells)")
     g.add_argument("--compile-budget", type=float, default=gather.DEFAULT_COMPILE_BUDGET_S, metavar="S",
                    help="when a compiled cell takes longer than S seconds to compile, skip its extra compiles "
                         "(plain twin, boundary, CUDA-graph counterpart); a negative S means no limit "
-                        f"(default {gather.DEFAULT_COMPILE_BUDGET_S:g})")
-    g.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
+                        f"(default: {gather.DEFAULT_COMPILE_BUDGET_S:g})")
     add_stability_arguments(g)
-    g.add_argument("--json", metavar="PATH", help="write every piece of evidence, the diagnoses and the environment")
-    g.add_argument("--trace", metavar="DIR", help="write a chrome trace per profiled callable (CUDA)")
+    g = p.add_argument_group("output")
+    add_json_argument(g, "every piece of evidence, the diagnoses and the environment, rewritten as each cell finishes")
+    g.add_argument("--trace-dir", metavar="DIR", help="write a chrome trace per profiled callable into DIR (CUDA)")
+    g.add_argument("--trace", dest="trace_dir", metavar="DIR", help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_doctor)
 
 
@@ -88,22 +88,20 @@ def doctor_implementations(op: str) -> list[str]:
 
 
 def doctor_cases(args: argparse.Namespace) -> list[Case]:
-    """The case flags' product, or the seed's two shapes (with --distribution/--dtype/--seed) when none is given."""
-    given = [name for name in CASE_FLAGS if getattr(args, name) is not None]
-    if not given:
-        return [Case(c.B, c.M, c.seqlen, c.sparsity, dist, dtype, args.seed)
-                for c in SEED_CASES for dist in args.distribution for dtype in args.dtype]
-    if len(given) != len(CASE_FLAGS):
-        missing = [f"--{n}" for n in CASE_FLAGS if n not in given]
-        raise ValueError(f"give all of --B --M --seqlen --sparsity, or none for the seed's two shapes "
-                         f"(missing {' '.join(missing)})")
-    return cases_from_args(args)
+    """The case flags' cases (``cases_from_args``); with neither a preset nor any of B, M, seqlen, sparsity,
+    the seed's two shapes (with --distribution/--dtype/--seed).
+
+    Raises:
+        ValueError: some of B, M, seqlen, sparsity given without a preset, but not all.
+    """
+    given = any(getattr(args, name) is not None for name in CASE_FLAGS)
+    return cases_from_args(args, preset=None if given else "seed")
 
 
 def doctor_options(args: argparse.Namespace) -> Options:
     device = device_from_args(args)
     opts = Options(warmup=args.warmup, iters=args.iters, byte_limit=args.byte_limit, flush_l2=args.flush_l2,
-                   profile_calls=args.profile_calls, dynamic=True if args.dynamic else None, trace_dir=args.trace)
+                   profile_calls=args.profile_calls, dynamic=True if args.dynamic else None, trace_dir=args.trace_dir)
     if device is not None:
         opts.device = device
     return apply_stability_arguments(args, opts)
@@ -112,9 +110,10 @@ def doctor_options(args: argparse.Namespace) -> Options:
 def cmd_doctor(args: argparse.Namespace) -> int:
     out, err = console(), Console(stderr=True)
     try:
-        impls = args.impls or doctor_implementations(args.op)
+        chosen = select(args, default_impls=doctor_implementations,
+                        allowed_modes=[*modes_mod.COMPILE_MODES, *modes_mod.BOUNDARY_MODES])
         cases = doctor_cases(args)
-    except (KeyError, ValueError) as exc:
+    except (PluginError, KeyError, ValueError) as exc:
         print_error(err, exc)
         return 2
     problem = unwritable(args.json)
@@ -125,8 +124,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if options.device.type == "cpu":
         err.print("[yellow]No CUDA GPU in use: running on the CPU. Wall time only: device time, kernels and the "
                   "CUDA-graph comparison need CUDA.[/yellow]")
-        if args.trace:
-            err.print("[yellow]--trace: traces need CUDA (torch.profiler device activity); none written.[/yellow]")
+        if args.trace_dir:
+            err.print("[yellow]--trace-dir: traces need CUDA (torch.profiler device activity); none written.[/yellow]")
             options.trace_dir = None
     if options.trace_dir:
         try:
@@ -135,13 +134,30 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             print_error(err, f"cannot make the trace folder {options.trace_dir}: {exc.strerror or exc}")
             return 2
     started = time.perf_counter()
+    done: list[evidence.Evidence] = []
+
+    def keep(ev: evidence.Evidence) -> None:  # the finished cells survive a Ctrl-C or a crash in a later one
+        done.append(ev)
+        if args.json:
+            write_json(args.json, verdicts.diagnose_run(evidence.EvidenceRun(environment(), None, done)))
+
+    total = len(cases) * len(chosen.impls) * len(chosen.modes)
     try:
         budget = None if args.compile_budget < 0 else args.compile_budget
-        run = gather_with_progress(args.op, cases, impls, args.mode, options, not args.no_cudagraphs, budget, err)
+        runs = [gather_with_progress(chosen.op, cases, chosen.impls, mode, options, not args.no_cudagraphs, budget,
+                                     err, total=total, done=len(chosen.impls) * len(cases) * i, on_evidence=keep)
+                for i, mode in enumerate(chosen.modes)]
     except (KeyError, ValueError) as exc:
         print_error(err, exc)
         return 2
-    record = verdicts.diagnose_run(run)
+    except KeyboardInterrupt:
+        kept = (f"their evidence and verdicts kept in {args.json}" if args.json and done
+                else "nothing kept" if not done else "not kept (--json PATH keeps each cell as it finishes)")
+        err.print(f"interrupted: {len(done)} of {total} cells finished, {kept}; run the same command again "
+                  "(fewer --impls or cases finish sooner)", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_INTERRUPTED
+    record = verdicts.diagnose_run(evidence.EvidenceRun(runs[0].environment, runs[0].copy_gbps,
+                                                        [ev for run in runs for ev in run.evidence]))
     for ev, diagnosis in zip(record.evidence, record.diagnoses):
         out.print(measurements_table(ev))
         out.print(attribution_table(ev, diagnosis))
@@ -162,14 +178,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def gather_with_progress(op, cases, impls, mode, options, cudagraphs, compile_budget_s,
-                         console: Console) -> evidence.EvidenceRun:
+def gather_with_progress(op, cases, impls, mode, options, cudagraphs, compile_budget_s, console: Console, *,
+                         total: int, done: int = 0, on_evidence=None) -> evidence.EvidenceRun:
+    """``gather.gather_all`` for one mode with a progress bar over ``total`` cells, ``done`` of them before this
+    mode's; ``on_evidence`` gets each cell's evidence as it is complete."""
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
-    total = len(cases) * len(impls)
     # No auto-refresh: a refresh thread would compete with the timed calls for the GIL (and on a small CPU
     # for a core); the bar is redrawn when a stage starts, between measurements.
     with Progress(*columns, console=console, transient=True, disable=total < 2, auto_refresh=False) as progress:
-        task = progress.add_task("cells", total=total)
+        task = progress.add_task("cells", total=total, completed=done)
         current = {"cell": ""}
 
         def on_start(name, case):
@@ -179,13 +196,15 @@ def gather_with_progress(op, cases, impls, mode, options, cudagraphs, compile_bu
         def on_stage(stage):
             progress.update(task, description=f"{current['cell']} · {stage}", refresh=True)
 
-        def on_evidence(_):
+        def advance(ev):
             progress.advance(task)
             progress.refresh()
+            if on_evidence:
+                on_evidence(ev)
 
         return gather.gather_all(op, cases, impls, mode, options, cudagraphs=cudagraphs,
-                                   compile_budget_s=compile_budget_s, on_start=on_start, on_stage=on_stage,
-                                   on_evidence=on_evidence)
+                                 compile_budget_s=compile_budget_s, on_start=on_start, on_stage=on_stage,
+                                 on_evidence=advance)
 
 
 # --- tables --------------------------------------------------------------------------------------

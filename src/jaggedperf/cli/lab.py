@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import sys
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,24 +15,28 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from jaggedperf.cli._args import (
-    SEED_CASES,
+    EXIT_INTERRUPTED,
     SEED_IMPLEMENTATIONS,
     add_case_arguments,
+    add_dtype_argument,
+    add_names_arguments,
+    add_plugin_argument,
     add_run_arguments,
+    add_table_arguments,
     cases_from_args,
-    comma_list,
     options_from_args,
     print_error,
     timeout_from_args,
     unwritable,
 )
-from jaggedperf.impls.registry import get_op, implementation_names
+from jaggedperf.cli._names import Selection, select
+from jaggedperf.impls.registry import OPS, get_op, implementation_names
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab import runner, sweep
-from jaggedperf.lab.plugins import PluginError, import_plugins, plugin_names
+from jaggedperf.lab.plugins import PluginError
 from jaggedperf.lab.result import RunRecord
 from jaggedperf.lab.results import tables
-from jaggedperf.lab.results.atomic import write_csv, write_json
+from jaggedperf.lab.results.atomic import csv_text, write_csv, write_json
 from jaggedperf.lab.results.markdown import load_text
 
 OP = "jagged_mean"
@@ -51,25 +54,28 @@ def register(sub) -> None:
                                    f"{', '.join(REPRO_MODES)}: the seed's finding and the boundary "
                                    "(jaggedperf.compile) in the same torch mode beside it, on the GPU when present. "
                                    "With --op, another op at the seed's shapes (every implementation by default).")
-    p.add_argument("--op", default=OP, help="the op (default jagged_mean)")
-    p.add_argument("--impls", type=comma_list,
-                   help="implementations (default: for jagged_mean the seed's three + jaggedperf; else all)")
-    p.add_argument("--modes", type=comma_list, help=f"modes (default: {','.join(REPRO_MODES)})")
-    p.add_argument("--dtype", default="float32", help="values dtype (float32 | bfloat16 | float16)")
+    add_names_arguments(p, impls_default="for jagged_mean the seed's three and jaggedperf; for another op, all",
+                        modes_default=",".join(REPRO_MODES))
+    add_plugin_argument(p)
+    add_dtype_argument(p.add_argument_group("cases (the seed's two shapes)"))
+    add_table_arguments(p)
     add_run_arguments(p, gpu_timeout_s=REPRO_GPU_CELL_TIMEOUT_S)
     p.set_defaults(handler=cmd_repro)
 
-    p = sub.add_parser("run", help="run any cells: implementations × modes × cases")
-    p.add_argument("--op", default=OP, help="the op (default jagged_mean)")
-    p.add_argument("--impls", type=comma_list, help="implementations, comma-separated (default: all)")
-    p.add_argument("--modes", type=comma_list, default=[modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE],
-                   help="modes, comma-separated (default: eager and the seed's compiled mode)")
-    add_case_arguments(p, required=True)
+    p = sub.add_parser("run", help="run any cells: implementations × modes × cases",
+                       epilog="e.g. jaggedperf run --B 512 --M 64 --seqlen 100:500:100 --sparsity 0.1,0.75 "
+                              "--only sum_padded,jaggedperf --baseline sum_padded --metrics latency,speedup --csv")
+    add_names_arguments(p, impls_default="all", modes_default="eager and the seed's compiled mode")
+    p.set_defaults(modes=[modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE])
+    add_plugin_argument(p)
+    add_case_arguments(p)
+    add_table_arguments(p)
     add_run_arguments(p)
     p.set_defaults(handler=cmd_run)
 
-    p = sub.add_parser("list", help="implementations and modes")
-    p.add_argument("--op", default=OP)
+    p = sub.add_parser("list", help="ops, implementations (plugins' too) and modes")
+    add_names_arguments(p, impls_default="all", modes_default=None)
+    add_plugin_argument(p)
     p.set_defaults(handler=cmd_list)
 
 
@@ -86,21 +92,12 @@ def default_implementations(op: str) -> list[str]:
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
-    from jaggedperf.inputs import Case
-
-    try:
-        impls = args.impls or default_implementations(args.op)
-    except KeyError as exc:
-        print_error(Console(stderr=True), exc)
-        return 2
-    modes = args.modes or list(REPRO_MODES)
-    cases = [Case(c.B, c.M, c.seqlen, c.sparsity, dtype=args.dtype) for c in SEED_CASES]
-    return execute(args, args.op, cases, impls, modes, compiled_mode=_compiled_mode(modes))
+    return execute(args, lambda: cases_from_args(args, preset="seed"),
+                   default_impls=default_implementations, default_modes=REPRO_MODES)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    impls = args.impls or implementation_names(args.op)
-    return execute(args, args.op, cases_from_args(args), impls, args.modes, compiled_mode=_compiled_mode(args.modes))
+    return execute(args, lambda: cases_from_args(args))
 
 
 def _compiled_mode(modes: list[str]) -> str | None:
@@ -118,51 +115,83 @@ def _boundary_mode(modes: list[str], compiled_mode: str | None) -> str | None:
     return twin if twin in modes else None
 
 
-def execute(args, op, cases, impls, modes, *, compiled_mode) -> int:
+def execute(args, make_cases, *, default_impls=implementation_names, default_modes=()) -> int:
     out, err = console(), Console(stderr=True)
     try:
-        plugins = plugin_names()  # $JAGGEDPERF_PLUGINS, as sweep
-        import_plugins(plugins)
-        cells = runner.plan(op, cases, impls, modes)
+        chosen = select(args, default_impls=default_impls, default_modes=default_modes)
+        cells = runner.plan(chosen.op, make_cases(), chosen.impls, chosen.modes)
         options = options_from_args(args)
         timeout_s = timeout_from_args(args, options.device.type)
         run = runner.run
         if timeout_s is not None:
             run = functools.partial(sweep.run_isolated, slots=sweep.worker_slots("all", args.device),
-                                    settings=sweep.Settings(timeout_s=timeout_s, plugins=tuple(plugins)),
+                                    settings=sweep.Settings(timeout_s=timeout_s, plugins=chosen.plugins),
                                     on_note=lambda note: err.print(f"[yellow]{escape(note)}[/yellow]", highlight=False))
     except (PluginError, KeyError, ValueError) as exc:
         print_error(err, exc)
         return 2
-    problem = unwritable(args.json, args.csv)
+    csv_path = None if args.csv in (None, "-") else args.csv
+    problem = unwritable(args.json, csv_path)
     if problem:
         print_error(err, problem)
         return 2
     if options.device.type == "cpu":
         err.print("[yellow]No CUDA GPU in use: running on the CPU. The seed's table was measured on a GPU; "
                   "CPU numbers show the method, not the GPU finding.[/yellow]")
+    done: list = []
     try:
-        record = run_with_progress(cells, options, err, save_to=args.json, run=run)
+        record = run_with_progress(cells, options, err, save_to=args.json, run=run, done=done)
     except sweep.SweepError as exc:
         print_error(err, str(exc))
         return 1
-    boundary_mode = _boundary_mode(modes, compiled_mode)
+    except KeyboardInterrupt:
+        err.print(interrupted_line(len(done), len(cells), args.json), markup=False, highlight=False, soft_wrap=True)
+        return EXIT_INTERRUPTED
+    if args.csv == "-":  # tritonbench's --csv: the rows in place of the tables
+        out.file.write(csv_text(record.results))
+    else:
+        _print_tables(out, record, chosen)
+    if args.json:
+        write_json(args.json, record)  # already written after every cell; again for a run with no result callback
+        err.print(f"wrote {args.json}")
+    if csv_path:
+        write_csv(csv_path, record.results)
+        err.print(f"wrote {csv_path}")
+    return 0
+
+
+def interrupted_line(finished: int, total: int, json_path: str | None) -> str:
+    """The one line a run ends with on Ctrl-C: what was kept, and how to go on."""
+    kept = (f"kept in {json_path}" if json_path else "not kept (--json PATH keeps each cell as it finishes)")
+    return (f"interrupted: {finished} of {total} cells finished, {kept}; run the same command again to measure "
+            "them all, or `jaggedperf sweep --json R.jsonl` with the same flags, which resumes where it stopped")
+
+
+def _print_tables(out: Console, record: RunRecord, chosen: Selection) -> None:
+    compiled_mode = _compiled_mode(chosen.modes)
+    boundary_mode = _boundary_mode(chosen.modes, compiled_mode)
     if compiled_mode:
-        out.print(tables.seed_table(record.results, compiled_mode, boundary_mode=boundary_mode))
-    out.print(tables.cells_table(record.results))
+        show(out, tables.seed_table(record.results, compiled_mode, boundary_mode=boundary_mode))
+    show(out, tables.cells_table(record.results, metrics=chosen.metrics))
+    if chosen.baseline:
+        show(out, tables.baseline_table(record.results, chosen.baseline))
     for line in tables.problems(record.results):
         out.print(f"• {line}", markup=False, highlight=False, style="red")
     if compiled_mode:
         for line in tables.findings(record.results, compiled_mode, boundary_mode):
             out.print(f"• {line}", markup=False, highlight=False)
     _footer(out, record)
-    if args.json:
-        write_json(args.json, record)  # already written after every cell; again for a run with no result callback
-        err.print(f"wrote {args.json}")
-    if args.csv:
-        write_csv(args.csv, record.results)
-        err.print(f"wrote {args.csv}")
-    return 0
+
+
+def show(out: Console, table: Table) -> None:
+    """Print ``table`` within the console's width (``tables.fit_width``), saying what was shortened or left out."""
+    fitted = tables.fit_width(table, out.width)
+    out.print(fitted.table)
+    notes = ([tables.LEGEND] if fitted.shortened else []) + (
+        [f"left out at {out.width} columns: {', '.join(fitted.left_out)} (a wider terminal, or --csv, has them)"]
+        if fitted.left_out else [])
+    for note in notes:
+        out.print(note, markup=False, highlight=False, style="dim")
 
 
 def console() -> Console:
@@ -171,9 +200,10 @@ def console() -> Console:
     return c if c.is_terminal else Console(width=max(c.width, 160))
 
 
-def run_with_progress(cells, options, console: Console, save_to: str | None = None, run=runner.run) -> RunRecord:
+def run_with_progress(cells, options, console: Console, save_to: str | None = None, run=runner.run,
+                      done: list | None = None) -> RunRecord:
     """``run`` (``runner.run`` or ``sweep.run_isolated``) with a progress bar; with ``save_to``, the JSON is rewritten
-    (atomically) after every cell."""
+    (atomically) after every cell; ``done`` (when given) gets each finished cell, for a caller interrupted."""
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn()]
     with Progress(*columns, console=console, transient=True, disable=len(cells) < 2) as progress:
@@ -182,8 +212,10 @@ def run_with_progress(cells, options, console: Console, save_to: str | None = No
         def on_start(cell):
             progress.update(task, description=f"{cell.implementation} · {cell.mode} · {cell.case.label}")
 
-        def on_result(_, record):
+        def on_result(cell, record):
             progress.advance(task)
+            if done is not None:
+                done.append(cell)
             if save_to:
                 write_json(save_to, record)
 
@@ -202,22 +234,35 @@ def _footer(console: Console, record: RunRecord) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    out = console()
+    out, err = console(), Console(stderr=True)
     try:
-        op = get_op(args.op)
-    except KeyError as exc:
-        print(f"jaggedperf: error: {exc.args[0]}", file=sys.stderr)
+        chosen = select(args, default_modes=modes_mod.MODES)
+    except (PluginError, KeyError, ValueError) as exc:
+        print_error(err, exc)
         return 2
+    op = get_op(chosen.op)
     table = Table(title=f"{op.name}: {op.description}")
-    for col in ("implementation", "takes", "pads", "description"):
-        table.add_column(col)
-    for impl in op.implementations.values():
-        table.add_row(impl.name, impl.takes, "yes" if impl.pads else "", impl.description)
+    for col in ("implementation", "from", "takes", "pads", "description"):
+        table.add_column(col, no_wrap=col == "implementation")
+    for name in chosen.impls:
+        impl = op.implementations[name]
+        table.add_row(impl.name, _origin(impl.fn), impl.takes, "yes" if impl.pads else "", impl.description)
     out.print(table)
     modes = Table(title="modes")
-    modes.add_column("mode")
+    modes.add_column("mode", no_wrap=True)
     modes.add_column("what it does")
-    for name in modes_mod.MODES:
+    for name in chosen.modes:
         modes.add_row(name, modes_mod.DESCRIPTIONS[name])
     out.print(modes)
+    others = sorted(set(OPS) - {op.name})
+    if others:
+        out.print(f"other ops (--op): {', '.join(others)}", markup=False, highlight=False)
+    if chosen.plugins:
+        out.print(f"plugins: {', '.join(chosen.plugins)}", markup=False, highlight=False)
     return 0
+
+
+def _origin(fn) -> str:
+    """"built-in" for jaggedperf's own implementations, else the module that registered it (a plugin)."""
+    module = getattr(fn, "__module__", "") or ""
+    return "built-in" if module.split(".")[0] == "jaggedperf" else module

@@ -6,6 +6,7 @@ on stderr (``jaggedperf: error: ...``) and exit code 2; warnings met while readi
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import sys
@@ -16,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from jaggedperf.cli._args import add_json_argument
 from jaggedperf.lab.results.atomic import write_text_atomic
 from jaggedperf.lab.results.compare import (
     BROKEN,
@@ -41,8 +43,8 @@ def register(sub) -> None:
     p = sub.add_parser("plot", help="draw speedup heatmaps, roofline and latency plots from a results file",
                        description="Draw speedup heatmaps, a roofline and a latency plot (PNG and SVG).")
     p.add_argument("results", metavar="RESULTS", help="results file (JSON document or JSON lines)")
-    p.add_argument("-o", "--out", metavar="DIR", type=Path,
-                   help="folder for the figures (default: RESULTS' name + '-plots', beside RESULTS)")
+    add_plots_dir_argument(p)
+    p.add_argument("-o", "--out", dest="plots_dir", type=Path, help=argparse.SUPPRESS)  # its spelling before 0.2
     p.set_defaults(handler=_clean_errors(_plot))
 
     p = sub.add_parser("compare", help="compare two results files cell by cell (B against baseline A)",
@@ -53,7 +55,7 @@ def register(sub) -> None:
     p.add_argument("a", metavar="A", help="baseline results file")
     p.add_argument("b", metavar="B", help="results file to judge")
     p.add_argument("--fail-on-regression", action="store_true", help="exit with code 1 when a cell regressed, 2 when no cell could be compared")
-    p.add_argument("--json", metavar="OUT", type=Path, help="also write the comparison as JSON to OUT")
+    add_json_argument(p, "the comparison, cell by cell")
     p.add_argument("--k", type=float, default=K,
                    help=f"files without samples: standard deviations a change must exceed (default {K:g})")
     p.add_argument("--min-rel", type=float, default=MIN_REL,
@@ -62,9 +64,12 @@ def register(sub) -> None:
     p.set_defaults(handler=_clean_errors(_compare))
 
     p = sub.add_parser("report", help="write a Markdown report of a results file, with its plots",
-                       description="Write a Markdown report; the plots go to a folder beside it (REPORT's name + '-plots').")
+                       description="Write a Markdown report linking the figures of `jaggedperf plot RESULTS`: they "
+                                   "are drawn into the same folder, and those already there and newer than RESULTS "
+                                   "are linked as they are.")
     p.add_argument("results", metavar="RESULTS", help="results file (JSON document or JSON lines)")
     p.add_argument("-o", "--output", metavar="REPORT.md", type=Path, required=True, help="the report to write")
+    add_plots_dir_argument(p)
     p.add_argument("--no-plots", action="store_true", help="tables only, no figures")
     p.set_defaults(handler=_clean_errors(_report))
 
@@ -72,10 +77,15 @@ def register(sub) -> None:
 # --- handlers -------------------------------------------------------------------------------------
 
 
+def add_plots_dir_argument(p) -> None:
+    p.add_argument("--plots-dir", metavar="DIR", type=Path,
+                   help="the figures' folder (default: RESULTS' name + '-plots', beside RESULTS)")
+
+
 def _plot(args) -> int:
     record = _load(args.results)
     plot = _plot_module()
-    out = args.out if args.out is not None else plots_dir(Path(args.results))
+    out = args.plots_dir if args.plots_dir is not None else plots_dir(Path(args.results))
     files = plot.plot_all(record, out)
     console = Console()
     if not files:
@@ -91,7 +101,7 @@ def _compare(args) -> int:
     a, b = _load(args.a), _load(args.b)
     result = compare(a, b, k=args.k, min_rel=args.min_rel)
     if args.json is not None:
-        write_text_atomic(args.json, json.dumps(result.to_dict(), indent=1) + "\n")
+        write_text_atomic(Path(args.json), json.dumps(result.to_dict(), indent=1) + "\n")
     console = Console(width=_width())
     for key, (va, vb) in result.environment_changes.items():
         console.print(f"[yellow]{key}[/yellow]: {escape(str(va))} → {escape(str(vb))}", highlight=False)
@@ -133,7 +143,10 @@ def _compare(args) -> int:
 def _report(args) -> int:
     record = _load(args.results)
     try:
-        written = write_report(record, args.output, plots=not args.no_plots)
+        results = Path(args.results)
+        folder = args.plots_dir if args.plots_dir is not None else plots_dir(results)
+        written = write_report(record, args.output, plots=not args.no_plots, figures_dir=folder,
+                               reuse_newer_than=results.stat().st_mtime)
     except ImportError as err:
         raise _without_matplotlib(err) from None
     more = f" and {written.figures} figures in {written.figures_dir}" if written.figures else ""

@@ -4,6 +4,7 @@ file as it finishes; the same command again resumes where a crash or kill stoppe
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -12,26 +13,28 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from jaggedperf.cli._args import (
+    EXIT_INTERRUPTED,
+    add_case_arguments,
+    add_json_argument,
     add_measurement_arguments,
-    canonical_dtype_arg,
-    comma_list,
+    add_names_arguments,
+    add_plugin_argument,
+    add_timeout_argument,
+    cases_from_args,
     options_from_args,
-    positive_seconds,
     print_error,
     unwritable,
 )
-from jaggedperf.cli.lab import OP, console
-from jaggedperf.impls.registry import implementation_names
-from jaggedperf.inputs import DISTRIBUTIONS
-from jaggedperf.lab import grid, sweep
+from jaggedperf.cli._names import select
+from jaggedperf.cli.lab import console
+from jaggedperf.lab import sweep
 from jaggedperf.lab import modes as modes_mod
-from jaggedperf.lab.plugins import PLUGINS_ENV, PluginError, import_plugins, plugin_names
+from jaggedperf.lab.plugins import PluginError
 from jaggedperf.lab.result import SKIPPED
 from jaggedperf.lab.results.store import ResultsFileError
 from jaggedperf.lab.results.tables import problems
 from jaggedperf.lab.results.views import status_counts
 
-EXIT_INTERRUPTED = 130
 SHOWN_PROBLEMS = 10
 
 
@@ -39,54 +42,30 @@ def register(sub) -> None:
     p = sub.add_parser(
         "sweep", help="run a grid of cells on every GPU, each under a timeout; resumable",
         description="Every implementation × mode × case of a grid, one worker process per GPU (one on the CPU), "
-                    "each cell under --timeout. Results are appended to --out as they finish; the same command "
+                    "each cell under --timeout. Results are appended to --json as they finish; the same command "
                     "again runs only the cells not yet there (--retry-failed: and those that failed), with the "
-                    "settings --out was measured with. One sweep at a time per --out.",
+                    "settings --json was measured with. One sweep at a time per --json (--out: the same).",
         epilog="Axis values are numbers or inclusive ranges START:STOP[:STEP], several per flag "
                "(e.g. --seqlen 100:1000:100 5000 --sparsity 0.1:0.9:0.1). With --preset, an axis given "
                "explicitly replaces the preset's.")
-    p.add_argument("--out", required=True, metavar="RESULTS.jsonl", help="results file (JSON lines), appended to")
-    p.add_argument("--op", default=OP, help="the op (default jagged_mean)")
-    p.add_argument("--impls", type=comma_list, help="implementations, comma-separated (default: all)")
-    p.add_argument("--modes", type=comma_list, default=[modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE],
-                   help="modes, comma-separated (default: eager and the seed's compiled mode)")
+    add_json_argument(p, "the results (JSON lines), appended to as each cell finishes; required",
+                      hidden=("--out",), metavar="RESULTS.jsonl")
+    add_names_arguments(p, impls_default="all", modes_default="eager and the seed's compiled mode")
+    p.set_defaults(modes=[modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE])
     p.add_argument("--plan", action="store_true", help="print how many cells would run, and run nothing")
     p.add_argument("--retry-failed", action="store_true",
-                   help="run again the cells of this grid whose latest result in --out is an error (raised, timed "
+                   help="run again the cells of this grid whose latest result in --json is an error (raised, timed "
                         "out, worker died); their new results are appended, and read back in place of the old")
     p.add_argument("--accept-settings", action="store_true",
-                   help="resume even though --out was measured with other settings (--iters, --warmup, --dynamic, "
+                   help="resume even though --json was measured with other settings (--iters, --warmup, --dynamic, "
                         "--no-flush-l2, --byte-limit, device, ...); without it such a resume is refused")
-    g = p.add_argument_group("grid (every combination of the axes)")
-    g.add_argument("--preset", choices=sorted(grid.PRESETS),
-                   help="seed: the two shapes of pytorch/pytorch#160355; tritonbench: its default jagged sweep")
-    g.add_argument("--B", type=_axis(grid.int_values), nargs="+", help="batch sizes")
-    g.add_argument("--M", type=_axis(grid.int_values), nargs="+", help="feature widths")
-    g.add_argument("--seqlen", type=_axis(grid.int_values), nargs="+", help="maximum (nominal) sequence lengths")
-    g.add_argument("--sparsity", type=_axis(grid.float_values), nargs="+", help="sparsities in [0, 1]")
-    g.add_argument("--distribution", nargs="+", choices=DISTRIBUTIONS, help="length distributions (default tritonbench)")
-    g.add_argument("--dtype", nargs="+", type=canonical_dtype_arg, help="float32 | bfloat16 | float16 (default float32)")
-    g.add_argument("--seed", type=_axis(grid.int_values), nargs="+", help="generator seeds (default 1337)")
+    add_case_arguments(p)
     g = p.add_argument_group("workers")
     g.add_argument("--gpus", type=_gpus, default="all", metavar="N|all", help="GPUs to use, one worker each (default all)")
-    g.add_argument("--timeout", type=positive_seconds, default=sweep.DEFAULT_TIMEOUT_S, metavar="S",
-                   help="seconds a cell may take, compile included, before its worker is killed (default 600)")
-    g.add_argument("--plugin", action="append", default=[], metavar="MODULE",
-                   help=f"import MODULE first, here and in every worker, e.g. to register implementations "
-                        f"(repeatable; also ${PLUGINS_ENV}, comma-separated)")
+    add_timeout_argument(g, default=sweep.DEFAULT_TIMEOUT_S, default_text=f"{sweep.DEFAULT_TIMEOUT_S:g}")
+    add_plugin_argument(g)
     add_measurement_arguments(p)
     p.set_defaults(handler=cmd_sweep)
-
-
-def _axis(parse):
-    def parse_arg(text: str) -> list:
-        try:
-            return parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    parse_arg.__name__ = "axis value"  # argparse names the type in its messages
-    return parse_arg
 
 
 def _gpus(text: str) -> int | str:
@@ -97,33 +76,29 @@ def _gpus(text: str) -> int | str:
     raise argparse.ArgumentTypeError(f"expected a positive number or 'all', got {text!r}")
 
 
-def _flat(values: list[list] | None) -> list | None:
-    return None if values is None else [v for group in values for v in group]
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
     out, err = console(), Console(stderr=True)
+    if args.json is None:
+        print_error(err, "give --json RESULTS.jsonl: the file the results are appended to")
+        return 2
     try:
-        plugins = plugin_names(args.plugin)
-        import_plugins(plugins)
-        cases = grid.expand(args.preset, B=_flat(args.B), M=_flat(args.M), seqlen=_flat(args.seqlen),
-                            sparsity=_flat(args.sparsity), distribution=args.distribution, dtype=args.dtype,
-                            seed=_flat(args.seed))
+        chosen = select(args)
+        plugins, impls = list(chosen.plugins), chosen.impls
+        cases = cases_from_args(args)
         options = options_from_args(args)
         slots = sweep.worker_slots(args.gpus, args.device)
-        impls = args.impls or implementation_names(args.op)
     except (PluginError, KeyError, ValueError) as exc:
         print_error(err, exc)
         return 2
-    log_path = Path(args.out).with_name(Path(args.out).stem + ".workers.log")
+    log_path = Path(args.json).with_name(Path(args.json).stem + ".workers.log")
     if args.plan:  # reads only: no lock, no check that the file could be written
         return _plan(args, cases, impls, options, slots, out, err)
-    problem = unwritable(args.out, log_path)  # before any worker starts: a sweep that cannot save must not run
+    problem = unwritable(args.json, log_path)  # before any worker starts: a sweep that cannot save must not run
     if problem:
         print_error(err, problem)
         return 2
     try:
-        with sweep.hold_lock(args.out):  # from before planning: a second sweep would plan the same cells
+        with sweep.hold_lock(args.json):  # from before planning: a second sweep would plan the same cells
             plan = _plan(args, cases, impls, options, slots, out, err)
             if not isinstance(plan, sweep.SweepPlan):
                 return plan
@@ -136,7 +111,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _plan(args, cases, impls, options, slots, out: Console, err: Console) -> sweep.SweepPlan | int:
     """The plan, with its line printed; with --plan, the exit code instead (0, or 2 for a bad request)."""
     try:
-        plan = sweep.plan_sweep(args.out, args.op, cases, impls, args.modes, byte_limit=options.byte_limit,
+        plan = sweep.plan_sweep(args.json, args.op, cases, impls, args.modes, byte_limit=options.byte_limit,
                                 device=slots[0].device, settings=options.settings(device=slots[0].device),
                                 accept_settings=args.accept_settings, retry_failed=args.retry_failed)
     except (KeyError, ValueError, ResultsFileError) as exc:  # SettingsChanged is a ValueError
@@ -154,18 +129,19 @@ def _plan(args, cases, impls, options, slots, out: Console, err: Console) -> swe
 def _run(args, plan, slots, options, plugins, log_path: Path, out: Console, err: Console) -> int:
     if slots[0].device == "cpu":
         err.print("[yellow]No CUDA GPU in use: the sweep runs on the CPU, one worker.[/yellow]")
-    settings = sweep.Settings(timeout_s=args.timeout, plugins=tuple(plugins), log_path=str(log_path))
+    timeout_s = math.inf if args.timeout is None else args.timeout  # --timeout none: no limit
+    settings = sweep.Settings(timeout_s=timeout_s, plugins=tuple(plugins), log_path=str(log_path))
     try:
         outcome = run_with_progress(plan, slots, options, settings, err)
     except KeyboardInterrupt:
-        err.print(f"interrupted: the finished cells are in {escape(args.out)}; run the same command to resume")
+        err.print(f"interrupted: the finished cells are in {escape(args.json)}; run the same command to resume")
         return EXIT_INTERRUPTED
     except sweep.SweepError as exc:
-        print_error(err, f"{exc} (the workers' output is in {log_path}); the finished cells are in {args.out}: "
+        print_error(err, f"{exc} (the workers' output is in {log_path}); the finished cells are in {args.json}: "
                          "run the same command to resume")
         return 1
     except (ResultsFileError, OSError) as exc:  # the results file changed under the sweep, or a full disk
-        print_error(err, f"cannot append to {args.out}: {exc}")
+        print_error(err, f"cannot append to {args.json}: {exc}")
         return 2
     _summary(out, plan, outcome, log_path)
     return 0

@@ -173,13 +173,18 @@ def write_csv(path: str | os.PathLike, results: Iterable[Result]) -> None:
     Raises:
         OSError: the file cannot be written.
     """
+    write_text_atomic(path, csv_text(results))
+
+
+def csv_text(results: Iterable[Result]) -> str:
+    """``results`` as CSV text: a header of ``csv_columns``, then one row per cell (``csv_row``)."""
     results = list(results)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=csv_columns(results), restval="", lineterminator="\n")
     writer.writeheader()
     for r in results:
         writer.writerow({k: ("" if v is None else v) for k, v in csv_row(r).items()})
-    write_text_atomic(path, buf.getvalue())
+    return buf.getvalue()
 
 
 def _expand(prefix: str, cls, v) -> dict[str, Any]:

@@ -74,20 +74,39 @@ def latency(record: RunRecord, out_dir: str | Path) -> list[PlotFile]:
     return [_save(_draw_scatter(s, record.environment), out_dir, s.name, s.title) for s in latency_data(record)]
 
 
-def plot_all(record: RunRecord, out_dir: str | Path) -> list[PlotFile]:
+def plot_all(record: RunRecord, out_dir: str | Path, *, reuse_newer_than: float | None = None) -> list[PlotFile]:
     """Every figure of ``record``: speedup heatmaps, roofline, latency, each as PNG and SVG.
 
     Args:
         record: the run.
         out_dir: the folder for the figures (made if missing).
+        reuse_newer_than: a time (``os.stat`` mtime); a figure whose PNG and SVG are both in ``out_dir`` and
+            newer than it is kept as it is, not drawn again (``report`` after ``plot`` of the same results:
+            the results file's mtime). None: every figure is drawn.
 
     Returns:
-        The figures written, in the order heatmaps, roofline, latency (none when there is nothing to plot).
+        The figures, in the order heatmaps, roofline, latency (none when there is nothing to plot).
 
     Raises:
         OSError: a figure cannot be written.
     """
-    return speedup_heatmaps(record, out_dir) + roofline(record, out_dir) + latency(record, out_dir)
+    figures = ([(h, _draw_heatmap) for h in heatmap_data(record)] + [(s, _draw_scatter) for s in roofline_data(record)]
+               + [(s, _draw_scatter) for s in latency_data(record)])
+    out = []
+    for data, draw in figures:
+        kept = PlotFile(data.name, data.title, Path(out_dir) / f"{data.name}.png", Path(out_dir) / f"{data.name}.svg")
+        if reuse_newer_than is not None and all(_newer(f, reuse_newer_than) for f in kept.paths):
+            out.append(kept)
+        else:
+            out.append(_save(draw(data, record.environment), out_dir, data.name, data.title))
+    return out
+
+
+def _newer(path: Path, than: float) -> bool:
+    try:
+        return path.stat().st_mtime >= than
+    except OSError:
+        return False
 
 
 def ratio_limit(values: np.ndarray) -> float:

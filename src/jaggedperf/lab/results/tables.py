@@ -6,6 +6,10 @@ Per-call times are in µs and spreads are quantiles (p20–p80); an unstable cel
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Sequence
+
+from rich import box
 from rich.table import Table
 
 from jaggedperf.lab.modes import EAGER
@@ -120,17 +124,39 @@ def seed_table(results: list[Result], compiled_mode: str, title: str | None = No
             _fmt(compiled.compile_s if compiled else None, ".1f"),
         ]
         table.add_row(*cells, style=_speedup_style(speedup))
-    return table
+    return keep_names_whole(table)
 
 
-def cells_table(results: list[Result], title: str = "every cell") -> Table:
+# tritonbench's --metrics names (and ours) -> the columns of ``cells_table`` they show. The case, implementation,
+# mode and status columns are always shown: without them a row says nothing.
+METRICS = {
+    "latency": ("wall µs", "p20–p80 µs", "IQR/med"),
+    "speedup": ("speedup",),
+    "accuracy": ("rel err",),
+    "device": ("device µs",),
+    "host": ("host µs",),
+    "kernels": ("kernels",),
+    "gbps": ("GB/s", "% copy"),
+    "compile_time": ("first call s",),
+}
+DEFAULT_METRICS = ("latency", "speedup", "device", "host", "kernels", "gbps", "compile_time")
+_KEY_COLUMNS = ("case", "implementation", "mode")
+
+
+def cells_table(results: list[Result], title: str = "every cell", metrics: Sequence[str] | None = None) -> Table:
     """Every cell as a row of a rich ``Table`` (wall median and p20–p80 in µs, IQR/median, speedup, device, host,
     kernels, bandwidth, first call, status); red where the cell failed, yellow where it is unstable. A measure
     no cell has (device time on the CPU, say) gets no column.
+
+    Args:
+        results: the cells.
+        title: the table's title.
+        metrics: names from ``METRICS`` whose columns are shown (None: ``DEFAULT_METRICS``).
     """
-    columns = ["case", "implementation", "mode", "wall µs", "p20–p80 µs", "IQR/med", "speedup", "device µs",
+    columns = [*_KEY_COLUMNS, "wall µs", "p20–p80 µs", "IQR/med", "speedup", "rel err", "device µs",
                "host µs", "kernels", "GB/s", "% copy", "first call s", "status"]
-    always = {"case", "implementation", "mode", "wall µs", "status"}
+    shown = {c for m in (DEFAULT_METRICS if metrics is None else metrics) for c in METRICS[m]}
+    always = {*_KEY_COLUMNS, "status"}
     rows = []
     for r in results:
         timed = r.status in TIMED and r.wall is not None
@@ -141,6 +167,7 @@ def cells_table(results: list[Result], title: str = "every cell") -> Table:
             _spread_cell(r),
             "—" if iqr is None else f"{iqr:.0%}",
             _fmt(r.speedup_vs_eager if r.status == OK else None, ".2f"),
+            _fmt(r.rel_error, ".1e"),
             _fmt(r.device_time.median_us if r.device_time else None, ".1f"),
             _fmt(r.host_us, ".1f"),
             _fmt(r.kernels_per_call, ".1f"),
@@ -149,16 +176,107 @@ def cells_table(results: list[Result], title: str = "every cell") -> Table:
             _fmt(r.compile_s, ".2f"),
             r.status,
         ]))
-    keep = [i for i, name in enumerate(columns) if name in always or any(row[i] != "—" for _, row in rows)]
+    keep = [i for i, name in enumerate(columns)
+            if name in always or (name in shown and (name == "wall µs" or any(row[i] != "—" for _, row in rows)))]
     table = Table(title=title)
     for i in keep:
         name = columns[i]
-        table.add_column(name, justify="left" if name in ("case", "implementation", "mode", "status") else "right",
-                         no_wrap=name == "case")
+        table.add_column(name, justify="left" if name in (*_KEY_COLUMNS, "status") else "right")
     for r, row in rows:
         table.add_row(*(row[i] for i in keep),
                       style=None if r.status == OK else "yellow" if r.status == UNSTABLE else "red")
+    return keep_names_whole(table)
+
+
+# Mode names shortened, only in a table too wide for its terminal; each stays distinct (tested) and ``LEGEND``
+# is printed under it.
+_MODE_SHORT = (("jagged-compile:", "jc:"), ("compile:", "tc:"), ("-no-cudagraphs", "-no-cg"))
+LEGEND = "tc: torch.compile, jc: jaggedperf.compile, no-cg: no-cudagraphs"
+
+
+def short_mode(mode: str) -> str:
+    for long, short in _MODE_SHORT:
+        mode = mode.replace(long, short)
+    return mode
+
+
+@dataclass
+class Fitted:
+    """A table made to fit a width: the table, the columns left out (rightmost first went), and whether the
+    mode names were shortened (``LEGEND`` says how)."""
+
+    table: Table
+    left_out: list[str]
+    shortened: bool
+
+
+def fit_width(table: Table, width: int) -> Fitted:
+    """``table`` within ``width`` columns with every name whole and every number on one line: when it is
+    too wide, its borders go (a simple rule under the header), then mode names are shortened, then the
+    rightmost measure columns are left out one by one (never a name column or status)."""
+    names = [str(c.header) for c in table.columns]
+    cells = [[str(v) for v in c.cells] for c in table.columns]
+    if _needed(names, cells, boxed=True) <= width:
+        return Fitted(table, [], False)
+    shortened = False
+    if "mode" in names and _needed(names, cells, boxed=False) > width:
+        i = names.index("mode")
+        cells[i] = [short_mode(m) for m in cells[i]]
+        shortened = True
+    keep = list(range(len(names)))
+    optional = [i for i in keep if names[i] not in (*_KEY_COLUMNS, "status")]
+    while optional and _needed([names[i] for i in keep], [cells[i] for i in keep], boxed=False) > width:
+        keep.remove(optional.pop())
+    out = Table(title=table.title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for i in keep:
+        column = table.columns[i]
+        out.add_column(column.header, justify=column.justify, min_width=_widest(names[i], cells[i]))
+    for r, row in enumerate(table.rows):
+        out.add_row(*(cells[i][r] for i in keep), style=row.style)
+    return Fitted(keep_names_whole(out), [names[i] for i in range(len(names)) if i not in keep], shortened)
+
+
+def _needed(names: list[str], cells: list[list[str]], *, boxed: bool) -> int:
+    """Columns a table needs with cells on one line and headers wrapped at spaces: per column its widest
+    cell or header word and padding 2, and the borders: boxed, one per column and one more; unboxed (no
+    edges, no outer padding), one between columns."""
+    widths = [_widest(name, col) for name, col in zip(names, cells)]
+    return sum(widths) + len(widths) * 3 + (1 if boxed else -3)
+
+
+def _widest(header: str, cells: list[str]) -> int:
+    """The narrowest a column can be with its cells on one line and its header wrapped at spaces."""
+    return max([len(w) for w in header.split()] + [len(c) for c in cells])
+
+
+def keep_names_whole(table: Table) -> Table:
+    """``table`` with its name columns (case, implementation, mode) never wrapped or cut, so that two names
+    that share a prefix (``jaggedperf``, ``jaggedperf_njt``) stay told apart in a narrow terminal: the
+    numeric columns are squeezed instead (their headers wrap)."""
+    for column in table.columns:
+        if column.header in _KEY_COLUMNS:
+            column.no_wrap = True
+            column.min_width = max((len(str(c)) for c in column.cells), default=0)
     return table
+
+
+def baseline_table(results: list[Result], baseline: str) -> Table:
+    """Per case and mode, each implementation's wall median against ``baseline``'s in the same mode and case
+    (tritonbench's ``--baseline``): > 1 is faster than the baseline. A cell without a settled wall, or
+    whose baseline has none, shows — ."""
+    index = _by_key(results)
+    table = Table(title=f"speedup vs {baseline} (same mode and case; wall medians)")
+    rows = []
+    for r in results:
+        base = index.get((r.op, baseline, r.mode, r.case))
+        settled = r.status == OK and r.wall is not None and base is not None and base.status == OK and base.wall
+        ratio = base.wall.median_ms / r.wall.median_ms if settled else None
+        rows.append((r.case.label, r.implementation, r.mode, _speedup_cell(ratio), _wall_cell(r), ratio))
+    for i, name in enumerate(("case", "implementation", "mode", f"vs {baseline}", "wall µs")):
+        table.add_column(name, justify="right" if i >= 3 else "left")
+    for *cells, ratio in rows:
+        table.add_row(*cells, style=_speedup_style(ratio))
+    return keep_names_whole(table)
 
 
 def problems(results: list[Result]) -> list[str]:
