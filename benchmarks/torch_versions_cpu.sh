@@ -12,6 +12,9 @@ RES=${RES:-benchmarks/results/cpu/torch-versions}
 ITERS=${ITERS:-30}
 WARMUP=${WARMUP:-5}
 IMPLS=${IMPLS:-nanmean_padded,sum_padded}
+# On a shared, busy machine the doctor declines to time guards of an unstable call: RELAX="--max-iqr 1
+# --max-drift 1 --attempts 1" accepts every measurement (the spread is still recorded and reported).
+RELAX=${RELAX:-}
 mkdir -p "$RES"
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
@@ -19,7 +22,7 @@ PY=${PYTHON:-python3}
   echo "cpus: $(nproc)"; echo "load before: $(cat /proc/loadavg)"; } >> "$RES/run.txt"
 STAGES=${STAGES:-sweep,doctor}
 cmd=("$PY" -m jaggedperf sweep --out "$RES/seed.jsonl" --preset seed --impls "$IMPLS"
-     --modes eager,compile:max-autotune-no-cudagraphs --device cpu --warmup "$WARMUP" --iters "$ITERS" --timeout 300
+     --modes eager,compile:max-autotune-no-cudagraphs --device cpu --warmup "$WARMUP" --iters "$ITERS" $RELAX --timeout 300
      --torch "$VERSIONS")
 if [[ $STAGES == *sweep* ]]; then
   echo "sweep: ${cmd[*]}" >> "$RES/run.txt"
@@ -32,7 +35,7 @@ tag=$("$PY" -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}
 for v in ${VERSIONS//,/ }; do
   envpy="$CACHE/torch-$v-$tag/bin/python"
   dcmd=("$envpy" -m jaggedperf doctor --device cpu --impls "$IMPLS" --warmup "$WARMUP" --iters "$ITERS"
-        --json "$RES/doctor-$v.json")
+        $RELAX --json "$RES/doctor-$v.json")
   echo "doctor $v: ${dcmd[*]} (load before: $(cat /proc/loadavg))" >> "$RES/run.txt"
   timeout 1800 "${dcmd[@]}" > "$RES/doctor-$v.txt" 2>&1
   echo "doctor $v rc=$? load after: $(cat /proc/loadavg)" >> "$RES/run.txt"
