@@ -122,9 +122,12 @@ def test_sweep_cli_torch_runs_each_version_and_puts_them_side_by_side(tmp_path, 
 
     monkeypatch.setattr(envs, "ensure_env", fake_env)
     out = tmp_path / "r.jsonl"
-    assert main(["sweep", "--out", str(out), "--B", "4", "--M", "2", "--seqlen", "10", "--sparsity", "0.5",
-                 "--impls", "segment_reduce", "--modes", "eager", "--warmup", "1", "--iters", "2", "--device", "cpu",
-                 "--torch", "2.11,2.13"]) == 0
+    args = ["sweep", "--out", str(out), "--B", "4", "--M", "2", "--seqlen", "10", "--sparsity", "0.5",
+            "--impls", "segment_reduce", "--modes", "eager", "--warmup", "1", "--iters", "2", "--device", "cpu",
+            "--torch", "2.11,2.13"]
+    assert main([*args, "--plan"]) == 0  # each version's plan, nothing made nor run
+    assert made == [] and capsys.readouterr().out.count("1 to run on 1 worker") == 2
+    assert main(args) == 0
     assert made == ["2.11", "2.13"]
     for version in made:
         assert len(store.load_results(envs.version_out(out, version)).results) == 1

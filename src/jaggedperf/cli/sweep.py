@@ -284,6 +284,14 @@ def _torch_versions(args, cases, impls, options, plugins, out: Console, err: Con
     except ValueError as exc:
         print_error(err, exc)
         return 2
+    if args.plan:  # the plan of each version's file, read here (planning needs no other torch); nothing runs
+        slots = sweep.worker_slots(args.gpus, args.device)
+        for version in versions:
+            one = argparse.Namespace(**{**vars(args), "out": str(envs.version_out(Path(args.out), version))})
+            code = _plan(one, cases, impls, options, slots, out, err)
+            if code:
+                return code
+        return 0
     root = Path(__file__).resolve().parents[3]
     files, code = [], 0
     for version in versions:
