@@ -115,7 +115,7 @@ def _compare(args) -> int:
     for c in shown:
         style = _STYLE.get(c.verdict, "")
         verdict = c.verdict if c.status_a == c.status_b else f"{c.verdict} ({c.status_a} → {c.status_b})"
-        table.add_row(c.case.label, c.implementation, c.mode, *_change_cells(c.wall, 1e3),
+        table.add_row(c.case.label + (f" · {c.gpu}" if c.gpu else ""), c.implementation, c.mode, *_change_cells(c.wall, 1e3),
                       *_change_cells(c.device, 1.0), Text(verdict, style=style))
     if shown:
         console.print(table)

@@ -64,6 +64,7 @@ def register(sub) -> None:
     g.add_argument("--gpus", type=_gpus, default="all", metavar="N|all", help="GPUs to use, one worker each (default all)")
     add_timeout_argument(g, default=sweep.DEFAULT_TIMEOUT_S, default_text=f"{sweep.DEFAULT_TIMEOUT_S:g}")
     add_plugin_argument(g)
+    _add_elsewhere_arguments(g)
     add_measurement_arguments(p)
     p.set_defaults(handler=cmd_sweep)
 
@@ -90,6 +91,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except (PluginError, KeyError, ValueError) as exc:
         print_error(err, exc)
         return 2
+    if args.ray is not None or args.torch:
+        return _elsewhere(args, cases, impls, options, plugins, out, err)
+    return _plan_and_run(args, cases, impls, options, slots, plugins, out, err)
+
+
+def _plan_and_run(args, cases, impls, options, slots, plugins, out: Console, err: Console, backend=None) -> int:
     log_path = Path(args.json).with_name(Path(args.json).stem + ".workers.log")
     if args.plan:  # reads only: no lock, no check that the file could be written
         return _plan(args, cases, impls, options, slots, out, err)
@@ -102,7 +109,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             plan = _plan(args, cases, impls, options, slots, out, err)
             if not isinstance(plan, sweep.SweepPlan):
                 return plan
-            return _run(args, plan, slots, options, plugins, log_path, out, err)
+            return _run(args, plan, slots, options, plugins, log_path, out, err, backend)
     except sweep.SweepLocked as exc:
         print_error(err, exc)
         return 2
@@ -126,13 +133,13 @@ def _plan(args, cases, impls, options, slots, out: Console, err: Console) -> swe
     return 0 if args.plan else plan
 
 
-def _run(args, plan, slots, options, plugins, log_path: Path, out: Console, err: Console) -> int:
-    if slots[0].device == "cpu":
+def _run(args, plan, slots, options, plugins, log_path: Path, out: Console, err: Console, backend=None) -> int:
+    if slots[0].device == "cpu" and backend is None:
         err.print("[yellow]No CUDA GPU in use: the sweep runs on the CPU, one worker.[/yellow]")
     timeout_s = math.inf if args.timeout is None else args.timeout  # --timeout none: no limit
     settings = sweep.Settings(timeout_s=timeout_s, plugins=tuple(plugins), log_path=str(log_path))
     try:
-        outcome = run_with_progress(plan, slots, options, settings, err)
+        outcome = run_with_progress(plan, slots, options, settings, err, backend)
     except KeyboardInterrupt:
         err.print(f"interrupted: the finished cells are in {escape(args.json)}; run the same command to resume")
         return EXIT_INTERRUPTED
@@ -160,7 +167,7 @@ def _plan_line(plan: sweep.SweepPlan, n_cases: int, slots: list[sweep.WorkerSlot
     return "plan: " + "; ".join(parts)
 
 
-def run_with_progress(plan, slots, options, settings, console: Console) -> sweep.SweepOutcome:
+def run_with_progress(plan, slots, options, settings, console: Console, backend=None) -> sweep.SweepOutcome:
     """``sweep.run_sweep`` with a bar (completed / total, ETA) and one line per worker: its cell in flight."""
     overall = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                        TimeRemainingColumn(), console=console)
@@ -179,7 +186,8 @@ def run_with_progress(plan, slots, options, settings, console: Console) -> sweep
         console.print(f"[yellow]{escape(message)}[/yellow]", highlight=False)
 
     with Live(Group(overall, workers), console=console, transient=True, refresh_per_second=4):
-        return sweep.run_sweep(plan, slots, options, settings, on_start=on_start, on_result=on_result, on_note=on_note)
+        return sweep.run_sweep(plan, slots, options, settings, on_start=on_start, on_result=on_result, on_note=on_note,
+                               backend=backend)
 
 
 def _summary(out: Console, plan: sweep.SweepPlan, outcome: sweep.SweepOutcome, log_path: Path) -> None:
@@ -203,3 +211,89 @@ def _summary(out: Console, plan: sweep.SweepPlan, outcome: sweep.SweepOutcome, l
     report = plan.out.with_name(plan.out.stem + "-report.md")
     out.print(f"plot:   jaggedperf plot {plan.out}\nreport: jaggedperf report {plan.out} -o {report}",
               markup=False, highlight=False)
+
+
+# --- elsewhere: a Ray cluster (--ray), other torch versions (--torch) -------------------------------
+
+
+def _add_elsewhere_arguments(g) -> None:
+    g.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run the workers as Ray actors, one per GPU of the cluster (one per node on CPU-only "
+                        "clusters); ADDRESS joins that cluster (default: $RAY_ADDRESS, else a local one). Needs "
+                        "pip install 'jaggedperf[ray]'")
+    g.add_argument("--ray-workers", type=int, default=None, metavar="N",
+                   help="with --ray: this many workers (default: every GPU, or one per CPU node)")
+    g.add_argument("--torch", default=None, metavar="VERSIONS",
+                   help="run the same sweep under each torch version, e.g. 2.11,2.13.0, each in its own cached "
+                        "environment (uv or venv + pip); results to OUT.torch-VERSION.jsonl, side by side in "
+                        "OUT.torch-versions.md")
+
+
+def _elsewhere(args, cases, impls, options, plugins, out: Console, err: Console) -> int:
+    """--ray: the ordinary sweep with the Ray back end; --torch: the sweep once per torch version."""
+    if args.ray is not None and args.torch:
+        print_error(err, "--ray and --torch: one at a time")
+        return 2
+    if args.torch:
+        return _torch_versions(args, cases, impls, options, plugins, out, err)
+    from jaggedperf.lab.sweep import ray_backend
+
+    try:
+        with ray_backend.connect(args.ray or None) as cluster:
+            slots = ray_backend.ray_slots(cluster, args.device, args.ray_workers)
+            err.print(f"Ray cluster {cluster.address}: {cluster.nodes} node(s), {cluster.gpus} GPU(s); "
+                      f"{len(slots)} worker(s)", markup=False, highlight=False)
+            cpus = cluster.cpus_per_node if args.ray_workers is None else 1.0
+            return _plan_and_run(args, cases, impls, options, slots, plugins, out, err,
+                                 ray_backend.RayActors(cpus_per_worker=cpus))
+    except (ray_backend.RayUnavailable, ConnectionError, ValueError) as exc:
+        print_error(err, exc)
+        return 2
+
+
+def _torch_versions(args, cases, impls, options, plugins, out: Console, err: Console) -> int:
+    from jaggedperf.lab.results.variants import write_versions_report
+    from jaggedperf.lab.sweep import envs
+
+    try:
+        versions = envs.parse_versions(args.torch)
+    except ValueError as exc:
+        print_error(err, exc)
+        return 2
+    if args.plan:  # the plan of each version's file, read here (planning needs no other torch); nothing runs
+        slots = sweep.worker_slots(args.gpus, args.device)
+        for version in versions:
+            one = argparse.Namespace(**{**vars(args), "json": str(envs.version_out(Path(args.json), version))})
+            code = _plan(one, cases, impls, options, slots, out, err)
+            if code:
+                return code
+        return 0
+    root = Path(__file__).resolve().parents[3]
+    files, code = [], 0
+    for version in versions:
+        target = envs.version_out(Path(args.json), version)
+        try:
+            err.print(f"torch {version}: preparing its environment", markup=False, highlight=False)
+            env = envs.ensure_env(version, root=root)
+        except (envs.EnvError, sweep.SweepLocked, OSError) as exc:
+            print_error(err, f"torch {version}: {exc}")
+            code = max(code, 1)
+            continue
+        job = envs.SweepJob(target, args.op, cases, impls, args.modes, options,
+                            sweep.Settings(timeout_s=math.inf if args.timeout is None else args.timeout,
+                                           plugins=tuple(plugins),
+                                           log_path=str(target.with_name(target.stem + ".workers.log"))),
+                            args.gpus, args.device, args.retry_failed, args.accept_settings)
+        err.print(f"torch {env.torch}: sweeping into {target} ({env.path})", markup=False, highlight=False)
+        outcome = envs.run_job(env, job, log=target.with_name(target.stem + ".env.log"))
+        if outcome.error:
+            print_error(err, f"torch {env.torch}: {outcome.error}")
+            code = max(code, outcome.returncode or 1)
+        out.print(f"torch {env.torch}: {outcome.written} cells written to {target}", markup=False, highlight=False)
+        if target.exists():
+            files.append(target)
+    if files:
+        report = Path(args.json).with_name(Path(args.json).stem + ".torch-versions.md")
+        write_versions_report(files, report)
+        out.print(f"side by side: {report}", markup=False, highlight=False)
+    return code

@@ -17,6 +17,9 @@ A cell regresses when either metric does, and improves when one does and neither
 unstable on either side (its timing never settled) is ``unstable``: its ratio and interval are shown, but
 it is never a regression nor an improvement. A cell ok in A but wrong or failing in B is ``broken``
 (counted with the regressions); the reverse is ``fixed``. Cells in only one run are listed apart.
+
+Where a run's results came from several GPUs (a Ray sweep over a mixed fleet), cells are matched GPU by GPU
+(``CellComparison.gpu``); two runs on one GPU each are matched by key alone, whatever the GPUs.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 from jaggedperf.inputs import Case
 from jaggedperf.lab import stats
 from jaggedperf.lab.result import ERROR, OK, TIMED, UNSTABLE, WRONG, Result, RunRecord
+from jaggedperf.lab.results import variants
 from jaggedperf.lab.results.views import result_rank
 
 K = 2.0  # without samples: how many (summed) standard deviations a change must exceed
@@ -76,6 +80,7 @@ class CellComparison:
     wall: Change | None  # None unless both cells were timed
     device: Change | None  # None unless both cells have device time
     verdict: str  # one of VERDICTS
+    gpu: str | None = None  # matched on the same GPU: a side's results came from several GPUs (``variants``)
 
     @property
     def key(self) -> tuple:
@@ -93,6 +98,7 @@ class CellComparison:
             "wall_ms": self.wall.to_dict() if self.wall else None,
             "device_us": self.device.to_dict() if self.device else None,
             "verdict": self.verdict,
+            "gpu": self.gpu,
         }
 
 
@@ -162,13 +168,20 @@ def compare(a: RunRecord, b: RunRecord, *, k: float = K, min_rel: float = MIN_RE
     """
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1); got {confidence}")
-    by_a = {r.key: r for r in a.results}
-    by_b = {r.key: r for r in b.results}
-    cells = [_cell(by_a[key], by_b[key], k, min_rel, confidence) for key in by_a if key in by_b]
-    cells.sort(key=lambda c: result_rank(by_a[c.key]))
+    # A side whose results ran on several GPUs (a mixed fleet) is matched GPU by GPU: a cell is compared
+    # with the same cell on the same GPU, never with another GPU's.
+    by_gpu = any(len({variants.where(r, rec.environment).get("gpu") for r in rec.results}) > 1 for rec in (a, b))
+    by_a, by_b = _keyed(a, by_gpu), _keyed(b, by_gpu)
+    pairs = sorted((key for key in by_a if key in by_b), key=lambda key: (result_rank(by_a[key]), key[0]))
+    cells = [_cell(by_a[key], by_b[key], k, min_rel, confidence, key[0]) for key in pairs]
     only_a = sorted((r for key, r in by_a.items() if key not in by_b), key=result_rank)
     only_b = sorted((r for key, r in by_b.items() if key not in by_a), key=result_rank)
     return Comparison(cells, only_a, only_b, environment_changes(a, b), k, min_rel, confidence)
+
+
+def _keyed(record: RunRecord, by_gpu: bool) -> dict[tuple, Result]:
+    """``(gpu, *Result.key)`` -> result; gpu is None unless ``by_gpu``."""
+    return {(variants.where(r, record.environment).get("gpu") if by_gpu else None, *r.key): r for r in record.results}
 
 
 def environment_changes(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]]:
@@ -232,7 +245,7 @@ def _metric(a_median: float, b_median: float, a_samples, b_samples, sigma_a: flo
     return judge(a_median, b_median, sigma_a, sigma_b, k, min_rel)
 
 
-def _cell(ra: Result, rb: Result, k: float, min_rel: float, confidence: float) -> CellComparison:
+def _cell(ra: Result, rb: Result, k: float, min_rel: float, confidence: float, gpu: str | None = None) -> CellComparison:
     wall = device = None
     if ra.status in TIMED and rb.status in TIMED:
         if ra.wall is not None and rb.wall is not None:
@@ -260,4 +273,4 @@ def _cell(ra: Result, rb: Result, k: float, min_rel: float, confidence: float) -
         verdict = FIXED
     else:
         verdict = NOT_COMPARED  # skipped on a side, or failing on both
-    return CellComparison(ra.op, ra.implementation, ra.mode, ra.case, ra.status, rb.status, wall, device, verdict)
+    return CellComparison(ra.op, ra.implementation, ra.mode, ra.case, ra.status, rb.status, wall, device, verdict, gpu)

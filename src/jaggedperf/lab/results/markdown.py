@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from jaggedperf.inputs import Case
 from jaggedperf.lab.result import OK, STATUSES, TIMED, UNSTABLE, Result, RunRecord
+from jaggedperf.lab.results import variants
 from jaggedperf.lab.results.views import (
     EAGER,
     OURS,
@@ -51,6 +52,7 @@ def render_report(record: RunRecord, plots: dict[str, str | os.PathLike] | None 
     out += [f"{len(results)} cells on {environment_line(record.environment)}.", ""]
     out += _environment(record)
     out += _statuses(results)
+    out += _by_place(record)
     out += _seed_tables(results)
     out += _ours_vs_best(results)
     out += _all_cells(results)
@@ -92,6 +94,16 @@ def _statuses(results: list[Result]) -> list[str]:
         counts = status_counts(by_mode[mode])
         rows.append([mode] + [str(counts[s]) for s in STATUSES])
     return out + _table(["mode", *STATUSES], rows)
+
+
+def _by_place(record: RunRecord) -> list[str]:
+    """Where the results come from several GPUs, hosts or torch versions: their cells side by side."""
+    groups = variants.split(record)
+    if len(groups) < 2:
+        return []
+    out = ["## By GPU, host and torch", "", "Each cell under each place it ran (a sweep sends a case's cells to one "
+           "worker, so a speedup compares cells of one place). Wall median in µs with p20–p80.", ""]
+    return out + variants.render_markdown(variants.side_by_side(groups))
 
 
 def _seed_tables(results: list[Result]) -> list[str]:

@@ -4,7 +4,9 @@ appended to a JSON-lines file as it finishes; a rerun resumes.
 - ``slots``: where workers run (one per GPU, or one on the CPU);
 - ``plan``: what is left to run, grouped into units (one per case, eager first);
 - ``scheduler``: dispatch, timeouts, deaths, the results file;
-- ``backend``: what a back end provides; ``local``: local processes (the default);
+- ``backend``: what a back end provides; ``local``: local processes (the default); ``ray_backend``: Ray
+  actors on a cluster (optional: ``jaggedperf[ray]``, imported only when used);
+- ``envs``: the same sweep under other torch versions, each in its own cached environment;
 - ``worker``: what a worker runs, whatever started it;
 - ``isolated``: ``runner.run`` through this engine (``repro``/``run --timeout``);
 - ``lock``: one sweep per results file.

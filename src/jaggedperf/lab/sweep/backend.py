@@ -1,6 +1,6 @@
 """What the scheduler needs of a back end: start a worker on a slot, exchange messages with it, wait
 for it, end it. Local processes (``local``) are one back end; a Ray actor or a Slurm array task per
-slot would be another module implementing ``Backend`` and ``WorkerHandle``.
+slot would be another module implementing ``Backend`` and ``WorkerHandle`` (``ray_backend`` is one).
 
 Whatever runs it, a worker runs ``worker.serve`` and the messages are the same:
 
@@ -38,6 +38,11 @@ class WorkerHandle(Protocol):
 
     def exit_code(self) -> int | None:
         """The worker's exit code once it has ended (negative: the signal that ended it), else None."""
+
+    def lost(self) -> bool:
+        """Whether the ended worker was lost with its machine (a node that left the cluster), not ended by
+        its cell: the scheduler then requeues its cells in flight instead of recording the first as died.
+        Optional: a handle without it is never lost."""
 
     def kill(self) -> None:
         """End the worker and anything it started, now, and release the handle's resources."""

@@ -82,6 +82,9 @@ class LocalWorker:
     def exit_code(self) -> int | None:
         return self.process.exitcode
 
+    def lost(self) -> bool:
+        return False  # a local process ends by itself or by a signal, never by losing its host
+
     def kill(self) -> None:
         """Kill the worker and, once it leads its own process group, the group: Inductor's compile
         workers go too, even when the worker itself has already exited."""
@@ -119,7 +122,7 @@ def _environ(changes: dict[str, str]) -> Iterator[None]:
 def _main(conn, slot: WorkerSlot, options: runner.Options, plugins: tuple[str, ...], log_path: str | None) -> None:
     """The worker process's entry point."""
     if log_path:
-        _redirect_output(log_path, slot)
+        redirect_output(log_path, slot)
     if hasattr(os, "setpgrp"):
         os.setpgrp()  # its own process group: a kill on timeout takes its children with it
     _exit_with_parent()
@@ -139,7 +142,17 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
-def _redirect_output(path: str, slot: WorkerSlot) -> None:
+def redirect_output(path: str, slot: WorkerSlot) -> None:
+    """Append this process's stdout and stderr (file descriptors 1 and 2) to ``path``, with a first line
+    naming the worker (also used by the Ray back end's actors).
+
+    Args:
+        path: the workers' log; its folder is made if missing.
+        slot: the worker's slot, for that line.
+
+    Raises:
+        OSError: the log cannot be opened.
+    """
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)

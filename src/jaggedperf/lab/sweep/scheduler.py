@@ -17,7 +17,9 @@ worker on that slot. A worker that dies (a segfault, ``os._exit``, the OOM kille
 way, the cell recorded as "worker died (exit code N)". A slot whose worker fails to start (or dies with
 no cell in flight) ``Settings.start_attempts`` times with no result in between is given up; with no slot
 left, ``SweepError``. A worker that reports its device unusable is replaced, its unit's other cells
-requeued.
+requeued. A worker its back end reports lost with its machine (``WorkerHandle.lost``: a Ray node that left
+the cluster) is replaced and its unit requeued whole, the cell in flight included: the loss was not its doing.
+Each result records where it ran (``extra``: worker, host, GPU name, torch version).
 
 Nothing here prints: progress goes to the ``on_start`` / ``on_result`` / ``on_note`` callbacks.
 """
@@ -200,7 +202,7 @@ class _Sweep:
         elif kind == "result":
             w.unit = [c for c in w.unit if c.key != payload.key]  # the first: a worker runs its unit in order
             w.start_failures = 0  # it has done useful work
-            self._record(payload, w.slot.name)
+            self._record(payload, w.slot.name, w.info)
             if w.unit:
                 w.deadline = time.monotonic() + self.settings.timeout_s
                 self.on_start(w.slot.name, w.unit[0])
@@ -225,8 +227,16 @@ class _Sweep:
 
     def _died(self, w: _Worker) -> None:
         code = w.handle.exit_code()
+        lost = getattr(w.handle, "lost", None)  # optional in a back end (``backend.WorkerHandle.lost``)
+        lost = bool(lost and lost())
         w.kill()  # reap it and anything it started that is still running
-        if w.state == _STARTING:
+        if lost and w.unit:  # its machine left: no cell of it is to blame, all go back to the queue
+            self.queue.appendleft(w.unit)
+            self.on_note(f"{w.slot.name}: its machine was lost with {len(w.unit)} cells in flight; requeued, "
+                         "starting a fresh worker")
+            self.on_start(w.slot.name, None)
+            self._start(w)
+        elif w.state == _STARTING:
             self._start_failed(w, w.last_failure or f"exited during start-up (exit code {_exit_code(code)})")
         elif w.unit:
             self._lose_cell(w, f"worker died (exit code {_exit_code(code)})")
@@ -237,7 +247,7 @@ class _Sweep:
         """Record the cell in flight on ``w`` (already killed) as an error, requeue the rest, restart."""
         cell, rest = w.unit[0], w.unit[1:]
         self._record(Result(cell.op, cell.implementation, cell.mode, cell.case, w.slot.device, status=ERROR,
-                            reason=reason), w.slot.name)
+                            reason=reason), w.slot.name, w.info)
         if rest:
             self.queue.appendleft(rest)
         self.on_note(f"{w.slot.name}: {cell.implementation} · {cell.mode} · {cell.case.label}: {reason}; "
@@ -278,9 +288,10 @@ class _Sweep:
         """How this sweep measures, for its header (the workers' device: the slots', not the parent's)."""
         return self.options.settings(device=self.workers[0].slot.device)
 
-    def _record(self, result: Result, worker: str | None = None) -> None:
-        """Fill in the speedup from the eager twin, mark a retry with what failed before, append the result
-        (fsync'ed), tell the caller."""
+    def _record(self, result: Result, worker: str | None = None, info: dict | None = None) -> None:
+        """Fill in the speedup from the eager twin, mark a retry with what failed before, tag the result with
+        where it ran (worker, host, GPU name, torch version: ``info`` is the worker's ready message), append
+        it (fsync'ed), tell the caller."""
         if result.key in self.plan.retried:
             result.extra[store.RETRY] = self.plan.retried[result.key]
         twin = self.eager.get(_twin_key(result))
@@ -289,10 +300,19 @@ class _Sweep:
             self.eager[_twin_key(result)] = result
         if worker is not None:
             result.extra["worker"] = worker
+        for key, value in _where(info or {}).items():
+            result.extra.setdefault(key, value)
         store.append_result(self.plan.out, result)
         self.results.append(result)
         if worker is not None:
             self.on_result(worker, result)
+
+
+def _where(info: dict) -> dict:
+    """Where a worker ran, as each of its results records it: host, GPU name (absent on the CPU), torch."""
+    gpu = (info.get("gpu_facts") or {}).get("gpu")
+    where = {"host": info.get("host"), "gpu": gpu, "torch": info.get("torch")}
+    return {k: v for k, v in where.items() if v is not None}
 
 
 def _twin_key(r: Result) -> tuple:

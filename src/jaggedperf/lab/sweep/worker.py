@@ -8,6 +8,7 @@ and the parent replaces it."""
 from __future__ import annotations
 
 import os
+import platform
 import traceback
 from dataclasses import replace
 from typing import Protocol
@@ -52,7 +53,7 @@ def serve(channel: Channel, slot: WorkerSlot, options: runner.Options, plugins: 
         device = torch.device(slot.device)
         options = replace(options, device=device)
         copy_gbps = runner.measure_copy_bandwidth(device)
-        info = {"device": slot.device, "copy_gbps": copy_gbps,
+        info = {"device": slot.device, "copy_gbps": copy_gbps, "host": platform.node(), "torch": torch.__version__,
                 "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
                 "threads": torch.get_num_threads(),
