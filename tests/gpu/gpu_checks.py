@@ -5,6 +5,8 @@ from pathlib import Path
 
 import torch
 
+from jaggedperf.lab import stats as _stats
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
 from ops_reference import assert_matches  # noqa: E402
 
@@ -36,3 +38,10 @@ def check(out, values, offsets, *, mean, empty_zero=False, what="output"):
     ref = gpu_reference(values, offsets, mean=mean, empty_zero=empty_zero)
     scale = gpu_reference(values, offsets, mean=mean, empty_zero=True, absolute=True)
     assert_matches(out, ref.cpu(), values.dtype, scale=scale.cpu(), what=what)
+
+
+# For tests of the doctor's attribution, not of the host's quiet. On the shared H200 host the compiled NJT
+# calls' walls spread 10-14% (IQR / median) and drifted 10-12% within a cell (runs 43, 45), past the lab's
+# default 10%, where the doctor refuses a verdict by design (tests/lab/test_doctor.py covers the refusal).
+# The residual check (parts within 10% of Δ) is not relaxed.
+NOISY_HOST = _stats.Policy(max_iqr_rel=0.25, max_drift_rel=0.25, attempts=5)
