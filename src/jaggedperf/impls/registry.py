@@ -130,6 +130,7 @@ class Op:
     implementations: dict[str, Implementation] = field(default_factory=dict)
     make_batch: Callable[[Case, torch.device], Batch] = make_jagged_batch  # the case's batch, on the device
     params: Callable[[Batch], tuple[torch.Tensor, ...]] = no_params  # tensors every implementation takes last
+    unavailable: dict[str, str] = field(default_factory=dict)  # name -> why it is not registered here (optional ones)
 
 
 OPS: dict[str, Op] = {}
@@ -171,11 +172,24 @@ def implementation(op: str, name: str, *, takes: str, description: str, pads: bo
         raise ValueError(f"takes must be one of {TAKES}; got {takes!r}")
 
     def register(fn):
+        get_op(op).unavailable.pop(name, None)
         get_op(op).implementations[name] = Implementation(op, name, fn, takes, description, pads, plain,
                                                           tuple(devices), takes_max_seqlen, setup)
         return fn
 
     return register
+
+
+def mark_unavailable(op: str, name: str, reason: str) -> None:
+    """Record that optional implementation ``name`` of ``op`` is not registered here, and why (a package that does
+    not import, no CUDA device); it is dropped if it was registered. ``jaggedperf list`` shows the reason.
+
+    Raises:
+        KeyError: ``op`` is not registered.
+    """
+    spec = get_op(op)
+    spec.implementations.pop(name, None)
+    spec.unavailable[name] = reason
 
 
 def get_op(name: str) -> Op:
@@ -195,7 +209,10 @@ def get_implementation(op: str, name: str) -> Implementation:
     Raises:
         KeyError: no such op or implementation (the message lists the valid ones).
     """
-    impls = get_op(op).implementations
+    spec = get_op(op)
+    impls = spec.implementations
+    if name in spec.unavailable:
+        raise KeyError(f"implementation {name!r} of {op} is not available here: {spec.unavailable[name]}")
     if name not in impls:
         raise KeyError(f"unknown implementation {name!r} of {op}; valid: {', '.join(impls)}")
     return impls[name]
