@@ -40,6 +40,7 @@ import torch
 
 from jaggedperf.checks import check_layout
 from jaggedperf.inputs import Case, make_batch
+from jaggedperf.names import unknown_message
 
 TAKES = ("njt", "dense")
 
@@ -196,10 +197,10 @@ def get_op(name: str) -> Op:
     """The op registered as ``name``.
 
     Raises:
-        KeyError: no such op (the message lists the valid ones).
+        KeyError: no such op (the message names the closest valid ones and lists them all).
     """
     if name not in OPS:
-        raise KeyError(f"unknown op {name!r}; valid ops: {', '.join(sorted(OPS)) or '(none)'}")
+        raise KeyError(unknown_message("op", name, sorted(OPS)))
     return OPS[name]
 
 
@@ -207,14 +208,14 @@ def get_implementation(op: str, name: str) -> Implementation:
     """Implementation ``name`` of ``op``.
 
     Raises:
-        KeyError: no such op or implementation (the message lists the valid ones).
+        KeyError: no such op or implementation (the message names the closest valid ones and lists them all).
     """
     spec = get_op(op)
     impls = spec.implementations
     if name in spec.unavailable:
         raise KeyError(f"implementation {name!r} of {op} is not available here: {spec.unavailable[name]}")
     if name not in impls:
-        raise KeyError(f"unknown implementation {name!r} of {op}; valid: {', '.join(impls)}")
+        raise KeyError(unknown_message("implementation", name, list(impls), f"of {op}"))
     return impls[name]
 
 
