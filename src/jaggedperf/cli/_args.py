@@ -197,14 +197,19 @@ def cases_from_args(args: argparse.Namespace, preset: str | None = None) -> list
     return grid.expand(getattr(args, "preset", None) or preset, **axes)
 
 
-def positive_seconds(text: str) -> float:
+def _positive_float(text: str, what: str) -> float:
+    """``text`` as a float > 0 (nan refused too), else an argparse error: expected ``what``, got ``text``."""
     try:
         value = float(text)
     except ValueError:
         value = 0.0
     if not value > 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
     return value
+
+
+def positive_seconds(text: str) -> float:
+    return _positive_float(text, "a positive number of seconds")
 
 
 def seconds_or_none(text: str) -> float | None:
@@ -294,13 +299,7 @@ def add_timing_arguments(g) -> None:
 
 
 def positive_fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"expected a positive fraction (e.g. 0.1 for 10%), got {text!r}")
-    return value
+    return _positive_float(text, "a positive fraction (e.g. 0.1 for 10%)")
 
 
 def add_stability_arguments(g) -> None:
