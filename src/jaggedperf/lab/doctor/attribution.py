@@ -109,11 +109,8 @@ def _measured_parts(e: Evidence) -> list[Contribution]:
     form = e.input_form
     plain_h = form.plain_call_us if form.available and form.plain is not None else None
     if plain_h is not None:
-        parts.append(Contribution(
-            NJT, "NestedTensor input overhead", compiled_h - plain_h, None,
-            f"compiled-NJT host − compiled-plain host, {timer}",
-            f"host per call: {compiled_h:.1f} µs on NJT inputs vs {plain_h:.1f} µs on plain tensors"
-            f"{_guard_detail(e)}"))
+        parts.append(_njt_part(e, compiled_h, plain_h, "NestedTensor input overhead",
+                               f"compiled-NJT host − compiled-plain host, {timer}"))
     guard = _guard_part(e, twin=plain_h is not None)
     guards = guard.us if guard is not None else None
     if guard is not None:
@@ -127,6 +124,13 @@ def _measured_parts(e: Evidence) -> list[Contribution]:
         "eager; runtime wrappers, launches and Python of the compiled call, minus eager's own dispatch"
         + ("; without device time the computation is in here too" if wall_only else "")))
     return _shared_and_sorted(parts, delta_of(e))
+
+
+def _njt_part(e: Evidence, compiled_us: float, plain_us: float, label: str, method: str) -> Contribution:
+    """The NJT part: the compiled call's host time on NJT inputs minus its plain twin's, as ``method`` measured."""
+    return Contribution(
+        NJT, label, compiled_us - plain_us, None, method,
+        f"host per call: {compiled_us:.1f} µs on NJT inputs vs {plain_us:.1f} µs on plain tensors{_guard_detail(e)}")
 
 
 def _guard_part(e: Evidence, *, twin: bool) -> Contribution | None:
@@ -158,13 +162,12 @@ def _remainder_parts(e: Evidence) -> list[Contribution]:
     njt = None
     form = e.input_form
     if form.available and form.plain_host_us is not None and e.host.compiled_host_us is not None:
-        njt = e.host.compiled_host_us - form.plain_host_us
-        parts.append(Contribution(
-            NJT, f"NestedTensor input overhead ({'wall' if wall_only else 'host'})", njt, None,
-            "compiled-NJT host − compiled-plain host (the plain twin compiled in the same mode)"
-            + (" — wall only" if wall_only else ""),
-            f"host per call: {e.host.compiled_host_us:.1f} µs on NJT inputs vs {form.plain_host_us:.1f} µs on plain "
-            f"tensors{_guard_detail(e)}"))
+        part = _njt_part(e, e.host.compiled_host_us, form.plain_host_us,
+                         f"NestedTensor input overhead ({'wall' if wall_only else 'host'})",
+                         "compiled-NJT host − compiled-plain host (the plain twin compiled in the same mode)"
+                         + (" — wall only" if wall_only else ""))
+        njt = part.us
+        parts.append(part)
 
     guard = _guard_part(e, twin=njt is not None)
     guards = guard.us if guard is not None else None
