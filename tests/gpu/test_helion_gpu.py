@@ -39,21 +39,23 @@ def test_registered_with_the_setup_hook_reporting_the_version():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("op", helion_contenders.OPS)
 def test_equals_the_float64_reference(op, dtype, case):
-    spec = get_op(op)
-    batch = spec.make_batch(Case(case.B, case.M, case.seqlen, case.sparsity, case.distribution, dtype=dtype), CUDA)
-    impl = get_implementation(op, "helion")
-    out = impl.fn(*impl.prepare(batch))
-    assert out.dtype == batch.values.dtype
-    ok, rel, reason = correctness.check_output(out, spec.reference(batch), dtype)
-    assert ok, (rel, reason)
+    assert_equals_reference(op, Case(case.B, case.M, case.seqlen, case.sparsity, case.distribution, dtype=dtype))
 
 
 @pytest.mark.parametrize("op", helion_contenders.OPS)
 def test_a_large_shape_in_fp32(op):
+    assert_equals_reference(op, Case(1024, 256, 1000, 0.5))
+
+
+def assert_equals_reference(op: str, case: Case) -> None:
+    """The helion contender of ``op`` on ``case``'s batch: its input's dtype, and within the lab's gate of the
+    float64 reference."""
     spec = get_op(op)
-    batch = spec.make_batch(Case(1024, 256, 1000, 0.5), CUDA)
+    batch = spec.make_batch(case, CUDA)
     impl = get_implementation(op, "helion")
-    ok, rel, reason = correctness.check_output(impl.fn(*impl.prepare(batch)), spec.reference(batch), "float32")
+    out = impl.fn(*impl.prepare(batch))
+    assert out.dtype == batch.values.dtype
+    ok, rel, reason = correctness.check_output(out, spec.reference(batch), case.dtype)
     assert ok, (rel, reason)
 
 
