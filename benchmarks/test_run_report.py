@@ -54,8 +54,7 @@ def read(paths: list[str]) -> tuple[list[TestOutcome], float]:
                 if case.get("name") is None:  # a run cut by its time limit leaves its last test unnamed
                     continue
                 outcome, message = outcome_of(case)
-                module = (case.get("classname") or "").rsplit(".", 1)[0] if "." in (case.get("classname") or "") else ""
-                file = (case.get("file") or module.replace(".", "/") + ".py")
+                file = case.get("file") or case.get("classname") or ""  # xunit1 (pyproject's) names the file
                 tests.append(TestOutcome(file, case.get("name"), outcome, message, float(case.get("time", 0))))
     return tests, seconds
 
