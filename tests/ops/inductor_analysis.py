@@ -42,6 +42,7 @@ def segments(programs: int):
 
 PLANS = {
     "chunks": lambda v, o, g: testing.plan_reduce(v, o, mean=True, rows_per_chunk=7),
+    "rowblock": lambda v, o, g: testing.plan_reduce(v, o, mean=True, rowblock=True, rows_per_chunk=7),
     "segments": lambda v, o, g: testing.plan_reduce(v, o, mean=True, segments=segments(0)),
     "segments-loop": lambda v, o, g: testing.plan_reduce(v, o, mean=True, segments=segments(2)),
     "expand-chunks": lambda v, o, g: testing.plan_expand(g, o, v.shape[0], mean=True, rows_per_chunk=7),

@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("triton")
 
 SCRIPT = Path(__file__).with_name("inductor_analysis.py")
-PATHS = ("chunks", "segments", "segments-loop", "expand-chunks", "expand-segments")
+PATHS = ("chunks", "rowblock", "segments", "segments-loop", "expand-chunks", "expand-segments")
 
 
 @pytest.fixture(scope="module")

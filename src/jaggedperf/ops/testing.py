@@ -23,6 +23,7 @@ from jaggedperf.ops.launch import TIERS, eager_key, force_tier, launch_all, laun
 from jaggedperf.ops.launch.plan import Launch, Plan  # noqa: F401
 from jaggedperf.ops.launch.tiers import prebuilt
 from jaggedperf.ops.reduce import api, plan
+from jaggedperf.ops.reduce.rowblock import RowBlockConfig, plan_rowblock, rowblock_config, wants_rowblock  # noqa: F401
 from jaggedperf.ops.reduce.kernels import _group_bounds, _group_segments
 from jaggedperf.ops.reduce.kernels import _group_tile as group_tile  # noqa: F401
 from jaggedperf.ops.reduce.kernels import _reduce_group as reduce_group  # noqa: F401
@@ -30,11 +31,13 @@ from jaggedperf.ops.reduce.kernels import _segments_expand_kernel as segments_ex
 
 __all__ = [
     # configs: the buckets, and overriding them (the native path stands aside meanwhile)
-    "ReduceConfig", "SegmentsConfig", "override", "reduce_config", "segments_config", "set_override", "sm_count",
+    "ReduceConfig", "RowBlockConfig", "SegmentsConfig", "override", "reduce_config", "rowblock_config",
+    "segments_config", "set_override", "sm_count",
     # launch tiers: pin one (the native path stands aside meanwhile), run a plan through them, their state
     "TIERS", "eager_key", "force_tier", "launch_all", "launch_path",
     # forced plans, launched through the JIT (the interpreter's path)
-    "Launch", "Plan", "launch_expand", "launch_reduce", "plan_expand", "plan_reduce", "run_direct",
+    "Launch", "Plan", "launch_expand", "launch_reduce", "plan_expand", "plan_reduce", "plan_rowblock", "run_direct",
+    "wants_rowblock",
     # the Python path alone, and its floor
     "prebuilt_launch", "python_path",
     # the kernels' building blocks, for candidate kernels
@@ -53,19 +56,24 @@ def group_bounds(offsets_ptr, g, n_segments, GROUP: tl.constexpr):
 
 def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False, max_seqlen=None,
                 rows_per_chunk: int | None = None, segments: SegmentsConfig | None = None,
-                poison: float | None = None) -> Plan:
+                rowblock: RowBlockConfig | bool | None = None, poison: float | None = None) -> Plan:
     """``reduce.plan.plan_reduce``, or a forced path: every path is correct whatever the lengths.
 
     Args:
         values, offsets, mean, empty_zero, max_seqlen: as for ``plan_reduce``.
         rows_per_chunk: force the balanced chunks with this R (tiny R exercises the combine).
         segments: force the whole-segments kernel with this config (wins over ``rows_per_chunk``).
+        rowblock: force the row blocks (``reduce.rowblock``): True for the production config, or a
+            RowBlockConfig; ``rows_per_chunk`` then forces their rows per program R (wins over both).
         poison: fill every tensor the launches write (output and workspace) with this value first.
 
     Returns:
         the Plan (a forced one is never replayed by the native path).
     """
-    if segments is not None:
+    if rowblock is not None and rowblock is not False:
+        cfg = None if rowblock is True else rowblock
+        planned = plan_rowblock(values, offsets, mean, empty_zero, cfg, rows_per_chunk)
+    elif segments is not None:
         planned = plan.plan_segments(values, offsets, mean, empty_zero, segments)
     elif rows_per_chunk is not None:
         cfg = reduce_config(values.shape[1], values.dtype, values.device)
@@ -113,7 +121,7 @@ def run_direct(launches) -> None:
 
 def launch_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False, max_seqlen=None,
                   rows_per_chunk: int | None = None, segments: SegmentsConfig | None = None,
-                  poison: float | None = None) -> torch.Tensor:
+                  rowblock: RowBlockConfig | bool | None = None, poison: float | None = None) -> torch.Tensor:
     """Plan (``plan_reduce``) and run the sum/mean kernels through the JIT: no operator, no checks (tests run
     it under TRITON_INTERPRET=1).
 
@@ -124,7 +132,7 @@ def launch_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = Fal
         the (B, M) output.
     """
     planned = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen,
-                          rows_per_chunk=rows_per_chunk, segments=segments, poison=poison)
+                          rows_per_chunk=rows_per_chunk, segments=segments, rowblock=rowblock, poison=poison)
     run_direct(planned.launches)
     return planned.out
 

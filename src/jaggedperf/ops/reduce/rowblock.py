@@ -1,0 +1,286 @@
+"""The row-block decomposition of the jagged sum/mean forward: kernel, plan and the rule that picks it.
+
+Why: the balanced chunks walk segments one by one (a few dependent loads and a loop per segment: slow on
+many short ones, ~118 µs at 10^4 × 4 without max_seqlen) and finish a long segment by summing every
+chunk's piece in one program (the giant segment: 277 µs against Inductor's 173); the whole-segments kernel
+sizes its tiles by max_seqlen (empty-heavy or heavy-tailed batches waste them). Here every program takes a
+fixed range of consecutive ROWS, whatever the lengths:
+
+- Program p owns rows [p·R, min((p+1)·R, N)) (R a multiple of BLOCK_R, from ``launch.plan.chunking``:
+  about ``programs_per_sm`` × SMs programs over the grid), walked in BLOCK_R × BLOCK_M tiles loaded
+  coalesced. Each row's segment id comes from a vectorized binary search of the offsets (the last s with
+  offsets[s] <= row) inside the window [lower_bound(lo) − 1, lower_bound(hi)) that two scalar searches give
+  at the program's start: log2(segments in the window) gathers, every one in [0, B].
+- The tile's per-segment sums are an inclusive ``tl.associative_scan`` over rows with the segmented
+  combine (s1, v1) ⊕ (s2, v2) = (s2, v2 + [s1 == s2]·v1); it is associative because segment ids are
+  nondecreasing along the rows (s1 == s3 implies s1 == s2 == s3), so each segment's in-tile total sits at
+  its last row in the tile. A tile holding one segment only (long segments) takes a plain ``tl.sum``.
+  A segment running on into the next tile is carried (its partial sum and id) and added there.
+- A segment that starts and ends in the program is stored from the row where it ends. The piece of the
+  segment begun before the program (its *head*) and the piece of the one going on past it (its *tail*)
+  go to the fp32 workspace in exactly the balanced chunks' layout (``kernels._reduce_kernel``): heads
+  in rows [0, P), tails in [P, 2P), then P int32 "crossing" slots; so ``kernels._combine_kernel`` finishes
+  the crossing segments unchanged, in a fixed order (deterministic, no atomics). A program whose rows all
+  lie inside one segment that began earlier and goes on writes its whole sum as that segment's head.
+- Empty segments: program p owns the segments with offsets[s] in [lo, hi) (the last program also those
+  starting at N, and with N = 0 the one program owns them all); it counts the non-empty segments that
+  start among its rows and, only when it owns more, walks its owned ids and writes 0 (sum), NaN or 0
+  (mean, per ``empty``) where offsets[s] == offsets[s + 1].
+- Memory safety does not depend on the offsets being valid: every offsets load is in [0, B], every row
+  read is inside the program's range, every output row index in [0, B); invalid offsets give unspecified
+  values (the scan is then not associative; still deterministic).
+
+Two launches whatever the lengths, no max_seqlen, no host sync; the native C++ path does not know this
+kernel (its plans have no row-block grid kind), so calls routed here take the Python launch path
+(``api._native_call`` steps aside for them: the native key holds neither N nor, without max_seqlen, B).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from jaggedperf.ops.config import next_pow2, sm_count
+from jaggedperf.ops.launch.plan import Launch, Plan, chunking
+from jaggedperf.ops.reduce.kernels import _combine_kernel, _finish, _lower_bound
+
+# --- the rule: where the row blocks run (evidence: run 45, benchmarks/results/h200/kernel-grid-quick.md) ------
+SHORT_MEAN_ROWS = 128  # no max_seqlen: row blocks when N < SHORT_MEAN_ROWS · B (mean length under 128 rows)
+GIANT_MIN_ROWS = 1 << 16  # a segment holding > 1/4 of N rows, when N is at least this
+NARROW_COLS = 32  # max_seqlen given: rows of <= 32 columns, ...
+NARROW_MAX_SEQLEN = 32  # ... short segments (the 65536 × 16 × 64 bar shape keeps its kernel) ...
+NARROW_MIN_ROWS = 1 << 18  # ... and enough rows that two launches do not cost more than they save
+SPARSE_MEAN_ROWS = 16  # max_seqlen given: mean length under 16 rows ...
+SPARSE_RATIO = 8  # ... and under max_seqlen / 8 (many empty or short segments under a long one)
+
+
+def wants_rowblock(n_cols, n_rows, n_segments, max_seqlen) -> bool:
+    """Whether a sum/mean call takes the row blocks (``plan_rowblock``) rather than today's kernels.
+
+    Decided on host ints, or on SymInts' hints without a guard (under ``torch.compile(dynamic=True)`` the
+    choice is the first compile's; every path is correct for every input, so a later N or B only costs
+    time, never a recompile). The classes where run 45 measured a loss:
+
+    - no max_seqlen and a short mean length (N < 128·B): the chunks' segment walk (118.6 µs vs 6.8 with
+      max_seqlen at 10^4 × 4; seed 15.0 vs 9.5; power-law < 100 MB 32.9 vs 22.5);
+    - a giant segment (N >= 2^16 and B < 4 without max_seqlen, or max_seqlen > N / 4): the chunks'
+      combine sums thousands of pieces in one program (277.6 µs vs Inductor's 173.2);
+    - max_seqlen given, M <= 32, max_seqlen <= 32, N >= 2^18: narrow rows (lengths 4-12 in the grid);
+    - max_seqlen given, N < 16·B and 8·N < B·max_seqlen: empty-heavy or heavy-tailed batches whose tiles,
+      sized by max_seqlen, are mostly masked (142.6 µs vs segment_reduce 67.3 at 10^5 × 64, 90% empty).
+
+    Args:
+        n_cols: M.
+        n_rows: N (int or SymInt).
+        n_segments: B (int or SymInt).
+        max_seqlen: an int, a SymInt, or None.
+
+    Returns:
+        True for the row blocks.
+    """
+    n, b = _hint(n_rows), _hint(n_segments)
+    if n is None or b is None or b <= 0:
+        return False
+    seqlen = None if max_seqlen is None else _hint(max_seqlen)
+    if max_seqlen is not None and seqlen is None:
+        return False  # a SymInt without a hint: keep today's choice
+    if n >= GIANT_MIN_ROWS and (b < 4 or (seqlen is not None and 4 * seqlen > n)):
+        return True
+    if seqlen is None:
+        return n < SHORT_MEAN_ROWS * b
+    m = _hint(n_cols)
+    if m is not None and m <= NARROW_COLS and seqlen <= NARROW_MAX_SEQLEN and n >= NARROW_MIN_ROWS:
+        return True
+    return n < SPARSE_MEAN_ROWS * b and SPARSE_RATIO * n < b * seqlen
+
+
+def _hint(n):
+    # a host int's value, or a SymInt's example value without installing a guard (None when it has none)
+    if type(n) is int:
+        return n
+    hint = getattr(getattr(n, "node", None), "hint", None)
+    return int(hint) if hint is not None else None
+
+
+# --- the config ------------------------------------------------------------------------------------------------
+TILE_ELEMENTS = 8192  # BLOCK_R × BLOCK_M per tile (32 KiB fp32): 32 elements a thread at 8 warps
+
+
+@dataclass(frozen=True)
+class RowBlockConfig:
+    block_r: int  # rows per tile (power of two)
+    block_m: int  # columns per tile = per program (grid axis 1 = cdiv(M, block_m))
+    num_warps: int
+    programs_per_sm: int  # programs aimed at over the whole grid ≈ SM count × this
+    combine_block_m: int  # columns per combine program (split finer than block_m: the giant's last pass)
+    block_p: int = 32  # workspace pieces summed per tile by the combine
+    empty_group: int = 128  # owned segment ids checked for emptiness per step
+
+
+def rowblock_config(n_cols, dtype: torch.dtype) -> RowBlockConfig:
+    """The row blocks' tiles for rows of ``n_cols`` elements (unmeasured: the next GPU session sweeps them).
+
+    Args:
+        n_cols: M (specialised under torch.compile, as for the other kernels).
+        dtype: the values' dtype (unused yet: the same element budget for 2-byte types).
+
+    Returns:
+        the config.
+    """
+    block_m = min(next_pow2(int(n_cols)), 128)
+    block_r = max(16, TILE_ELEMENTS // block_m)
+    return RowBlockConfig(block_r=block_r, block_m=block_m, num_warps=8, programs_per_sm=4,
+                          combine_block_m=min(block_m, 16))
+
+
+# --- the kernel ------------------------------------------------------------------------------------------------
+@triton.jit
+def _segmented_add(s1, v1, s2, v2):
+    # the segmented scan's combine: (s1, v1) then (s2, v2); associative when s1 <= s2 <= s3 (ids nondecreasing)
+    return s2, tl.where(s1 == s2, v1 + v2, v2)
+
+
+# reads N·M·s bytes of values once (+ log2(window) gathers of L2-resident offsets per tile row, + 2·P scalar
+# searches, + owned offsets again only where empties are), writes B·M·s of output + ≤ 2·P·M·4 + P·4 of workspace
+@triton.jit(do_not_specialize=["n_rows", "n_segments", "rows_per_program", "n_programs"])
+def _rowblock_kernel(
+    values_ptr,  # (n_rows, n_cols) contiguous, fp32/bf16/fp16: read once, BLOCK_R × BLOCK_M tiles
+    offsets_ptr,  # (n_segments + 1,) int32/int64: every load in [0, B]
+    out_ptr,  # (n_segments, n_cols) in values' dtype: segments starting and ending in the program, empties
+    ws_ptr,  # fp32 (2·P, M) pieces (rows [0, P) heads, [P, 2P) tails), then P int32 crossing slots
+    n_rows,  # N = values.shape[0]
+    n_cols,  # M (specialised)
+    n_segments,  # B
+    rows_per_program,  # R (a multiple of BLOCK_R in production; any R >= 1 is correct)
+    n_programs,  # P = max(cdiv(N, R), 1) = grid axis 0
+    MEAN: tl.constexpr,  # divide by the length
+    EMPTY_ZERO: tl.constexpr,  # mean of an empty segment is 0 (else NaN)
+    BLOCK_R: tl.constexpr,  # rows per tile
+    BLOCK_M: tl.constexpr,  # columns per tile (grid axis 1)
+    EMPTY_G: tl.constexpr,  # owned segment ids checked per step for emptiness
+):
+    pid = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < n_cols
+    lo = pid.to(tl.int64) * rows_per_program
+    hi = tl.minimum(lo + rows_per_program, n_rows)
+    n_seg = lo * 0 + n_segments
+    first = _lower_bound(offsets_ptr, n_segments, lo, lo * n_segments // tl.maximum(n_rows, 1))
+    past = _lower_bound(offsets_ptr, n_segments, hi, hi * n_segments // tl.maximum(n_rows, 1))
+    # first/past address outputs below: they cross a load that never happens (mask false), so Inductor's write
+    # analysis stops there instead of counting _lower_bound's offsets_ptr as written (kernels._reduce_kernel)
+    first = tl.load(offsets_ptr + first, mask=first < 0, other=first).to(tl.int64)
+    past = tl.load(offsets_ptr + past, mask=past < 0, other=past).to(tl.int64)
+    base = tl.maximum(first - 1, 0)  # every row of [lo, hi) lies in a segment of [base, past)
+    top = base * 0 + 1  # the search's first step: a power of two, 2·top > past − base
+    while top * 2 <= past - base:
+        top = top * 2
+    carry = tl.zeros([BLOCK_M], dtype=tl.float32)  # the partial sum of a segment running on past the last tile
+    carry_seg = base * 0 - 1  # its id, or -1
+    started = base * 0  # non-empty segments starting among the program's rows
+    steps = tl.arange(0, BLOCK_R)
+    for t in range(lo, hi, BLOCK_R):
+        rows = t + steps  # int64
+        row_ok = rows < hi
+        ptrs = values_ptr + rows[:, None] * n_cols + cols[None, :]
+        x = tl.load(ptrs, mask=row_ok[:, None] & col_mask[None, :], other=0.0).to(tl.float32)  # issued first
+        pos = rows * 0 + base  # the last s in [base, past) with offsets[s] <= row
+        step = top
+        while step > 0:
+            probe = pos + step
+            inside = row_ok & (probe < past)
+            below = tl.load(offsets_ptr + tl.minimum(probe, n_seg), mask=inside, other=0).to(tl.int64) <= rows
+            pos = tl.where(inside & below, probe, pos)
+            step = step // 2
+        ok = row_ok & (pos < n_seg)
+        start = tl.load(offsets_ptr + pos, mask=ok, other=0).to(tl.int64)
+        end = tl.load(offsets_ptr + tl.minimum(pos + 1, n_seg), mask=ok, other=0).to(tl.int64)
+        rel = tl.where(row_ok, (pos - base).to(tl.int32), 2**30)  # nondecreasing along the tile
+        if tl.min(rel, axis=0) == tl.max(tl.where(row_ok, rel, -1), axis=0):  # one segment: no scan
+            run = tl.zeros([BLOCK_R, BLOCK_M], dtype=tl.float32) + tl.sum(x, axis=0)[None, :]
+        else:
+            _, run = tl.associative_scan((tl.broadcast_to(rel[:, None], [BLOCK_R, BLOCK_M]), x), 0, _segmented_add)
+        run += tl.where((pos == carry_seg)[:, None], carry[None, :], 0.0)
+        last_row = tl.minimum(t + BLOCK_R, hi) - 1
+        ends = ok & (rows + 1 == end)  # the segment's last row
+        began = start >= lo
+        started += tl.sum((ok & (rows == start)).to(tl.int64), axis=0)
+        whole = ends & began
+        res = _finish(run, (end - start)[:, None], MEAN, EMPTY_ZERO)
+        tl.store(out_ptr + pos[:, None] * n_cols + cols[None, :], res.to(out_ptr.dtype.element_ty),
+                 mask=whole[:, None] & col_mask[None, :])
+        head = ends & (start < lo)  # the piece of the segment begun before this program
+        ws_row = ws_ptr + pid.to(tl.int64) * n_cols + cols[None, :] + rows[:, None] * 0
+        tl.store(ws_row, run, mask=head[:, None] & col_mask[None, :])
+        goes_on = ok & (rows == last_row) & (end > rows + 1)
+        carry = tl.sum(tl.where(goes_on[:, None], run, 0.0), axis=0)
+        carry_seg = tl.max(tl.where(goes_on, pos, -1), axis=0)
+    crossing = carry_seg * 0 - 1
+    if carry_seg >= 0:  # a segment goes on past this program: its piece is a tail (begun here) or a head
+        carry_start = tl.load(offsets_ptr + carry_seg).to(tl.int64)
+        if carry_start >= lo:
+            tl.store(ws_ptr + (pid + n_programs).to(tl.int64) * n_cols + cols, carry, mask=col_mask)
+            crossing = carry_seg
+        else:
+            tl.store(ws_ptr + pid.to(tl.int64) * n_cols + cols, carry, mask=col_mask)
+    if tl.program_id(1) == 0:
+        cross_ptr = (ws_ptr + (pid.to(tl.int64) * 0 + n_programs) * 2 * n_cols).to(tl.pointer_type(tl.int32))
+        tl.store(cross_ptr + pid, crossing.to(tl.int32))
+    owned_end = tl.where(pid == n_programs - 1, n_seg, past)  # owned ids: [first, owned_end)
+    if owned_end - first > started:  # some owned segment is empty
+        empty_val = _finish(tl.zeros([EMPTY_G, BLOCK_M], dtype=tl.float32), tl.zeros([EMPTY_G, 1], dtype=tl.int64),
+                            MEAN, EMPTY_ZERO)
+        for g in range(first, owned_end, EMPTY_G):
+            ids = g + tl.arange(0, EMPTY_G)
+            in_range = ids < owned_end
+            seg_start = tl.load(offsets_ptr + ids, mask=in_range, other=0)
+            seg_end = tl.load(offsets_ptr + ids + 1, mask=in_range, other=0)
+            empty = in_range & (seg_start == seg_end)
+            tl.store(out_ptr + ids[:, None] * n_cols + cols[None, :], empty_val.to(out_ptr.dtype.element_ty),
+                     mask=empty[:, None] & col_mask[None, :])
+
+
+# --- the plan --------------------------------------------------------------------------------------------------
+def plan_rowblock(values, offsets, mean: bool, empty_zero: bool, cfg: RowBlockConfig | None = None,
+                  rows_per_program=None) -> Plan:
+    """The row blocks' two launches (rows, then ``_combine_kernel``) with their workspace, allocated here.
+
+    Args:
+        values: (N, M) contiguous, fp32/bf16/fp16.
+        offsets: (B + 1,) contiguous int32/int64 on values' device.
+        mean, empty_zero: as for ``plan.plan_reduce``.
+        cfg: the tiles (``rowblock_config`` when None).
+        rows_per_program: R, forced (tests: any R >= 1); None: ``chunking``'s, a multiple of block_r.
+
+    Returns:
+        the Plan (no config: the native path never replays it; the Python path launches it).
+    """
+    n_rows, n_cols = values.shape
+    n_cols = int(n_cols)
+    n_segments = offsets.shape[0] - 1
+    cfg = cfg or rowblock_config(n_cols, values.dtype)
+    col_blocks = -(-n_cols // cfg.block_m)
+    if rows_per_program is None:
+        rows_per_program, n_programs = chunking(n_rows, col_blocks, sm_count(values.device) * cfg.programs_per_sm,
+                                                cfg.block_r, cfg.block_r)
+    else:
+        n_programs = max(-(-n_rows // rows_per_program), 1)
+    out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
+    # (2·P, M) fp32 pieces + P int32 crossing slots, one allocation (the chunks' layout: _combine_kernel reads it)
+    ws = torch.empty((2 * n_programs * n_cols + n_programs,), dtype=torch.float32, device=values.device)
+    args = (values, offsets, out, ws, n_rows, n_cols, n_segments, rows_per_program, n_programs, mean, empty_zero,
+            cfg.block_r, cfg.block_m, cfg.empty_group)
+    combine_args = (offsets, out, ws, n_cols, rows_per_program, n_programs, mean, empty_zero, cfg.block_p,
+                    cfg.combine_block_m)
+    launches = (
+        Launch(_rowblock_kernel, (n_programs, col_blocks, 1), args, cfg.num_warps, (out, ws),
+               ("rowblock", *args[-5:])),
+        Launch(_combine_kernel, (n_programs, -(-n_cols // cfg.combine_block_m), 1), combine_args, 4, (out,),
+               ("combine", *combine_args[-4:])),
+    )
+    return Plan(out, launches)
+
+
