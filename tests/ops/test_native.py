@@ -143,6 +143,7 @@ def _meta(n_rows, n_cols, n_segments, dtype=torch.float32):
 def test_native_chunk_geometry_is_the_python_plans(built, monkeypatch, n_rows, n_cols, dtype, sms):
     # the native path redoes the chunking per call in C++ (geometry_of): it must be the Python plan's
     monkeypatch.setattr(plan, "sm_count", lambda device: sms)
+    monkeypatch.setattr(plan, "wants_rowblock", lambda *args: False)  # the chunks' plan (row blocks: no native)
     planned = plan.plan_reduce(*_meta(n_rows, n_cols, 7, dtype), mean=True, empty_zero=False)
     grids = planned.native_plan()
     assert grids.chunk_programs == sms * config.reduce_config(n_cols, dtype, planned.out.device).programs_per_sm
