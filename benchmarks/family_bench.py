@@ -10,9 +10,11 @@ recorded, not timed):
 - the floor: the op's must-move bytes (read values + offsets, write the output) / the copy bandwidth measured
   in the same run, and each contender's ratio to it;
 - contenders: ours (max_seqlen known; unknown), every torch eager contender the lab registers (unbind, padded
-  round trip, the NJT op), and Inductor's compiled padded program (``torch.compile`` of the padded round trip
-  on plain tensors, mode max-autotune-no-cudagraphs, dynamic=False);
-- our backward against its floor (read y or x, and the gradient; write the values' gradient).
+  round trip, the NJT op), our Helion kernels (``helion``, where helion installs: ``impls/helion_contenders``;
+  fixed configs unless $JAGGEDPERF_HELION_AUTOTUNE), and Inductor's compiled padded program (``torch.compile`` of
+  the padded round trip on plain tensors, mode max-autotune-no-cudagraphs, dynamic=False);
+- our backward against its floor (read y or x, and the gradient; write the values' gradient);
+- with ``--ops jagged_mean,jagged_sum``: the reductions too (forward only: ours, torch's, helion's).
 
 Shapes: the seed's (512, 64, 100, 0.1) and (512, 64, 500, 0.75) in fp32 and bf16, and three of >= 64 MB in
 fp32 (many mid-length sequences, many short ones, a few very long ones: the looping passes).
@@ -38,7 +40,9 @@ from jaggedperf.impls.registry import get_op
 from jaggedperf.inputs import Case
 from jaggedperf.lab import runner, timing
 
-OPS = ("jagged_softmax", "jagged_layer_norm")
+OPS = ("jagged_softmax", "jagged_layer_norm")  # the default; --ops adds jagged_mean / jagged_sum (forward only)
+ROWWISE = OPS
+NOT_TORCH = ("jaggedperf", "inductor", "helion")  # contenders that are not torch eager
 SEED = [Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75)]
 LARGE = [Case(1024, 256, 1000, 0.5), Case(65536, 64, 64, 0.2), Case(8, 4096, 4000, 0.0, "fixed")]
 DEVICE = torch.device("cuda")
@@ -79,11 +83,13 @@ def bench_case(op: str, case: Case, copy_gbps: float) -> dict:
     floor_us = spec.must_move_bytes(batch) / (copy_gbps * 1e3)
     row = {"op": op, "case": case.label, "dtype": case.dtype, "values_mb": batch.values.numel() *
            batch.values.element_size() / 1e6, "floor_us": floor_us, "contenders": {}}
-    calls = {name: (lambda impl=impl: impl.fn(*impl.prepare(batch))) for name, impl in spec.implementations.items()}
-    ours = jaggedperf.jagged_softmax if op == "jagged_softmax" else jaggedperf.jagged_layer_norm
+    calls = {name: (lambda impl=impl: impl.fn(*impl.prepare(batch))) for name, impl in spec.implementations.items()
+             if DEVICE.type in impl.devices}
+    ours = getattr(jaggedperf, op)
     calls["jaggedperf_no_max_seqlen"] = lambda: ours(batch.values, batch.offsets)
-    compiled = padded_compiled(op)
-    calls["inductor_padded"] = lambda: compiled(batch.values, batch.offsets, batch.padded_len)
+    if op in ROWWISE:
+        compiled = padded_compiled(op)
+        calls["inductor_padded"] = lambda: compiled(batch.values, batch.offsets, batch.padded_len)
     for name, call in calls.items():
         entry = row["contenders"][name] = {}
         try:
@@ -96,9 +102,13 @@ def bench_case(op: str, case: Case, copy_gbps: float) -> dict:
             entry["error"] = f"{type(exc).__name__}: {exc}"
             torch.cuda.synchronize()
     torch_eager = [c["median_us"] for n, c in row["contenders"].items()
-                   if "median_us" in c and not n.startswith(("jaggedperf", "inductor"))]
+                   if "median_us" in c and not n.startswith(NOT_TORCH)]
     row["best_torch_eager_us"] = min(torch_eager) if torch_eager else None
-    row["backward"] = bench_backward(ours, batch, copy_gbps)
+    helion, mine = row["contenders"].get("helion", {}), row["contenders"].get("jaggedperf", {})
+    if "median_us" in helion and "median_us" in mine:
+        row["helion_over_ours"] = helion["median_us"] / mine["median_us"]
+    if op in ROWWISE:
+        row["backward"] = bench_backward(ours, batch, copy_gbps)
     return row
 
 
@@ -119,24 +129,27 @@ def markdown(results: dict) -> str:
     lines = [f"# jagged family on {results['meta']['gpu']}", "",
              f"copy bandwidth {results['copy_gbps']:.0f} GB/s; device µs (median, L2 flushed); ×floor = time / "
              "(must-move bytes / copy bandwidth)", ""]
-    for op in OPS:
+    for op in results["ops"]:
         rows = [r for r in results["rows"] if r["op"] == op]
         if not rows:
             continue
         names = sorted({n for r in rows for n in r["contenders"]})
-        lines += [f"## {op}", "", "| case | dtype | MB | floor µs | " + " | ".join(names) + " | backward (×floor) |",
-                  "|---|---|---:|---:|" + "---:|" * len(names) + "---:|"]
+        lines += [f"## {op}", "", "| case | dtype | MB | floor µs | " + " | ".join(names) +
+                  " | helion / ours | backward (×floor) |", "|---|---|---:|---:|" + "---:|" * len(names) + "---:|---:|"]
         for r in rows:
             cellsx = []
             for n in names:
                 c = r["contenders"].get(n, {})
                 cellsx.append(f"{c['median_us']:.1f} ({c['x_floor']:.2f}×)" if "median_us" in c else
                               ("wrong" if c.get("ok") is False else "error" if "error" in c else "—"))
-            b = r.get("backward", {})
-            back = f"{b['median_us']:.1f} ({b['x_floor']:.2f}×)" if "median_us" in b else "error"
+            b = r.get("backward")
+            back = "—" if b is None else f"{b['median_us']:.1f} ({b['x_floor']:.2f}×)" if "median_us" in b else "error"
+            ratio = f"{r['helion_over_ours']:.2f}" if "helion_over_ours" in r else "—"
             lines.append(f"| {r['case']} | {r['dtype']} | {r['values_mb']:.0f} | {r['floor_us']:.1f} | "
-                         + " | ".join(cellsx) + f" | {back} |")
+                         + " | ".join(cellsx) + f" | {ratio} | {back} |")
         lines.append("")
+    if results["meta"].get("helion_unavailable"):
+        lines += [f"helion not measured: {results['meta']['helion_unavailable']}", ""]
     if results["errors"]:
         lines += ["## errors", ""] + [f"- {k}: {v.splitlines()[0]}" for k, v in results["errors"].items()]
     return "\n".join(lines) + "\n"
@@ -146,16 +159,28 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for family_bench.json and family_bench.md")
     parser.add_argument("--quick", action="store_true", help="the seed shapes only")
+    parser.add_argument("--ops", default=",".join(OPS),
+                        help="comma-separated; jagged_softmax, jagged_layer_norm (default), jagged_mean, jagged_sum")
     args = parser.parse_args()
+    ops = [o for o in args.ops.split(",") if o]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
     results = {"meta": {"torch": torch.__version__, "triton": __import__("triton").__version__,
                         "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(), "python":
                         platform.python_version()}, "copy_gbps": timing.copy_bandwidth_gbps(DEVICE), "rows": [],
-               "errors": {}}
+               "errors": {}, "ops": ops}
+    helion_reason = get_op(ops[0]).unavailable.get("helion")
+    if helion_reason:
+        results["meta"]["helion_unavailable"] = helion_reason
+    else:
+        from jaggedperf.impls.helion_contenders import load_helion
+        try:
+            results["meta"].update(load_helion(DEVICE))
+        except Exception as exc:  # noqa: BLE001 - installed but not importable: its cells record it too
+            results["meta"]["helion_unavailable"] = f"{type(exc).__name__}: {exc}"
     jaggedperf.ops.prepare_native_launch()
-    for op in OPS:
+    for op in ops:
         for case in cells():
             if args.quick and case.B == 512 and case.M == 64 or not args.quick:
                 try:

@@ -5,7 +5,8 @@ results, and rewrite the README between its marker comments (``<!-- NAME:begin -
     python benchmarks/readme_figures.py --check   # exit 1 when README.md differs from what the results give
 
 ``tests/test_readme.py`` runs ``--check``, so the README cannot drift from the committed results or from the
-code that renders them. The blocks hold only numbers and words read from the results files; the figure is
+code that renders them. The blocks hold only numbers read from the results files and the words today's code
+gives them (the doctor's verdicts are diagnosed again from its recorded evidence: ``doctor --from``); the figure is
 drawn by the lab's plot code (its PNG bytes depend on matplotlib's version, so only its presence is checked).
 """
 
@@ -13,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import gzip
-import json
 import re
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
+from jaggedperf.lab.doctor import saved, verdicts
 from jaggedperf.lab.modes import EAGER, SEED_COMPILED_MODE
 from jaggedperf.lab.result import OK, RunRecord
 from jaggedperf.lab.results.atomic import write_text_atomic
@@ -71,12 +71,12 @@ def repro_block(record: RunRecord) -> str:
 
 
 def doctor_block(path: Path) -> str:
-    """The doctor's verdict per implementation at the first seed shape, as it recorded them."""
-    data = json.loads(gzip.decompress((ROOT / path).read_bytes()))
-    diagnoses = [cell["diagnosis"] for cell in data["cells"]]
-    first = diagnoses[0]["case_label"]
+    """The doctor's verdict per implementation at the first seed shape: the evidence it recorded, diagnosed again
+    by today's ``verdicts`` (so that a change to the verdicts' words shows here)."""
+    record = verdicts.diagnose_run(saved.load_evidence(ROOT / path))
+    first = record.diagnoses[0].case_label
     lines = [f"`jaggedperf doctor` at {first} (`{path}`), compiled − eager split into measured parts; its verdicts:"]
-    lines += [f"- `{d['implementation']}`: {d['verdict']}" for d in diagnoses if d["case_label"] == first]
+    lines += [f"- `{d.implementation}`: {d.verdict}" for d in record.diagnoses if d.case_label == first]
     return "\n".join(lines)
 
 

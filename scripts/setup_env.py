@@ -36,7 +36,8 @@ PINNED_TRITON = "triton==3.7.1"  # CPU builds of torch bring no Triton; the test
 BASE_REQUIREMENTS = {"numpy": "numpy", "rich": "rich>=13"}  # import name -> requirement
 EXTRAS = {
     "plot": {"matplotlib": "matplotlib>=3.7"},
-    "test": {"pytest": "pytest>=7", "hypothesis": "hypothesis>=6", "matplotlib": "matplotlib>=3.7"},
+    "test": {"pytest": "pytest>=7", "xdist": "pytest-xdist>=3", "hypothesis": "hypothesis>=6",
+             "matplotlib": "matplotlib>=3.7"},
 }
 LINK_NAME = "jaggedperf-src.pth"
 HOST_LINK_NAME = "jaggedperf-host-site.pth"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up (first run only) and run the test suite. On a machine without a GPU the Triton kernels
 # run under TRITON_INTERPRET=1 and tests marked `gpu` are skipped. Extra arguments go to pytest.
-# On a machine of 8 or more cores with pytest-xdist importable (the GPU box has it) the suite runs in two
-# passes: the untimed tests in parallel, then the timed ones (marked bars or timed) alone, serially.
+# With 2+ cores and pytest-xdist importable (the test extra brings it; the GPU box has it) the suite runs in two
+# passes: the untimed tests in parallel (one worker a core, at most 8, half the cores past 8), then the timed
+# ones (marked bars or timed) alone, serially.
 source "$(dirname "$0")/setup-env.sh" test
 if ! python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   export TRITON_INTERPRET=1
@@ -11,8 +12,8 @@ set +e
 # pytest exits 5 when it collected no tests (e.g. `-m gpu` on a machine without one): not a failure.
 run_pytest() { python -m pytest -q "$@"; local rc=$?; [ "$rc" -eq 5 ] && rc=0; return "$rc"; }
 cores=$(nproc 2>/dev/null || echo 1)
-workers=$(( cores / 2 < 8 ? cores / 2 : 8 ))
-if [ "$cores" -ge 8 ] && python -c 'import xdist' 2>/dev/null && [[ " $* " != *" -n "* ]]; then
+if [ "$cores" -ge 8 ]; then workers=$(( cores / 2 < 8 ? cores / 2 : 8 )); else workers=$cores; fi
+if [ "$cores" -ge 2 ] && python -c 'import xdist' 2>/dev/null && [[ " $* " != *" -n "* ]]; then
   JAGGEDPERF_TIMED_TESTS=defer run_pytest -n "$workers" "$@"; rc_parallel=$?
   JAGGEDPERF_TIMED_TESTS=only run_pytest "$@"; rc_timed=$?
   exit $(( rc_parallel != 0 ? rc_parallel : rc_timed ))

@@ -6,7 +6,7 @@ import torch
 HAS_CUDA = torch.cuda.is_available()
 
 
-# scripts/test.sh on a many-core machine runs the suite in two passes: everything but the tests that
+# scripts/test.sh with 2+ cores and pytest-xdist runs the suite in two passes: everything but the tests that
 # assert on measured time, in parallel (pytest-xdist), then those alone, serially, so that no other test
 # shares the GPU or the cores while they measure. JAGGEDPERF_TIMED_TESTS=defer | only selects a pass.
 TIMED_TESTS = os.environ.get("JAGGEDPERF_TIMED_TESTS", "")

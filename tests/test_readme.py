@@ -80,3 +80,13 @@ def test_readme_figure_is_drawn_by_the_lab(tmp_path):
     figures = _readme_figures()
     figures.draw_figure(figures.seed_record(), tmp_path / "f.png")
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_readme_doctor_verdicts_are_diagnosed_again_by_todays_code(monkeypatch):
+    """The doctor block is the recorded evidence diagnosed by today's verdicts: a change of wording shows there."""
+    figures = _readme_figures()
+    from jaggedperf.lab.doctor import verdicts
+
+    monkeypatch.setattr(verdicts, "verdict", lambda e, delta, parts: f"reworded: {delta:+.0f} µs")
+    block = figures.doctor_block(figures.DOCTOR)
+    assert "- `sum_padded`: reworded: +101 µs" in block and "slower by" not in block

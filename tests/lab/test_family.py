@@ -31,13 +31,13 @@ def _batch_with_empties(dtype):
 @pytest.mark.parametrize("op", list(FAMILY))
 def test_every_contender_equals_the_float64_reference(op, dtype):
     spec = get_op(op)
-    assert set(spec.implementations) == FAMILY[op]
+    assert set(spec.implementations) - {"helion"} == FAMILY[op]  # helion's where it installs with CUDA (its own tests)
     for batch in (spec.make_batch(Case(24, 5, 20, 0.3, dtype=dtype), CPU), _batch_with_empties(getattr(torch, dtype))):
         reference = spec.reference(batch)
         rows = batch.B if op == "jagged_sum" else batch.total_len
         assert reference.shape == (rows, batch.M) and reference.dtype == torch.float64
         assert spec.must_move_bytes(batch) == batch.nbytes() + rows * batch.M * batch.values.element_size()
-        for impl in spec.implementations.values():
+        for impl in (i for i in spec.implementations.values() if "cpu" in i.devices):
             ok, _, reason = correctness.check_output(impl.fn(*impl.prepare(batch)), reference, dtype)
             assert ok, (impl.name, reason)
 

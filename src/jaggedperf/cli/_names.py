@@ -1,11 +1,11 @@
 """Names a user types (op, implementations, modes, baseline, metrics, presets, distributions): checked once,
 after the plugins are imported (a plugin may register implementations and ops), with a "did you mean" for
-a near miss. The lab checks the same names again; these checks exist for the message."""
+a near miss (``jaggedperf.names``, whose wording the lab's own errors share). The lab checks the same names
+again; these checks come first, after the plugins, and cover the names the lab does not check (metrics, presets)."""
 
 from __future__ import annotations
 
 import argparse
-import difflib
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -13,17 +13,11 @@ from jaggedperf.impls.registry import get_op, implementation_names
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab.plugins import import_plugins, plugin_names
 from jaggedperf.lab.results.tables import METRICS
+from jaggedperf.names import unknown_message
 
 
 class UnknownName(ValueError):
     """A name that is not one of the valid ones; the message names the closest valid ones and lists them all."""
-
-
-def unknown_message(kind: str, name: str, valid: Sequence[str], where: str = "") -> str:
-    """``unknown implementation 'jaggedpref' of jagged_mean; did you mean 'jaggedperf'? (valid: …)``."""
-    close = difflib.get_close_matches(name, list(valid), n=2, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    return f"unknown {kind} {name!r}{' ' + where if where else ''}{hint} (valid: {', '.join(valid) or '(none)'})"
 
 
 def check_names(kind: str, names: Iterable[str], valid: Sequence[str], where: str = "") -> list[str]:

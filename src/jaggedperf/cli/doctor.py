@@ -32,11 +32,12 @@ from jaggedperf.cli.lab import _footer, console
 from jaggedperf.impls.registry import implementation_names
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
-from jaggedperf.lab.doctor import attribution, evidence, gather, verdicts
+from jaggedperf.lab.doctor import attribution, evidence, gather, saved, verdicts
 from jaggedperf.lab.env import environment
 from jaggedperf.lab.plugins import PluginError
 from jaggedperf.lab.result import OK, TIMED
 from jaggedperf.lab.results.atomic import write_json
+from jaggedperf.lab.results.store import ResultsFileError
 from jaggedperf.lab.runner import Options
 
 OP = "jagged_mean"
@@ -72,6 +73,9 @@ def register(sub) -> None:
     add_stability_arguments(g)
     g = p.add_argument_group("output")
     add_json_argument(g, "every piece of evidence, the diagnoses and the environment, rewritten as each cell finishes")
+    p.add_argument("--from", dest="from_json", metavar="FILE",
+                   help="measure nothing: diagnose again the evidence a doctor's --json saved in FILE (.json or "
+                        ".json.gz), with today's verdicts; the names, case and measurement flags are not used")
     g.add_argument("--trace-dir", metavar="DIR", help="write a chrome trace per profiled callable into DIR (CUDA)")
     g.add_argument("--trace", dest="trace_dir", metavar="DIR", help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_doctor)
@@ -109,6 +113,8 @@ def doctor_options(args: argparse.Namespace) -> Options:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     out, err = console(), Console(stderr=True)
+    if args.from_json:
+        return rediagnose(args, out, err)
     try:
         chosen = select(args, default_impls=doctor_implementations,
                         allowed_modes=[*modes_mod.COMPILE_MODES, *modes_mod.BOUNDARY_MODES])
@@ -158,6 +164,38 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     record = verdicts.diagnose_run(evidence.EvidenceRun(runs[0].environment, runs[0].copy_gbps,
                                                         [ev for run in runs for ev in run.evidence]))
+    print_record(out, record)
+    err.print(f"doctor took {time.perf_counter() - started:.0f} s")
+    if args.json:
+        write_json(args.json, record)
+        err.print(f"wrote {args.json}")
+    if options.trace_dir:
+        err.print(f"traces in {options.trace_dir}")
+    return 0
+
+
+def rediagnose(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``doctor --from FILE``: the saved evidence diagnosed again, printed as a measuring run prints it."""
+    problem = unwritable(args.json)
+    if problem:
+        print_error(err, problem)
+        return 2
+    try:
+        run = saved.load_evidence(args.from_json)
+    except ResultsFileError as exc:
+        print_error(err, exc)
+        return 2
+    record = verdicts.diagnose_run(run)
+    print_record(out, record)
+    err.print(f"diagnosed again from {args.from_json} ({len(record.evidence)} cells, nothing measured)")
+    if args.json:
+        write_json(args.json, record)
+        err.print(f"wrote {args.json}")
+    return 0
+
+
+def print_record(out: Console, record: verdicts.DoctorRecord) -> None:
+    """Each cell's measurements, attribution, verdict and findings, then the verdicts table and the footer."""
     for ev, diagnosis in zip(record.evidence, record.diagnoses):
         out.print(measurements_table(ev))
         out.print(attribution_table(ev, diagnosis))
@@ -169,13 +207,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         out.print()
     out.print(verdicts_table(record))
     _footer(out, record)
-    err.print(f"doctor took {time.perf_counter() - started:.0f} s")
-    if args.json:
-        write_json(args.json, record)
-        err.print(f"wrote {args.json}")
-    if options.trace_dir:
-        err.print(f"traces in {options.trace_dir}")
-    return 0
 
 
 def gather_with_progress(op, cases, impls, mode, options, cudagraphs, compile_budget_s, console: Console, *,

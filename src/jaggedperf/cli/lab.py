@@ -248,6 +248,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         impl = op.implementations[name]
         table.add_row(impl.name, _origin(impl.fn), impl.takes, "yes" if impl.pads else "", impl.description)
     out.print(table)
+    for name, reason in op.unavailable.items():  # optional contenders that cannot run here (e.g. helion)
+        out.print(f"not available here: {name}: {reason}", markup=False, highlight=False)
     modes = Table(title="modes")
     modes.add_column("mode", no_wrap=True)
     modes.add_column("what it does")

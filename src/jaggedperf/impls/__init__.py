@@ -12,5 +12,6 @@ from jaggedperf.impls import rec_block  # noqa: E402,F401  (registers rec_block,
 from jaggedperf.impls import jagged_sum  # noqa: E402,F401  (registers jagged_sum and its implementations)
 from jaggedperf.impls import jagged_softmax  # noqa: E402,F401  (registers jagged_softmax and its implementations)
 from jaggedperf.impls import jagged_layer_norm  # noqa: E402,F401  (registers jagged_layer_norm and its ...)
+from jaggedperf.impls import helion_contenders  # noqa: E402,F401  (helion of each family op, or why not)
 
 __all__ = ["OPS", "Implementation", "Op", "get_implementation", "get_op", "implementation_names"]

@@ -40,6 +40,7 @@ import torch
 
 from jaggedperf.checks import check_layout
 from jaggedperf.inputs import Case, make_batch
+from jaggedperf.names import unknown_message
 
 TAKES = ("njt", "dense")
 
@@ -130,6 +131,7 @@ class Op:
     implementations: dict[str, Implementation] = field(default_factory=dict)
     make_batch: Callable[[Case, torch.device], Batch] = make_jagged_batch  # the case's batch, on the device
     params: Callable[[Batch], tuple[torch.Tensor, ...]] = no_params  # tensors every implementation takes last
+    unavailable: dict[str, str] = field(default_factory=dict)  # name -> why it is not registered here (optional ones)
 
 
 OPS: dict[str, Op] = {}
@@ -171,6 +173,7 @@ def implementation(op: str, name: str, *, takes: str, description: str, pads: bo
         raise ValueError(f"takes must be one of {TAKES}; got {takes!r}")
 
     def register(fn):
+        get_op(op).unavailable.pop(name, None)
         get_op(op).implementations[name] = Implementation(op, name, fn, takes, description, pads, plain,
                                                           tuple(devices), takes_max_seqlen, setup)
         return fn
@@ -178,14 +181,26 @@ def implementation(op: str, name: str, *, takes: str, description: str, pads: bo
     return register
 
 
+def mark_unavailable(op: str, name: str, reason: str) -> None:
+    """Record that optional implementation ``name`` of ``op`` is not registered here, and why (a package that does
+    not import, no CUDA device); it is dropped if it was registered. ``jaggedperf list`` shows the reason.
+
+    Raises:
+        KeyError: ``op`` is not registered.
+    """
+    spec = get_op(op)
+    spec.implementations.pop(name, None)
+    spec.unavailable[name] = reason
+
+
 def get_op(name: str) -> Op:
     """The op registered as ``name``.
 
     Raises:
-        KeyError: no such op (the message lists the valid ones).
+        KeyError: no such op (the message names the closest valid ones and lists them all).
     """
     if name not in OPS:
-        raise KeyError(f"unknown op {name!r}; valid ops: {', '.join(sorted(OPS)) or '(none)'}")
+        raise KeyError(unknown_message("op", name, sorted(OPS)))
     return OPS[name]
 
 
@@ -193,11 +208,14 @@ def get_implementation(op: str, name: str) -> Implementation:
     """Implementation ``name`` of ``op``.
 
     Raises:
-        KeyError: no such op or implementation (the message lists the valid ones).
+        KeyError: no such op or implementation (the message names the closest valid ones and lists them all).
     """
-    impls = get_op(op).implementations
+    spec = get_op(op)
+    impls = spec.implementations
+    if name in spec.unavailable:
+        raise KeyError(f"implementation {name!r} of {op} is not available here: {spec.unavailable[name]}")
     if name not in impls:
-        raise KeyError(f"unknown implementation {name!r} of {op}; valid: {', '.join(impls)}")
+        raise KeyError(unknown_message("implementation", name, list(impls), f"of {op}"))
     return impls[name]
 
 

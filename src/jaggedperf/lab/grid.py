@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Sequence, TypeVar
 
 from jaggedperf.inputs import DEFAULT_SEED, Case
 from jaggedperf.lab.input_size import InputTooLarge, input_too_large
+from jaggedperf.names import unknown_message
 
 MAX_RANGE_VALUES = 100_000  # a range longer than this is a typo, not a sweep
 
@@ -119,7 +120,7 @@ def expand(preset: str | None = None, **axes: Sequence | None) -> list[Case]:
     without a preset, B, M, seqlen and sparsity must be given. In order, without repeats."""
     unknown = sorted(set(axes) - set(AXES))
     if unknown:
-        raise ValueError(f"unknown axis {', '.join(unknown)}; axes: {', '.join(AXES)}")
+        raise ValueError(unknown_message("axis", unknown[0], list(AXES)))
     given = {name: tuple(_unique(values)) for name, values in axes.items() if values is not None}
     empty = [name for name, values in given.items() if not values]
     if empty:
@@ -132,7 +133,7 @@ def expand(preset: str | None = None, **axes: Sequence | None) -> list[Case]:
     elif preset in PRESETS:
         grids = tuple(replace(g, **given) for g in PRESETS[preset])
     else:
-        raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
+        raise ValueError(unknown_message("preset", preset, list(PRESETS)))
     return list(_unique(case for g in grids for case in g.cases()))
 
 

@@ -20,6 +20,7 @@ import torch
 
 from jaggedperf.boundary import BoundaryFunction
 from jaggedperf.boundary import compile as jagged_compile
+from jaggedperf.names import unknown_message
 
 EAGER = "eager"
 GRAPH = "graph"
@@ -64,11 +65,11 @@ def check_modes(names: list[str]) -> list[str]:
     """``names`` when every one is a mode.
 
     Raises:
-        ValueError: an unknown mode (the message lists the valid ones).
+        ValueError: an unknown mode (the first; the message names the closest valid modes and lists them all).
     """
     unknown = [n for n in names if n not in MODES]
     if unknown:
-        raise ValueError(f"unknown mode(s) {', '.join(unknown)}; valid modes: {', '.join(MODES)}")
+        raise ValueError(unknown_message("mode", unknown[0], MODES))
     return names
 
 

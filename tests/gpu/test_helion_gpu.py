@@ -1,0 +1,72 @@
+"""Our Helion contenders on the GPU (issue 20): registered where helion imports, each equal to its op's float64
+reference (the lab's correctness gate) at the seed shapes and awkward ones, every dtype, and capturable in a CUDA
+graph (the lab's device-time method). Skipped where helion is not installed.
+
+Run on the GPU machine: ``PYTHONPATH=src python -m pytest -q -m gpu tests/gpu/test_helion_gpu.py``.
+"""
+
+import pytest
+import torch
+
+pytest.importorskip("helion")
+
+from jaggedperf.impls import helion_contenders  # noqa: E402
+from jaggedperf.impls.registry import get_implementation, get_op  # noqa: E402
+from jaggedperf.inputs import Case  # noqa: E402
+from jaggedperf.lab import correctness, timing  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+CUDA = torch.device("cuda")
+SHAPES = [
+    Case(512, 64, 100, 0.1),
+    Case(512, 64, 500, 0.75),
+    Case(7, 3, 50, 0.5, "heavy"),
+    Case(3, 129, 5000, 0.0, "heavy"),
+    Case(65536, 16, 64, 0.2),
+    Case(2, 1, 100000, 0.0, "fixed"),
+]
+
+
+def test_registered_with_the_setup_hook_reporting_the_version():
+    assert helion_contenders.unavailable_reason() is None
+    for op in helion_contenders.OPS:
+        assert get_implementation(op, "helion").devices == ("cuda",)
+    state = helion_contenders.load_helion(CUDA)["helion"]
+    assert state["version"] and state["autotune"].startswith("off")
+
+
+@pytest.mark.parametrize("case", SHAPES, ids=lambda c: c.label)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("op", helion_contenders.OPS)
+def test_equals_the_float64_reference(op, dtype, case):
+    spec = get_op(op)
+    batch = spec.make_batch(Case(case.B, case.M, case.seqlen, case.sparsity, case.distribution, dtype=dtype), CUDA)
+    impl = get_implementation(op, "helion")
+    out = impl.fn(*impl.prepare(batch))
+    assert out.dtype == batch.values.dtype
+    ok, rel, reason = correctness.check_output(out, spec.reference(batch), dtype)
+    assert ok, (rel, reason)
+
+
+@pytest.mark.parametrize("op", helion_contenders.OPS)
+def test_a_large_shape_in_fp32(op):
+    spec = get_op(op)
+    batch = spec.make_batch(Case(1024, 256, 1000, 0.5), CUDA)
+    impl = get_implementation(op, "helion")
+    ok, rel, reason = correctness.check_output(impl.fn(*impl.prepare(batch)), spec.reference(batch), "float32")
+    assert ok, (rel, reason)
+
+
+@pytest.mark.parametrize("op", helion_contenders.OPS)
+def test_captures_in_a_cuda_graph_and_replays_the_same_result(op):
+    spec = get_op(op)
+    batch = spec.make_batch(Case(512, 64, 100, 0.1), CUDA)
+    impl = get_implementation(op, "helion")
+    args = impl.prepare(batch)
+    expected = impl.fn(*args)
+    holder = {}
+    graph = timing.capture_graph(lambda: holder.__setitem__("out", impl.fn(*args)), CUDA)
+    assert graph is not None
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(holder["out"], expected, rtol=0, atol=0, equal_nan=True)
