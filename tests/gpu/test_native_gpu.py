@@ -22,7 +22,6 @@ from jaggedperf.ops import launch, testing  # noqa: E402
 from jaggedperf.ops.launch import native as native_launch  # noqa: E402
 from jaggedperf.ops.launch.layout import GridKind  # noqa: E402
 from jaggedperf.ops.reduce import plan  # noqa: E402
-from jaggedperf.ops.reduce.rowblock import wants_rowblock  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -58,8 +57,6 @@ def test_served_natively_and_equal_to_the_python_path(case, dtype):
     values = batch.values.to(dtype)
     offsets = batch.offsets.to(torch.int32 if dtype == torch.float16 else torch.int64)
     longest = int(offsets.diff().max())
-    # the row blocks have no native plan: those calls stay on the Python path (still bitwise the same)
-    served = 0 if wants_rowblock(values.shape[1], values.shape[0], offsets.shape[0] - 1, longest) else 1
     for mean in (False, True):
         name = "mean" if mean else "sum"
         fn = getattr(jaggedperf, f"jagged_{name}")
@@ -67,7 +64,7 @@ def test_served_natively_and_equal_to_the_python_path(case, dtype):
         check(expected, values, offsets, mean=mean, what=f"Python path {name}")
         before = _served()
         got = fn(values, offsets, max_seqlen=longest)
-        assert _served() == before + served, native_launch.state()
+        assert _served() == before + 1, native_launch.state()
         check(got, values, offsets, mean=mean, what=f"native {name}")
         assert _bitwise(got, expected)
         assert (got.shape, got.stride(), got.dtype, got.device) == (expected.shape, expected.stride(), dtype,
@@ -77,9 +74,8 @@ def test_served_natively_and_equal_to_the_python_path(case, dtype):
     assert native_launch.state()["status"] == "ready", native_launch.state()
 
 
-# mean lengths >= 128 rows (shorter ones take the row blocks without max_seqlen: rowblock.wants_rowblock)
-CHUNKED = [Case(512, 64, 500, 0.75), Case(1024, 256, 1000, 0.5), Case(256, 64, 20000, 0.5),
-           Case(4096, 128, 32768, 0.0, "heavy"), Case(40, 3, 3000, 0.0)]
+CHUNKED = [Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75), Case(1024, 256, 1000, 0.5), Case(256, 64, 20000, 0.5),
+           Case(4096, 128, 32768, 0.0, "heavy"), Case(7, 3, 50, 0.5, "heavy")]
 
 
 @pytest.mark.parametrize("case", CHUNKED, ids=lambda c: c.label)
@@ -101,31 +97,15 @@ def test_chunked_kernels_without_max_seqlen_served_and_equal(case, dtype):
 
 
 def test_one_chunked_plan_serves_new_lengths_and_batch_sizes_from_their_first_call():
-    first = make_batch(Case(600, 96, 1000, 0.2), "cuda")
+    first = make_batch(Case(600, 96, 120, 0.2), "cuda")
     jaggedperf.jagged_mean(first.values, first.offsets)  # registers the plan (the Python path)
-    for case in (Case(900, 96, 600, 0.5), Case(40, 96, 3000, 0.0), Case(600, 96, 1000, 0.5)):
+    for case in (Case(900, 96, 40, 0.5), Case(3, 96, 7000, 0.0, "heavy"), Case(20000, 96, 10, 0.9)):
         batch = make_batch(case, "cuda")
         before = _served()
         out = jaggedperf.jagged_mean(batch.values, batch.offsets)
         assert _served() == before + 1  # no Python path first: the key has neither B nor N
         check(out, batch.values, batch.offsets, mean=True)
         assert _bitwise(out, _python_path(batch.values, batch.offsets, None))
-
-
-def test_calls_routed_to_the_row_blocks_are_not_served_by_a_chunked_plan_of_their_key():
-    # a native key holds neither N nor B without max_seqlen: the chunked plan registered by a long-row call
-    # must not serve a short-row call of the same key, which plan_reduce sends to the row blocks
-    first = make_batch(Case(600, 96, 1000, 0.2), "cuda")
-    jaggedperf.jagged_mean(first.values, first.offsets)
-    jaggedperf.jagged_mean(first.values, first.offsets)
-    for case in (Case(900, 96, 40, 0.5), Case(20000, 96, 10, 0.9), Case(2, 96, 200000, 0.0)):
-        batch = make_batch(case, "cuda")
-        assert wants_rowblock(96, batch.values.shape[0], batch.offsets.shape[0] - 1, None), case.label
-        before = _served()
-        out = jaggedperf.jagged_mean(batch.values, batch.offsets)
-        assert _served() == before
-        check(out, batch.values, batch.offsets, mean=True)
-        assert _bitwise(out, jaggedperf.jagged_mean(batch.values, batch.offsets))
 
 
 def test_new_batch_sizes_and_lengths_register_their_own_plans():

@@ -19,7 +19,6 @@ from jaggedperf.ops.launch import layout, native
 from jaggedperf.ops.launch.layout import POINTER_SOURCES, GridKind, Kind, Source
 from jaggedperf.ops.launch.plan import NativePlan, chunking
 from jaggedperf.ops.reduce import cpu, plan
-from jaggedperf.ops.reduce.rowblock import wants_rowblock
 
 VALUES, OFFSETS, OUT, WORKSPACE = Source.VALUES, Source.OFFSETS, Source.OUT, Source.WORKSPACE
 N_ROWS, N_COLS, N_SEGMENTS, NULL = Source.N_ROWS, Source.N_COLS, Source.N_SEGMENTS, Source.NULL_POINTER
@@ -61,12 +60,6 @@ def _batch(n_rows=10, n_cols=8, lengths=(3, 0, 7)):
     values = torch.randn(n_rows, n_cols)
     offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
     return values, offsets
-
-
-def _long_batch():
-    # mean length >= 128 rows: wants_rowblock keeps it on today's kernels, with or without max_seqlen, so the
-    # native call is offered it (shorter ones take the row blocks, which have no native plan)
-    return _batch(n_rows=400, lengths=(150, 0, 250))
 
 
 def test_key_names_everything_the_plan_depends_on(built):
@@ -150,7 +143,6 @@ def _meta(n_rows, n_cols, n_segments, dtype=torch.float32):
 def test_native_chunk_geometry_is_the_python_plans(built, monkeypatch, n_rows, n_cols, dtype, sms):
     # the native path redoes the chunking per call in C++ (geometry_of): it must be the Python plan's
     monkeypatch.setattr(plan, "sm_count", lambda device: sms)
-    monkeypatch.setattr(plan, "wants_rowblock", lambda *args: False)  # the chunks' plan (row blocks: no native)
     planned = plan.plan_reduce(*_meta(n_rows, n_cols, 7, dtype), mean=True, empty_zero=False)
     grids = planned.native_plan()
     assert grids.chunk_programs == sms * config.reduce_config(n_cols, dtype, planned.out.device).programs_per_sm
@@ -334,32 +326,23 @@ def test_offer_skips_kernels_it_cannot_pack():
 
 
 def test_public_functions_take_the_native_call_first_and_fall_back_on_none():
-    values, offsets = _long_batch()
+    values, offsets = _batch()
     fake = FakeModule(None)
     _ready(fake)
-    assert jaggedperf.jagged_mean(values, offsets, max_seqlen=250) == "native output"
+    assert jaggedperf.jagged_mean(values, offsets, max_seqlen=7) == "native output"
     assert jaggedperf.jagged_sum(values, offsets) == "native output"
     assert fake.served_calls == 2
     fake.reduce = lambda *args: None  # no plan: the Python path (the CPU kernel here)
     torch.testing.assert_close(jaggedperf.jagged_sum(values, offsets), cpu.reduce_checked(values, offsets, False, False))
 
 
-@pytest.mark.parametrize("how", ["validate", "env", "forced tier", "nested", "bad max_seqlen", "row blocks",
-                                 "row blocks, max_seqlen"])
+@pytest.mark.parametrize("how", ["validate", "env", "forced tier", "nested", "bad max_seqlen"])
 def test_native_call_is_skipped_where_the_python_path_must_run(how, monkeypatch):
-    # a batch the native call would serve (_long_batch), so only `how` keeps it out
-    values, offsets = _long_batch()
+    values, offsets = _batch()
     fake = FakeModule(None)
     _ready(fake)
     kwargs = {}
-    if how == "row blocks":  # mean length < 128 rows, no max_seqlen: wants_rowblock routes it, no native plan
-        values, offsets = _batch()
-    elif how == "row blocks, max_seqlen":  # empty-heavy: N < 16·B and 8·N < B·max_seqlen
-        values, offsets = _batch(n_rows=40, lengths=(0,) * 9 + (40,))
-        kwargs["max_seqlen"] = 40
-    if how.startswith("row blocks"):
-        assert wants_rowblock(values.shape[1], values.shape[0], offsets.shape[0] - 1, kwargs.get("max_seqlen"))
-    elif how == "validate":
+    if how == "validate":
         kwargs["validate"] = True
     elif how == "env":
         monkeypatch.setenv("JAGGEDPERF_VALIDATE", "1")

@@ -17,7 +17,7 @@ import jaggedperf
 from jaggedperf.ops import config
 from jaggedperf.ops.config import SegmentsConfig
 from jaggedperf.ops import testing
-from jaggedperf.ops.reduce import api, kernels, plan, rowblock
+from jaggedperf.ops.reduce import api, kernels, plan
 
 FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
 
@@ -119,12 +119,8 @@ def test_known_max_seqlen_picks_the_whole_segments_kernel_and_stays_correct():
     values, offsets = make(lengths, 5, FP32, torch.int64, seed=11)
     launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=max(lengths)).launches
     assert [launch.kernel for launch in launches] == [kernels._segments_kernel]
-    # without max_seqlen: the balanced chunks for mean lengths >= 128 rows, the row blocks below (wants_rowblock)
-    long, long_offsets = make([130, 0, 300, 200], 5, FP32, torch.int64, seed=13)
-    launches = plan.plan_reduce(long, long_offsets, mean=True, empty_zero=False).launches
-    assert [launch.kernel for launch in launches] == [kernels._reduce_kernel, kernels._combine_kernel]
     launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False).launches
-    assert [launch.kernel for launch in launches] == [rowblock._rowblock_kernel, kernels._combine_kernel]
+    assert [launch.kernel for launch in launches] == [kernels._reduce_kernel, kernels._combine_kernel]
     # too few segments to fill the (4 interpreter) SMs, or too long: the balanced chunks
     few, few_offsets = make([30, 2], 5, FP32, torch.int64, seed=12)
     launches = plan.plan_reduce(few, few_offsets, mean=True, empty_zero=False, max_seqlen=30).launches
@@ -139,11 +135,9 @@ def test_known_max_seqlen_picks_the_whole_segments_kernel_and_stays_correct():
 @needs_interpreter
 def test_many_small_groups_take_the_looping_kernel_and_stay_correct():
     # 16 columns, sequences of <= 64 rows: 8 segments a group; 1100 segments = 138 groups >= 4 per program for
-    # the 32 programs of the 4 interpreter SMs (a max_seqlen that overstates the lengths is only a bound). Mean
-    # length ~10 rows: at least max_seqlen / 8, so the batch is not empty-heavy and keeps the whole segments
-    # (sparser ones take the row blocks: wants_rowblock)
+    # the 32 programs of the 4 interpreter SMs (a max_seqlen that overstates the lengths is only a bound)
     gen = torch.Generator().manual_seed(21)
-    lengths = torch.randint(4, 17, (1100,), generator=gen).tolist()
+    lengths = torch.randint(0, 4, (1100,), generator=gen).tolist()
     values, offsets = make(lengths, 16, FP32, torch.int32, seed=21)
     launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=True, max_seqlen=64).launches
     assert [launch.kernel for launch in launches] == [kernels._segments_loop_kernel]
@@ -155,33 +149,6 @@ def test_many_small_groups_take_the_looping_kernel_and_stay_correct():
     launches = plan.plan_reduce(values[: int(offsets[367])], offsets[:368], mean=True, empty_zero=True,
                                 max_seqlen=64).launches
     assert [launch.kernel for launch in launches] == [kernels._segments_kernel]
-
-
-# (lengths, max_seqlen, routed): calls wants_rowblock routes get the row blocks' plan, the others keep theirs
-ROUTING = [
-    ([3, 0, 7, 1, 0, 5, 2], None, True),  # no max_seqlen, mean length < 128 rows
-    ([130, 0, 300, 200], None, False),  # no max_seqlen, mean length >= 128 rows: the balanced chunks
-    ([0] * 9 + [40], 40, True),  # max_seqlen given, empty-heavy: N < 16·B and 8·N < B·max_seqlen
-    ([3, 0, 7, 1, 0, 5, 2], 7, False),  # max_seqlen given, not empty-heavy: the whole segments
-]
-
-
-@needs_interpreter
-@pytest.mark.parametrize("lengths,max_seqlen,routed", ROUTING,
-                         ids=["short-no-hint", "long-no-hint", "empty-heavy-hint", "short-hint"])
-def test_routed_calls_take_the_row_blocks_and_stay_correct(lengths, max_seqlen, routed):
-    values, offsets = make(lengths, 5, FP32, torch.int64, seed=17)
-    assert rowblock.wants_rowblock(5, values.shape[0], len(lengths), max_seqlen) is routed
-    launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=max_seqlen).launches
-    assert (launches[0].kernel is rowblock._rowblock_kernel) is routed
-    if routed:
-        assert [launch.kernel for launch in launches] == [rowblock._rowblock_kernel, kernels._combine_kernel]
-    for mean, empty_zero in ((False, False), (True, False), (True, True)):
-        poison = 12345.0 if (mean and not empty_zero) else float("nan")
-        out = testing.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen,
-                                    poison=poison)
-        ref, scale = expected(values, offsets, mean, empty_zero)
-        assert_matches(out, ref, FP32, scale=scale, what=f"mean={mean} empty_zero={empty_zero}")
 
 
 @needs_interpreter

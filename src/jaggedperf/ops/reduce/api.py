@@ -17,7 +17,6 @@ from jaggedperf.ops.launch import eager_key, launch_all, native, plain_eager
 from jaggedperf.ops.reduce import autograd, op  # noqa: F401  (register torch.ops.jaggedperf.* and their autograd)
 from jaggedperf.ops.reduce.op import expand_triton
 from jaggedperf.ops.reduce.plan import plan_reduce
-from jaggedperf.ops.reduce.rowblock import wants_rowblock
 
 try:  # the jagged NestedTensor's class (private module: without it, the public is_nested check alone)
     from torch.nested._internal.nested_tensor import NestedTensor as _JAGGED_CLASS
@@ -101,11 +100,6 @@ def _native_call(values, offsets, max_seqlen, mean, empty_zero, validate):
         return None
     # None -> -1 (no hint); anything but an int in [0, 2**63) -> -2, which no plan has (the Python path raises)
     hint = -1 if max_seqlen is None else max_seqlen if type(max_seqlen) is int and 0 <= max_seqlen <= INT64_MAX else -2
-    # The row blocks have no native plan, and a native key holds neither N nor (without max_seqlen) B: a plan
-    # registered by another call of the same key would serve a call that plan_reduce routes to the row blocks.
-    if hint >= -1 and values.dim() == 2 and offsets.dim() == 1 and \
-            wants_rowblock(values.shape[1], values.shape[0], offsets.shape[0] - 1, None if hint < 0 else hint):
-        return None
     return native.active.reduce(values, offsets, hint, mean, empty_zero)
 
 

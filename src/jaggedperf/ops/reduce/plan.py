@@ -22,7 +22,6 @@ from jaggedperf.ops.launch.layout import GridKind, Source
 from jaggedperf.ops.launch.plan import Launch, NativeKernel, Plan, chunking, sym_max
 from jaggedperf.ops.reduce.kernels import (_combine_kernel, _expand_kernel, _reduce_kernel, _segments_expand_kernel,
                                           _segments_kernel, _segments_loop_kernel)
-from jaggedperf.ops.reduce.rowblock import plan_rowblock, wants_rowblock
 
 # what fills each forward kernel's runtime arguments, in order, and how its grid is sized (the native path)
 SEGMENTS_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.N_ROWS, Source.N_COLS,
@@ -45,16 +44,12 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
         max_seqlen: an upper bound on the lengths (a host int, or a SymInt under torch.compile), or None.
             When known and short enough (``segments_config``), one program per group of whole segments:
             one launch, no search. Otherwise the balanced chunks: chunks stop at their end and a second
-            launch combines the pieces of the segments that cross one. Before both, the row blocks
-            (``rowblock``) where ``rowblock.wants_rowblock`` says today's kernels lose (short mean lengths
-            without max_seqlen, a giant segment, narrow rows, empty-heavy batches).
+            launch combines the pieces of the segments that cross one.
 
     Returns:
         the Plan: its ``out`` (B, M) in values' dtype, filled once its launches have run.
     """
     n_cols = values.shape[1]
-    if wants_rowblock(n_cols, values.shape[0], offsets.shape[0] - 1, max_seqlen):
-        return plan_rowblock(values, offsets, mean, empty_zero)
     if max_seqlen is not None:
         segments = _segments_for(n_cols, max_seqlen, offsets.shape[0] - 1, values.device)
         if segments is not None:
