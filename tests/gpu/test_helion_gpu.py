@@ -1,6 +1,7 @@
 """Our Helion contenders on the GPU (issue 20): registered where helion imports, each equal to its op's float64
 reference (the lab's correctness gate) at the seed shapes and awkward ones, every dtype, and capturable in a CUDA
-graph (the lab's device-time method). Skipped where helion is not installed.
+graph (the lab's device-time method). Skipped where helion is not installed or does not import
+(helion 1.5.1 needs a newer torch than 2.11).
 
 Run on the GPU machine: ``PYTHONPATH=src python -m pytest -q -m gpu tests/gpu/test_helion_gpu.py``.
 """
@@ -8,7 +9,10 @@ Run on the GPU machine: ``PYTHONPATH=src python -m pytest -q -m gpu tests/gpu/te
 import pytest
 import torch
 
-pytest.importorskip("helion")
+try:
+    import helion  # noqa: F401
+except ImportError as exc:  # installed but not importable with this torch (helion 1.5.1 under torch 2.11)
+    pytest.skip(f"helion does not import here: {exc}", allow_module_level=True)
 
 from jaggedperf.impls import helion_contenders  # noqa: E402
 from jaggedperf.impls.registry import get_implementation, get_op  # noqa: E402
