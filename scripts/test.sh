@@ -3,7 +3,7 @@
 # run under TRITON_INTERPRET=1 and tests marked `gpu` are skipped. Extra arguments go to pytest.
 # With 2+ cores and pytest-xdist importable (the test extra brings it; the GPU box has it) the suite runs in two
 # passes: the untimed tests in parallel (one worker a core, at most 8, half the cores past 8), then the timed
-# ones (marked bars or timed) alone, serially.
+# ones (marked bars or timed) and those that need much GPU memory (marked memory) alone, serially.
 source "$(dirname "$0")/setup-env.sh" test
 if ! python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   export TRITON_INTERPRET=1

@@ -6,9 +6,11 @@ import torch
 HAS_CUDA = torch.cuda.is_available()
 
 
-# scripts/test.sh with 2+ cores and pytest-xdist runs the suite in two passes: everything but the tests that
-# assert on measured time, in parallel (pytest-xdist), then those alone, serially, so that no other test
-# shares the GPU or the cores while they measure. JAGGEDPERF_TIMED_TESTS=defer | only selects a pass.
+# scripts/test.sh with 2+ cores and pytest-xdist runs the suite in two passes: everything but the serial tests
+# in parallel (pytest-xdist), then the serial ones alone: those that assert on measured time (no other test may
+# share the GPU or the cores while they measure) and those that need much of the GPU's memory (ten workers'
+# tensors beside them leave too little: out of memory on a 140 GB H200). JAGGEDPERF_TIMED_TESTS=defer | only
+# selects a pass.
 TIMED_TESTS = os.environ.get("JAGGEDPERF_TIMED_TESTS", "")
 
 
@@ -21,15 +23,15 @@ def pytest_configure(config):
         config.option.xmlpath = f"{root}.{'timed' if TIMED_TESTS == 'only' else 'untimed'}{ext}"
 
 
-def _timed(item) -> bool:
-    return "bars" in item.keywords or "timed" in item.keywords
+def _serial(item) -> bool:
+    return "bars" in item.keywords or "timed" in item.keywords or "memory" in item.keywords
 
 
 def pytest_collection_modifyitems(config, items):
     if TIMED_TESTS in ("defer", "only"):
         keep_timed = TIMED_TESTS == "only"
-        kept = [item for item in items if _timed(item) == keep_timed]
-        dropped = [item for item in items if _timed(item) != keep_timed]
+        kept = [item for item in items if _serial(item) == keep_timed]
+        dropped = [item for item in items if _serial(item) != keep_timed]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
