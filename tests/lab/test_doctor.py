@@ -43,9 +43,10 @@ def _guards(us, count):
 
 
 def make_evidence(*, eager, compiled, plain=None, njt_guard_us=None, plain_guard_us=None, compile_s=5.0,
-                  takes="njt", eager_kernels=4, compiled_kernels=1, boundary=None, host_calls=None):
+                  takes="njt", eager_kernels=4, compiled_kernels=1, boundary=None, host_calls=None, waits=None):
     """eager/compiled/plain/boundary: (wall µs, device µs or None); boundary: the jagged-compile twin's;
-    host_calls: the host timer's (eager, compiled, plain) µs, or None for evidence without it."""
+    host_calls: the host timer's (eager, compiled, plain) µs, or None for evidence without it; waits: the same
+    loop's (eager, compiled) waits at the sync (CUDA), or None for evidence without them."""
     wall_only = eager[1] is None
     e = _result("eager", eager[0], eager[1], None if wall_only else eager_kernels, 0.001)
     c = _result(MODE, compiled[0], compiled[1], None if wall_only else compiled_kernels, compile_s)
@@ -60,6 +61,10 @@ def make_evidence(*, eager, compiled, plain=None, njt_guard_us=None, plain_guard
             if r is not None and us is not None:
                 r.host_call = WallStats(us / 1e3, 0.0, us / 1e3, us / 1e3, us / 1e3, 200)
         host.eager_call_us, host.compiled_call_us = host_calls[0], host_calls[1]
+    if waits is not None:
+        for r, us in zip((e, c), waits):
+            r.sync_wait = WallStats(us / 1e3, 0.0, us / 1e3, us / 1e3, us / 1e3, 200)
+        host.eager_wait_us, host.compiled_wait_us = waits
     if plain:
         form = evidence.InputForm(True, None, "test", p, evidence.host_us(p, wall_only=wall_only), pg,
                                   probes.CompileStats(True))
@@ -524,6 +529,34 @@ def test_unstable_inputs_refuse_the_verdict_but_keep_the_parts():
     ev.input_form.plain.status, ev.input_form.plain.reason = UNSTABLE, "wall drifted"
     ev.compiled.status = OK
     assert "(plain twin): wall drifted" in verdicts.diagnose(ev).refused
+
+
+def _overlapped_cell(waits):
+    # a GPU cell as the H200 shows it: eager's four kernels (60 µs) run while its host still launches (150 µs),
+    # so its wall (162) waits only for the last one (12 µs); the compiled call's one kernel (11 µs), launched
+    # last, is waited for whole (16 µs with the sync); Δ 223 µs
+    return make_evidence(eager=(162, 60), compiled=(385, 11), plain=(140, 11), plain_guard_us=20, njt_guard_us=60,
+                         host_calls=(150, 369, 120), waits=waits)
+
+
+def test_the_device_part_is_the_wait_at_the_sync_so_overlapped_kernels_do_not_leave_a_residual():
+    d = verdicts.diagnose(_overlapped_cell(waits=(12, 16)))
+    parts = {p.key: p.us for p in d.contributions}
+    assert parts == {attribution.DEVICE: 4.0, attribution.NJT: 249.0, attribution.GUARDS: 20.0,
+                     attribution.OTHER: -50.0}
+    assert d.residual_measured and abs(d.residual_us) < 1e-9 and d.sums_ok and d.refused is None
+    device = next(p for p in d.contributions if p.key == attribution.DEVICE)
+    assert device.label == attribution.WAIT_LABEL and "device time 11.0 µs" in device.detail
+    # the verdict still says what the kernels did, beside what the call waited for
+    assert "4 µs more waiting for the device than eager (its kernel is 49 µs faster than eager's)" in d.verdict
+
+
+def test_without_the_waits_the_device_time_difference_leaves_the_overlap_unattributed():
+    d = verdicts.diagnose(_overlapped_cell(waits=None))
+    device = next(p for p in d.contributions if p.key == attribution.DEVICE)
+    assert device.us == -49.0 and device.label != attribution.WAIT_LABEL
+    assert d.residual_us == pytest.approx(223 - (249 + 20 - 50 - 49)) and not d.sums_ok
+    assert d.refused.startswith("the measured parts leave")
 
 
 def test_on_par_cells_are_not_refused_for_a_residual_of_nothing():

@@ -36,6 +36,9 @@ HAND_BUILT = {
     "njt, plain twin, guards, boundary, host timer": dict(
         eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30, plain_guard_us=4, boundary=(45, 6),
         host_calls=(90, 280, 35)),
+    "host timer with the waits at the sync (CUDA)": dict(
+        eager=(162, 60), compiled=(385, 11), plain=(140, 11), plain_guard_us=20, njt_guard_us=60,
+        host_calls=(150, 369, 120), waits=(12, 16)),
     "wall only (CPU)": dict(eager=(300, None), compiled=(900, None), plain=(350, None), boundary=(320, None)),
     "dense, no twin": dict(eager=(50, 20), compiled=(40, 18), takes="dense"),
 }

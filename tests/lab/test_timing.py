@@ -127,6 +127,21 @@ def test_host_call_stats_times_until_return(monkeypatch):
     assert h.n == 50 and h.median_ms == pytest.approx(0.5, rel=0.02)
 
 
+def test_host_and_wait_stats_time_the_sync_after_each_call_on_cuda(monkeypatch):
+    # each call "takes" 0.5 ms until it returns, then its sync 0.1 ms: two clock pairs per call on CUDA
+    monkeypatch.setattr(timing, "clock", FakeClock([0.5, 0.1] * 40))
+    monkeypatch.setattr(timing, "synchronizer", lambda device: (lambda: None))
+    host, wait = timing.host_and_wait_stats(lambda: None, torch.device("cuda"), warmup=0, iters=40)
+    assert host.n == wait.n == 40
+    assert host.median_ms == pytest.approx(0.5) and wait.median_ms == pytest.approx(0.1)
+
+
+def test_host_and_wait_stats_have_no_wait_on_the_cpu(monkeypatch):
+    monkeypatch.setattr(timing, "clock", FakeClock(steady(0.5, n=30)))
+    host, wait = timing.host_and_wait_stats(lambda: None, CPU, warmup=1, iters=30)
+    assert wait is None and host.n == 30 and host.median_ms == pytest.approx(0.5, rel=0.02)
+
+
 def test_measure_wall_refuses_no_iters():
     with pytest.raises(ValueError):
         timing.measure_wall(lambda: None, CPU, iters=0)

@@ -141,6 +141,7 @@ class Result:
     stability: Stability | None = None  # how settled the timing was (timed cells)
     threads: int | None = None  # torch's intra-op CPU threads while the cell ran
     host_call: WallStats | None = None  # ms per call until the call returns, no sync (host timer; the doctor's)
+    sync_wait: WallStats | None = None  # CUDA: ms per call from its return to the sync's end (same loop as host_call)
 
     @property
     def key(self) -> tuple:
@@ -164,8 +165,9 @@ class Result:
             kw["device_time"] = DeviceTime(**kw["device_time"])
         if kw.get("stability") is not None:
             kw["stability"] = Stability(**kw["stability"])
-        if kw.get("host_call") is not None:
-            kw["host_call"] = WallStats(**kw["host_call"])
+        for key in ("host_call", "sync_wait"):
+            if kw.get(key) is not None:
+                kw[key] = WallStats(**kw[key])
         return cls(**kw)
 
     @property

@@ -52,7 +52,8 @@ class Options:
     cold_compile: bool = True  # turn off Inductor's on-disk caches so compile time is a cold compile
     threads: int | None = 1  # torch's intra-op CPU threads for CPU cells (None: leave torch's setting)
     stability: stats.Policy = field(default_factory=stats.Policy)  # when a cell is re-measured, then unstable
-    host_timer: bool = False  # also time each call until it returns, without a sync (Result.host_call; the doctor)
+    host_timer: bool = False  # also time each call until it returns, without a sync, and on CUDA the sync after it
+    # (Result.host_call, Result.sync_wait; the doctor)
 
     def __post_init__(self) -> None:
         # Checked here, not only by the CLI: 0 timed calls fails every cell's wall statistics, and a
@@ -387,7 +388,7 @@ def time_call(call: Callable, cell: Cell, result: Result, options: Options, copy
                                                         policy=options.stability)
     if options.host_timer:
         stage("host timer")
-        result.host_call = timing.host_call_stats(call, device, iters=options.iters)
+        result.host_call, result.sync_wait = timing.host_and_wait_stats(call, device, iters=options.iters)
     if device.type == "cuda" and options.device_time:
         stage("device time")
         measure_device(call, cell, result, options, copy_gbps, tag=tag)

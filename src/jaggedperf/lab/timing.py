@@ -6,7 +6,8 @@
   again, up to ``Policy.attempts`` times, until they are stable.
 - Host: ``host_call_stats`` times each call until it returns, without the sync (after a sync before it,
   so the device queue is empty): the host's own work per call. On the CPU a call returns when it is
-  done, so this is a second, independent measurement of the wall.
+  done, so this is a second, independent measurement of the wall. On CUDA ``host_and_wait_stats`` also
+  times the sync after each call returns (the wait): the device work the host did not hide, and the sync.
 - Device, preferred: capture the call in a CUDA graph and time its replays with
   ``triton.testing.do_bench`` (CUDA events, L2 flushed before every replay). Replays leave the host
   out, so this is the device's own time for the call.
@@ -177,17 +178,40 @@ def host_call_stats(fn: Callable[[], object], device: torch.device, *, warmup: i
     Returns:
         ms per call until it returned, summarised, samples kept.
     """
+    return host_and_wait_stats(fn, device, warmup=warmup, iters=iters)[0]
+
+
+def host_and_wait_stats(fn: Callable[[], object], device: torch.device, *, warmup: int = 10,
+                        iters: int = 200) -> tuple[WallStats, WallStats | None]:
+    """The host timer (``host_call_stats``) and, on CUDA, the wait of the same calls: from a call's return
+    until the sync after it returns. A call's wall is its host time plus its wait (the seed's loop times
+    both at once), so the wait is the device work the call's own host work did not hide (e.g. a kernel
+    launched last), plus the sync's cost: what the device adds to the wall, which device time alone is not
+    when kernels overlap the host's launches.
+
+    Args:
+        fn, device, warmup, iters: as for ``host_call_stats``.
+
+    Returns:
+        ``(host, wait)`` ms per call, summarised, samples kept; wait is None off CUDA (the CPU's sync is empty).
+    """
     sync = synchronizer(device)
+    waits_too = device.type == "cuda"
     for _ in range(warmup):
         fn()
-    times = []
+    sync()
+    times, waits = [], []
     for _ in range(iters):
-        sync()
         start = clock()
         fn()
         times.append((clock() - start) * 1e3)
-    sync()
-    return summarize_ms(times)
+        if waits_too:  # its own clock pair, so a scripted clock's one-duration-per-pair contract still holds
+            start = clock()
+            sync()
+            waits.append((clock() - start) * 1e3)
+        else:
+            sync()
+    return summarize_ms(times), summarize_ms(waits) if waits_too else None
 
 
 def summarize_ms(times: list[float]) -> WallStats:

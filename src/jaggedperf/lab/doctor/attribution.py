@@ -7,7 +7,9 @@ anything, so every attribution can be tested on the CPU from numbers measured on
 The attribution. With per-call medians in µs:
 
     Δ          = compiled wall − eager wall                 (the cells' wall loops)
-    device     = compiled device − eager device             (device timers; absent on the CPU)
+    device     = compiled wait − eager wait                 (CUDA: the host timer's loop also times the sync after
+                                                             each call returns: the device work the call's host
+                                                             work did not hide; absent on the CPU)
     NJT inputs = compiled host − plain-twin host            (the plain twin, same mode: ``InputForm``)
     guards     = guard evaluation of the plain-form compiled call (the plain twin's, or the compiled
                  call's own when it has no NJT form), timed by calling Dynamo's guard check; the NJT
@@ -16,9 +18,14 @@ The attribution. With per-call medians in µs:
     residual   = Δ − Σ parts                                (unattributed)
 
 "host" is the host timer's median (``Result.host_call``: each call until it returns, device idle before
-it, no sync), measured apart from the wall loop that gives Δ. So the parts are measured, and the residual
-is what they do not explain: noise between the two measurements, host work overlapping device work, a
-sync's own cost. On the CPU the host timer measures the whole call again, so the residual is the noise.
+it, no sync), measured apart from the wall loop that gives Δ; a wall is a call's host work plus its wait
+at the sync. Device *time* is not the device part: an eager call's several kernels run while the host is
+still launching the next, so most of their time is hidden in its host work, while a compiled call's one
+kernel, launched last, is waited for whole; their device times' difference then leaves the overlap
+unattributed. The findings and the verdict still compare device times. So the parts are
+measured, and the residual is what they do not explain: noise between the two loops. On the CPU the host
+timer measures the whole call again, so the residual is the noise. Evidence without the waits (written
+before they were timed) takes compiled − eager device time for the device part, as it did.
 
 The residual is judged against ``SUM_TOLERANCE`` of |Δ|, and Δ against ``PAR_FRACTION`` of eager's wall
 ("on par"); ``verdicts`` refuses a verdict on those grounds.
@@ -38,6 +45,7 @@ DEVICE = "device"
 NJT = "njt_inputs"
 GUARDS = "guards"
 OTHER = "other_host"
+WAIT_LABEL = "device work waited for"  # the device part measured as the wait at the sync (``_wait_part``)
 SUM_TOLERANCE = 0.10  # parts must add to Δ within this fraction of |Δ|
 PAR_FRACTION = 0.02  # |Δ| under this fraction of eager's wall (or 1 µs) is "on par"
 
@@ -100,11 +108,24 @@ def _device_part(e: Evidence) -> Contribution:
         f"{_kernel_count(e.eager.kernels_per_call)}")
 
 
+def _wait_part(e: Evidence) -> Contribution:
+    e_wait, c_wait = e.host.eager_wait_us, e.host.compiled_wait_us
+    e_dev, c_dev = e.eager.device_time.median_us, e.compiled.device_time.median_us
+    return Contribution(
+        DEVICE, WAIT_LABEL, c_wait - e_wait, None,
+        "compiled − eager median wait from the call's return to the end of the sync after it (the host timer's "
+        "loop): device work not hidden behind the call's host work, and the sync",
+        f"wait {c_wait:.1f} µs compiled vs {e_wait:.1f} µs eager; device time {c_dev:.1f} µs"
+        f"{_kernel_count(e.compiled.kernels_per_call)} vs {e_dev:.1f} µs{_kernel_count(e.eager.kernels_per_call)}")
+
+
 def _measured_parts(e: Evidence) -> list[Contribution]:
-    """Every part from its own measurement: device timers, the host timer, the guard check."""
+    """Every part from its own measurement: the host timer and its waits (device timers for evidence without
+    the waits), the guard check."""
     wall_only = not e.host.device_time
     timer = "host timer (each call until it returns, no sync)" + ("; on the CPU, the whole call" if wall_only else "")
-    parts: list[Contribution] = [] if wall_only else [_device_part(e)]
+    waited = e.host.eager_wait_us is not None and e.host.compiled_wait_us is not None
+    parts: list[Contribution] = [] if wall_only else [_wait_part(e) if waited else _device_part(e)]
     eager_h, compiled_h = e.host.eager_call_us, e.host.compiled_call_us
     form = e.input_form
     plain_h = form.plain_call_us if form.available and form.plain is not None else None

@@ -39,6 +39,8 @@ class HostOverhead:
     dynamo: CompileStats
     eager_call_us: float | None = None  # host timer median of the eager call (None: evidence without it)
     compiled_call_us: float | None = None  # host timer median of the compiled call
+    eager_wait_us: float | None = None  # CUDA: median wait at the sync after the eager call returns (None: not timed)
+    compiled_wait_us: float | None = None  # the same for the compiled call
 
 
 @dataclass
@@ -243,6 +245,14 @@ def host_call_us(result: Result | None) -> float | None:
     if result is None or result.host_call is None or result.wall is None:
         return None
     return result.host_call.median_ms * 1e3
+
+
+def sync_wait_us(result: Result | None) -> float | None:
+    """The median µs per call from a timed result's return to the end of the sync after it (``Result.sync_wait``:
+    CUDA, the host timer's loop), or None."""
+    if result is None or result.sync_wait is None or result.wall is None:
+        return None
+    return result.sync_wait.median_ms * 1e3
 
 
 def kernel_infos(result: Result | None, must_move: int | None, copy_gbps: float | None) -> list[KernelInfo]:

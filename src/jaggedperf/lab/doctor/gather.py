@@ -58,6 +58,7 @@ from jaggedperf.lab.doctor.evidence import (
     host_call_us,
     host_us,
     kernel_infos,
+    sync_wait_us,
 )
 from jaggedperf.lab.doctor.probes import (
     CompileStats,
@@ -229,7 +230,7 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: Batch, re
     wall_only, why = _wall_only(options, eager, compiled)
     host = HostOverhead(not wall_only, why, HOST_METHOD_WALL_ONLY if wall_only else HOST_METHOD,
                         host_us(eager, wall_only=wall_only), host_us(compiled, wall_only=wall_only), guards, dynamo,
-                        host_call_us(eager), host_call_us(compiled))
+                        host_call_us(eager), host_call_us(compiled), sync_wait_us(eager), sync_wait_us(compiled))
     input_form.plain_host_us = host_us(input_form.plain, wall_only=wall_only)
     input_form.plain_call_us = host_call_us(input_form.plain)
     must_move = get_op(op).must_move_bytes(batch)

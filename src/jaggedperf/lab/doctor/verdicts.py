@@ -19,6 +19,7 @@ from jaggedperf.lab.doctor.attribution import (
     GUARDS,
     NJT,
     SUM_TOLERANCE,
+    WAIT_LABEL,
     Contribution,
     attribute,
     check_sum,
@@ -131,10 +132,14 @@ def remedy(e: Evidence, delta: float, parts: list[Contribution]) -> str | None:
 def phrase(p: Contribution, e: Evidence) -> str:
     """A few words for one part of the attribution, for the verdict line."""
     size = abs(p.us)
-    if p.key == DEVICE:
+    if p.key == DEVICE:  # the kernels' own time, whether the part is that or the wait for it
         n = e.compiled.kernels_per_call
         subject = "its kernel is" if n is not None and round(n) == 1 else "its kernels are"
-        return f"{subject} {size:.0f} µs {'slower' if p.us > 0 else 'faster'} than eager's"
+        kernels = e.compiled.device_time.median_us - e.eager.device_time.median_us
+        said = f"{subject} {abs(kernels):.0f} µs {'slower' if kernels > 0 else 'faster'} than eager's"
+        if p.label != WAIT_LABEL:
+            return said
+        return f"{size:.0f} µs {'more' if p.us > 0 else 'less'} waiting for the device than eager ({said})"
     if p.key == NJT:
         if p.us > 0:
             return f"{size:.0f} µs {'overhead' if not e.host.device_time else 'host overhead'} on NJT inputs"
