@@ -73,7 +73,7 @@ def test_positional_arguments_cross_flat():
     assert _flatten(([nt],), mark=False) is None  # a container: the pytree path
 
 
-@pytest.mark.parametrize("name", ["sum_padded", "nanmean_padded", "njt_mean"])
+@pytest.mark.parametrize("name", ["sum_padded", "nanmean_padded", "njt_mean", "unbind_mean"])
 def test_seed_implementations_match_eager_and_torch_compile(name):
     impl = get_implementation("jagged_mean", name)
     extra = (7,) if impl.pads else ()
@@ -187,6 +187,27 @@ def test_torch_compile_on_the_njt_recompiles_where_the_boundary_does_not():
         nt, _ = make_njt(4 + i, 5, seed=i)
         a(nt), b(nt)
     assert (theirs.frame_count, ours.frame_count) == (2, 1)
+
+
+def test_a_function_reading_the_lengths_compiles_once_per_batch_size_without_falling_back():
+    # The seed's unbind_mean reads every length (nt.unbind()): on symbolic components Dynamo fails on the
+    # data-dependent values, so the boundary compiles it again with them as unbacked symbols; then the lengths
+    # change freely and only a new B (the number of unrolled means) compiles a graph.
+    impl = get_implementation("jagged_mean", "unbind_mean")
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = jaggedperf.compile(impl.fn, backend=counter)
+    frames = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)
+        for seed, (B, max_len) in enumerate([(5, 6), (5, 4), (5, 8), (7, 3), (7, 9), (5, 2)]):
+            nt, _ = make_njt(B, max_len, seed=seed, min_len=1)
+            assert_close(compiled(nt), impl.fn(nt))
+            frames.append(counter.frame_count)
+    assert compiled.dynamo_config and compiled.broken is None
+    # the first call compiles (the failed attempt's graph before the lengths, then the retry's); after it
+    # only B = 7 adds a graph
+    assert [f - frames[0] for f in frames] == [0, 0, 0, 1, 1, 1]
+    assert not torch._dynamo.config.capture_scalar_outputs  # the settings are the boundary's, not global
 
 
 def test_njt_with_holes_falls_back_with_one_warning():

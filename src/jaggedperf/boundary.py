@@ -30,9 +30,16 @@ Invariants:
   (a function that reads it inside gets it computed from the offsets, as for an NJT without it).
 - Every compiled function gets its own code object for the compiled region, so Dynamo's per-code
   cache (and its recompile limit) is per function, as with ``torch.compile(fn)``.
+- A function that reads the lengths as Python numbers (``nt.unbind()``, ``offsets.tolist()``: the seed's
+  ``unbind_mean``) cannot be traced on components whose sizes are symbolic: Dynamo raises on the data-
+  dependent value. Such a function is compiled again, and from then on called, with Dynamo capturing
+  scalar outputs and dynamic output shapes (``_DATA_DEPENDENT``), so the lengths become unbacked symbols:
+  one graph per batch size B, whatever the lengths. Only those functions pay for the config patch (a
+  context manager per call); the others are called bare.
 - What cannot cross this way falls back to ``torch.compile(fn)`` for that call, with one
   ``warnings.warn`` per reason per compiled function: an NJT with ``lengths`` (holes), an NJT whose
-  ragged dim is not 1, or a Dynamo/backend failure when compiling on the components.
+  ragged dim is not 1, or a Dynamo/backend failure when compiling on the components (after the data-
+  dependent retry, where it applies).
 """
 
 from __future__ import annotations
@@ -50,6 +57,9 @@ __all__ = ["BoundaryFunction", "BoundaryModule", "BoundaryFallbackWarning", "com
 
 # The leaf types of an argument list that need no pytree walk (the fast path).
 _LEAF_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device)
+# Dynamo's settings under which values read from tensors (lengths, ``tolist``) become unbacked symbols
+# instead of a failure: the retry for functions that compile only that way on the components.
+_DATA_DEPENDENT = {"capture_scalar_outputs": True, "capture_dynamic_output_shape_ops": True}
 
 
 class BoundaryFallbackWarning(UserWarning):
@@ -317,6 +327,8 @@ class BoundaryFunction:
         region: ``torch.compile`` of the region that rebuilds NJTs and calls ``fn`` (the pytree path).
         flat_regions: one compiled region per layout of positional arguments (the flat path).
         broken: why compiling on the components failed, once it has; every call then falls back.
+        dynamo_config: the Dynamo settings the regions are compiled and called under: empty, or
+            ``_DATA_DEPENDENT`` once the function needed them.
     """
 
     def __init__(self, fn: Callable, compile_kwargs: dict[str, Any]) -> None:
@@ -325,9 +337,9 @@ class BoundaryFunction:
         self._mark = self.compile_kwargs.get("dynamic", None) is not False
         name = getattr(fn, "__name__", type(fn).__name__)
         self._name = "jaggedperf_boundary_" + "".join(c if c.isalnum() else "_" for c in name)
-        self.region = torch.compile(_make_region(fn, self._name), **self.compile_kwargs)
-        self.flat_regions: dict[tuple[str, ...], Callable] = {}
         self.broken: str | None = None
+        self.dynamo_config: dict[str, Any] = {}
+        self._new_regions()
         self._fallback: Callable | None = None
         self._warned: set[str] = set()
         if not isinstance(fn, torch.nn.Module):
@@ -336,26 +348,52 @@ class BoundaryFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.broken is not None:
             return self._fall_back(self.broken, args, kwargs)
+        call = self._region_call(args, kwargs)
+        if isinstance(call, str):
+            return self._fall_back(call, args, kwargs)
+        try:
+            out = self._call_region(call)
+        except torch._dynamo.exc.TorchDynamoException as err:
+            if self.dynamo_config or not _data_dependent(err):
+                return self._fall_back_after(err, args, kwargs)
+            # New regions (new code objects: Dynamo's state from the failed compile stays with the old
+            # ones, and a retry on them fails on symbols that state left pending), under the settings.
+            self.dynamo_config = dict(_DATA_DEPENDENT)
+            with torch._dynamo.config.patch(**self.dynamo_config):
+                self._new_regions("_dd")
+            try:
+                out = self._call_region(self._region_call(args, kwargs))
+            except torch._dynamo.exc.TorchDynamoException as again:
+                return self._fall_back_after(again, args, kwargs)
+        return _join_output(out)
+
+    def _new_regions(self, suffix: str = "") -> None:
+        self._name += suffix
+        self.region = torch.compile(_make_region(self.fn, self._name), **self.compile_kwargs)
+        self.flat_regions: dict[tuple[str, ...], Callable] = {}
+
+    def _region_call(self, args: tuple, kwargs: dict) -> Callable[[], Any] | str:
+        """The compiled region's call on these arguments' components, or why they cannot cross (a reason)."""
         flat = None if kwargs else _flatten(args, self._mark)
         if flat is not None:
             layout, flat_args, reason = flat
             if reason is not None:
-                return self._fall_back(reason, args, kwargs)
+                return reason
             region = self.flat_regions.get(layout)
             if region is None:
                 region = self.flat_regions[layout] = torch.compile(
                     _make_flat_region(self.fn, f"{self._name}_{''.join(layout)}", layout), **self.compile_kwargs)
-            call = lambda: region(*flat_args)  # noqa: E731
-        else:
-            split_args, split_kwargs, reason = _split_args(args, kwargs, self._mark)
-            if reason is not None:
-                return self._fall_back(reason, args, kwargs)
-            call = lambda: self.region(split_args, split_kwargs)  # noqa: E731
-        try:
-            out = call()
-        except torch._dynamo.exc.TorchDynamoException as err:
-            return self._fall_back_after(err, args, kwargs)
-        return _join_output(out)
+            return lambda: region(*flat_args)
+        split_args, split_kwargs, reason = _split_args(args, kwargs, self._mark)
+        if reason is not None:
+            return reason
+        return lambda: self.region(split_args, split_kwargs)
+
+    def _call_region(self, call: Callable[[], Any]) -> Any:
+        if not self.dynamo_config:
+            return call()
+        with torch._dynamo.config.patch(**self.dynamo_config):
+            return call()
 
     def fallback(self) -> Callable:
         """``torch.compile(fn, **compile_kwargs)``, made on first use.
@@ -386,6 +424,17 @@ class BoundaryFunction:
         name = getattr(self.fn, "__name__", type(self.fn).__name__)
         warnings.warn(f"jaggedperf.compile({name}): falling back to torch.compile: {reason}",
                       BoundaryFallbackWarning, stacklevel=4)
+
+
+def _data_dependent(err: Exception) -> bool:
+    """Whether Dynamo failed on a value read from a tensor (what ``_DATA_DEPENDENT`` lets it trace)."""
+    names = {"DataDependentOutputException", "GuardOnDataDependentSymNode", "DynamicOutputShapeException"}
+    seen, e = 0, err
+    while e is not None and seen < 8:  # the chain Dynamo wraps the tracer's error in
+        if type(e).__name__ in names:
+            return True
+        e, seen = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__, seen + 1
+    return "data-dependent" in str(err) or "DataDependentOutputException" in str(err)
 
 
 def _describe(err: Exception) -> str:
