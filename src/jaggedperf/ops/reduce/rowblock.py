@@ -125,7 +125,7 @@ class RowBlockConfig:
     combine_block_m: int  # columns per combine program (split finer than block_m: the giant's last pass)
     block_p: int = 128  # workspace pieces summed per tile by the combine (the giant has one a program: ~2000)
     empty_group: int = 32  # owned segment ids checked for emptiness per step
-    few_segments: int = 4  # boundary tiles with at most this many segments take masked sums, not the scan
+    few_segments: int = 4  # boundary tiles with at most this many non-empty segments take masked sums, not the scan
 
 
 def rowblock_config(n_cols, dtype: torch.dtype) -> RowBlockConfig:
@@ -176,7 +176,7 @@ def _rowblock_kernel(
     BLOCK_M: tl.constexpr,  # columns per tile (grid axis 1)
     EMPTY_G: tl.constexpr,  # owned segment ids checked per step for emptiness
     EVEN_M: tl.constexpr,  # M % BLOCK_M == 0: no column mask (the loads vectorise)
-    FEW_SEGMENTS: tl.constexpr,  # a boundary tile with at most this many segments sums each by a mask, not a scan
+    FEW_SEGMENTS: tl.constexpr,  # boundary tiles with <= this many non-empty segments sum each by a mask, not a scan
     VEC: tl.constexpr,  # a power of two dividing M: rows start VEC-aligned (M = 4 loads 16 bytes at once)
 ):
     pid = tl.program_id(0)
@@ -247,11 +247,13 @@ def _rowblock_kernel(
                 pos = tl.where(inside & below, probe, pos)
                 step = step // 2
             ok = row_ok & (pos < n_seg)
-            start = tl.load(offsets_ptr + pos, mask=ok, other=0).to(tl.int64)
-            end = tl.load(offsets_ptr + tl.minimum(pos + 1, n_seg), mask=ok, other=0).to(tl.int64)
             cur_last = tl.max(tl.where(row_ok, pos, 0), axis=0)  # the segment of the tile's last row
             cur_first = tl.min(tl.where(row_ok, pos, cur_last), axis=0)  # cur, or past it when cur ended at t - 1
-            if cur_last - cur_first < FEW_SEGMENTS:  # few segments: one masked column sum each, finished as 1-D rows
+            start = tl.load(offsets_ptr + pos, mask=ok, other=0).to(tl.int64)
+            n_parts = tl.sum((ok & (rows == start) & (rows > t)).to(tl.int32), axis=0)  # non-empty ones, less one
+            # few non-empty segments (the empties between them cost a scalar check each, so their ids are bounded
+            # too: 90%-empty batches put ~9 between two non-empty ones): one masked column sum each, 1-D rows
+            if (n_parts < FEW_SEGMENTS) & (cur_last - cur_first < 16 * FEW_SEGMENTS):
                 goes_on = carry * 0.0
                 for s in range(cur_first, cur_last + 1):
                     s_start = tl.load(offsets_ptr + s).to(tl.int64)
@@ -270,7 +272,7 @@ def _rowblock_kernel(
                             tl.store(ws_ptr + pid.to(tl.int64) * n_cols + cols, part, mask=col_mask)
                 carry = goes_on
             else:  # many: the segmented scan, stored from each segment's last row
-                start = tl.load(offsets_ptr + pos, mask=ok, other=0).to(tl.int64)
+                end = tl.load(offsets_ptr + tl.minimum(pos + 1, n_seg), mask=ok, other=0).to(tl.int64)
                 end = tl.load(offsets_ptr + tl.minimum(pos + 1, n_seg), mask=ok, other=0).to(tl.int64)
                 rel = (pos - cur).to(tl.int32)  # nondecreasing along the tile's valid rows
                 x += tl.where(((steps == 0) & (pos == carry_seg))[:, None], carry[None, :], 0.0)
