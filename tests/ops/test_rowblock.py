@@ -17,9 +17,10 @@ from jaggedperf.ops.reduce.rowblock import RowBlockConfig, wants_rowblock
 FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
 
 
-def tiny(block_r=4, block_m=4, combine_block_m=2, block_p=4, empty_group=4) -> RowBlockConfig:
+def tiny(block_r=4, block_m=4, combine_block_m=2, block_p=4, empty_group=4, few_segments=2) -> RowBlockConfig:
     return RowBlockConfig(block_r=block_r, block_m=block_m, num_warps=1, programs_per_sm=4,
-                          combine_block_m=combine_block_m, block_p=block_p, empty_group=empty_group)
+                          combine_block_m=combine_block_m, block_p=block_p, empty_group=empty_group,
+                          few_segments=few_segments)
 
 
 def run(values, offsets, op, cfg=None, rows=None):
@@ -55,6 +56,8 @@ CASES = [
     ([2, 3, 1, 4, 2, 2, 1, 3, 5, 1], 8, FP32, torch.int64, 16, "short"),
     ([0] * 9 + [3] + [0] * 9 + [2], 4, FP32, torch.int64, 4, "empty-heavy"),
     ([3, 5, 2], 11, FP32, torch.int64, None, "production-tiles"),
+    ([3, 5, 2, 0, 7, 1] * 6, 4, FP32, torch.int64, None, "production-narrow"),  # M = 4: vectorised, no column mask
+    ([40, 0, 9, 1, 300, 2], 64, BF16, torch.int32, None, "production-wide"),
 ]
 IDS = [case_id(ls, M, dt, od, extra=note) for ls, M, dt, od, _, note in CASES]
 
@@ -102,12 +105,27 @@ def _batches():
 @needs_interpreter
 @settings(max_examples=max(INTERP_EXAMPLES // 2, 10))
 @given(batch=_batches(), op=st.sampled_from(["sum", "mean-nan", "mean-zero"]),
-       block_r=st.sampled_from([1, 2, 4, 8]), rows=st.integers(1, 12), dtype=st.sampled_from([FP32, BF16]))
-def test_rowblock_property(batch, op, block_r, rows, dtype):
+       block_r=st.sampled_from([1, 2, 4, 8]), rows=st.integers(1, 12), dtype=st.sampled_from([FP32, BF16]),
+       few=st.sampled_from([0, 1, 2, 64]))
+def test_rowblock_property(batch, op, block_r, rows, dtype, few):
+    # few = 0: every boundary tile scans; 64: every one takes the masked sums
     lengths, M, offsets_dtype = batch
     offsets = lengths_to_offsets(lengths, offsets_dtype)
     values = torch.randn(int(offsets[-1]), M).to(dtype)
-    check(values, offsets, op, tiny(block_r=block_r), rows)
+    check(values, offsets, op, tiny(block_r=block_r, few_segments=few), rows)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("few", [0, 64], ids=["scan", "masked-sums"])
+def test_segments_ending_on_tile_ends(few):
+    # segments ending on a tile's last row (accumulate-only tiles that finish their segment, then a tile whose
+    # first row starts the next one, after empties), heads and tails ending there, and one program inside a segment
+    gen = torch.Generator().manual_seed(3)
+    offsets = lengths_to_offsets([8, 4, 0, 0, 4, 12, 0, 3, 1, 16])
+    values = torch.randn(48, 4, generator=gen)
+    for rows in (4, 8, 12, 16, 48):
+        for op in ("sum", "mean-nan"):
+            check(values, offsets, op, tiny(few_segments=few), rows)
 
 
 @needs_interpreter

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""The row blocks (``ops/reduce/rowblock.py``, reached only through ``jaggedperf.ops.testing``) against the default
+path, on the five shape classes where the default path loses without max_seqlen: device time of a CUDA-graph replay
+of each plan's launches (planned once; L2 flushed before each replay), checked first against float64 and for bitwise
+equal repeats. One JSON.
+
+Variants: ``default`` (``plan_reduce`` without max_seqlen), ``default+max_seqlen``, ``rowblock`` (production config),
+``rowblock scan`` (every boundary tile scans: few_segments = 0), ``rowblock masked`` (few_segments = 64: boundary
+tiles sum each segment by a mask, whatever their count), ``rowblock 2 warps``; and the floor (the values' bytes at
+the device's copy bandwidth).
+
+Run:  PYTHONPATH=src python3 benchmarks/rowblock_probe.py --out $OUT/rowblock_probe.json          (~1 minute)
+      TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/rowblock_probe.py --cpu-smoke --out /tmp/rb.json
+      (shapes scaled down, correctness only: the plumbing)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+
+import torch
+
+from jaggedperf.ops import testing
+
+
+def lengths_for(cls: str, scale: int, gen: torch.Generator) -> tuple[torch.Tensor, int]:
+    """(lengths, M) of a shape class; ``scale`` divides B (and the giant's N) for the CPU smoke run."""
+    if cls == "seed":  # 512 × 64, lengths 1..160 (~41k rows)
+        return torch.randint(1, 161, (512 // scale,), generator=gen), 64
+    if cls == "giant":  # one segment of 2·10^6 rows × 64
+        return torch.tensor([2_000_000 // scale**2]), 64
+    if cls == "empty":  # 10^5 × 64, 90% empty, the rest 1..83 rows (~420k rows)
+        b = 100_000 // scale
+        keep = torch.rand(b, generator=gen) < 0.1
+        return torch.where(keep, torch.randint(1, 84, (b,), generator=gen), 0), 64
+    if cls == "narrow":  # 10^4 × 4, lengths 1..16
+        return torch.randint(1, 17, (10_000 // scale,), generator=gen), 4
+    if cls == "powerlaw":  # 4096 × 64, Pareto(1.5) lengths capped at 400 (mean ~12)
+        u = torch.rand(4096 // scale, generator=gen)
+        return (u.pow(-1 / 1.5) * 4).floor().clamp(1, 400).to(torch.int64), 64
+    raise ValueError(cls)
+
+
+CLASSES = ("seed", "giant", "empty", "narrow", "powerlaw")
+
+
+def variants(values, offsets, max_seqlen):
+    base = testing.rowblock_config(values.shape[1], values.dtype)
+    return {
+        "default": dict(),
+        "default+max_seqlen": dict(max_seqlen=max_seqlen),
+        "rowblock": dict(rowblock=True),
+        "rowblock scan": dict(rowblock=dataclasses.replace(base, few_segments=0)),
+        "rowblock masked": dict(rowblock=dataclasses.replace(base, few_segments=64)),
+        "rowblock 2 warps": dict(rowblock=dataclasses.replace(base, num_warps=2)),
+    }
+
+
+def check(out, values, offsets) -> float:
+    # the largest error relative to the tests' bound (2e-5·Σ|x| + 1e-5·|ref|): must stay under 1
+    ref = torch.zeros(offsets.numel() - 1, values.shape[1], dtype=torch.float64, device=values.device)
+    seg = torch.repeat_interleave(torch.arange(offsets.numel() - 1, device=values.device), offsets.diff())
+    ref.index_add_(0, seg, values.double())
+    scale = torch.zeros_like(ref).index_add_(0, seg, values.double().abs())
+    return float(((out.double() - ref).abs() / (2e-5 * scale + 1e-5 * ref.abs() + 1e-30)).max()) if ref.numel() else 0.0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--cpu-smoke", action="store_true")
+    ap.add_argument("--classes", default=",".join(CLASSES))
+    ap.add_argument("--rep-ms", type=int, default=40)
+    args = ap.parse_args()
+    device = torch.device("cpu" if args.cpu_smoke else "cuda")
+    scale = 64 if args.cpu_smoke else 1
+    result = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "cases": []}
+    if device.type == "cuda":
+        from jaggedperf.lab import timing
+        result["copy_gbps"] = timing.copy_bandwidth_gbps(device)
+    gen = torch.Generator().manual_seed(0)
+    for cls in args.classes.split(","):
+        lengths, m = lengths_for(cls, scale, gen)
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]).to(device)
+        values = torch.randn(int(lengths.sum()), m, generator=gen).to(device)
+        case = {"class": cls, "B": lengths.numel(), "N": values.shape[0], "M": m, "variants": {}}
+        if "copy_gbps" in result:
+            case["floor_us"] = values.numel() * 4 / (result["copy_gbps"] * 1e3)
+        for name, kw in variants(values, offsets, int(lengths.max())).items():
+            row = {}
+            try:
+                plan = testing.plan_reduce(values, offsets, **kw)
+                row["grid"] = [list(map(int, launch.grid)) for launch in plan.launches]
+                testing.run_direct(plan.launches)
+                first = plan.out.clone()
+                testing.run_direct(plan.launches)
+                row["bitwise_repeat"] = bool(torch.equal(first.view(torch.uint8), plan.out.view(torch.uint8)))
+                row["error_over_bound"] = check(first, values, offsets)
+                if device.type == "cuda":
+                    from jaggedperf.lab import timing
+                    graph = timing.capture_graph(lambda: testing.run_direct(plan.launches), device)
+                    dt = timing.replay_device_time(graph.replay, rep_ms=args.rep_ms)
+                    row.update(median_us=dt.median_us, p20_us=dt.p20_us, p80_us=dt.p80_us)
+            except Exception as e:  # keep the other variants' numbers
+                row["error"] = f"{type(e).__name__}: {e}"
+            case["variants"][name] = row
+            print(cls, name, json.dumps(row), file=sys.stderr, flush=True)
+        result["cases"].append(case)
+    result["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    bad = [(c["class"], n) for c in result["cases"] for n, r in c["variants"].items()
+           if "error" in r or not r.get("bitwise_repeat") or r.get("error_over_bound", 0) >= 1]
+    print("failed:", bad) if bad else print("all variants correct and deterministic")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
