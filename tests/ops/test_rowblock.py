@@ -1,7 +1,7 @@
 """The row-block decomposition (``ops/reduce/rowblock.py``) against the float64 reference, under
 TRITON_INTERPRET=1: tiny tiles and rows per program so that the scan, the carry between tiles, the head/tail
 pieces, the combine and the empty-segment pass all run on small inputs; outputs and workspace poisoned so an
-unwritten element fails; repeats bitwise equal. And the rule that routes calls to it (host arithmetic only)."""
+unwritten element fails; repeats bitwise equal."""
 
 import pytest
 import torch
@@ -12,7 +12,7 @@ from ops_reference import assert_matches, case_id, lengths_to_offsets, reference
 
 from jaggedperf.ops import testing
 from jaggedperf.ops.reduce import rowblock
-from jaggedperf.ops.reduce.rowblock import RowBlockConfig, wants_rowblock
+from jaggedperf.ops.reduce.rowblock import RowBlockConfig
 
 FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
 
@@ -137,30 +137,6 @@ def test_bad_offsets_stay_in_bounds():
         offsets = torch.tensor(bad)
         out = testing.launch_reduce(values, offsets, rowblock=tiny(), rows_per_chunk=4)
         assert out.shape == (3, 3)
-
-
-# --- the rule ---------------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("m,n,b,seqlen,expected", [
-    (4, 80_000, 10_000, None, True),  # narrow without max_seqlen (run 45: 118.6 µs vs 6.8 with it)
-    (64, 41_000, 512, None, True),  # the seed's shape without max_seqlen (mean ~80 rows)
-    (256, 500_000, 1024, None, False),  # the long-row bars shape without max_seqlen: unchanged
-    (64, 2_000_000, 1, None, True),  # the giant segment
-    (64, 2_000_000, 1, 2_000_000, True),
-    (64, 2_000_000, 3, None, True),
-    (64, 1000, 1, None, False),  # one small segment: not a giant
-    (64, 41_000, 512, 100, False),  # the seed with max_seqlen: the whole-segments kernel, unchanged
-    (4, 80_000, 10_000, 16, False),  # narrow, small: launch-bound, one launch wins
-    (8, 800_000, 100_000, 12, True),  # narrow at 10^5 × 8
-    (64, 420_000, 100_000, 64, True),  # 90% empty
-    (64, 47_000, 4096, 400, True),  # heavy-tailed < 100 MB (mean 11.6, max 400)
-    (128, 1_080_000, 20_000, 2000, False),  # heavy-tailed large with max_seqlen: unchanged
-    (16, 2_200_000, 65_536, 64, False),  # the earlier bars' 65536 × 16 × 64: unchanged
-    (64, 0, 0, None, False),  # B = 0
-    (64, 0, 5, None, True),  # N = 0 (all empty)
-])
-def test_rule(m, n, b, seqlen, expected):
-    assert wants_rowblock(m, n, b, seqlen) is expected
 
 
 def test_production_config_tiles():

@@ -23,7 +23,7 @@ from jaggedperf.ops.launch import TIERS, eager_key, force_tier, launch_all, laun
 from jaggedperf.ops.launch.plan import Launch, Plan  # noqa: F401
 from jaggedperf.ops.launch.tiers import prebuilt
 from jaggedperf.ops.reduce import api, plan
-from jaggedperf.ops.reduce.rowblock import RowBlockConfig, plan_rowblock, rowblock_config, wants_rowblock  # noqa: F401
+from jaggedperf.ops.reduce.rowblock import RowBlockConfig, plan_rowblock, rowblock_config  # noqa: F401
 from jaggedperf.ops.reduce.kernels import _group_bounds, _group_segments
 from jaggedperf.ops.reduce.kernels import _group_tile as group_tile  # noqa: F401
 from jaggedperf.ops.reduce.kernels import _reduce_group as reduce_group  # noqa: F401
@@ -37,7 +37,6 @@ __all__ = [
     "TIERS", "eager_key", "force_tier", "launch_all", "launch_path",
     # forced plans, launched through the JIT (the interpreter's path)
     "Launch", "Plan", "launch_expand", "launch_reduce", "plan_expand", "plan_reduce", "plan_rowblock", "run_direct",
-    "wants_rowblock",
     # the Python path alone, and its floor
     "prebuilt_launch", "python_path",
     # the kernels' building blocks, for candidate kernels

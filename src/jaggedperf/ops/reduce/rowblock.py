@@ -1,4 +1,4 @@
-"""The row-block decomposition of the jagged sum/mean forward: kernel, plan and the rule that picks it.
+"""The row-block decomposition of the jagged sum/mean forward: kernel and plan.
 
 Why: the balanced chunks walk segments one by one (a few dependent loads and a loop per segment: slow on
 many short ones, ~118 µs at 10^4 × 4 without max_seqlen) and finish a long segment by summing every
@@ -36,9 +36,9 @@ fixed range of consecutive ROWS, whatever the lengths:
   values (the scan is then not associative; still deterministic). Loops are bounded by rows or by the
   searches' windows, never by offsets' values alone.
 
-Two launches whatever the lengths, no max_seqlen, no host sync; the native C++ path does not know this
-kernel (its plans have no row-block grid kind), so calls routed here take the Python launch path
-(``api._native_call`` steps aside for them: the native key holds neither N nor, without max_seqlen, B).
+Two launches whatever the lengths, no max_seqlen, no host sync. No call is routed here yet: it is reached
+through ``ops.testing`` (``rowblock=``) until a GPU measurement shows where it wins (``benchmarks/NOTES.md``);
+the native C++ path does not know this kernel (its plans have no row-block grid kind).
 """
 
 from __future__ import annotations
@@ -52,64 +52,6 @@ import triton.language as tl
 from jaggedperf.ops.config import next_pow2, sm_count
 from jaggedperf.ops.launch.plan import Launch, Plan, chunking
 from jaggedperf.ops.reduce.kernels import _combine_kernel, _finish, _lower_bound
-
-# --- the rule: where the row blocks run (evidence: run 45, benchmarks/results/h200/kernel-grid-quick.md) ------
-SHORT_MEAN_ROWS = 128  # no max_seqlen: row blocks when N < SHORT_MEAN_ROWS · B (mean length under 128 rows)
-GIANT_MIN_ROWS = 1 << 16  # a segment holding > 1/4 of N rows, when N is at least this
-NARROW_COLS = 32  # max_seqlen given: rows of <= 32 columns, ...
-NARROW_MAX_SEQLEN = 32  # ... short segments (the 65536 × 16 × 64 bar shape keeps its kernel) ...
-NARROW_MIN_ROWS = 1 << 18  # ... and enough rows that two launches do not cost more than they save
-SPARSE_MEAN_ROWS = 16  # max_seqlen given: mean length under 16 rows ...
-SPARSE_RATIO = 8  # ... and under max_seqlen / 8 (many empty or short segments under a long one)
-
-
-def wants_rowblock(n_cols, n_rows, n_segments, max_seqlen) -> bool:
-    """Whether a sum/mean call takes the row blocks (``plan_rowblock``) rather than today's kernels.
-
-    Decided on host ints, or on SymInts' hints without a guard (under ``torch.compile(dynamic=True)`` the
-    choice is the first compile's; every path is correct for every input, so a later N or B only costs
-    time, never a recompile). The classes where run 45 measured a loss:
-
-    - no max_seqlen and a short mean length (N < 128·B): the chunks' segment walk (118.6 µs vs 6.8 with
-      max_seqlen at 10^4 × 4; seed 15.0 vs 9.5; power-law < 100 MB 32.9 vs 22.5);
-    - a giant segment (N >= 2^16 and B < 4 without max_seqlen, or max_seqlen > N / 4): the chunks'
-      combine sums thousands of pieces in one program (277.6 µs vs Inductor's 173.2);
-    - max_seqlen given, M <= 32, max_seqlen <= 32, N >= 2^18: narrow rows (lengths 4-12 in the grid);
-    - max_seqlen given, N < 16·B and 8·N < B·max_seqlen: empty-heavy or heavy-tailed batches whose tiles,
-      sized by max_seqlen, are mostly masked (142.6 µs vs segment_reduce 67.3 at 10^5 × 64, 90% empty).
-
-    Args:
-        n_cols: M.
-        n_rows: N (int or SymInt).
-        n_segments: B (int or SymInt).
-        max_seqlen: an int, a SymInt, or None.
-
-    Returns:
-        True for the row blocks.
-    """
-    n, b = _hint(n_rows), _hint(n_segments)
-    if n is None or b is None or b <= 0:
-        return False
-    seqlen = None if max_seqlen is None else _hint(max_seqlen)
-    if max_seqlen is not None and seqlen is None:
-        return False  # a SymInt without a hint: keep today's choice
-    if n >= GIANT_MIN_ROWS and (b < 4 or (seqlen is not None and 4 * seqlen > n)):
-        return True
-    if seqlen is None:
-        return n < SHORT_MEAN_ROWS * b
-    m = _hint(n_cols)
-    if m is not None and m <= NARROW_COLS and seqlen <= NARROW_MAX_SEQLEN and n >= NARROW_MIN_ROWS:
-        return True
-    return n < SPARSE_MEAN_ROWS * b and SPARSE_RATIO * n < b * seqlen
-
-
-def _hint(n):
-    # a host int's value, or a SymInt's example value without installing a guard (None when it has none)
-    if type(n) is int:
-        return n
-    hint = getattr(getattr(n, "node", None), "hint", None)
-    return int(hint) if hint is not None else None
-
 
 # --- the config ------------------------------------------------------------------------------------------------
 TILE_ELEMENTS = 1024  # BLOCK_R × BLOCK_M per tile (4 KiB fp32): 32 elements a thread at one warp
