@@ -121,10 +121,11 @@ def test_least_unstable_attempt_is_kept(monkeypatch):
     assert wall.samples_ms().tolist() == pytest.approx(mild, rel=1e-6)
 
 
-def test_host_call_stats_times_until_return(monkeypatch):
+def test_host_and_wait_stats_time_until_return_with_no_wait_on_the_cpu(monkeypatch):
     monkeypatch.setattr(timing, "clock", FakeClock(steady(0.5, n=50)))
-    h = timing.host_call_stats(lambda: None, CPU, warmup=2, iters=50)
+    h, wait = timing.host_and_wait_stats(lambda: None, CPU, warmup=2, iters=50)
     assert h.n == 50 and h.median_ms == pytest.approx(0.5, rel=0.02)
+    assert wait is None
 
 
 def test_host_and_wait_stats_time_the_sync_after_each_call_on_cuda(monkeypatch):
@@ -134,12 +135,6 @@ def test_host_and_wait_stats_time_the_sync_after_each_call_on_cuda(monkeypatch):
     host, wait = timing.host_and_wait_stats(lambda: None, torch.device("cuda"), warmup=0, iters=40)
     assert host.n == wait.n == 40
     assert host.median_ms == pytest.approx(0.5) and wait.median_ms == pytest.approx(0.1)
-
-
-def test_host_and_wait_stats_have_no_wait_on_the_cpu(monkeypatch):
-    monkeypatch.setattr(timing, "clock", FakeClock(steady(0.5, n=30)))
-    host, wait = timing.host_and_wait_stats(lambda: None, CPU, warmup=1, iters=30)
-    assert wait is None and host.n == 30 and host.median_ms == pytest.approx(0.5, rel=0.02)
 
 
 def test_measure_wall_refuses_no_iters():

@@ -4,10 +4,10 @@
   ``time.perf_counter`` (pytorch/pytorch#160355's method: 50 + 200). Every sample is kept; the
   statistics are quantiles (``stats``). ``measure_wall`` judges the samples (spread, drift) and measures
   again, up to ``Policy.attempts`` times, until they are stable.
-- Host: ``host_call_stats`` times each call until it returns, without the sync (after a sync before it,
-  so the device queue is empty): the host's own work per call. On the CPU a call returns when it is
-  done, so this is a second, independent measurement of the wall. On CUDA ``host_and_wait_stats`` also
-  times the sync after each call returns (the wait): the device work the host did not hide, and the sync.
+- Host: ``host_and_wait_stats`` times each call until it returns, without the sync (after a sync before
+  it, so the device queue is empty): the host's own work per call. On the CPU a call returns when it is
+  done, so this is a second, independent measurement of the wall. On CUDA it also times the sync after
+  each call returns (the wait): the device work the host did not hide, and the sync.
 - Device, preferred: capture the call in a CUDA graph and time its replays with
   ``triton.testing.do_bench`` (CUDA events, L2 flushed before every replay). Replays leave the host
   out, so this is the device's own time for the call.
@@ -165,9 +165,14 @@ def finish_stability(stability: Stability, wall: WallStats, device: DeviceTime |
     return stability
 
 
-def host_call_stats(fn: Callable[[], object], device: torch.device, *, warmup: int = 10, iters: int = 200) -> WallStats:
-    """Host time of each call: from the call until it returns, with the device idle before it (a sync
-    first, not timed) and no sync inside the timing. On the CPU the call returns when it is done.
+def host_and_wait_stats(fn: Callable[[], object], device: torch.device, *, warmup: int = 10,
+                        iters: int = 200) -> tuple[WallStats, WallStats | None]:
+    """The host timer: each call from its start until it returns, with the device idle before it (a sync
+    first) and no sync inside the timing; on CUDA also the wait of the same calls: from a call's return
+    until the sync after it returns. A call's wall is its host time plus its wait (the seed's loop times
+    both at once), so the wait is the device work the call's own host work did not hide (e.g. a kernel
+    launched last), plus the sync's cost: what the device adds to the wall, which device time alone is not
+    when kernels overlap the host's launches.
 
     Args:
         fn: the call.
@@ -176,24 +181,8 @@ def host_call_stats(fn: Callable[[], object], device: torch.device, *, warmup: i
         iters: timed calls.
 
     Returns:
-        ms per call until it returned, summarised, samples kept.
-    """
-    return host_and_wait_stats(fn, device, warmup=warmup, iters=iters)[0]
-
-
-def host_and_wait_stats(fn: Callable[[], object], device: torch.device, *, warmup: int = 10,
-                        iters: int = 200) -> tuple[WallStats, WallStats | None]:
-    """The host timer (``host_call_stats``) and, on CUDA, the wait of the same calls: from a call's return
-    until the sync after it returns. A call's wall is its host time plus its wait (the seed's loop times
-    both at once), so the wait is the device work the call's own host work did not hide (e.g. a kernel
-    launched last), plus the sync's cost: what the device adds to the wall, which device time alone is not
-    when kernels overlap the host's launches.
-
-    Args:
-        fn, device, warmup, iters: as for ``host_call_stats``.
-
-    Returns:
-        ``(host, wait)`` ms per call, summarised, samples kept; wait is None off CUDA (the CPU's sync is empty).
+        ``(host, wait)`` ms per call, summarised, samples kept; wait is None off CUDA (the CPU's sync is
+        empty and its call returns when it is done).
     """
     sync = synchronizer(device)
     waits_too = device.type == "cuda"

@@ -27,7 +27,7 @@ INDUCTOR_KERNEL_PREFIX = "triton_"
 @dataclass
 class HostOverhead:
     """Per-call host work (wall − device) of the eager and the compiled call, and Dynamo's part in it; and the
-    host work measured on its own by the host timer (each call until it returns, no sync: ``timing.host_call_stats``),
+    host work measured on its own by the host timer (each call until it returns, no sync: ``timing.host_and_wait_stats``),
     which the attribution's host parts use so that its residual is measured, not zero by construction."""
 
     device_time: bool  # device time measured for both: host = wall − device; False: wall only
@@ -242,17 +242,20 @@ def host_us(result: Result | None, *, wall_only: bool) -> float | None:
 
 def host_call_us(result: Result | None) -> float | None:
     """The host timer's median µs per call of a timed result (``Result.host_call``), or None."""
-    if result is None or result.host_call is None or result.wall is None:
-        return None
-    return result.host_call.median_ms * 1e3
+    return _timer_us(result, result.host_call if result is not None else None)
 
 
 def sync_wait_us(result: Result | None) -> float | None:
     """The median µs per call from a timed result's return to the end of the sync after it (``Result.sync_wait``:
     CUDA, the host timer's loop), or None."""
-    if result is None or result.sync_wait is None or result.wall is None:
+    return _timer_us(result, result.sync_wait if result is not None else None)
+
+
+def _timer_us(result: Result | None, stats) -> float | None:
+    # a median of the host timer's loop, for a result that was timed (has a wall)
+    if result is None or stats is None or result.wall is None:
         return None
-    return result.sync_wait.median_ms * 1e3
+    return stats.median_ms * 1e3
 
 
 def kernel_infos(result: Result | None, must_move: int | None, copy_gbps: float | None) -> list[KernelInfo]:
