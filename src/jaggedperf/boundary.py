@@ -352,7 +352,7 @@ class BoundaryFunction:
         if isinstance(call, str):
             return self._fall_back(call, args, kwargs)
         try:
-            out = self._call_region(call)
+            out = call() if not self.dynamo_config else self._call_patched(call)
         except torch._dynamo.exc.TorchDynamoException as err:
             if self.dynamo_config or not _data_dependent(err):
                 return self._fall_back_after(err, args, kwargs)
@@ -362,7 +362,7 @@ class BoundaryFunction:
             with torch._dynamo.config.patch(**self.dynamo_config):
                 self._new_regions("_dd")
             try:
-                out = self._call_region(self._region_call(args, kwargs))
+                out = self._call_patched(self._region_call(args, kwargs))
             except torch._dynamo.exc.TorchDynamoException as again:
                 return self._fall_back_after(again, args, kwargs)
         return _join_output(out)
@@ -389,9 +389,8 @@ class BoundaryFunction:
             return reason
         return lambda: self.region(split_args, split_kwargs)
 
-    def _call_region(self, call: Callable[[], Any]) -> Any:
-        if not self.dynamo_config:
-            return call()
+    def _call_patched(self, call: Callable[[], Any]) -> Any:
+        # only functions that needed the data-dependent settings come here (a context manager per call)
         with torch._dynamo.config.patch(**self.dynamo_config):
             return call()
 
