@@ -5,10 +5,24 @@ from pathlib import Path
 
 import torch
 
+from jaggedperf.inputs import Case
 from jaggedperf.lab import stats as _stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
 from ops_reference import assert_matches  # noqa: E402
+
+
+# The family's GPU shapes (softmax, layer norm and their Helion contenders): the seed's, one of >= 64 MB, and
+# awkward ones (3 columns, 129 columns, 65536 short sequences, one column of two 10^5-row sequences).
+FAMILY_SHAPES = [
+    Case(512, 64, 100, 0.1),
+    Case(512, 64, 500, 0.75),
+    Case(1024, 256, 1000, 0.5),
+    Case(7, 3, 50, 0.5, "heavy"),
+    Case(3, 129, 5000, 0.0, "heavy"),
+    Case(65536, 16, 64, 0.2),
+    Case(2, 1, 100000, 0.0, "fixed"),
+]
 
 
 def gpu_reference(values, offsets, *, mean, empty_zero=False, absolute=False):

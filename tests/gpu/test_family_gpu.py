@@ -16,6 +16,8 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_checks import FAMILY_SHAPES  # noqa: E402
 from test_softmax_layer_norm import EPS, FAMILIES, RTOL, assert_close  # noqa: E402
 
 import jaggedperf  # noqa: E402
@@ -27,15 +29,7 @@ pytestmark = pytest.mark.gpu
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PUBLIC = {"softmax": jaggedperf.jagged_softmax, "layer_norm": jaggedperf.jagged_layer_norm}
-SHAPES = [
-    Case(512, 64, 100, 0.1),
-    Case(512, 64, 500, 0.75),
-    Case(1024, 256, 1000, 0.5),
-    Case(7, 3, 50, 0.5, "heavy"),
-    Case(3, 129, 5000, 0.0, "heavy"),
-    Case(65536, 16, 64, 0.2),
-    Case(2, 1, 100000, 0.0, "fixed"),
-]
+SHAPES = FAMILY_SHAPES
 
 
 def batch(case, dtype, offsets_dtype=torch.int64):
