@@ -34,13 +34,15 @@ import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
-import jaggedperf
-from jaggedperf.inputs import Case, make_batch
-from jaggedperf.lab import timing
-from jaggedperf.lab.grid import SEED_CASES
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernel_grid_bench import sample_stats  # noqa: E402  (median and quantiles of per-call µs, samples kept)
+
+import jaggedperf  # noqa: E402
+from jaggedperf.inputs import Case, make_batch  # noqa: E402
+from jaggedperf.lab import timing  # noqa: E402
+from jaggedperf.lab.grid import SEED_CASES  # noqa: E402
 
 
 class _EngineFloor(torch.autograd.Function):
@@ -94,12 +96,6 @@ def parts_of(case: Case, device: torch.device) -> dict:
     }
 
 
-def summary(samples_us: list[float]) -> dict:
-    a = np.asarray(samples_us)
-    return {"median_us": float(np.median(a)), "p20_us": float(np.percentile(a, 20)),
-            "p80_us": float(np.percentile(a, 80)), "n": int(a.size)}
-
-
 def probe_case(case: Case, device: torch.device, out: Path, rounds: int, iters: int, profile_steps: int) -> dict:
     parts = parts_of(case, device)
     samples: dict[str, list[float]] = {name: [] for name in parts}
@@ -139,7 +135,7 @@ def probe_case(case: Case, device: torch.device, out: Path, rounds: int, iters: 
     (out / f"profiler-{label}.txt").write_text(tp.key_averages().table(sort_by="cpu_time_total", row_limit=40,
                                                                        max_name_column_width=70))
     return {"case": label, "syncs_in_a_step": len(syncs),
-            "parts": {name: {**summary(s), "samples_us": [round(x, 2) for x in s]} for name, s in samples.items()}}
+            "parts": {name: sample_stats(s) for name, s in samples.items()}}
 
 
 def markdown(result: dict) -> str:
