@@ -173,7 +173,7 @@ def _rowblock_kernel(
                 acc = tl.zeros([BLOCK_R, BLOCK_M], dtype=tl.float32)
                 carry = tl.zeros([BLOCK_M], dtype=tl.float32)
                 carry_seg = cur * 0 - 1
-        else:  # a boundary in the tile: each row's segment, then the segmented scan
+        else:  # a boundary in the tile: each row's segment, then masked sums (few segments) or the segmented scan
             rows = t + steps  # int64
             carry += tl.sum(acc, axis=0)
             acc = tl.zeros([BLOCK_R, BLOCK_M], dtype=tl.float32)
@@ -214,7 +214,6 @@ def _rowblock_kernel(
                             tl.store(ws_ptr + pid.to(tl.int64) * n_cols + cols, part, mask=col_mask)
                 carry = goes_on
             else:  # many: the segmented scan, stored from each segment's last row
-                end = tl.load(offsets_ptr + tl.minimum(pos + 1, n_seg), mask=ok, other=0).to(tl.int64)
                 end = tl.load(offsets_ptr + tl.minimum(pos + 1, n_seg), mask=ok, other=0).to(tl.int64)
                 rel = (pos - cur).to(tl.int32)  # nondecreasing along the tile's valid rows
                 x += tl.where(((steps == 0) & (pos == carry_seg))[:, None], carry[None, :], 0.0)
