@@ -22,9 +22,14 @@ import json
 import sys
 import time
 
+from pathlib import Path
+
 import torch
 
-from jaggedperf.ops import testing
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ops_bench import _reference  # noqa: E402  (the float64 reference of the benchmarks: index_add over segments)
+
+from jaggedperf.ops import testing  # noqa: E402
 
 
 def lengths_for(cls: str, scale: int, gen: torch.Generator) -> tuple[torch.Tensor, int]:
@@ -62,10 +67,8 @@ def variants(values, offsets, max_seqlen):
 
 def check(out, values, offsets) -> float:
     # the largest error relative to the tests' bound (2e-5·Σ|x| + 1e-5·|ref|): must stay under 1
-    ref = torch.zeros(offsets.numel() - 1, values.shape[1], dtype=torch.float64, device=values.device)
-    seg = torch.repeat_interleave(torch.arange(offsets.numel() - 1, device=values.device), offsets.diff())
-    ref.index_add_(0, seg, values.double())
-    scale = torch.zeros_like(ref).index_add_(0, seg, values.double().abs())
+    ref = _reference(values, offsets, mean=False)
+    scale = _reference(values.abs(), offsets, mean=False)
     return float(((out.double() - ref).abs() / (2e-5 * scale + 1e-5 * ref.abs() + 1e-30)).max()) if ref.numel() else 0.0
 
 
