@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import logging
 import math
@@ -12,7 +13,7 @@ from jaggedperf.inputs import Case, make_batch
 from jaggedperf.impls.registry import get_op
 from jaggedperf.lab import input_size, modes, runner, stats
 from jaggedperf.lab.doctor import attribution, evidence, gather, probes, verdicts
-from jaggedperf.lab.result import ERROR, OK, SKIPPED, DeviceTime, Result, WallStats
+from jaggedperf.lab.result import ERROR, OK, SKIPPED, UNSTABLE, DeviceTime, Result, WallStats
 
 CPU = torch.device("cpu")
 SEED = Case(512, 64, 100, 0.1)
@@ -473,7 +474,8 @@ def test_cli_doctor_end_to_end_on_cpu(tmp_path, capsys):
                         diagnosis["delta_us"], abs_tol=1e-6)
     assert diagnosis["sums_ok"] == (abs(diagnosis["residual_us"]) <= 0.1 * abs(diagnosis["delta_us"]) + 1e-9)
     if diagnosis["refused"]:
-        assert diagnosis["verdict"] == f"no verdict: {diagnosis['refused']}" and diagnosis["remedy"] is None
+        direct = f"; {verdicts.DIRECT} {diagnosis['remedy']}" if diagnosis["remedy"] else ""
+        assert diagnosis["verdict"] == f"no verdict: {diagnosis['refused']}{direct}"
     assert "residual (unattributed)" in out
 
 
@@ -517,9 +519,43 @@ def test_a_residual_past_10_percent_of_delta_refuses_the_verdict_and_says_why():
     assert "overhead on NJT inputs" not in d.verdict
 
 
-def test_unstable_inputs_refuse_the_verdict_but_keep_the_parts():
-    from jaggedperf.lab.result import UNSTABLE
+def _with_spreads(ev, rel=0.05):
+    # p20/p80 at ±rel of each wall median (make_evidence's walls have no quantiles)
+    for r in (ev.eager, ev.compiled, ev.boundary.result):
+        m = r.wall.median_ms
+        r.wall = dataclasses.replace(r.wall, p20_ms=m * (1 - rel), p80_ms=m * (1 + rel))
+    return ev
 
+
+def test_a_refused_attribution_still_recommends_a_boundary_that_is_faster_beyond_both_spreads():
+    # the H200's case: the host timer saw eager at 190 µs against its 122 µs wall loop, so the parts leave 29% of
+    # Δ unexplained; the boundary (122 µs) against the compiled call (480 µs) needs no attribution
+    ev = _with_spreads(make_evidence(eager=(122, 32), compiled=(480, 25), plain=(99, 25), plain_guard_us=4,
+                                     njt_guard_us=152, host_calls=(190, 445, 76), boundary=(122, 25)))
+    d = verdicts.diagnose(ev)
+    assert d.refused.startswith("the measured parts leave")
+    fix = ("compile it on its components: jaggedperf.compile(fn, mode='max-autotune-no-cudagraphs') — 122 µs a call "
+           "instead of 480 (1.0× eager)")
+    assert d.remedy == fix and d.verdict == f"no verdict: {d.refused}; {verdicts.DIRECT} {fix}"
+
+
+@pytest.mark.parametrize("why,change", [
+    ("the spreads overlap", dict(boundary_p80=500)),
+    ("the boundary's timing did not settle", dict(boundary_status=UNSTABLE)),
+])
+def test_a_refused_attribution_recommends_nothing_the_measurements_cannot_separate(why, change):
+    ev = _with_spreads(make_evidence(eager=(122, 32), compiled=(480, 25), plain=(99, 25), plain_guard_us=4,
+                                     njt_guard_us=152, host_calls=(190, 445, 76), boundary=(122, 25)))
+    r = ev.boundary.result
+    if "boundary_p80" in change:
+        r.wall = dataclasses.replace(r.wall, p80_ms=change["boundary_p80"] / 1e3)
+    if "boundary_status" in change:
+        r.status = change["boundary_status"]
+    d = verdicts.diagnose(ev)
+    assert d.refused and d.remedy is None and d.verdict == f"no verdict: {d.refused}", why
+
+
+def test_unstable_inputs_refuse_the_verdict_but_keep_the_parts():
     ev = make_evidence(eager=(100, None), compiled=(400, None), plain=(160, None), plain_guard_us=20,
                        host_calls=(95, 390, 150))
     ev.compiled.status, ev.compiled.reason = UNSTABLE, "wall IQR is 85% of the median (> 10%); after 3 attempts"

@@ -28,7 +28,7 @@ from jaggedperf.lab.doctor.attribution import (
     wall_us,
 )
 from jaggedperf.lab.doctor.evidence import Evidence, EvidenceRun
-from jaggedperf.lab.result import TIMED, UNSTABLE
+from jaggedperf.lab.result import OK, TIMED, UNSTABLE
 
 
 @dataclass
@@ -125,8 +125,40 @@ def remedy(e: Evidence, delta: float, parts: list[Contribution]) -> str | None:
     eager_wall, compiled_wall, fixed_wall = wall_us(e.eager), wall_us(e.compiled), wall_us(b.result)
     if fixed_wall is None or fixed_wall <= 0 or fixed_wall >= compiled_wall:
         return None
-    return (f"compile it on its components: jaggedperf.compile(fn, mode='{b.torch_mode}') — {fixed_wall:.0f} µs a "
+    return _recommendation(b.torch_mode, fixed_wall, compiled_wall, eager_wall)
+
+
+def _recommendation(torch_mode: str, fixed_wall: float, compiled_wall: float, eager_wall: float) -> str:
+    return (f"compile it on its components: jaggedperf.compile(fn, mode='{torch_mode}') — {fixed_wall:.0f} µs a "
             f"call instead of {compiled_wall:.0f} ({eager_wall / fixed_wall:.1f}× eager)")
+
+
+DIRECT = "whatever the split, measured side by side:"  # how a refused verdict introduces a direct remedy
+
+
+def direct_remedy(e: Evidence) -> str | None:
+    """The boundary's recommendation when the attribution is refused, from its own side-by-side measurement.
+
+    A refused attribution (a residual past the tolerance, an unstable twin) says nothing about *why* the
+    compiled call is slow, but the boundary and the compiled call are two timings of their own: when both
+    settled (status ok) and the boundary's p80 lies below the compiled call's p20 (their spreads apart), the
+    boundary is faster whatever the split, and it is recommended with those numbers.
+
+    Args:
+        e: the cell's evidence.
+
+    Returns:
+        The recommendation in ``remedy``'s words, or None.
+    """
+    b = e.boundary
+    if not b.available or b.result is None or b.result.status != OK or e.compiled.status != OK:
+        return None
+    fixed, compiled = b.result.wall, e.compiled.wall
+    if fixed is None or compiled is None or fixed.p80_ms is None or compiled.p20_ms is None:
+        return None
+    if not fixed.p80_ms < compiled.p20_ms or wall_us(e.eager) is None:
+        return None
+    return _recommendation(b.torch_mode, fixed.median_ms * 1e3, compiled.median_ms * 1e3, wall_us(e.eager))
 
 
 def phrase(p: Contribution, e: Evidence) -> str:
@@ -307,6 +339,9 @@ def diagnose(e: Evidence) -> Diagnosis:
     d.refused = refusal(e, d)
     if d.refused:
         d.verdict = f"no verdict: {d.refused}"
+        d.remedy = direct_remedy(e)
+        if d.remedy is not None:
+            d.verdict += f"; {DIRECT} {d.remedy}"
         return d
     d.verdict = verdict(e, d.delta_us, d.contributions)
     d.remedy = remedy(e, d.delta_us, d.contributions)
