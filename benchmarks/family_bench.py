@@ -21,7 +21,8 @@ fp32 (many mid-length sequences, many short ones, a few very long ones: the loop
 
 Run:  PYTHONPATH=src python3 benchmarks/family_bench.py --out $OUT/family
 Writes family_bench.json (every number, versions, errors) and family_bench.md (one table per op) under --out.
-Each cell records its own error and the run goes on. Budget: about 5 minutes on an H200.
+Each cell records its own error and the run goes on; the files are rewritten after every cell. About 30-60 s a cell
+on an H200 (Inductor's max-autotune compile of each shape): `--budget-s` starts no cell past it.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ NOT_TORCH = ("jaggedperf", "inductor", "helion")  # contenders that are not torc
 SEED = [Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75)]
 LARGE = [Case(1024, 256, 1000, 0.5), Case(65536, 64, 64, 0.2), Case(8, 4096, 4000, 0.0, "fixed")]
 DEVICE = torch.device("cuda")
+SLOW_US = 50_000  # a contender slower than this a call is recorded by one call's wall, not timed (it is no peer)
 
 
 def cells():
@@ -65,6 +67,15 @@ def device_time(fn) -> dict:
     return {"median_us": t.median_us, "p20_us": t.p20_us, "p80_us": t.p80_us, "method": t.method}
 
 
+def wall_of_one_call(fn) -> float:
+    """µs of one synchronised call (after the correctness call warmed it)."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e6
+
+
 def padded_compiled(op: str):
     # Inductor's program for the padded round trip on plain tensors (no NJT at the boundary)
     from jaggedperf.impls import jagged_layer_norm, jagged_softmax
@@ -77,6 +88,9 @@ def padded_compiled(op: str):
 
 
 def bench_case(op: str, case: Case, copy_gbps: float) -> dict:
+    # each case compiles Inductor's padded program anew (dynamic=False): without a reset the shared code object
+    # passes Dynamo's recompile limit after 8 shapes and then runs eager under the compiled name
+    torch._dynamo.reset()
     spec = get_op(op)
     batch = spec.make_batch(case, DEVICE)
     reference = spec.reference(batch)
@@ -95,7 +109,10 @@ def bench_case(op: str, case: Case, copy_gbps: float) -> dict:
         try:
             ok, rel, reason = runner.check_output(call(), reference, case.dtype)
             entry.update(ok=ok, rel_error=rel, reason=reason)
-            if ok:
+            one_call_us = wall_of_one_call(call) if ok else None
+            if ok and one_call_us > SLOW_US:  # e.g. unbind over 65536 sequences: seconds to capture or profile
+                entry["untimed_one_call_us"] = one_call_us
+            elif ok:
                 entry.update(device_time(call))
                 entry["x_floor"] = entry["median_us"] / floor_us
         except Exception as exc:  # noqa: BLE001 - one contender's failure never loses the rest
@@ -141,6 +158,7 @@ def markdown(results: dict) -> str:
             for n in names:
                 c = r["contenders"].get(n, {})
                 cellsx.append(f"{c['median_us']:.1f} ({c['x_floor']:.2f}×)" if "median_us" in c else
+                              f"{c['untimed_one_call_us'] / 1e3:.0f} ms (one call)" if "untimed_one_call_us" in c else
                               ("wrong" if c.get("ok") is False else "error" if "error" in c else "—"))
             b = r.get("backward")
             back = "—" if b is None else f"{b['median_us']:.1f} ({b['x_floor']:.2f}×)" if "median_us" in b else "error"
@@ -150,6 +168,8 @@ def markdown(results: dict) -> str:
         lines.append("")
     if results["meta"].get("helion_unavailable"):
         lines += [f"helion not measured: {results['meta']['helion_unavailable']}", ""]
+    if results.get("not_run"):
+        lines += ["not run (past the budget): " + ", ".join(results["not_run"]), ""]
     if results["errors"]:
         lines += ["## errors", ""] + [f"- {k}: {v.splitlines()[0]}" for k, v in results["errors"].items()]
     return "\n".join(lines) + "\n"
@@ -159,6 +179,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for family_bench.json and family_bench.md")
     parser.add_argument("--quick", action="store_true", help="the seed shapes only")
+    parser.add_argument("--only", default=None, help="comma-separated case labels (as in the table) to run alone")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="start no new cell after this many seconds (the rest listed as not run)")
     parser.add_argument("--ops", default=",".join(OPS),
                         help="comma-separated; jagged_softmax, jagged_layer_norm (default), jagged_mean, jagged_sum")
     args = parser.parse_args()
@@ -180,18 +203,30 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - installed but not importable: its cells record it too
             results["meta"]["helion_unavailable"] = f"{type(exc).__name__}: {exc}"
     jaggedperf.ops.prepare_native_launch()
-    for op in ops:
-        for case in cells():
-            if args.quick and case.B == 512 and case.M == 64 or not args.quick:
-                try:
-                    results["rows"].append(bench_case(op, case, results["copy_gbps"]))
-                except Exception:  # noqa: BLE001
-                    results["errors"][f"{op} {case.label} {case.dtype}"] = traceback.format_exc()
-                torch.cuda.empty_cache()
+    # shape by shape across the ops (every op's seed cells before any large one), the files rewritten after each
+    # cell: a run cut short by its budget or a signal keeps every finished cell
+    only = set(args.only.split(",")) if args.only else None
+    todo = [(op, case) for case in cells() if not args.quick or (case.B, case.M) == (512, 64)
+            if only is None or case.label in only for op in ops]
+    results["not_run"] = []
+    for op, case in todo:
+        if args.budget_s is not None and time.time() - start > args.budget_s:
+            results["not_run"].append(f"{op} {case.label} {case.dtype}")
+            continue
+        try:
+            results["rows"].append(bench_case(op, case, results["copy_gbps"]))
+        except Exception:  # noqa: BLE001
+            results["errors"][f"{op} {case.label} {case.dtype}"] = traceback.format_exc()
+        torch.cuda.empty_cache()
+        write(results, out, start)
+    write(results, out, start)
+    return 0
+
+
+def write(results: dict, out: Path, start: float) -> None:
     results["seconds"] = time.time() - start
     (out / "family_bench.json").write_text(json.dumps(results, indent=1))
     (out / "family_bench.md").write_text(markdown(results))
-    return 0
 
 
 if __name__ == "__main__":
