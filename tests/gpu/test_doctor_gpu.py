@@ -79,9 +79,14 @@ def test_cli_on_the_gpu_writes_json_and_traces(tmp_path):
     (cell,) = json.loads(path.read_text())["cells"]
     d = cell["diagnosis"]
     assert cell["evidence"]["kernels"]["available"] and d["available"] and d["residual_measured"]
-    # the parts' sum is test_parts_add_up_to_the_measured_delta's bar; here the CLI's record of it: a sum that
-    # checks, or the refusal that says by how much it does not (run 51: eager's host timer 190 µs against its
-    # 122 µs wall loop on the shared host, a residual of 29% of Δ)
-    assert d["sums_ok"] or d["refused"].startswith(f"the measured parts leave {d['residual_us']:+.1f} µs"), d["verdict"]
+    # the parts' sum is test_parts_add_up_to_the_measured_delta's bar; here the CLI's record of it: a verdict on a
+    # sum that checks, or the refusal that says why there is none (run 51: eager's host timer 190 µs against its
+    # 122 µs wall loop on the shared host, a residual of 29% of Δ; run 52: the compiled call's device IQR at 11%)
+    if d["refused"]:
+        assert d["verdict"].startswith(f"no verdict: {d['refused']}")
+        assert (d["refused"].startswith(f"the measured parts leave {d['residual_us']:+.1f} µs")
+                or d["refused"].startswith("the timing it would rest on is unstable")), d["refused"]
+    else:
+        assert d["sums_ok"], d
     assert cell["evidence"]["host"]["device_time"]
     assert len(list(traces.glob("*.json"))) >= 3  # eager, compiled, plain twin (+ graph and counterpart)

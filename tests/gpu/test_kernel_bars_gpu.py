@@ -88,13 +88,25 @@ LIMITS = {
 }
 
 
+# A cell whose peer is Inductor's autotuned kernel, whose pick varies from run to run: the one bar not strict,
+# since a strict mark would then pass or fail on the autotuner's choice, not on our kernel.
+PEER_VARIES = {
+    ("1", "seed", "ours_hinted"): (
+        "H200 runs 51 and 52: ours 9.4 / 9.2 µs with max_seqlen against Inductor's padded sum at 12.3 / 9.4 µs "
+        "(max-autotune picked different configs; segment_reduce 20 µs): at its best config Inductor is level with "
+        "ours, and the bar asks for 0.9×; the floor is 2.5 µs, so both are launch- and latency-bound here"),
+}
+
+
 def cells(bar: str, classes) -> list:
     """(class, variant) parameters of a bar, the measured limits as strict xfails."""
     out = []
     for cls in classes:
         for variant in ("ours_hinted", "ours_plain"):
             reason = LIMITS.get((bar, cls, variant)) or LIMITS.get((bar, cls, None))
-            out.append(pytest.param(cls, variant, id=f"{cls}-{variant}", marks=_xfail(reason) if reason else ()))
+            varies = PEER_VARIES.get((bar, cls, variant))
+            marks = _xfail(reason) if reason else pytest.mark.xfail(strict=False, reason=varies) if varies else ()
+            out.append(pytest.param(cls, variant, id=f"{cls}-{variant}", marks=marks))
     return out
 
 

@@ -389,9 +389,45 @@ def time_call(call: Callable, cell: Cell, result: Result, options: Options, copy
     if options.host_timer:
         stage("host timer")
         result.host_call, result.sync_wait = timing.host_and_wait_stats(call, device, iters=options.iters)
+        # A call's wall is its host work plus its wait at the sync: the two loops measure the same calls, so
+        # host + wait far from the wall means the machine changed between them (a slow spell in one loop),
+        # and whatever is built on both (the doctor's parts) would not add up. Both are measured again, up to
+        # the policy's attempts, and the most consistent pair kept; the gap is recorded either way.
+        gap = _host_wall_gap(result)
+        for _ in range(options.stability.attempts - 1):
+            if gap is None or abs(gap) <= options.stability.max_iqr_rel:
+                break
+            stage("wall")
+            wall, stability = timing.measure_wall(call, device, warmup=options.warmup, iters=options.iters,
+                                                  policy=options.stability)
+            stage("host timer")
+            host, wait = timing.host_and_wait_stats(call, device, iters=options.iters)
+            kept = (result.wall, result.stability, result.host_call, result.sync_wait)
+            result.wall, result.stability, result.host_call, result.sync_wait = wall, stability, host, wait
+            again = _host_wall_gap(result)
+            if again is None or abs(again) >= abs(gap) or not stability.stable and kept[1].stable:
+                result.wall, result.stability, result.host_call, result.sync_wait = kept
+            else:
+                gap = again
+        result.extra["host_wall_gap"] = gap
     if device.type == "cuda" and options.device_time:
         stage("device time")
         measure_device(call, cell, result, options, copy_gbps, tag=tag)
+        # the device samples are judged too (spread only): one that did not settle is measured again, as the
+        # wall is, up to the policy's attempts, and the most settled attempt kept
+        best = result.device_time
+        for _ in range(options.stability.attempts - 1):
+            settled, badness = _device_judgement(best, options.stability)
+            if settled:
+                break
+            again = device_time(call, cell.mode, device, options.flush_l2)
+            if again is None:  # not captured: the profiler's sum is measured once
+                break
+            if _device_judgement(again, options.stability)[1] < badness:
+                best = again
+        if best is not result.device_time:
+            result.device_time = best
+            fill_bandwidth(result, copy_gbps)
     timing.finish_stability(result.stability, result.wall, result.device_time)
     if not result.stability.stable:  # figures kept, but no finding is drawn from them
         result.status, result.reason = UNSTABLE, result.stability.reason
@@ -426,11 +462,33 @@ def measure_device(call: Callable, cell: Cell, result: Result, options: Options,
     result.extra["kernels"] = [vars(k) for k in profile.kernels]
     result.extra["memory_ops_per_call"] = profile.memory_ops_per_call
     result.device_time = device_time(call, cell.mode, device, options.flush_l2) or timing.profiler_device_time(profile, options.flush_l2)
+    fill_bandwidth(result, copy_gbps)
+
+
+def fill_bandwidth(result: Result, copy_gbps: float | None) -> None:
+    """``result``'s host time (wall − device), bandwidth and share of the copy bandwidth, from its device time."""
     result.host_us = result.wall.median_ms * 1e3 - result.device_time.median_us
     if result.device_time.median_us > 0 and result.bytes_moved:
         result.gbps = result.bytes_moved / (result.device_time.median_us * 1e-6) / 1e9
         if copy_gbps:
             result.pct_of_copy = 100 * result.gbps / copy_gbps
+
+
+def _host_wall_gap(result: Result) -> float | None:
+    # (host timer + wait − wall) / wall, medians; None without the host timer
+    if result.host_call is None or result.wall is None or result.wall.median_ms <= 0:
+        return None
+    wait = result.sync_wait.median_ms if result.sync_wait is not None else 0.0
+    return (result.host_call.median_ms + wait - result.wall.median_ms) / result.wall.median_ms
+
+
+def _device_judgement(t, policy: stats.Policy) -> tuple[bool, float]:
+    # whether a device time's spread settled (as ``result.judge`` judges it) and how far past the policy it is
+    samples = t.samples_us() if t is not None else None
+    if samples is None or not len(samples):
+        return True, 0.0
+    j = stats.stability(samples, policy, what="device", drift=False)
+    return j.stable, stats.badness(j, policy)
 
 
 def device_time(call: Callable, mode: str, device: torch.device, flush: bool):
