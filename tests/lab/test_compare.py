@@ -165,3 +165,37 @@ def test_results_without_samples_fall_back_to_the_quantile_spread(a):
     slower = replace(bare, wall=replace(bare.wall, median_ms=w.median_ms * 1.5))
     (x,) = compare(RunRecord({}, [bare]), RunRecord({}, [slower])).cells
     assert x.wall.method == "spread" and x.wall.low is None and x.verdict == REGRESSION
+
+
+def _with_speed(r, before, after):
+    return replace(r, extra={**r.extra, "host_speed_us": [before, after]})
+
+
+def test_a_wall_change_while_the_host_ran_slower_is_not_counted(a):
+    # the H200 proof's case: B's host-bound wall 1.5× A's, the host probe 1.4× slower beside it, device unchanged
+    r = next(r for r in a.results if r.status == OK and r.device_time is not None)
+    slow = scaled(RunRecord({}, [r]), 1.5, lambda _: True).results[0]
+    slow = replace(slow, device_time=r.device_time)
+    ra, rb = _with_speed(r, 2.0, 2.1), _with_speed(slow, 2.9, 2.8)
+    (x,) = compare(RunRecord({}, [ra]), RunRecord({}, [rb])).cells
+    assert x.wall.verdict == REGRESSION and x.device.verdict == SAME  # shown as measured...
+    assert x.verdict == SAME and x.note == "host speed 2.05 → 2.85 µs a probe call (1.39×)"  # ...judged on device
+    # without device time there is nothing left to judge by
+    (y,) = compare(RunRecord({}, [replace(ra, device_time=None)]), RunRecord({}, [replace(rb, device_time=None)])).cells
+    assert y.verdict == UNSTABLE_VERDICT and y.to_dict()["note"] == x.note
+
+
+def test_a_host_that_changed_speed_during_a_cell_is_named(a):
+    r = next(r for r in a.results if r.status == OK)
+    slow = scaled(RunRecord({}, [r]), 1.5, lambda _: True).results[0]
+    (x,) = compare(RunRecord({}, [_with_speed(r, 2.0, 2.6)]), RunRecord({}, [_with_speed(slow, 2.0, 2.0)])).cells
+    assert x.note == "host speed moved during A's cell: 2.00 → 2.60 µs a probe call"
+
+
+def test_a_steady_host_leaves_the_wall_verdict_alone(a):
+    r = next(r for r in a.results if r.status == OK)
+    slow = scaled(RunRecord({}, [r]), 1.5, lambda _: True).results[0]
+    for speeds in (((2.0, 2.05), (2.1, 2.0)), None):  # probes within 10%, or results written before them
+        ra, rb = (_with_speed(r, *speeds[0]), _with_speed(slow, *speeds[1])) if speeds else (r, slow)
+        (x,) = compare(RunRecord({}, [ra]), RunRecord({}, [rb])).cells
+        assert x.verdict == REGRESSION and x.note is None

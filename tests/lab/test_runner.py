@@ -388,3 +388,11 @@ def test_a_host_timer_that_disagrees_with_the_wall_loop_is_measured_again_with_i
     assert result.wall.median_ms == pytest.approx(0.110, rel=0.02)
     assert result.host_call.median_ms == pytest.approx(0.108, rel=0.02)
     assert abs(result.extra["host_wall_gap"]) < 0.05
+
+
+def test_every_timed_cell_records_the_hosts_speed_beside_it():
+    (r,) = runner.run(runner.plan("jagged_mean", [SMALL], ["segment_reduce"], ["eager"]),
+                      runner.Options(device=CPU, warmup=1, iters=20)).results
+    before, after = r.extra["host_speed_us"]
+    assert 0 < before < 1e4 and 0 < after < 1e4  # µs a one-element add: a real, positive figure
+    assert Result.from_dict(json.loads(json.dumps(r.to_dict()))).extra["host_speed_us"] == [before, after]

@@ -115,6 +115,8 @@ def _compare(args) -> int:
     for c in shown:
         style = _STYLE.get(c.verdict, "")
         verdict = c.verdict if c.status_a == c.status_b else f"{c.verdict} ({c.status_a} → {c.status_b})"
+        if c.note:
+            verdict += f"; wall not counted: {c.note}"
         table.add_row(c.case.label + (f" · {c.gpu}" if c.gpu else ""), c.implementation, c.mode, *_change_cells(c.wall, 1e3),
                       *_change_cells(c.device, 1.0), Text(verdict, style=style))
     if shown:

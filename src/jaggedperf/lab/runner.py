@@ -383,6 +383,7 @@ def time_call(call: Callable, cell: Cell, result: Result, options: Options, copy
     """
     device = options.device
     stage = on_stage or (lambda name: None)
+    speed_before = timing.host_speed_us()  # the host's speed beside the cell (``compare`` reads it)
     stage("wall")
     result.wall, result.stability = timing.measure_wall(call, device, warmup=options.warmup, iters=options.iters,
                                                         policy=options.stability)
@@ -428,6 +429,7 @@ def time_call(call: Callable, cell: Cell, result: Result, options: Options, copy
         if best is not result.device_time:
             result.device_time = best
             fill_bandwidth(result, copy_gbps)
+    result.extra["host_speed_us"] = [speed_before, timing.host_speed_us()]
     timing.finish_stability(result.stability, result.wall, result.device_time)
     if not result.stability.stable:  # figures kept, but no finding is drawn from them
         result.status, result.reason = UNSTABLE, result.stability.reason

@@ -137,6 +137,28 @@ def measure_wall(fn: Callable[[], object], device: torch.device, *, warmup: int 
     return summarize_ms(times), stability
 
 
+HOST_SPEED_CALLS = 500  # calls of the host speed probe: ~1 ms
+
+
+def host_speed_us(calls: int = HOST_SPEED_CALLS) -> float:
+    """How fast the host runs just now: µs per call of a fixed host-only operation (an add of two one-element CPU
+    tensors: Python, dispatch and a trivial kernel), the median of five blocks. The shared GPU host's speed
+    changes over minutes (other tenants, clocks): two runs' wall times of a host-bound cell differ by that much
+    while each run's own samples agree, and only a reference measured beside the cell can tell (``compare``).
+    Uses the real clock (``time.perf_counter``), never ``clock``, which tests may script."""
+    x, y = torch.ones(1), torch.ones(1)
+    block = max(calls // 5, 1)
+    for _ in range(block):
+        torch.add(x, y)
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(block):
+            torch.add(x, y)
+        times.append((time.perf_counter() - start) / block * 1e6)
+    return statistics.median(times)
+
+
 def machine_cpus() -> int | None:
     """The machine's CPUs (what ``/proc/stat``'s busy time is shared between); None: unknown, contention is
     then not judged (tests put None here so that their verdicts do not depend on the machine's load)."""

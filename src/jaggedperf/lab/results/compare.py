@@ -15,7 +15,12 @@ matched pair where both were timed, wall time and device time are compared separ
 
 A cell regresses when either metric does, and improves when one does and neither regresses. A cell that is
 unstable on either side (its timing never settled) is ``unstable``: its ratio and interval are shown, but
-it is never a regression nor an improvement. A cell ok in A but wrong or failing in B is ``broken``
+it is never a regression nor an improvement. Wall time also needs the host to have run at the same speed:
+each cell records a fixed host-only call's time before and after it (``timing.host_speed_us``); when the two
+runs' figures differ by more than ``HOST_SPEED_REL`` (or one side's moved that much during the cell), the
+wall change is shown but not counted (``CellComparison.note`` says why): the verdict is the device time's,
+or ``unstable`` without it. On the shared H200 host two back-to-back runs' host-bound walls differed by up to
+50% while every cell's own samples agreed and the device times agreed within 2% (``benchmarks/NOTES.md``). A cell ok in A but wrong or failing in B is ``broken``
 (counted with the regressions); the reverse is ``fixed``. Cells in only one run are listed apart.
 
 Where a run's results came from several GPUs (a Ray sweep over a mixed fleet), cells are matched GPU by GPU
@@ -35,6 +40,7 @@ from jaggedperf.lab.results.views import result_rank
 
 K = 2.0  # without samples: how many (summed) standard deviations a change must exceed
 MIN_REL = 0.05  # the minimum effect: a change smaller than this fraction of A's median never counts
+HOST_SPEED_REL = 0.10  # host speed probes further apart than this: the wall change is not counted
 CONFIDENCE = stats.CONFIDENCE  # of the bootstrap interval
 SIGMAS_IN_P20_P80 = 2 * 0.8416212335729143  # p80 − p20 of a normal distribution, in σ
 BOOTSTRAP, SPREAD = "bootstrap", "spread"  # how a change was judged
@@ -81,6 +87,7 @@ class CellComparison:
     device: Change | None  # None unless both cells have device time
     verdict: str  # one of VERDICTS
     gpu: str | None = None  # matched on the same GPU: a side's results came from several GPUs (``variants``)
+    note: str | None = None  # why the wall change was not counted (the host ran at another speed), or None
 
     @property
     def key(self) -> tuple:
@@ -99,6 +106,7 @@ class CellComparison:
             "device_us": self.device.to_dict() if self.device else None,
             "verdict": self.verdict,
             "gpu": self.gpu,
+            "note": self.note,
         }
 
 
@@ -246,7 +254,7 @@ def _metric(a_median: float, b_median: float, a_samples, b_samples, sigma_a: flo
 
 
 def _cell(ra: Result, rb: Result, k: float, min_rel: float, confidence: float, gpu: str | None = None) -> CellComparison:
-    wall = device = None
+    wall = device = note = None
     if ra.status in TIMED and rb.status in TIMED:
         if ra.wall is not None and rb.wall is not None:
             wall = _metric(ra.wall.median_ms, rb.wall.median_ms, ra.wall.samples_ms(), rb.wall.samples_ms(),
@@ -256,8 +264,10 @@ def _cell(ra: Result, rb: Result, k: float, min_rel: float, confidence: float, g
             device = _metric(da.median_us, db.median_us, da.samples_us(), db.samples_us(),
                              (da.p80_us - da.p20_us) / SIGMAS_IN_P20_P80, (db.p80_us - db.p20_us) / SIGMAS_IN_P20_P80,
                              k, min_rel, confidence)
-        verdicts = {c.verdict for c in (wall, device) if c is not None}
-        if UNSTABLE in (ra.status, rb.status):
+        note = host_speed_change(ra, rb) if wall is not None else None
+        counted = (device,) if note else (wall, device)
+        verdicts = {c.verdict for c in counted if c is not None}
+        if UNSTABLE in (ra.status, rb.status) or note and device is None:
             verdict = UNSTABLE_VERDICT  # figures shown, but noise is not a finding either way
         elif REGRESSION in verdicts:
             verdict = REGRESSION
@@ -273,4 +283,28 @@ def _cell(ra: Result, rb: Result, k: float, min_rel: float, confidence: float, g
         verdict = FIXED
     else:
         verdict = NOT_COMPARED  # skipped on a side, or failing on both
-    return CellComparison(ra.op, ra.implementation, ra.mode, ra.case, ra.status, rb.status, wall, device, verdict, gpu)
+    return CellComparison(ra.op, ra.implementation, ra.mode, ra.case, ra.status, rb.status, wall, device, verdict, gpu,
+                          note)
+
+
+def host_speed_change(ra: Result, rb: Result, rel: float = HOST_SPEED_REL) -> str | None:
+    """Why two cells' walls cannot be compared (the host ran at another speed), or None.
+
+    Args:
+        ra, rb: the cells, each with ``extra["host_speed_us"]`` (before, after) where it was recorded.
+        rel: how far apart the probes may be.
+
+    Returns:
+        ``host speed 2.10 → 2.61 µs a probe call (1.24×)`` (or ``… moved during A's cell``), or None when the
+        probes agree or a side has none (results written before they were recorded).
+    """
+    speeds = [r.extra.get("host_speed_us") for r in (ra, rb)]
+    if any(not s or len(s) != 2 or min(s) <= 0 for s in speeds):
+        return None
+    for side, (before, after) in zip("AB", speeds):
+        if max(before, after) / min(before, after) > 1 + rel:
+            return f"host speed moved during {side}'s cell: {before:.2f} → {after:.2f} µs a probe call"
+    sa, sb = (sum(s) / 2 for s in speeds)
+    if max(sa, sb) / min(sa, sb) > 1 + rel:
+        return f"host speed {sa:.2f} → {sb:.2f} µs a probe call ({sb / sa:.2f}×)"
+    return None
