@@ -199,3 +199,9 @@ def test_a_steady_host_leaves_the_wall_verdict_alone(a):
         ra, rb = (_with_speed(r, *speeds[0]), _with_speed(slow, *speeds[1])) if speeds else (r, slow)
         (x,) = compare(RunRecord({}, [ra]), RunRecord({}, [rb])).cells
         assert x.verdict == REGRESSION and x.note is None
+
+
+def test_a_run_compared_with_itself_is_the_same_whatever_its_host_did(a):
+    r = _with_speed(next(r for r in a.results if r.status == OK), 2.0, 2.9)  # the host slowed during the cell
+    (x,) = compare(RunRecord({}, [r]), RunRecord({}, [r])).cells
+    assert x.verdict == SAME and x.note is None

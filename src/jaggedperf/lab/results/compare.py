@@ -17,8 +17,8 @@ A cell regresses when either metric does, and improves when one does and neither
 unstable on either side (its timing never settled) is ``unstable``: its ratio and interval are shown, but
 it is never a regression nor an improvement. Wall time also needs the host to have run at the same speed:
 each cell records a fixed host-only call's time before and after it (``timing.host_speed_us``); when the two
-runs' figures differ by more than ``HOST_SPEED_REL`` (or one side's moved that much during the cell), the
-wall change is shown but not counted (``CellComparison.note`` says why): the verdict is the device time's,
+runs' figures differ by more than ``HOST_SPEED_REL`` (or one side's moved that much during the cell), a
+wall change (regression or improvement) is shown but not counted (``CellComparison.note`` says why): the verdict is the device time's,
 or ``unstable`` without it. On the shared H200 host two back-to-back runs' host-bound walls differed by up to
 50% while every cell's own samples agreed and the device times agreed within 2% (``benchmarks/NOTES.md``). A cell ok in A but wrong or failing in B is ``broken``
 (counted with the regressions); the reverse is ``fixed``. Cells in only one run are listed apart.
@@ -264,7 +264,8 @@ def _cell(ra: Result, rb: Result, k: float, min_rel: float, confidence: float, g
             device = _metric(da.median_us, db.median_us, da.samples_us(), db.samples_us(),
                              (da.p80_us - da.p20_us) / SIGMAS_IN_P20_P80, (db.p80_us - db.p20_us) / SIGMAS_IN_P20_P80,
                              k, min_rel, confidence)
-        note = host_speed_change(ra, rb) if wall is not None else None
+        # only a wall *change* needs the host to have run at the same speed: "same" stays same
+        note = host_speed_change(ra, rb) if wall is not None and wall.verdict != SAME else None
         counted = (device,) if note else (wall, device)
         verdicts = {c.verdict for c in counted if c is not None}
         if UNSTABLE in (ra.status, rb.status) or note and device is None:
