@@ -143,7 +143,7 @@ def main(out: Path, loops: int) -> int:
     for c in comparison.cells:
         if c.wall is not None:
             lines.append(f"- {c.implementation} {c.case.label}: B/A {c.wall.ratio:.3f} "
-                         f"[{c.wall.low:.3f}–{c.wall.high:.3f}] → {c.verdict}")
+                         f"[{c.wall.low:.3f}–{c.wall.high:.3f}] → {c.verdict}" + (f" ({c.note})" if c.note else ""))
     lines += ["", "Checks: " + ("all hold." if not failures else "FAILED: " + "; ".join(failures)), ""]
     (out / "summary.md").write_text("\n".join(lines))
     print("\n".join(lines))
