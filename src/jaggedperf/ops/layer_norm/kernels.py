@@ -4,7 +4,8 @@ Input: ``values (N, M)`` and ``offsets (B+1,)``; output ``(N, M)`` in values' dt
 over all of its len × M elements, no affine (``torch.layer_norm(t, t.shape)`` per sequence t), statistics in
 fp32. An empty sequence has no rows: nothing to write.
 
-Design: one program per segment, grid = (max(B, 1),); it walks the segment in (BLOCK_L, BLOCK_M) tiles.
+Design: one program per segment, grid = (max(B, 1),); it walks the segment in (BLOCK_L, BLOCK_M) tiles. For
+few long segments, the split kernels at the end run PARTS programs per segment (grid (max(B, 1), PARTS)).
 
 - A segment whose rows fit one tile (length <= BLOCK_L and M <= BLOCK_M) is loaded once: mean, then the
   variance as the mean squared deviation from it (two passes over registers), then written.
@@ -25,8 +26,9 @@ from jaggedperf.ops.tiles import rows_of, tile
 
 
 @triton.jit
-def _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
-    # mean and 1/sqrt(var + eps) of rows [start, end) × all columns, by tiles merged with Chan's formula
+def _moments(values_ptr, start, end, n_cols, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
+    # count, mean and sum of squared deviations (M2) of rows [start, end) × all columns, by tiles merged with
+    # Chan's formula (a Welford variance, never E[x²] − E[x]²); an empty range gives (0, 0, 0)
     mean = tl.sum(tl.zeros([BLOCK_M], dtype=tl.float32), axis=0)
     m2 = tl.sum(tl.zeros([BLOCK_M], dtype=tl.float32), axis=0)
     count = mean * 0.0
@@ -37,11 +39,23 @@ def _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L: tl.constexpr, BLOC
             n_tile = ((tl.minimum(end - r, BLOCK_L)) * (tl.minimum(n_cols - c, BLOCK_M))).to(tl.float32)
             tile_mean = tl.sum(tl.sum(x, axis=1), axis=0) / n_tile
             d = tl.where(mask, x - tile_mean, 0.0)
-            total = count + n_tile
-            delta = tile_mean - mean
-            mean += delta * (n_tile / total)
-            m2 += tl.sum(tl.sum(d * d, axis=1), axis=0) + delta * delta * (count * (n_tile / total))
-            count = total
+            count, mean, m2 = _merge(count, mean, m2, n_tile, tile_mean, tl.sum(tl.sum(d * d, axis=1), axis=0))
+    return count, mean, m2
+
+
+@triton.jit
+def _merge(count, mean, m2, n_b, mean_b, m2_b):
+    # Chan's merge of two (count, mean, M2) summaries; a side with count 0 leaves the other as it is
+    total = count + n_b
+    share = n_b / tl.maximum(total, 1.0)
+    delta = mean_b - mean
+    return total, mean + delta * share, m2 + m2_b + delta * delta * (count * share)
+
+
+@triton.jit
+def _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
+    # mean and 1/sqrt(var + eps) of rows [start, end) × all columns
+    count, mean, m2 = _moments(values_ptr, start, end, n_cols, BLOCK_L, BLOCK_M)
     return mean, 1.0 / tl.sqrt(m2 / count + eps)
 
 
@@ -132,5 +146,170 @@ def _layer_norm_backward_kernel(
                 xhat = (tl.load(ptrs, mask=mask, other=0.0).to(tl.float32) - mean) * rstd
                 g = tl.load(gptrs, mask=mask, other=0.0).to(tl.float32)
                 dptrs, mask = tile(grad_values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
+                tl.store(dptrs, (rstd * (g - mean_g - xhat * mean_gx)).to(grad_values_ptr.dtype.element_ty),
+                         mask=mask)
+
+
+# --- split over parts: few long segments --------------------------------------------------------------------
+# One program per segment leaves most SMs idle when B is small (8 segments of 4000 × 4096: 8 programs). The split
+# kernels run PARTS programs per segment (grid (max(B, 1), PARTS)), each on a tile-aligned range of the segment's
+# rows (``_part_rows``); per-part summaries go to an fp32 workspace and every program of the segment combines them
+# in the same fixed order (deterministic, no atomics). Forward: moments, then normalise (x read twice). Backward:
+# moments, then Σg and Σg·x̂ per part, then write (x read three times, g twice). Workspace addresses come from the
+# program ids only (Inductor's write analysis: ``jaggedperf.ops.tiles``).
+
+
+@triton.jit
+def _part_rows(start, end, part, PARTS: tl.constexpr, BLOCK_L: tl.constexpr):
+    # rows [r0, r1) of part `part` of the segment's rows [start, end): tile-aligned spans, the last ones maybe empty
+    span = tl.cdiv(tl.cdiv(end - start, PARTS), BLOCK_L) * BLOCK_L
+    r0 = tl.minimum(start + part * span, end)
+    return r0, tl.minimum(r0 + span, end)
+
+
+@triton.jit
+def _combined_moments(ws_ptr, seg, PARTS: tl.constexpr):
+    # the segment's (count, mean, M2) from its PARTS summaries at ws[(seg·PARTS + p)·3 + {0, 1, 2}], p in order
+    count = tl.sum(tl.zeros([1], dtype=tl.float32), axis=0)  # a 0-d fp32 (the loop carries tensors)
+    mean = count
+    m2 = count
+    for p in range(PARTS):
+        base = (seg * PARTS + p) * 3
+        count, mean, m2 = _merge(count, mean, m2, tl.load(ws_ptr + base), tl.load(ws_ptr + base + 1),
+                                 tl.load(ws_ptr + base + 2))
+    return count, mean, m2
+
+
+# reads its part's rows once; writes 3 floats
+@triton.jit(do_not_specialize=["n_rows", "n_segments"])
+def _layer_norm_moments_kernel(
+    values_ptr,  # (n_rows, n_cols) contiguous, fp32/bf16/fp16: x
+    offsets_ptr,  # (n_segments + 1,) int32/int64
+    ws_ptr,  # (n_segments · PARTS · 3,) fp32: this program's (count, mean, M2) at (seg · PARTS + part) · 3
+    n_rows,  # N: rows outside [0, N) are never touched, whatever the offsets say
+    n_cols,  # M (specialised)
+    n_segments,  # B: programs past it (grid axis 0 is max(B, 1)) do nothing
+    BLOCK_L: tl.constexpr,  # rows per tile
+    BLOCK_M: tl.constexpr,  # columns per tile: the program loops over column blocks
+    PARTS: tl.constexpr,  # programs per segment (grid axis 1)
+):
+    seg = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    if seg < n_segments:
+        start, end = rows_of(tl.load(offsets_ptr + seg), tl.load(offsets_ptr + seg + 1), n_rows)
+        r0, r1 = _part_rows(start, end, part, PARTS, BLOCK_L)
+        count, mean, m2 = _moments(values_ptr, r0, r1, n_cols, BLOCK_L, BLOCK_M)
+        base = (seg * PARTS + part) * 3
+        tl.store(ws_ptr + base, count)
+        tl.store(ws_ptr + base + 1, mean)
+        tl.store(ws_ptr + base + 2, m2)
+
+
+# reads its part's rows once and the segment's PARTS summaries; writes its part's rows once
+@triton.jit(do_not_specialize=["n_rows", "n_segments"])
+def _layer_norm_parts_kernel(
+    values_ptr,  # (n_rows, n_cols) contiguous: x
+    offsets_ptr,  # (n_segments + 1,) int32/int64
+    ws_ptr,  # (n_segments · PARTS · 3,) fp32: the moments kernel's summaries (read only)
+    out_ptr,  # (n_rows, n_cols) in x's dtype: (x − mean) · rstd over this program's rows
+    eps,  # added to the variance (fp32)
+    n_rows,  # N
+    n_cols,  # M (specialised)
+    n_segments,  # B
+    BLOCK_L: tl.constexpr,  # rows per tile
+    BLOCK_M: tl.constexpr,  # columns per tile
+    PARTS: tl.constexpr,  # programs per segment
+):
+    seg = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    if seg < n_segments:
+        start, end = rows_of(tl.load(offsets_ptr + seg), tl.load(offsets_ptr + seg + 1), n_rows)
+        r0, r1 = _part_rows(start, end, part, PARTS, BLOCK_L)
+        count, mean, m2 = _combined_moments(ws_ptr, seg, PARTS)
+        rstd = 1.0 / tl.sqrt(m2 / count + eps)
+        for r in range(r0, r1, BLOCK_L):
+            for c in range(0, n_cols, BLOCK_M):
+                ptrs, mask = tile(values_ptr, r, r1, c, n_cols, BLOCK_L, BLOCK_M)
+                x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+                out_ptrs, mask = tile(out_ptr, r, r1, c, n_cols, BLOCK_L, BLOCK_M)
+                tl.store(out_ptrs, ((x - mean) * rstd).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+# reads its part's x and grad once and the PARTS moment summaries; writes 2 floats
+@triton.jit(do_not_specialize=["n_rows", "n_segments"])
+def _layer_norm_backward_sums_kernel(
+    values_ptr,  # (n_rows, n_cols) the forward's input x, contiguous
+    grad_ptr,  # (n_rows, n_cols) the gradient of the output, contiguous, x's dtype
+    offsets_ptr,  # (n_segments + 1,) int32/int64
+    ws_ptr,  # (n_segments · PARTS · 3,) fp32: the moments kernel's summaries (read only)
+    sums_ptr,  # (n_segments · PARTS · 2,) fp32: this program's (Σ g, Σ g · x̂) at (seg · PARTS + part) · 2
+    eps,  # as in the forward
+    n_rows,  # N
+    n_cols,  # M (specialised)
+    n_segments,  # B
+    BLOCK_L: tl.constexpr,  # rows per tile
+    BLOCK_M: tl.constexpr,  # columns per tile
+    PARTS: tl.constexpr,  # programs per segment
+):
+    seg = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    if seg < n_segments:
+        start, end = rows_of(tl.load(offsets_ptr + seg), tl.load(offsets_ptr + seg + 1), n_rows)
+        r0, r1 = _part_rows(start, end, part, PARTS, BLOCK_L)
+        count, mean, m2 = _combined_moments(ws_ptr, seg, PARTS)
+        rstd = 1.0 / tl.sqrt(m2 / count + eps)
+        sum_g = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
+        sum_gx = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
+        for r in range(r0, r1, BLOCK_L):
+            for c in range(0, n_cols, BLOCK_M):
+                ptrs, mask = tile(values_ptr, r, r1, c, n_cols, BLOCK_L, BLOCK_M)
+                gptrs, mask = tile(grad_ptr, r, r1, c, n_cols, BLOCK_L, BLOCK_M)
+                g = tl.load(gptrs, mask=mask, other=0.0).to(tl.float32)
+                xhat = tl.where(mask, (tl.load(ptrs, mask=mask, other=0.0).to(tl.float32) - mean) * rstd, 0.0)
+                sum_g += g
+                sum_gx += g * xhat
+        base = (seg * PARTS + part) * 2
+        tl.store(sums_ptr + base, tl.sum(tl.sum(sum_g, axis=1), axis=0))
+        tl.store(sums_ptr + base + 1, tl.sum(tl.sum(sum_gx, axis=1), axis=0))
+
+
+# reads its part's x and grad once and the segment's summaries; writes its part's rows once
+@triton.jit(do_not_specialize=["n_rows", "n_segments"])
+def _layer_norm_backward_parts_kernel(
+    values_ptr,  # (n_rows, n_cols) x, contiguous
+    grad_ptr,  # (n_rows, n_cols) the output's gradient, contiguous, x's dtype
+    offsets_ptr,  # (n_segments + 1,) int32/int64
+    ws_ptr,  # (n_segments · PARTS · 3,) fp32: moment summaries (read only)
+    sums_ptr,  # (n_segments · PARTS · 2,) fp32: (Σ g, Σ g · x̂) per part (read only)
+    grad_values_ptr,  # (n_rows, n_cols) in x's dtype: rstd · (g − mean(g) − x̂ · mean(g · x̂)) over this program's rows
+    eps,  # as in the forward
+    n_rows,  # N
+    n_cols,  # M (specialised)
+    n_segments,  # B
+    BLOCK_L: tl.constexpr,  # rows per tile
+    BLOCK_M: tl.constexpr,  # columns per tile
+    PARTS: tl.constexpr,  # programs per segment
+):
+    seg = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    if seg < n_segments:
+        start, end = rows_of(tl.load(offsets_ptr + seg), tl.load(offsets_ptr + seg + 1), n_rows)
+        r0, r1 = _part_rows(start, end, part, PARTS, BLOCK_L)
+        count, mean, m2 = _combined_moments(ws_ptr, seg, PARTS)
+        rstd = 1.0 / tl.sqrt(m2 / count + eps)
+        total_g = count * 0.0
+        total_gx = total_g
+        for p in range(PARTS):  # the same fixed order in every program of the segment
+            total_g += tl.load(sums_ptr + (seg * PARTS + p) * 2)
+            total_gx += tl.load(sums_ptr + (seg * PARTS + p) * 2 + 1)
+        mean_g = total_g / count
+        mean_gx = total_gx / count
+        for r in range(r0, r1, BLOCK_L):
+            for c in range(0, n_cols, BLOCK_M):
+                ptrs, mask = tile(values_ptr, r, r1, c, n_cols, BLOCK_L, BLOCK_M)
+                gptrs, mask = tile(grad_ptr, r, r1, c, n_cols, BLOCK_L, BLOCK_M)
+                xhat = (tl.load(ptrs, mask=mask, other=0.0).to(tl.float32) - mean) * rstd
+                g = tl.load(gptrs, mask=mask, other=0.0).to(tl.float32)
+                dptrs, mask = tile(grad_values_ptr, r, r1, c, n_cols, BLOCK_L, BLOCK_M)
                 tl.store(dptrs, (rstd * (g - mean_g - xhat * mean_gx)).to(grad_values_ptr.dtype.element_ty),
                          mask=mask)

@@ -1,12 +1,18 @@
 """Planning a jagged layer norm (and its backward): the output and the one launch that fills it, one program
-per segment (``kernels``; the shared ``jaggedperf.ops.rowwise.plan_rowwise``)."""
+per segment (``kernels``; the shared ``jaggedperf.ops.rowwise.plan_rowwise``); or, for few long segments, the
+split over ``parts`` programs per segment (``plan_layer_norm_parts``: not routed yet, reached through
+``jaggedperf.ops.testing`` until measured on a GPU)."""
 
 from __future__ import annotations
 
-from jaggedperf.ops.launch.plan import Plan
-from jaggedperf.ops.layer_norm.kernels import _layer_norm_backward_kernel, _layer_norm_kernel
+import torch
+
+from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
+from jaggedperf.ops.layer_norm.kernels import (_layer_norm_backward_kernel, _layer_norm_backward_parts_kernel,
+                                              _layer_norm_backward_sums_kernel, _layer_norm_kernel,
+                                              _layer_norm_moments_kernel, _layer_norm_parts_kernel)
 from jaggedperf.ops.rowwise import plan_rowwise
-from jaggedperf.ops.tiles import TileConfig
+from jaggedperf.ops.tiles import TileConfig, tile_config
 
 
 def plan_layer_norm(values, offsets, eps: float, *, max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
@@ -40,3 +46,62 @@ def plan_layer_norm_backward(values, grad, offsets, eps: float, *, max_seqlen=No
     """
     return plan_rowwise(_layer_norm_backward_kernel, "layer_norm_backward", (values, grad), offsets, (float(eps),),
                         column_blocks=False, max_seqlen=max_seqlen, cfg=cfg)
+
+
+def plan_layer_norm_parts(values, offsets, eps: float, *, parts: int, max_seqlen=None,
+                          cfg: TileConfig | None = None) -> Plan:
+    """The layer norm split over ``parts`` programs per segment: per-part moments, then each part normalised.
+
+    Args:
+        values, offsets, eps, max_seqlen, cfg: as for ``plan_layer_norm``.
+        parts: programs per segment (a power of two); any value is correct whatever the lengths.
+
+    Returns:
+        the Plan: two launches (moments, then normalise), its ``out`` (N, M) in values' dtype.
+    """
+    n_rows, n_cols = values.shape
+    n_segments = offsets.shape[0] - 1
+    cfg = cfg or tile_config(n_cols, max_seqlen)
+    out = torch.empty((n_rows, n_cols), dtype=values.dtype, device=values.device)
+    ws = _workspace(n_segments, parts, 3, values.device)
+    grid = (sym_max(n_segments, 1), parts, 1)
+    tail = (n_rows, int(n_cols), n_segments, cfg.block_l, cfg.block_m, parts)
+    key = (cfg.block_l, cfg.block_m, parts)
+    moments = (values, offsets, ws, *tail)
+    normalise = (values, offsets, ws, out, float(eps), *tail)
+    return Plan(out, (Launch(_layer_norm_moments_kernel, grid, moments, cfg.num_warps, (ws,), ("ln_moments", *key)),
+                      Launch(_layer_norm_parts_kernel, grid, normalise, cfg.num_warps, (out,), ("ln_parts", *key))))
+
+
+def plan_layer_norm_backward_parts(values, grad, offsets, eps: float, *, parts: int, max_seqlen=None,
+                                   cfg: TileConfig | None = None) -> Plan:
+    """The backward split over ``parts`` programs per segment: moments, per-part Σg and Σg·x̂, then each part.
+
+    Args:
+        values, grad, offsets, eps, max_seqlen, cfg: as for ``plan_layer_norm_backward``.
+        parts: programs per segment (a power of two).
+
+    Returns:
+        the Plan: three launches, its ``out`` (N, M) grad_values in x's dtype.
+    """
+    n_rows, n_cols = values.shape
+    n_segments = offsets.shape[0] - 1
+    cfg = cfg or tile_config(n_cols, max_seqlen)
+    out = torch.empty((n_rows, n_cols), dtype=values.dtype, device=values.device)
+    ws, sums = _workspace(n_segments, parts, 3, values.device), _workspace(n_segments, parts, 2, values.device)
+    grid = (sym_max(n_segments, 1), parts, 1)
+    tail = (n_rows, int(n_cols), n_segments, cfg.block_l, cfg.block_m, parts)
+    key = (cfg.block_l, cfg.block_m, parts)
+    launches = (
+        Launch(_layer_norm_moments_kernel, grid, (values, offsets, ws, *tail), cfg.num_warps, (ws,),
+               ("ln_moments", *key)),
+        Launch(_layer_norm_backward_sums_kernel, grid, (values, grad, offsets, ws, sums, float(eps), *tail),
+               cfg.num_warps, (sums,), ("ln_backward_sums", *key)),
+        Launch(_layer_norm_backward_parts_kernel, grid, (values, grad, offsets, ws, sums, out, float(eps), *tail),
+               cfg.num_warps, (out,), ("ln_backward_parts", *key)))
+    return Plan(out, launches)
+
+
+def _workspace(n_segments, parts: int, fields: int, device) -> torch.Tensor:
+    # fp32 per-part summaries, `fields` floats per (segment, part); every slot is written before it is read
+    return torch.empty((sym_max(n_segments, 1) * parts * fields,), dtype=torch.float32, device=device)

@@ -1,0 +1,62 @@
+"""The layer norm split over parts (few long segments: several programs per segment, per-part moments combined in
+a fixed order) against the float64 references, under TRITON_INTERPRET=1: every case of the family's tests, one to
+eight parts, tiles smaller than the segments (the looping passes) and the automatic tile; outputs poisoned with
+NaN so an unwritten element fails; bitwise-equal repeats."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from ops_env import needs_interpreter
+from test_softmax_layer_norm import (CASES, EPS, IDS, _backward_tolerance, assert_close, make, reference,
+                                     reference_backward)
+
+from jaggedperf.ops import testing
+from jaggedperf.ops.layer_norm.plan import plan_layer_norm_backward_parts, plan_layer_norm_parts
+from jaggedperf.ops.tiles import TileConfig
+
+pytestmark = needs_interpreter
+
+TILES = [None, TileConfig(4, 4, 1)]  # the automatic tile; one smaller than the segments in both directions
+
+
+def forward(values, offsets, parts, cfg):
+    planned = plan_layer_norm_parts(values, offsets, EPS, parts=parts, cfg=cfg)
+    planned.out.fill_(float("nan"))
+    testing.run_direct(planned.launches)
+    return planned.out
+
+
+def backward(values, offsets, grad, parts, cfg):
+    planned = plan_layer_norm_backward_parts(values, grad, offsets, EPS, parts=parts, cfg=cfg)
+    planned.out.fill_(float("nan"))
+    testing.run_direct(planned.launches)
+    return planned.out
+
+
+@pytest.mark.parametrize("cfg", TILES, ids=["auto", "tiny"])
+@pytest.mark.parametrize("parts", [1, 2, 8])
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,note", CASES, ids=IDS)
+def test_split_forward_and_backward_match_float64(lengths, M, dtype, offsets_dtype, note, parts, cfg):
+    values, offsets = make(lengths, M, dtype, offsets_dtype)
+    ref = reference("layer_norm", values, offsets)
+    assert_close(forward(values, offsets, parts, cfg), ref, dtype)
+    grad = torch.randn(values.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+    assert_close(backward(values, offsets, grad, parts, cfg), reference_backward("layer_norm", values, offsets, grad),
+                 dtype, what="grad_values", **_backward_tolerance(dtype))  # the one-program kernel's bound
+
+
+def test_more_parts_than_tiles_leave_empty_parts_that_change_nothing():
+    # a 5-row segment in 4-row tiles has two non-empty parts of eight: the empty ones contribute (0, 0, 0)
+    values, offsets = make([5, 0, 1], 3, torch.float32)
+    cfg = TileConfig(4, 4, 1)
+    assert_close(forward(values, offsets, 8, cfg), reference("layer_norm", values, offsets), torch.float32)
+
+
+def test_split_repeats_are_bitwise_equal():
+    values, offsets = make([1, 30, 2, 0, 9, 1, 1, 12], 16, torch.float32)
+    grad = torch.randn(values.shape, generator=torch.Generator().manual_seed(2))
+    cfg = TileConfig(4, 4, 1)
+    first = forward(values, offsets, 4, cfg), backward(values, offsets, grad, 4, cfg)
+    again = forward(values, offsets, 4, cfg), backward(values, offsets, grad, 4, cfg)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
