@@ -7,7 +7,8 @@ equal repeats. One JSON.
 Variants: ``default`` (``plan_reduce`` without max_seqlen), ``default+max_seqlen``, ``rowblock`` (production config),
 ``rowblock scan`` (every boundary tile scans: few_segments = 0), ``rowblock masked`` (few_segments = 64: boundary
 tiles sum each segment by a mask, whatever their count), ``rowblock 2 warps``; and the floor (the values' bytes at
-the device's copy bandwidth).
+the device's copy bandwidth). And the default chunks with 4× and 16× their rows per chunk (``chunks ×4 rows``,
+``chunks ×16 rows``): fewer pieces for the combine of a segment that crosses many chunks (the giant).
 
 Run:  PYTHONPATH=src python3 benchmarks/rowblock_probe.py --out $OUT/rowblock_probe.json          (~1 minute)
       TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/rowblock_probe.py --cpu-smoke --out /tmp/rb.json
@@ -55,6 +56,7 @@ CLASSES = ("seed", "giant", "empty", "narrow", "powerlaw")
 
 def variants(values, offsets, max_seqlen):
     base = testing.rowblock_config(values.shape[1], values.dtype)
+    rows = int(testing.plan_reduce(values, offsets).launches[0].args[7])  # the default chunks' rows_per_chunk
     return {
         "default": dict(),
         "default+max_seqlen": dict(max_seqlen=max_seqlen),
@@ -62,6 +64,10 @@ def variants(values, offsets, max_seqlen):
         "rowblock scan": dict(rowblock=dataclasses.replace(base, few_segments=0)),
         "rowblock masked": dict(rowblock=dataclasses.replace(base, few_segments=64)),
         "rowblock 2 warps": dict(rowblock=dataclasses.replace(base, num_warps=2)),
+        # fewer, longer chunks: a segment crossing many chunks is combined by one program, 32 pieces a step (the
+        # giant's ~4,200 pieces: ~130 dependent steps); 4× / 16× the rows leave 1/4 and 1/16 of the steps
+        "chunks ×4 rows": dict(rows_per_chunk=4 * rows),
+        "chunks ×16 rows": dict(rows_per_chunk=16 * rows),
     }
 
 
