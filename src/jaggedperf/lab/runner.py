@@ -394,7 +394,7 @@ def time_call(call: Callable, cell: Cell, result: Result, options: Options, copy
         # host + wait far from the wall means the machine changed between them (a slow spell in one loop),
         # and whatever is built on both (the doctor's parts) would not add up. Both are measured again, up to
         # the policy's attempts, and the most consistent pair kept; the gap is recorded either way.
-        gap = _host_wall_gap(result)
+        gap = timing.host_wall_gap(result.host_call, result.sync_wait, result.wall)
         for _ in range(options.stability.attempts - 1):
             if gap is None or abs(gap) <= options.stability.max_iqr_rel:
                 break
@@ -405,7 +405,7 @@ def time_call(call: Callable, cell: Cell, result: Result, options: Options, copy
             host, wait = timing.host_and_wait_stats(call, device, iters=options.iters)
             kept = (result.wall, result.stability, result.host_call, result.sync_wait)
             result.wall, result.stability, result.host_call, result.sync_wait = wall, stability, host, wait
-            again = _host_wall_gap(result)
+            again = timing.host_wall_gap(result.host_call, result.sync_wait, result.wall)
             if again is None or abs(again) >= abs(gap) or not stability.stable and kept[1].stable:
                 result.wall, result.stability, result.host_call, result.sync_wait = kept
             else:
@@ -418,13 +418,13 @@ def time_call(call: Callable, cell: Cell, result: Result, options: Options, copy
         # wall is, up to the policy's attempts, and the most settled attempt kept
         best = result.device_time
         for _ in range(options.stability.attempts - 1):
-            settled, badness = _device_judgement(best, options.stability)
+            settled, badness = timing.device_judgement(best, options.stability)
             if settled:
                 break
             again = device_time(call, cell.mode, device, options.flush_l2)
             if again is None:  # not captured: the profiler's sum is measured once
                 break
-            if _device_judgement(again, options.stability)[1] < badness:
+            if timing.device_judgement(again, options.stability)[1] < badness:
                 best = again
         if best is not result.device_time:
             result.device_time = best
@@ -474,23 +474,6 @@ def fill_bandwidth(result: Result, copy_gbps: float | None) -> None:
         result.gbps = result.bytes_moved / (result.device_time.median_us * 1e-6) / 1e9
         if copy_gbps:
             result.pct_of_copy = 100 * result.gbps / copy_gbps
-
-
-def _host_wall_gap(result: Result) -> float | None:
-    # (host timer + wait − wall) / wall, medians; None without the host timer
-    if result.host_call is None or result.wall is None or result.wall.median_ms <= 0:
-        return None
-    wait = result.sync_wait.median_ms if result.sync_wait is not None else 0.0
-    return (result.host_call.median_ms + wait - result.wall.median_ms) / result.wall.median_ms
-
-
-def _device_judgement(t, policy: stats.Policy) -> tuple[bool, float]:
-    # whether a device time's spread settled (as ``result.judge`` judges it) and how far past the policy it is
-    samples = t.samples_us() if t is not None else None
-    if samples is None or not len(samples):
-        return True, 0.0
-    j = stats.stability(samples, policy, what="device", drift=False)
-    return j.stable, stats.badness(j, policy)
 
 
 def device_time(call: Callable, mode: str, device: torch.device, flush: bool):

@@ -159,6 +159,30 @@ def host_speed_us(calls: int = HOST_SPEED_CALLS) -> float:
     return statistics.median(times)
 
 
+def host_wall_gap(host: WallStats | None, wait: WallStats | None, wall: WallStats | None) -> float | None:
+    """(host timer + wait − wall) / wall, medians: how far the host timer's loop is from the wall loop that times
+    the same calls (a call's wall is its host work plus its wait at the sync); None without the host timer.
+
+    Args:
+        host: the host timer (``host_and_wait_stats``), or None.
+        wait: its waits at the sync (CUDA), or None (the CPU: the call returns when it is done).
+        wall: the wall loop's statistics, or None.
+    """
+    if host is None or wall is None or wall.median_ms <= 0:
+        return None
+    return (host.median_ms + (wait.median_ms if wait is not None else 0.0) - wall.median_ms) / wall.median_ms
+
+
+def device_judgement(t: DeviceTime | None, policy: stats.Policy) -> tuple[bool, float]:
+    """Whether a device time's spread settled (as ``result.judge`` judges it) and how far past the policy it is
+    (``stats.badness``); (True, 0) without samples: nothing to judge."""
+    samples = t.samples_us() if t is not None else None
+    if samples is None or not len(samples):
+        return True, 0.0
+    j = stats.stability(samples, policy, what="device", drift=False)
+    return j.stable, stats.badness(j, policy)
+
+
 def machine_cpus() -> int | None:
     """The machine's CPUs (what ``/proc/stat``'s busy time is shared between); None: unknown, contention is
     then not judged (tests put None here so that their verdicts do not depend on the machine's load)."""
