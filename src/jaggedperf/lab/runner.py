@@ -390,49 +390,58 @@ def time_call(call: Callable, cell: Cell, result: Result, options: Options, copy
     if options.host_timer:
         stage("host timer")
         result.host_call, result.sync_wait = timing.host_and_wait_stats(call, device, iters=options.iters)
-        # A call's wall is its host work plus its wait at the sync: the two loops measure the same calls, so
-        # host + wait far from the wall means the machine changed between them (a slow spell in one loop),
-        # and whatever is built on both (the doctor's parts) would not add up. Both are measured again, up to
-        # the policy's attempts, and the most consistent pair kept; the gap is recorded either way.
-        gap = timing.host_wall_gap(result.host_call, result.sync_wait, result.wall)
-        for _ in range(options.stability.attempts - 1):
-            if gap is None or abs(gap) <= options.stability.max_iqr_rel:
-                break
-            stage("wall")
-            wall, stability = timing.measure_wall(call, device, warmup=options.warmup, iters=options.iters,
-                                                  policy=options.stability)
-            stage("host timer")
-            host, wait = timing.host_and_wait_stats(call, device, iters=options.iters)
-            kept = (result.wall, result.stability, result.host_call, result.sync_wait)
-            result.wall, result.stability, result.host_call, result.sync_wait = wall, stability, host, wait
-            again = timing.host_wall_gap(result.host_call, result.sync_wait, result.wall)
-            if again is None or abs(again) >= abs(gap) or not stability.stable and kept[1].stable:
-                result.wall, result.stability, result.host_call, result.sync_wait = kept
-            else:
-                gap = again
-        result.extra["host_wall_gap"] = gap
+        _settle_host_timer(call, result, options, stage)
     if device.type == "cuda" and options.device_time:
         stage("device time")
         measure_device(call, cell, result, options, copy_gbps, tag=tag)
-        # the device samples are judged too (spread only): one that did not settle is measured again, as the
-        # wall is, up to the policy's attempts, and the most settled attempt kept
-        best = result.device_time
-        for _ in range(options.stability.attempts - 1):
-            settled, badness = timing.device_judgement(best, options.stability)
-            if settled:
-                break
-            again = device_time(call, cell.mode, device, options.flush_l2)
-            if again is None:  # not captured: the profiler's sum is measured once
-                break
-            if timing.device_judgement(again, options.stability)[1] < badness:
-                best = again
-        if best is not result.device_time:
-            result.device_time = best
-            fill_bandwidth(result, copy_gbps)
+        _settle_device_time(call, cell, result, options, copy_gbps)
     result.extra["host_speed_us"] = [speed_before, timing.host_speed_us()]
     timing.finish_stability(result.stability, result.wall, result.device_time)
     if not result.stability.stable:  # figures kept, but no finding is drawn from them
         result.status, result.reason = UNSTABLE, result.stability.reason
+
+
+def _settle_host_timer(call: Callable, result: Result, options: Options, stage: Callable[[str], None]) -> None:
+    """Measure the wall and the host timer again while they disagree, up to the policy's attempts.
+
+    A call's wall is its host work plus its wait at the sync: the two loops measure the same calls, so host +
+    wait far from the wall means the machine changed between them (a slow spell in one loop), and whatever is
+    built on both (the doctor's parts) would not add up. The most consistent pair is kept, the gap recorded in
+    ``result.extra["host_wall_gap"]``.
+    """
+    device = options.device
+    gap = timing.host_wall_gap(result.host_call, result.sync_wait, result.wall)
+    for _ in range(options.stability.attempts - 1):
+        if gap is None or abs(gap) <= options.stability.max_iqr_rel:
+            break
+        stage("wall")
+        wall, stability = timing.measure_wall(call, device, warmup=options.warmup, iters=options.iters,
+                                              policy=options.stability)
+        stage("host timer")
+        host, wait = timing.host_and_wait_stats(call, device, iters=options.iters)
+        again = timing.host_wall_gap(host, wait, wall)
+        if again is not None and abs(again) < abs(gap) and (stability.stable or not result.stability.stable):
+            result.wall, result.stability, result.host_call, result.sync_wait = wall, stability, host, wait
+            gap = again
+    result.extra["host_wall_gap"] = gap
+
+
+def _settle_device_time(call: Callable, cell: Cell, result: Result, options: Options, copy_gbps: float | None) -> None:
+    """Measure a device time whose spread did not settle again (graph replay only), up to the policy's attempts,
+    keeping the most settled one, as the wall is."""
+    best = result.device_time
+    for _ in range(options.stability.attempts - 1):
+        settled, badness = timing.device_judgement(best, options.stability)
+        if settled:
+            break
+        again = device_time(call, cell.mode, options.device, options.flush_l2)
+        if again is None:  # not captured: the profiler's sum is measured once
+            break
+        if timing.device_judgement(again, options.stability)[1] < badness:
+            best = again
+    if best is not result.device_time:
+        result.device_time = best
+        fill_bandwidth(result, copy_gbps)
 
 
 def why_skip(impl: Implementation, cell: Cell, batch: Batch, options: Options) -> str | None:
