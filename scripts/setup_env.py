@@ -39,6 +39,11 @@ EXTRAS = {
     "test": {"pytest": "pytest>=7", "xdist": "pytest-xdist>=3", "hypothesis": "hypothesis>=6",
              "matplotlib": "matplotlib>=3.7"},
 }
+# Best effort, per extra: installed where pip can get them (a machine with network: CI), else skipped with one
+# notice (the offline GPU box); the tests that need them skip without them. Tried once per environment
+# (OPTIONAL_MARK lists what was tried), so an offline machine does not wait on pip at every run.
+OPTIONAL = {"test": {"ray": "ray>=2.40"}}  # sweep --ray's tests (tests/lab/test_sweep_ray.py)
+OPTIONAL_MARK = "jaggedperf-optional-tried.txt"
 LINK_NAME = "jaggedperf-src.pth"
 HOST_LINK_NAME = "jaggedperf-host-site.pth"
 
@@ -182,6 +187,35 @@ def requirements_for(extra: str | None) -> dict[str, str]:
     return wanted
 
 
+def optional_for(extra: str | None) -> dict[str, str]:
+    """The best-effort requirements of the extras named in ``extra`` (import name -> requirement)."""
+    wanted: dict[str, str] = {}
+    for name in (extra or "").split(","):
+        wanted.update(OPTIONAL.get(name, {}))
+    return wanted
+
+
+def install_optional(python: Path, venv: Path, requirements: dict[str, str]) -> list[str]:
+    """Try to install each missing optional requirement once per environment; never fail.
+
+    Returns:
+        the requirements tried and not installed (each said once on stderr).
+    """
+    mark = venv / OPTIONAL_MARK
+    tried = set(mark.read_text().split()) if mark.exists() else set()
+    missing = [req for module, req in requirements.items() if req not in tried and not _imports(python, module)]
+    failed = []
+    for req in missing:
+        cmd = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--retries", "0",
+               "--timeout", "15", req]
+        if not _has_pip(python) or subprocess.run(cmd, capture_output=True).returncode != 0:
+            failed.append(req)
+            print(f"setup-env: {req} not installed (optional; the tests that need it skip)", file=sys.stderr)
+    if missing:
+        mark.write_text("".join(f"{req}\n" for req in sorted(tried | set(missing))))
+    return failed
+
+
 def _usable(venv: Path, root: Path) -> bool:
     python = venv_python(venv)
     if not python.exists():
@@ -198,16 +232,19 @@ def set_up(root: Path, venv: Path, host_python: str, extra: str | None) -> str:
         if (_site_packages(venv) / LINK_NAME).exists():  # linked by this script: rewrite what an older one wrote
             _link_project(root, venv)
         _install_missing(venv_python(venv), wanted)
+        install_optional(venv_python(venv), venv, optional_for(extra))
         return "kept"
     if venv.exists():
         raise SetupError(f"{venv} exists but cannot import torch and jaggedperf from {root}: remove it and run "
                          f"this again")
     host = probe(host_python)
     try:
-        return _make(root, venv, host, wanted)
+        route = _make(root, venv, host, wanted)
     except BaseException:  # a half-made environment would be kept by the next run: remove it
         shutil.rmtree(venv, ignore_errors=True)
         raise
+    install_optional(venv_python(venv), venv, optional_for(extra))
+    return route
 
 
 def _make(root: Path, venv: Path, host: Host, wanted: dict[str, str]) -> str:

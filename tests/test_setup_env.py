@@ -90,10 +90,35 @@ def test_host_without_torch_offline_fails_with_one_clear_error(tmp_path):
 @pytest.mark.parametrize("version, usable", [("2.11.0+cu130", True), ("2.6.0", True), ("2.5.1", False),
                                              ("2.13.0.dev20260101+cpu", True)])
 def test_torch_version_floor(version, usable):
+    host = _setup_module().Host("python3", "/p", "/p", (), version)
+    assert host.usable_torch is usable
+
+
+def _setup_module():
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         import setup_env
     finally:
         sys.path.pop(0)
-    host = setup_env.Host("python3", "/p", "/p", (), version)
-    assert host.usable_torch is usable
+    return setup_env
+
+
+def test_an_optional_requirement_that_cannot_be_had_is_skipped_once_with_a_notice(tmp_path, monkeypatch, capsys):
+    setup_env = _setup_module()
+    empty = tmp_path / "no-wheels"
+    empty.mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(empty))
+    wanted = {"jaggedperf_no_such_module": "jaggedperf-no-such-package==0.0"}
+    python = Path(sys.executable)
+    assert setup_env.install_optional(python, tmp_path, wanted) == ["jaggedperf-no-such-package==0.0"]
+    assert "jaggedperf-no-such-package==0.0 not installed (optional" in capsys.readouterr().err
+    assert setup_env.install_optional(python, tmp_path, wanted) == []  # tried once: an offline box waits once
+    assert capsys.readouterr().err == ""
+    assert setup_env.install_optional(python, tmp_path, {"json": "json-is-stdlib"}) == []  # importable: nothing to do
+
+
+def test_the_test_extra_asks_for_ray_as_optional_only():
+    setup_env = _setup_module()
+    assert setup_env.optional_for("test") == {"ray": "ray>=2.40"} and "ray" not in setup_env.requirements_for("test")
+    assert setup_env.optional_for("plot") == {} and setup_env.optional_for(None) == {}
