@@ -149,18 +149,16 @@ def layer_norm_parts(n_segments: int) -> int | None:
 
 def split_layer_norm(values, offsets, parts: int, max_seqlen):
     from jaggedperf.ops import testing
-    from jaggedperf.ops.layer_norm.plan import plan_layer_norm_parts
 
-    planned = plan_layer_norm_parts(values, offsets, EPS, parts=parts, max_seqlen=max_seqlen)
+    planned = testing.plan_layer_norm_parts(values, offsets, EPS, parts=parts, max_seqlen=max_seqlen)
     testing.run_direct(planned.launches)
     return planned.out
 
 
 def split_layer_norm_backward(values, grad, offsets, parts: int, max_seqlen):
     from jaggedperf.ops import testing
-    from jaggedperf.ops.layer_norm.plan import plan_layer_norm_backward_parts
 
-    planned = plan_layer_norm_backward_parts(values, grad, offsets, EPS, parts=parts, max_seqlen=max_seqlen)
+    planned = testing.plan_layer_norm_backward_parts(values, grad, offsets, EPS, parts=parts, max_seqlen=max_seqlen)
     testing.run_direct(planned.launches)
     return planned.out
 

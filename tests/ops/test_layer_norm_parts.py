@@ -12,7 +12,6 @@ from test_softmax_layer_norm import (CASES, EPS, IDS, _backward_tolerance, asser
                                      reference_backward)
 
 from jaggedperf.ops import testing
-from jaggedperf.ops.layer_norm.plan import plan_layer_norm_backward_parts, plan_layer_norm_parts
 from jaggedperf.ops.tiles import TileConfig
 
 pytestmark = needs_interpreter
@@ -21,14 +20,14 @@ TILES = [None, TileConfig(4, 4, 1)]  # the automatic tile; one smaller than the 
 
 
 def forward(values, offsets, parts, cfg):
-    planned = plan_layer_norm_parts(values, offsets, EPS, parts=parts, cfg=cfg)
+    planned = testing.plan_layer_norm_parts(values, offsets, EPS, parts=parts, cfg=cfg)
     planned.out.fill_(float("nan"))
     testing.run_direct(planned.launches)
     return planned.out
 
 
 def backward(values, offsets, grad, parts, cfg):
-    planned = plan_layer_norm_backward_parts(values, grad, offsets, EPS, parts=parts, cfg=cfg)
+    planned = testing.plan_layer_norm_backward_parts(values, grad, offsets, EPS, parts=parts, cfg=cfg)
     planned.out.fill_(float("nan"))
     testing.run_direct(planned.launches)
     return planned.out

@@ -22,6 +22,7 @@ from jaggedperf.ops.config import (SEGMENT_TILE_ELEMENTS, ReduceConfig, Segments
 from jaggedperf.ops.launch import TIERS, eager_key, force_tier, launch_all, launch_path  # noqa: F401
 from jaggedperf.ops.launch.plan import Launch, Plan  # noqa: F401
 from jaggedperf.ops.launch.tiers import prebuilt
+from jaggedperf.ops.layer_norm.plan import plan_layer_norm_backward_parts, plan_layer_norm_parts  # noqa: F401
 from jaggedperf.ops.reduce import api, plan
 from jaggedperf.ops.reduce.rowblock import RowBlockConfig, plan_rowblock, rowblock_config  # noqa: F401
 from jaggedperf.ops.reduce.kernels import _group_bounds, _group_segments
@@ -35,8 +36,9 @@ __all__ = [
     "segments_config", "set_override", "sm_count",
     # launch tiers: pin one (the native path stands aside meanwhile), run a plan through them, their state
     "TIERS", "eager_key", "force_tier", "launch_all", "launch_path",
-    # forced plans, launched through the JIT (the interpreter's path)
+    # forced plans, launched through the JIT (the interpreter's path); the layer norm's split (not routed yet)
     "Launch", "Plan", "launch_expand", "launch_reduce", "plan_expand", "plan_reduce", "plan_rowblock", "run_direct",
+    "plan_layer_norm_backward_parts", "plan_layer_norm_parts",
     # the Python path alone, and its floor
     "prebuilt_launch", "python_path",
     # the kernels' building blocks, for candidate kernels
