@@ -396,3 +396,20 @@ def test_every_timed_cell_records_the_hosts_speed_beside_it():
     before, after = r.extra["host_speed_us"]
     assert 0 < before < 1e4 and 0 < after < 1e4  # µs a one-element add: a real, positive figure
     assert Result.from_dict(json.loads(json.dumps(r.to_dict()))).extra["host_speed_us"] == [before, after]
+
+
+def test_the_copy_probe_takes_a_smaller_buffer_when_the_gpu_is_full(monkeypatch):
+    sizes = []
+
+    def probe(device, nbytes):
+        sizes.append(nbytes)
+        if nbytes > 1 << 28:
+            raise torch.OutOfMemoryError("CUDA out of memory (nine other workers)")
+        return 4200.0
+
+    monkeypatch.setattr(timing, "copy_bandwidth_gbps", probe)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    assert runner.measure_copy_bandwidth(torch.device("cuda")) == 4200.0 and sizes == [1 << 30, 1 << 28]
+    monkeypatch.setattr(timing, "copy_bandwidth_gbps", lambda device, nbytes: 1 / 0)
+    assert runner.measure_copy_bandwidth(torch.device("cuda")) is None  # any other failure: no figure
+    assert runner.measure_copy_bandwidth(CPU) is None

@@ -242,13 +242,8 @@ def set_threads(options: Options) -> int:
 
 
 def measure_copy_bandwidth(device: torch.device) -> float | None:
-    """Device-to-device copy bandwidth of ``device`` in GB/s, or None (not CUDA, or the measurement failed)."""
-    if device.type != "cuda":
-        return None
-    try:
-        return timing.copy_bandwidth_gbps(device)
-    except Exception:
-        return None
+    """Device-to-device copy bandwidth of ``device`` in GB/s, or None (``timing.measure_copy_bandwidth``)."""
+    return timing.measure_copy_bandwidth(device)
 
 
 def input_result(cell: Cell, device: torch.device, problem: Exception) -> Result:
