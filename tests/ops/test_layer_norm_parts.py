@@ -59,3 +59,11 @@ def test_split_repeats_are_bitwise_equal():
     first = forward(values, offsets, 4, cfg), backward(values, offsets, grad, 4, cfg)
     again = forward(values, offsets, 4, cfg), backward(values, offsets, grad, 4, cfg)
     assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+def test_the_split_tile_leaves_room_for_several_programs_per_sm():
+    from jaggedperf.ops.layer_norm.plan import parts_tile
+
+    assert parts_tile(4096) == TileConfig(8, 256, 4)  # 64-128 registers on sm_90: 4-8 programs per SM
+    assert parts_tile(64) == TileConfig(32, 64, 4) and parts_tile(3) == TileConfig(512, 4, 4)
+    assert parts_tile(4096, max_seqlen=3) == TileConfig(4, 256, 2)  # never taller than the longest sequence

@@ -12,7 +12,8 @@ from jaggedperf.ops.layer_norm.kernels import (_layer_norm_backward_kernel, _lay
                                               _layer_norm_backward_sums_kernel, _layer_norm_kernel,
                                               _layer_norm_moments_kernel, _layer_norm_parts_kernel)
 from jaggedperf.ops.rowwise import plan_rowwise
-from jaggedperf.ops.tiles import TileConfig, tile_config
+from jaggedperf.ops.config import next_pow2
+from jaggedperf.ops.tiles import TileConfig, hint_of
 
 
 def plan_layer_norm(values, offsets, eps: float, *, max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
@@ -53,15 +54,16 @@ def plan_layer_norm_parts(values, offsets, eps: float, *, parts: int, max_seqlen
     """The layer norm split over ``parts`` programs per segment: per-part moments, then each part normalised.
 
     Args:
-        values, offsets, eps, max_seqlen, cfg: as for ``plan_layer_norm``.
+        values, offsets, eps, max_seqlen: as for ``plan_layer_norm``.
         parts: programs per segment (a power of two); any value is correct whatever the lengths.
+        cfg: force a tile (tests); None: ``parts_tile``.
 
     Returns:
         the Plan: two launches (moments, then normalise), its ``out`` (N, M) in values' dtype.
     """
     n_rows, n_cols = values.shape
     n_segments = offsets.shape[0] - 1
-    cfg = cfg or tile_config(n_cols, max_seqlen)
+    cfg = cfg or parts_tile(n_cols, max_seqlen)
     out = torch.empty((n_rows, n_cols), dtype=values.dtype, device=values.device)
     ws = _workspace(n_segments, parts, 3, values.device)
     grid = (sym_max(n_segments, 1), parts, 1)
@@ -78,15 +80,16 @@ def plan_layer_norm_backward_parts(values, grad, offsets, eps: float, *, parts: 
     """The backward split over ``parts`` programs per segment: moments, per-part Σg and Σg·x̂, then each part.
 
     Args:
-        values, grad, offsets, eps, max_seqlen, cfg: as for ``plan_layer_norm_backward``.
+        values, grad, offsets, eps, max_seqlen: as for ``plan_layer_norm_backward``.
         parts: programs per segment (a power of two).
+        cfg: force a tile (tests); None: ``parts_tile``.
 
     Returns:
         the Plan: three launches, its ``out`` (N, M) grad_values in x's dtype.
     """
     n_rows, n_cols = values.shape
     n_segments = offsets.shape[0] - 1
-    cfg = cfg or tile_config(n_cols, max_seqlen)
+    cfg = cfg or parts_tile(n_cols, max_seqlen)
     out = torch.empty((n_rows, n_cols), dtype=values.dtype, device=values.device)
     ws, sums = _workspace(n_segments, parts, 3, values.device), _workspace(n_segments, parts, 2, values.device)
     grid = (sym_max(n_segments, 1), parts, 1)
@@ -100,6 +103,29 @@ def plan_layer_norm_backward_parts(values, grad, offsets, eps: float, *, parts: 
         Launch(_layer_norm_backward_parts_kernel, grid, (values, grad, offsets, ws, sums, out, float(eps), *tail),
                cfg.num_warps, (out,), ("ln_backward_parts", *key)))
     return Plan(out, launches)
+
+
+PARTS_TILE_ELEMENTS = 2048
+
+
+def parts_tile(n_cols: int, max_seqlen=None) -> TileConfig:
+    """The split kernels' tile: 2048 elements (8 × 256 for wide rows) at 4 warps, a quarter of the one-program
+    kernel's. Its part of a segment is read in a loop either way (no one-tile path to fill), and the split
+    wants several programs resident on each SM: compiled for sm_90, the 8192-element tile at 8 warps takes
+    234–255 registers a thread (one program per SM, the backward spilling), this one 64–128 (4–8 per SM, no
+    spill).
+
+    Args:
+        n_cols: M.
+        max_seqlen: the longest sequence (an int, a SymInt: its hint, no guard), or None.
+    """
+    block_m = min(next_pow2(int(n_cols)), 256)
+    block_l = max(PARTS_TILE_ELEMENTS // block_m, 1)
+    hint = hint_of(max_seqlen)
+    if hint is not None:
+        block_l = min(block_l, next_pow2(max(hint, 1)))
+    elements = block_l * block_m
+    return TileConfig(block_l, block_m, 4 if elements >= 2048 else 2 if elements >= 512 else 1)
 
 
 def _workspace(n_segments, parts: int, fields: int, device) -> torch.Tensor:
