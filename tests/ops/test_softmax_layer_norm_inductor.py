@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 
 PATHS = ("softmax", "softmax_backward", "layer_norm", "layer_norm_backward")
+SPLIT_PATHS = ("layer_norm_parts", "layer_norm_backward_parts")  # several launches each (not routed yet)
 TILES = {"one-tile": (64, 8), "loop": (4, 4)}  # (BLOCK_L, BLOCK_M): rows of <= 64 fit; 4 × 4 loops over M = 8
 
 
 def _plans(values, offsets, grad, cfg):
+    from jaggedperf.ops import testing
     from jaggedperf.ops.layer_norm.plan import plan_layer_norm, plan_layer_norm_backward
     from jaggedperf.ops.softmax.plan import plan_softmax, plan_softmax_backward
 
@@ -30,6 +32,9 @@ def _plans(values, offsets, grad, cfg):
         "softmax_backward": plan_softmax_backward(values, grad, offsets, cfg=cfg),
         "layer_norm": plan_layer_norm(values, offsets, 1e-5, cfg=cfg),
         "layer_norm_backward": plan_layer_norm_backward(values, grad, offsets, 1e-5, cfg=cfg),
+        "layer_norm_parts": testing.plan_layer_norm_parts(values, offsets, 1e-5, parts=4, cfg=cfg),
+        "layer_norm_backward_parts": testing.plan_layer_norm_backward_parts(values, grad, offsets, 1e-5, parts=4,
+                                                                            cfg=cfg),
     }
 
 
@@ -65,6 +70,18 @@ def test_inductor_sees_only_the_declared_outputs_written(analysis, path, tile, o
     (found,) = analysis[f"{path}/{tile}/{offsets_dtype}"].values()  # one launch
     assert found["declared"], "the launch declares no output"
     assert found["analysed"] == found["declared"]
+
+
+
+@pytest.mark.parametrize("offsets_dtype", ["int64", "int32"])
+@pytest.mark.parametrize("tile", list(TILES))
+@pytest.mark.parametrize("path", SPLIT_PATHS)
+def test_the_split_launches_are_seen_writing_only_their_declared_outputs(analysis, path, tile, offsets_dtype):
+    launches = analysis[f"{path}/{tile}/{offsets_dtype}"]
+    assert len(launches) == (2 if path == "layer_norm_parts" else 3)
+    for kernel, found in launches.items():
+        assert found["declared"], f"{kernel} declares no output"
+        assert found["analysed"] == found["declared"], kernel
 
 
 if __name__ == "__main__":
