@@ -168,8 +168,10 @@ def _part_rows(start, end, part, PARTS: tl.constexpr, BLOCK_L: tl.constexpr):
 
 
 @triton.jit
-def _combined_moments(ws_ptr, seg, PARTS: tl.constexpr):
-    # the segment's (count, mean, M2) from its PARTS summaries at ws[(seg·PARTS + p)·3 + {0, 1, 2}], p in order
+def _combined_statistics(ws_ptr, seg, eps, PARTS: tl.constexpr):
+    # the segment's count, mean and 1/sqrt(var + eps) from its PARTS (count, mean, M2) summaries at
+    # ws[(seg·PARTS + p)·3 + {0, 1, 2}], merged in order p = 0, 1, ... (the same in every program of the segment);
+    # what it returns scales values, never addresses a store (Inductor's write analysis: ``ops/tiles.py``)
     count = tl.sum(tl.zeros([1], dtype=tl.float32), axis=0)  # a 0-d fp32 (the loop carries tensors)
     mean = count
     m2 = count
@@ -177,7 +179,7 @@ def _combined_moments(ws_ptr, seg, PARTS: tl.constexpr):
         base = (seg * PARTS + p) * 3
         count, mean, m2 = _merge(count, mean, m2, tl.load(ws_ptr + base), tl.load(ws_ptr + base + 1),
                                  tl.load(ws_ptr + base + 2))
-    return count, mean, m2
+    return count, mean, 1.0 / tl.sqrt(m2 / count + eps)
 
 
 # reads its part's rows once; writes 3 floats
@@ -225,8 +227,7 @@ def _layer_norm_parts_kernel(
     if seg < n_segments:
         start, end = rows_of(tl.load(offsets_ptr + seg), tl.load(offsets_ptr + seg + 1), n_rows)
         r0, r1 = _part_rows(start, end, part, PARTS, BLOCK_L)
-        count, mean, m2 = _combined_moments(ws_ptr, seg, PARTS)
-        rstd = 1.0 / tl.sqrt(m2 / count + eps)
+        count, mean, rstd = _combined_statistics(ws_ptr, seg, eps, PARTS)
         for r in range(r0, r1, BLOCK_L):
             for c in range(0, n_cols, BLOCK_M):
                 ptrs, mask = tile(values_ptr, r, r1, c, n_cols, BLOCK_L, BLOCK_M)
@@ -256,8 +257,7 @@ def _layer_norm_backward_sums_kernel(
     if seg < n_segments:
         start, end = rows_of(tl.load(offsets_ptr + seg), tl.load(offsets_ptr + seg + 1), n_rows)
         r0, r1 = _part_rows(start, end, part, PARTS, BLOCK_L)
-        count, mean, m2 = _combined_moments(ws_ptr, seg, PARTS)
-        rstd = 1.0 / tl.sqrt(m2 / count + eps)
+        count, mean, rstd = _combined_statistics(ws_ptr, seg, eps, PARTS)
         sum_g = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
         sum_gx = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
         for r in range(r0, r1, BLOCK_L):
@@ -295,8 +295,7 @@ def _layer_norm_backward_parts_kernel(
     if seg < n_segments:
         start, end = rows_of(tl.load(offsets_ptr + seg), tl.load(offsets_ptr + seg + 1), n_rows)
         r0, r1 = _part_rows(start, end, part, PARTS, BLOCK_L)
-        count, mean, m2 = _combined_moments(ws_ptr, seg, PARTS)
-        rstd = 1.0 / tl.sqrt(m2 / count + eps)
+        count, mean, rstd = _combined_statistics(ws_ptr, seg, eps, PARTS)
         total_g = count * 0.0
         total_gx = total_g
         for p in range(PARTS):  # the same fixed order in every program of the segment
