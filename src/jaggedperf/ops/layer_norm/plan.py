@@ -61,18 +61,9 @@ def plan_layer_norm_parts(values, offsets, eps: float, *, parts: int, max_seqlen
     Returns:
         the Plan: two launches (moments, then normalise), its ``out`` (N, M) in values' dtype.
     """
-    n_rows, n_cols = values.shape
-    n_segments = offsets.shape[0] - 1
-    cfg = cfg or parts_tile(n_cols, max_seqlen)
-    out = torch.empty((n_rows, n_cols), dtype=values.dtype, device=values.device)
-    ws = _workspace(n_segments, parts, 3, values.device)
-    grid = (sym_max(n_segments, 1), parts, 1)
-    tail = (n_rows, int(n_cols), n_segments, cfg.block_l, cfg.block_m, parts)
-    key = (cfg.block_l, cfg.block_m, parts)
-    moments = (values, offsets, ws, *tail)
-    normalise = (values, offsets, ws, out, float(eps), *tail)
-    return Plan(out, (Launch(_layer_norm_moments_kernel, grid, moments, cfg.num_warps, (ws,), ("ln_moments", *key)),
-                      Launch(_layer_norm_parts_kernel, grid, normalise, cfg.num_warps, (out,), ("ln_parts", *key))))
+    out, ws, launch = _split(values, offsets, parts, max_seqlen, cfg)
+    return Plan(out, (launch(_layer_norm_moments_kernel, "ln_moments", (values, offsets, ws), ws),
+                      launch(_layer_norm_parts_kernel, "ln_parts", (values, offsets, ws, out, float(eps)), out)))
 
 
 def plan_layer_norm_backward_parts(values, grad, offsets, eps: float, *, parts: int, max_seqlen=None,
@@ -87,22 +78,30 @@ def plan_layer_norm_backward_parts(values, grad, offsets, eps: float, *, parts: 
     Returns:
         the Plan: three launches, its ``out`` (N, M) grad_values in x's dtype.
     """
+    out, ws, launch = _split(values, offsets, parts, max_seqlen, cfg)
+    sums = _workspace(offsets.shape[0] - 1, parts, 2, values.device)
+    return Plan(out, (
+        launch(_layer_norm_moments_kernel, "ln_moments", (values, offsets, ws), ws),
+        launch(_layer_norm_backward_sums_kernel, "ln_backward_sums", (values, grad, offsets, ws, sums, float(eps)),
+               sums),
+        launch(_layer_norm_backward_parts_kernel, "ln_backward_parts",
+               (values, grad, offsets, ws, sums, out, float(eps)), out)))
+
+
+def _split(values, offsets, parts: int, max_seqlen, cfg: TileConfig | None):
+    """What the split's launches share: the (N, M) output, the moments' workspace, and ``launch(kernel, name,
+    leading args, written)`` appending the common tail (N, M, B, the tile, PARTS) on the (B, PARTS) grid."""
     n_rows, n_cols = values.shape
     n_segments = offsets.shape[0] - 1
     cfg = cfg or parts_tile(n_cols, max_seqlen)
     out = torch.empty((n_rows, n_cols), dtype=values.dtype, device=values.device)
-    ws, sums = _workspace(n_segments, parts, 3, values.device), _workspace(n_segments, parts, 2, values.device)
     grid = (sym_max(n_segments, 1), parts, 1)
     tail = (n_rows, int(n_cols), n_segments, cfg.block_l, cfg.block_m, parts)
-    key = (cfg.block_l, cfg.block_m, parts)
-    launches = (
-        Launch(_layer_norm_moments_kernel, grid, (values, offsets, ws, *tail), cfg.num_warps, (ws,),
-               ("ln_moments", *key)),
-        Launch(_layer_norm_backward_sums_kernel, grid, (values, grad, offsets, ws, sums, float(eps), *tail),
-               cfg.num_warps, (sums,), ("ln_backward_sums", *key)),
-        Launch(_layer_norm_backward_parts_kernel, grid, (values, grad, offsets, ws, sums, out, float(eps), *tail),
-               cfg.num_warps, (out,), ("ln_backward_parts", *key)))
-    return Plan(out, launches)
+
+    def launch(kernel, name: str, args: tuple, written: torch.Tensor) -> Launch:
+        return Launch(kernel, grid, (*args, *tail), cfg.num_warps, (written,), (name, *tail[-3:]))
+
+    return out, _workspace(n_segments, parts, 3, values.device), launch
 
 
 PARTS_TILE_ELEMENTS = 2048
