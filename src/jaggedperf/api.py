@@ -248,7 +248,7 @@ def measure(fn: Callable, *args, name: str | None = None, modes: str | Iterable[
     runner.set_threads(options)
     name = name or getattr(fn, "__name__", "fn")
     case = case or UNUSED_CASE
-    record = RunRecord(environment(), [], runner.measure_copy_bandwidth(options.device))
+    record = RunRecord(environment(), [], timing.measure_copy_bandwidth(options.device))
     record.environment["command"] = _command("measure")
     for mode in modes:
         cell = runner.Cell(CALLABLE_OP, name, mode, case)

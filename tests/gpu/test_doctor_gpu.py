@@ -9,7 +9,7 @@ import torch
 
 from jaggedperf.cli import main
 from jaggedperf.inputs import Case
-from jaggedperf.lab import modes, runner
+from jaggedperf.lab import modes, runner, timing
 from jaggedperf.lab.doctor import attribution, gather, verdicts
 from jaggedperf.lab.result import OK
 
@@ -29,7 +29,7 @@ def sum_padded_evidence():
     modes.disable_compile_caches()
     batch, reference = runner.prepare_case("jagged_mean", SEED, opts)
     ev = gather.gather("jagged_mean", "sum_padded", modes.SEED_COMPILED_MODE, SEED, batch, reference, opts,
-                         runner.measure_copy_bandwidth(device), compile_budget_s=None)
+                         timing.measure_copy_bandwidth(device), compile_budget_s=None)
     return ev, verdicts.diagnose(ev)
 
 

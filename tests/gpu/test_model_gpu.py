@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from jaggedperf.inputs import Case
-from jaggedperf.lab import modes, runner, stats
+from jaggedperf.lab import modes, runner, stats, timing
 from jaggedperf.lab.doctor import attribution, gather, verdicts
 from jaggedperf.lab.result import OK, TIMED
 
@@ -55,7 +55,7 @@ def test_the_doctor_recommends_the_boundary_for_sum_padded_with_its_numbers():
     modes.disable_compile_caches()
     batch, reference = runner.prepare_case("jagged_mean", SEED, opts)
     ev = gather.gather("jagged_mean", "sum_padded", modes.SEED_COMPILED_MODE, SEED, batch, reference, opts,
-                       runner.measure_copy_bandwidth(opts.device), cudagraphs=False, compile_budget_s=None)
+                       timing.measure_copy_bandwidth(opts.device), cudagraphs=False, compile_budget_s=None)
     assert ev.boundary.available and ev.boundary.result.status == OK, ev.boundary.reason
     d = verdicts.diagnose(ev)
     assert d.contributions[0].key == attribution.NJT, d.verdict

@@ -409,7 +409,7 @@ def test_the_copy_probe_takes_a_smaller_buffer_when_the_gpu_is_full(monkeypatch)
 
     monkeypatch.setattr(timing, "copy_bandwidth_gbps", probe)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    assert runner.measure_copy_bandwidth(torch.device("cuda")) == 4200.0 and sizes == [1 << 30, 1 << 28]
+    assert timing.measure_copy_bandwidth(torch.device("cuda")) == 4200.0 and sizes == [1 << 30, 1 << 28]
     monkeypatch.setattr(timing, "copy_bandwidth_gbps", lambda device, nbytes: 1 / 0)
-    assert runner.measure_copy_bandwidth(torch.device("cuda")) is None  # any other failure: no figure
-    assert runner.measure_copy_bandwidth(CPU) is None
+    assert timing.measure_copy_bandwidth(torch.device("cuda")) is None  # any other failure: no figure
+    assert timing.measure_copy_bandwidth(CPU) is None

@@ -130,7 +130,8 @@ def run(
         bandwidth, and one result per cell in plan order, speedups filled in.
     """
     set_threads(options)  # before the environment, which records the thread count
-    record = RunRecord({**environment(), "settings": options.settings()}, [], measure_copy_bandwidth(options.device))
+    record = RunRecord({**environment(), "settings": options.settings()}, [],
+                       timing.measure_copy_bandwidth(options.device))
     run_one = CellRunner(options, record.copy_gbps)
     for cell in cells:
         if on_start:
@@ -239,11 +240,6 @@ def set_threads(options: Options) -> int:
         if torch.get_num_threads() != options.threads:
             torch.set_num_threads(options.threads)
     return torch.get_num_threads()
-
-
-def measure_copy_bandwidth(device: torch.device) -> float | None:
-    """Device-to-device copy bandwidth of ``device`` in GB/s, or None (``timing.measure_copy_bandwidth``)."""
-    return timing.measure_copy_bandwidth(device)
 
 
 def input_result(cell: Cell, device: torch.device, problem: Exception) -> Result:

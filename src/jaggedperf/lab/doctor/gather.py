@@ -43,7 +43,7 @@ from jaggedperf.batch import JaggedBatch
 from jaggedperf.impls.registry import Batch, Implementation, get_implementation, get_op
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
-from jaggedperf.lab import input_size, runner
+from jaggedperf.lab import input_size, runner, timing
 from jaggedperf.lab.doctor.evidence import (
     Boundary,
     CudaGraphs,
@@ -377,7 +377,7 @@ def gather_all(op: str, cases: Iterable[Case], implementations: list[str], mode:
     modes_mod.check_modes([mode])
     if options.cold_compile:
         modes_mod.disable_compile_caches()
-    copy_gbps = runner.measure_copy_bandwidth(options.device)
+    copy_gbps = timing.measure_copy_bandwidth(options.device)
     out: list[Evidence] = []
     for case in cases:
         batch, reference = runner.prepare_case(op, case, options)

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import torch
 
-from jaggedperf.lab import runner
+from jaggedperf.lab import runner, timing
 from jaggedperf.lab.env import gpu_facts
 from jaggedperf.lab.plugins import import_plugins
 from jaggedperf.lab.result import ERROR, Result
@@ -52,7 +52,7 @@ def serve(channel: Channel, slot: WorkerSlot, options: runner.Options, plugins: 
         import_plugins(plugins)
         device = torch.device(slot.device)
         options = replace(options, device=device)
-        copy_gbps = runner.measure_copy_bandwidth(device)
+        copy_gbps = timing.measure_copy_bandwidth(device)
         info = {"device": slot.device, "copy_gbps": copy_gbps, "host": platform.node(), "torch": torch.__version__,
                 "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
