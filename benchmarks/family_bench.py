@@ -68,15 +68,6 @@ def device_time(fn) -> dict:
     return {"median_us": t.median_us, "p20_us": t.p20_us, "p80_us": t.p80_us, "method": t.method}
 
 
-def wall_of_one_call(fn) -> float:
-    """µs of one synchronised call (after the correctness call warmed it)."""
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1e6
-
-
 def padded_compiled(op: str):
     # Inductor's program for the padded round trip on plain tensors (no NJT at the boundary)
     from jaggedperf.impls import jagged_layer_norm, jagged_softmax
@@ -113,7 +104,8 @@ def bench_case(op: str, case: Case, copy_gbps: float) -> dict:
         try:
             ok, rel, reason = runner.check_output(call(), reference, case.dtype)
             entry.update(ok=ok, rel_error=rel, reason=reason)
-            one_call_us = wall_of_one_call(call) if ok else None
+            # one call by the seed's method (the correctness call warmed it)
+            one_call_us = timing.wall_samples(call, DEVICE, warmup=0, iters=1)[0] * 1e3 if ok else None
             if ok and one_call_us > SLOW_US:  # e.g. unbind over 65536 sequences: seconds to capture or profile
                 entry["untimed_one_call_us"] = one_call_us
             elif ok:
