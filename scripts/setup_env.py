@@ -121,9 +121,10 @@ def _has_pip(python: Path) -> bool:
     return _imports(python, "pip")
 
 
-def _pip(python: Path, *args: str) -> None:
+def _pip(python: Path, *args: str, quiet: bool = False) -> None:
+    # quiet: pip's own output captured (a best-effort install says its one line instead)
     cmd = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args]
-    if subprocess.run(cmd).returncode != 0:
+    if subprocess.run(cmd, capture_output=quiet).returncode != 0:
         raise SetupError(f"pip failed: {' '.join(cmd[3:])}")
 
 
@@ -205,10 +206,13 @@ def install_optional(python: Path, venv: Path, requirements: dict[str, str]) -> 
     tried = set(mark.read_text().split()) if mark.exists() else set()
     missing = [req for module, req in requirements.items() if req not in tried and not _imports(python, module)]
     failed = []
+    has_pip = bool(missing) and _has_pip(python)
     for req in missing:
-        cmd = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--retries", "0",
-               "--timeout", "15", req]
-        if not _has_pip(python) or subprocess.run(cmd, capture_output=True).returncode != 0:
+        try:
+            if not has_pip:
+                raise SetupError("no pip")
+            _pip(python, "--retries", "0", "--timeout", "15", req, quiet=True)
+        except SetupError:
             failed.append(req)
             print(f"setup-env: {req} not installed (optional; the tests that need it skip)", file=sys.stderr)
     if missing:
