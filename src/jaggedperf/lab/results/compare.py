@@ -17,11 +17,12 @@ A cell regresses when either metric does, and improves when one does and neither
 unstable on either side (its timing never settled) is ``unstable``: its ratio and interval are shown, but
 it is never a regression nor an improvement. Wall time also needs the host to have run at the same speed:
 each cell records a fixed host-only call's time before and after it (``timing.host_speed_us``); when the two
-runs' figures differ by more than ``HOST_SPEED_REL`` (or one side's moved that much during the cell), a
-wall change (regression or improvement) is shown but not counted (``CellComparison.note`` says why): the verdict is the device time's,
-or ``unstable`` without it. On the shared H200 host two back-to-back runs' host-bound walls differed by up to
-50% while every cell's own samples agreed and the device times agreed within 2% (``benchmarks/NOTES.md``). A cell ok in A but wrong or failing in B is ``broken``
-(counted with the regressions); the reverse is ``fixed``. Cells in only one run are listed apart.
+runs' figures differ by more than ``HOST_SPEED_REL`` (or one side's moved that much during the cell), a wall
+change (regression or improvement) is shown but not counted (``CellComparison.note`` says why): the verdict
+is the device time's, or ``unstable`` without it. On the shared H200 host two back-to-back runs' host-bound
+walls differed by up to 50% while every cell's own samples agreed and the device times agreed within 2%
+(``benchmarks/NOTES.md``). A cell ok in A but wrong or failing in B is ``broken`` (counted with the
+regressions); the reverse is ``fixed``. Cells in only one run are listed apart.
 
 Where a run's results came from several GPUs (a Ray sweep over a mixed fleet), cells are matched GPU by GPU
 (``CellComparison.gpu``); two runs on one GPU each are matched by key alone, whatever the GPUs.
