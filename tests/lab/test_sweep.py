@@ -393,7 +393,7 @@ def test_the_lock_file_goes_when_the_sweep_ends(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.memory  # each worker's copy-bandwidth probe takes 2 GB: beside nine other test workers it ran out (run 53)
+@pytest.mark.memory  # beside nine test workers its workers' 2 GB copy probes ran out (run 53); they fall back to 256 MiB since
 def test_every_gpu_gets_its_own_worker_that_sees_only_it(tmp_path):
     n = torch.cuda.device_count()
     slots = sweep.worker_slots()  # every GPU of this host
