@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One GPU-machine call (~9 min), the next session's (benchmarks/NOTES.md, session 11): the family bars on their six
-# shapes, whose rows include the split layer norm (#20); the row-block and chunk-size probe on the giant, the
-# empty-heavy and the seed shapes (#16); then the doctor's, model's and compile bars' timed tests (#15/#18).
-# TESTS overrides the timed tests; TRAINING=1 adds the training probe; FAMILY_ARGS="..." runs family_bench.py too.
+# One GPU-machine call (~9.5 min), the probes that decide what to route (benchmarks/NOTES.md, sessions 11-12): the
+# row-block and chunk-size probe on the giant, the empty-heavy and the seed shapes (#16); the row-wise families' tile
+# against smaller ones (tile_probe.py, #20); then the timed tests (TESTS, default the doctor's and compile bars',
+# #15/#18). TRAINING=1 adds the training probe; FAMILY_ARGS="..." runs family_bench.py too (e.g. the split layer
+# norm at few long sequences: --ops jagged_layer_norm --only B8-M4096-L4000-s0-fixed).
 # carry the helion 1.5.0 wheel folder (HELION_WHEELS, default .probe/wheels-helion-old). Everything lands in $OUT/call.tgz (8 files max come back).
 # The wheels (the GPU machine is offline): python3 -m pip download --no-deps -d DIR helion==1.5.0 filecheck==1.0.6
 # (helion 1.5.1 does not import under the machine's torch 2.11). $OUT: the device call's output folder.
@@ -17,17 +18,18 @@ echo "setup at $(( $(date +%s) - t0 )) s"
 timeout -s INT 100 python benchmarks/rowblock_probe.py --classes giant,empty,seed --out "$W/rowblock_probe.json" \
   > "$W/rowblock.log" 2>&1
 echo "probe rc=$? at $(( $(date +%s) - t0 )) s"; grep -v "^W" "$W/rowblock.log" | tail -30 | cut -c1-220
-TESTS=${TESTS:-"tests/gpu/test_family_bars_gpu.py tests/gpu/test_doctor_gpu.py tests/gpu/test_model_gpu.py tests/gpu/test_compile_bars_gpu.py"}
+timeout -s INT 170 python benchmarks/tile_probe.py --out "$W/tile_probe.json" > "$W/tile.log" 2>&1
+echo "tiles rc=$? at $(( $(date +%s) - t0 )) s"; grep "^|" "$W/tile.log" | cut -c1-260
+if [ -n "${FAMILY_ARGS:-}" ]; then
+  timeout -s INT 150 python benchmarks/family_bench.py --out "$W/family" $FAMILY_ARGS --budget-s 100 > "$W/family.log" 2>&1
+  echo "family rc=$? at $(( $(date +%s) - t0 )) s"; cut -c1-260 "$W/family/family_bench.md" 2>/dev/null | head -30
+fi
+TESTS=${TESTS:-"tests/gpu/test_doctor_gpu.py tests/gpu/test_compile_bars_gpu.py"}
 JAGGEDPERF_TIMED_TESTS=only timeout -s INT $(( $(left) - 40 )) python -m pytest -q -m gpu -p no:cacheprovider -rfExX \
   $TESTS --junitxml="$W/timed.xml" > "$W/timed.log" 2>&1
 echo "timed rc=$? at $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR|XPASS)|passed|failed" "$W/timed.log" | tail -25 | cut -c1-300
 if [ -n "${TRAINING:-}" ]; then
   timeout -s INT 90 python benchmarks/training_probe.py --out "$W/training" > "$W/training.log" 2>&1
   echo "training rc=$? at $(( $(date +%s) - t0 )) s"; tail -14 "$W/training/training_probe.md" 2>/dev/null
-fi
-if [ -n "${FAMILY_ARGS:-}" ]; then
-  timeout -s INT $(( $(left) - 15 )) python benchmarks/family_bench.py --out "$W/family" $FAMILY_ARGS \
-    --budget-s $(( $(left) - 90 )) > "$W/family.log" 2>&1
-  echo "family rc=$? at $(( $(date +%s) - t0 )) s"; cut -c1-220 "$W/family/family_bench.md" 2>/dev/null | head -40
 fi
 python3 benchmarks/test_run_report.py "$W"/*.xml --json "$W/tests.json" > "$W/tests.md" 2>&1; head -14 "$W/tests.md"

@@ -22,13 +22,17 @@ from jaggedperf.ops.config import (SEGMENT_TILE_ELEMENTS, ReduceConfig, Segments
 from jaggedperf.ops.launch import TIERS, eager_key, force_tier, launch_all, launch_path  # noqa: F401
 from jaggedperf.ops.launch.plan import Launch, Plan  # noqa: F401
 from jaggedperf.ops.launch.tiers import prebuilt
-from jaggedperf.ops.layer_norm.plan import plan_layer_norm_backward_parts, plan_layer_norm_parts  # noqa: F401
+from jaggedperf.ops.config import next_pow2  # noqa: F401
+from jaggedperf.ops.layer_norm.plan import (plan_layer_norm, plan_layer_norm_backward,  # noqa: F401
+                                            plan_layer_norm_backward_parts, plan_layer_norm_parts)
 from jaggedperf.ops.reduce import api, plan
 from jaggedperf.ops.reduce.rowblock import RowBlockConfig, plan_rowblock, rowblock_config  # noqa: F401
 from jaggedperf.ops.reduce.kernels import _group_bounds, _group_segments
 from jaggedperf.ops.reduce.kernels import _group_tile as group_tile  # noqa: F401
 from jaggedperf.ops.reduce.kernels import _reduce_group as reduce_group  # noqa: F401
 from jaggedperf.ops.reduce.kernels import _segments_expand_kernel as segments_expand_kernel  # noqa: F401
+from jaggedperf.ops.softmax.plan import plan_softmax, plan_softmax_backward  # noqa: F401
+from jaggedperf.ops.tiles import TileConfig, tile_config  # noqa: F401
 
 __all__ = [
     # configs: the buckets, and overriding them (the native path stands aside meanwhile)
@@ -39,6 +43,9 @@ __all__ = [
     # forced plans, launched through the JIT (the interpreter's path); the layer norm's split (not routed yet)
     "Launch", "Plan", "launch_expand", "launch_reduce", "plan_expand", "plan_reduce", "plan_rowblock", "run_direct",
     "plan_layer_norm_backward_parts", "plan_layer_norm_parts",
+    # the row-wise families' plans at a forced tile (``cfg=TileConfig(...)``; None: ``tile_config``)
+    "TileConfig", "next_pow2", "plan_layer_norm", "plan_layer_norm_backward", "plan_softmax", "plan_softmax_backward",
+    "tile_config",
     # the Python path alone, and its floor
     "prebuilt_launch", "python_path",
     # the kernels' building blocks, for candidate kernels
