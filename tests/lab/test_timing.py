@@ -68,6 +68,11 @@ def test_uncapturable_call_returns_none():
     assert timing.capture_graph(lambda: x.sum().item(), device) is None
     torch.cuda.synchronize()
     assert float((x * 1).sum()) == pytest.approx(float(x.sum()), rel=1e-5)  # CUDA still usable
+    # and the default generator too: the failed capture must not leave it registered with the dead graph
+    state = torch.cuda.get_rng_state()
+    first = torch.randn(1000, device=device)
+    torch.cuda.set_rng_state(state)
+    assert torch.equal(torch.randn(1000, device=device), first)
 
 
 # --- samples, stability and re-measurement, on a scripted clock ---------------------------------

@@ -318,6 +318,15 @@ def _recover_after_failed_capture(device: torch.device) -> None:
         pass
     # A failed capture can leave the caching allocator's private pool referenced; clearing is safe.
     torch.cuda.empty_cache()
+    # ... and the device's default generator registered with the dead capture (its epilogue never ran): its next
+    # draw outside a capture raises "Offset increment outside graph capture encountered unexpectedly" (torch 2.11,
+    # run 54). A clone of its state keeps the seed and offset and carries no capture.
+    generator = torch.cuda.default_generators[device.index if device.index is not None else
+                                              torch.cuda.current_device()]
+    try:
+        generator.graphsafe_set_state(generator.clone_state())
+    except (AttributeError, RuntimeError):  # a torch without graph-safe generator states: nothing to reset
+        pass
 
 
 def replay_device_time(replay: Callable[[], object], *, flush: bool = True, rep_ms: int = 40) -> DeviceTime:
