@@ -123,7 +123,7 @@ from ops_env import INTERPRET as INTERPRETING  # noqa: E402
 from ops_env import needs_interpreter  # noqa: E402
 
 import jaggedperf  # noqa: E402
-from jaggedperf.ops.tiles import TileConfig, tile_config  # noqa: E402
+from jaggedperf.ops.tiles import LEAN, TileConfig, tile_config  # noqa: E402
 
 OPS = torch.ops.jaggedperf
 PUBLIC = {"softmax": jaggedperf.jagged_softmax, "layer_norm": jaggedperf.jagged_layer_norm}
@@ -233,6 +233,22 @@ def test_tile_covers_max_seqlen_and_keeps_to_the_budget():
     assert tile_config(64, None).block_l * 64 == tile_config(3, 10**6).block_l * 4 == 8192
     assert tile_config(1000, 5) == TileConfig(8, 256, 4)
     assert tile_config(3, 0).block_l == 1
+    # the lean budget (softmax, the layer norm's backward): half the elements, 4 warps at its full size
+    assert tile_config(64, 100, LEAN) == TileConfig(64, 64, 4)
+    assert tile_config(64, None, LEAN).block_l * 64 == tile_config(3, 10**6, LEAN).block_l * 4 == 4096
+    assert tile_config(4096, 4000, LEAN) == TileConfig(16, 256, 4)
+    assert tile_config(64, 20, LEAN) == tile_config(64, 20) == TileConfig(32, 64, 4)  # below 4096: the same rule
+
+
+def test_each_kernel_plans_with_its_budget():
+    values = torch.randn(300, 64, dtype=torch.float64)
+    offsets = torch.tensor([0, 100, 300])
+    launch = lambda planned: planned.launches[0]  # noqa: E731
+    assert launch(plan_layer_norm(values, offsets, 1e-5, max_seqlen=200)).num_warps == 8  # WIDE: 128 × 64
+    for planned in (plan_softmax(values, offsets, max_seqlen=200),
+                    plan_softmax_backward(values, values, offsets, max_seqlen=200),
+                    plan_layer_norm_backward(values, values, offsets, 1e-5, max_seqlen=200)):
+        assert launch(planned).num_warps == 4 and launch(planned).key[1:] == (64, 64)  # LEAN: 64 × 64
 
 
 # --- the operators as PyTorch sees them -------------------------------------------------------

@@ -17,7 +17,7 @@ from jaggedperf.checks import check_offsets
 from jaggedperf.ops.launch.body import fast_eager, run_in_operator
 from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
 from jaggedperf.ops.reduce.api import _inputs, _is_nested
-from jaggedperf.ops.tiles import TileConfig, tile_config
+from jaggedperf.ops.tiles import WIDE, TileBudget, TileConfig, tile_config
 
 
 def call(values, offsets, name: str, *, max_seqlen, validate, plan: Callable[..., Plan],
@@ -56,7 +56,7 @@ def call(values, offsets, name: str, *, max_seqlen, validate, plan: Callable[...
 
 
 def plan_rowwise(kernel, name: str, reads: tuple, offsets, params: tuple = (), *, column_blocks: bool,
-                 max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
+                 max_seqlen=None, cfg: TileConfig | None = None, budget: TileBudget = WIDE) -> Plan:
     """Allocate a row-wise kernel's (N, M) output and describe its one launch.
 
     Every row-wise kernel's signature is ``(*reads, offsets, out, *params, n_rows, n_cols, n_segments, BLOCK_L,
@@ -72,13 +72,14 @@ def plan_rowwise(kernel, name: str, reads: tuple, offsets, params: tuple = (), *
         params: its scalars after the output (layer norm's eps).
         column_blocks: one program per column block (softmax), else one per segment that loops over them.
         max_seqlen: an upper bound on the lengths (an int, a SymInt) or None: it sizes the tile only.
-        cfg: force a tile (tests); None: ``tile_config``.
+        cfg: force a tile (tests); None: ``tile_config`` within ``budget``.
+        budget: the kernel's TileBudget (``jaggedperf.ops.tiles``).
 
     Returns:
         the Plan: its ``out`` (N, M), filled once its launch has run.
     """
     n_rows, n_cols = reads[0].shape
-    cfg = cfg or tile_config(n_cols, max_seqlen)
+    cfg = cfg or tile_config(n_cols, max_seqlen, budget)
     out = torch.empty((n_rows, n_cols), dtype=reads[0].dtype, device=reads[0].device)
     args = (*reads, offsets, out, *params, n_rows, int(n_cols), offsets.shape[0] - 1, cfg.block_l, cfg.block_m)
     grid = (sym_max(offsets.shape[0] - 1, 1), -(-int(n_cols) // cfg.block_m) if column_blocks else 1, 1)

@@ -22,9 +22,6 @@ import triton.language as tl
 
 from jaggedperf.ops.config import next_pow2
 
-# Elements in one tile: the whole-segments reduce's budget (config.SEGMENT_TILE_ELEMENTS), which keeps an fp32
-# tile and its exponentials in registers at 8 warps.
-TILE_ELEMENTS = 8192
 MAX_BLOCK_M = 256  # the widest column block; wider rows take several
 
 
@@ -37,24 +34,43 @@ class TileConfig:
     num_warps: int
 
 
-def tile_config(n_cols: int, max_seqlen=None) -> TileConfig:
+@dataclass(frozen=True)
+class TileBudget:
+    """How large a kernel's tile may grow, and its warps when it does: each kernel's own, from the H200."""
+
+    elements: int  # BLOCK_L × BLOCK_M at most (a power of two)
+    full_warps: int  # warps for a tile of >= 4096 elements; smaller tiles take 4 (>= 1024) or 2
+
+
+# The layer norm's forward: 8192 elements (the whole-segments reduce's budget, config.SEGMENT_TILE_ELEMENTS) at 8
+# warps. Its one-tile sequences are read once; 4096 elements at 4 warps was 4-6% slower on the ≥ 64 MB shapes.
+WIDE = TileBudget(8192, 8)
+# Softmax (both ways) and the layer norm's backward: 4096 elements at 4 warps. At 8192 / 8 warps they take 115-255
+# registers a thread for sm_90 (one or two programs an SM); on the H200 (run 54, benchmarks/tile_probe.py) this
+# tile took softmax's forward at 65536 × 64 from 687 to 393 µs and at 1024 × 256 from 491 to 457, the layer
+# norm's backward from 836 / 1126 to 674 / 911, and was level (±1.5 µs) on the seed shapes' softmax.
+LEAN = TileBudget(4096, 4)
+
+
+def tile_config(n_cols: int, max_seqlen=None, budget: TileBudget = WIDE) -> TileConfig:
     """The tile for rows of ``n_cols`` columns and sequences of at most ``max_seqlen`` rows.
 
     Args:
         n_cols: M.
         max_seqlen: the longest sequence (an int, a SymInt: its hint, with no guard), or None: the largest tile.
+        budget: the kernel's TileBudget.
 
     Returns:
-        the TileConfig: BLOCK_M = next_pow2(M) up to MAX_BLOCK_M; BLOCK_L fills TILE_ELEMENTS, or covers
+        the TileConfig: BLOCK_M = next_pow2(M) up to MAX_BLOCK_M; BLOCK_L fills the budget's elements, or covers
         max_seqlen when that is fewer rows.
     """
     block_m = min(next_pow2(int(n_cols)), MAX_BLOCK_M)
-    block_l = TILE_ELEMENTS // block_m
+    block_l = max(budget.elements // block_m, 1)
     hint = hint_of(max_seqlen)
     if hint is not None:
         block_l = min(block_l, next_pow2(hint))
     elements = block_l * block_m
-    return TileConfig(block_l, block_m, 8 if elements >= 4096 else 4 if elements >= 1024 else 2)
+    return TileConfig(block_l, block_m, budget.full_warps if elements >= 4096 else 4 if elements >= 1024 else 2)
 
 
 def hint_of(n):

@@ -13,7 +13,7 @@ from jaggedperf.ops.layer_norm.kernels import (_layer_norm_backward_kernel, _lay
                                               _layer_norm_moments_kernel, _layer_norm_parts_kernel)
 from jaggedperf.ops.rowwise import plan_rowwise
 from jaggedperf.ops.config import next_pow2
-from jaggedperf.ops.tiles import TileConfig, hint_of
+from jaggedperf.ops.tiles import LEAN, TileConfig, hint_of
 
 
 def plan_layer_norm(values, offsets, eps: float, *, max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
@@ -40,13 +40,14 @@ def plan_layer_norm_backward(values, grad, offsets, eps: float, *, max_seqlen=No
     Args:
         values: the forward's (N, M) input x, contiguous.
         grad: (N, M) the gradient of the output, contiguous, x's dtype.
-        offsets, eps, max_seqlen, cfg: as for ``plan_layer_norm``.
+        offsets, eps, max_seqlen: as for ``plan_layer_norm``.
+        cfg: force a tile (tests); None: ``tile_config`` within ``tiles.LEAN``.
 
     Returns:
         the Plan: its ``out`` (N, M) grad_values in x's dtype.
     """
     return plan_rowwise(_layer_norm_backward_kernel, "layer_norm_backward", (values, grad), offsets, (float(eps),),
-                        column_blocks=False, max_seqlen=max_seqlen, cfg=cfg)
+                        column_blocks=False, max_seqlen=max_seqlen, cfg=cfg, budget=LEAN)
 
 
 def plan_layer_norm_parts(values, offsets, eps: float, *, parts: int, max_seqlen=None,
