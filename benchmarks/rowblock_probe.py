@@ -7,8 +7,10 @@ equal repeats. One JSON.
 Variants: ``default`` (``plan_reduce`` without max_seqlen), ``default+max_seqlen``, ``rowblock`` (production config),
 ``rowblock scan`` (every boundary tile scans: few_segments = 0), ``rowblock masked`` (few_segments = 64: boundary
 tiles sum each segment by a mask, whatever their count), ``rowblock 2 warps``; and the floor (the values' bytes at
-the device's copy bandwidth). And the default chunks with 4× and 16× their rows per chunk (``chunks ×4 rows``,
-``chunks ×16 rows``): fewer pieces for the combine of a segment that crosses many chunks (the giant).
+the device's copy bandwidth). And the default chunks with 2×, 4× and 16× their rows per chunk (``chunks ×4 rows``,
+...): fewer pieces for the combine of a segment that crosses many chunks (the giant); and the combine with more
+pieces a step and more warps (``combine 128 pieces, 4 warps``, ``combine 256 pieces, 8 warps``, the first with ×2
+rows).
 
 Run:  PYTHONPATH=src python3 benchmarks/rowblock_probe.py --out $OUT/rowblock_probe.json          (~1 minute)
       TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/rowblock_probe.py --cpu-smoke --out /tmp/rb.json
@@ -68,6 +70,12 @@ def variants(values, offsets, max_seqlen):
         # giant's ~4,200 pieces: ~130 dependent steps); 4× / 16× the rows leave 1/4 and 1/16 of the steps
         "chunks ×4 rows": dict(rows_per_chunk=4 * rows),
         "chunks ×16 rows": dict(rows_per_chunk=16 * rows),
+        "chunks ×2 rows": dict(rows_per_chunk=2 * rows),
+        # or the combine itself wider: more pieces a step (fewer dependent steps), more warps to load them
+        "combine 128 pieces, 4 warps": dict(config=dict(block_p=128, combine_warps=4)),
+        "combine 256 pieces, 8 warps": dict(config=dict(block_p=256, combine_warps=8)),
+        "chunks ×2 rows, combine 128 pieces, 4 warps": dict(rows_per_chunk=2 * rows,
+                                                             config=dict(block_p=128, combine_warps=4)),
     }
 
 
@@ -102,7 +110,8 @@ def main() -> int:
         for name, kw in variants(values, offsets, int(lengths.max())).items():
             row = {}
             try:
-                plan = testing.plan_reduce(values, offsets, **kw)
+                with testing.override(kw.pop("config", None)):  # a ReduceConfig's fields replaced (None: none)
+                    plan = testing.plan_reduce(values, offsets, **kw)
                 row["grid"] = [list(map(int, launch.grid)) for launch in plan.launches]
                 testing.run_direct(plan.launches)
                 first = plan.out.clone()

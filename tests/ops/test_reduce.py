@@ -81,6 +81,24 @@ def test_triton_kernels_match_reference(chunk, lengths, M, dtype, offsets_dtype,
         assert_matches(out, ref, dtype, scale=scale, what=f"{'mean' if mean else 'sum'} chunk={chunk}")
 
 
+@needs_interpreter
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,note", CASES, ids=IDS)
+@pytest.mark.parametrize("block_p,combine_warps", [(2, 0), (128, 4)], ids=["p2", "p128-w4"])
+def test_combine_of_many_pieces_matches_reference(block_p, combine_warps, lengths, M, dtype, offsets_dtype, empty,
+                                                  note):
+    # one-row chunks: every segment longer than a row is combined from its pieces, fewer than a tile of them
+    # (p128) or many tiles (p2); the combine's own warps
+    values, offsets = make(lengths, M, dtype, offsets_dtype)
+    with testing.override(block_p=block_p, combine_warps=combine_warps):
+        for mean in (False, True):
+            empty_zero = empty == "zero"
+            poison = 12345.0 if (mean and not empty_zero) else float("nan")
+            out = testing.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, rows_per_chunk=1,
+                                       poison=poison)
+            ref, scale = expected(values, offsets, mean, empty_zero)
+            assert_matches(out, ref, dtype, scale=scale, what=f"{'mean' if mean else 'sum'} p{block_p}")
+
+
 SEGMENT_CONFIGS = [SegmentsConfig(1, 4, 4, 1), SegmentsConfig(4, 8, 32, 2), SegmentsConfig(2, 64, 128, 4),
                    SegmentsConfig(2, 4, 4, 1, programs=3), SegmentsConfig(4, 8, 32, 2, programs=1)]
 SEGMENT_IDS = ["g1-l4-m4", "g4-l8-m32", "g2-l64-m128", "loop3-g2-l4-m4", "loop1-g4-l8-m32"]

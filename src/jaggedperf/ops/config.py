@@ -32,6 +32,7 @@ class ReduceConfig:
     programs_per_sm: int  # target programs over the whole grid ≈ SM count × this
     min_chunk_rows: int  # a chunk holds at least this many rows (multiple of block_l)
     block_p: int = 32  # workspace pieces summed per tile by the combine kernel (power of two)
+    combine_warps: int = 0  # the combine kernel's warps (0: num_warps)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -88,8 +88,8 @@ def plan_chunks(values, offsets, mean: bool, empty_zero: bool, cfg: ReduceConfig
     combine_args = (offsets, out, ws, n_cols, rows_per_chunk, n_chunks, mean, empty_zero, cfg.block_p, cfg.block_m)
     launches = (Launch(_reduce_kernel, grid, reduce_args, cfg.num_warps, (out, ws), ("reduce", *reduce_args[-4:]),
                        REDUCE_NATIVE),
-                Launch(_combine_kernel, grid, combine_args, cfg.num_warps, (out,), ("combine", *combine_args[-4:]),
-                       COMBINE_NATIVE))
+                Launch(_combine_kernel, grid, combine_args, cfg.combine_warps or cfg.num_warps, (out,),
+                       ("combine", *combine_args[-4:]), COMBINE_NATIVE))
     return Plan(out, launches, cfg if chunk_programs else None, chunk_programs)
 
 
