@@ -3,7 +3,8 @@
 # row-block and chunk-size probe on the giant, the empty-heavy and the seed shapes (#16); the row-wise families' tile
 # against smaller ones (tile_probe.py, #20); then the timed tests (TESTS, default the doctor's and compile bars',
 # #15/#18). TRAINING=1 adds the training probe; FAMILY_ARGS="..." runs family_bench.py too (e.g. the split layer
-# norm at few long sequences: --ops jagged_layer_norm --only B8-M4096-L4000-s0-fixed).
+# norm at few long sequences: --ops jagged_layer_norm --only B8-M4096-L4000-s0-fixed); TILE_PROBE=0 skips the tile
+# probe; UNTIMED="tests..." runs those untimed GPU tests first.
 # carry the helion 1.5.0 wheel folder (HELION_WHEELS, default .probe/wheels-helion-old). Everything lands in $OUT/call.tgz (8 files max come back).
 # The wheels (the GPU machine is offline): python3 -m pip download --no-deps -d DIR helion==1.5.0 filecheck==1.0.6
 # (helion 1.5.1 does not import under the machine's torch 2.11). $OUT: the device call's output folder.
@@ -18,8 +19,14 @@ echo "setup at $(( $(date +%s) - t0 )) s"
 timeout -s INT 100 python benchmarks/rowblock_probe.py --classes giant,empty,seed --out "$W/rowblock_probe.json" \
   > "$W/rowblock.log" 2>&1
 echo "probe rc=$? at $(( $(date +%s) - t0 )) s"; grep -v "^W" "$W/rowblock.log" | tail -30 | cut -c1-220
-timeout -s INT 170 python benchmarks/tile_probe.py --out "$W/tile_probe.json" > "$W/tile.log" 2>&1
-echo "tiles rc=$? at $(( $(date +%s) - t0 )) s"; grep "^|" "$W/tile.log" | cut -c1-260
+if [ "${TILE_PROBE:-1}" = 1 ]; then
+  timeout -s INT 170 python benchmarks/tile_probe.py --out "$W/tile_probe.json" > "$W/tile.log" 2>&1
+  echo "tiles rc=$? at $(( $(date +%s) - t0 )) s"; grep "^|" "$W/tile.log" | cut -c1-260
+fi
+if [ -n "${UNTIMED:-}" ]; then  # untimed GPU tests to run first, e.g. one new test
+  timeout -s INT 120 python -m pytest -q -m gpu -p no:cacheprovider -rfE $UNTIMED --junitxml="$W/untimed.xml" > "$W/untimed.log" 2>&1
+  echo "untimed rc=$? at $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$W/untimed.log" | tail -5 | cut -c1-300
+fi
 if [ -n "${FAMILY_ARGS:-}" ]; then
   timeout -s INT 150 python benchmarks/family_bench.py --out "$W/family" $FAMILY_ARGS --budget-s 100 > "$W/family.log" 2>&1
   echo "family rc=$? at $(( $(date +%s) - t0 )) s"; cut -c1-260 "$W/family/family_bench.md" 2>/dev/null | head -30
