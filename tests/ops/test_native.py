@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import jaggedperf
 from jaggedperf.ops import config, launch
 from jaggedperf.ops.launch import layout, native
-from jaggedperf.ops.launch.layout import POINTER_SOURCES, GridKind, Kind, Source
+from jaggedperf.ops.launch.layout import FEW_SEGMENTS, POINTER_SOURCES, GridKind, Kind, Source
 from jaggedperf.ops.launch.plan import NativePlan, chunking
 from jaggedperf.ops.reduce import cpu, plan
 
@@ -79,9 +79,25 @@ def test_key_names_everything_the_plan_depends_on(built):
 def test_without_max_seqlen_one_key_serves_every_batch_size_and_length(built):
     values, offsets = _batch()
     key = built.key(values, offsets, -1, True, False)
-    assert key[5:7] == [-1, -1]  # the chunked kernels take whatever B and N come
+    assert key[5:7] == [-1, -2]  # the chunked kernels take whatever B and N come; B <= FEW_SEGMENTS: the wide combine
     longer, more = _batch(n_rows=30, lengths=(3, 0, 7, 20))
     assert built.key(longer, more, -1, True, False) == key
+    many, many_offsets = _batch(n_rows=60, lengths=(1,) * (FEW_SEGMENTS + 1))
+    assert built.key(many, many_offsets, -1, True, False)[5:7] == [-1, -1]
+    assert built.key(*_batch(n_rows=60, lengths=(1,) * FEW_SEGMENTS), -1, True, False) == key
+
+
+def test_few_segments_take_the_wide_combine_and_the_native_key_splits_alike(built):
+    for n_segments in (1, FEW_SEGMENTS, FEW_SEGMENTS + 1, 512):
+        values, offsets = _meta(10_000, 64, n_segments)
+        launches = plan.plan_reduce(values, offsets, mean=False, empty_zero=False).launches
+        few = n_segments <= FEW_SEGMENTS
+        assert (launches[1].num_warps == config.WIDE_COMBINE_WARPS) == few
+        assert (launches[1].key[-2] == config.WIDE_COMBINE_PIECES) == few  # BLOCK_P (256 × 64 columns)
+        wide = plan.plan_reduce(*_meta(10_000, 1000, n_segments), mean=False, empty_zero=False).launches[1]
+        assert wide.key[-2] * wide.key[-1] == (config.WIDE_COMBINE_ELEMENTS if few else 32 * 256)  # 64 × 256 columns
+        cpu = _batch(n_rows=n_segments, lengths=(1,) * n_segments)
+        assert built.key(*cpu, -1, False, False)[6] == (-2 if few else -1)
 
 
 def test_key_refuses_what_the_path_cannot_serve(built):

@@ -104,21 +104,23 @@ def _bucket(n_cols: int, element_size: int) -> ReduceConfig:
     return ReduceConfig(block_l=block_l, block_m=256, num_warps=warps, programs_per_sm=8, min_chunk_rows=4 * block_l)
 
 
-def reduce_config(n_cols: int, dtype: torch.dtype, device: torch.device) -> ReduceConfig:
+def reduce_config(n_cols: int, dtype: torch.dtype, device: torch.device, few_segments: bool = False) -> ReduceConfig:
     """The chunked kernels' config for rows of ``n_cols`` elements of ``dtype`` on ``device``.
 
     Args:
         n_cols: M (under torch.compile a SymInt is specialised: M only, never N or B).
         dtype: the values' dtype (its element size picks the bucket).
         device: where the kernels run.
+        few_segments: the call has at most ``launch.layout.FEW_SEGMENTS`` segments: the wide combine.
 
     Returns:
-        the bucket's config, or the override's while one is set.
+        the bucket's config (with the wide combine for few segments), or the override's while one is set.
     """
     n_cols = int(n_cols)  # under torch.compile this specialises M (the feature width), never N or B
     if isinstance(_override, ReduceConfig):
         return _override
-    cfg = _cached_bucket(n_cols, dtype.itemsize)
+    cfg = _cached_bucket(n_cols, dtype.itemsize) if not few_segments or _override else \
+        _cached_wide_combine(n_cols, dtype.itemsize)
     if _override:
         cfg = dataclasses.replace(cfg, **_override)
         if "min_chunk_rows" not in _override:
@@ -129,6 +131,23 @@ def reduce_config(n_cols: int, dtype: torch.dtype, device: torch.device) -> Redu
 @functools.lru_cache(maxsize=None)
 def _cached_bucket(n_cols: int, element_size: int) -> ReduceConfig:
     return _bucket(n_cols, element_size)
+
+
+# The combine for few segments, each crossing many chunks (one segment of 2·10^6 × 64 crosses ~4,200): 256 pieces a
+# step at 8 warps, not 32 at the bucket's 1-4, took that giant from 275 to 151 µs on the H200 (run 55,
+# benchmarks/rowblock_probe.py). Not for many segments: there it cost 3 µs at the seed shape and 26 µs at 10^5
+# segments (3,268 programs of 8 warps, each summing at most a piece or two). Its fp32 tile, pieces × BLOCK_M, stays
+# within the 256 × 64 measured (64 registers a thread at 8 warps): fewer pieces a step for wider column blocks.
+WIDE_COMBINE_PIECES = 256
+WIDE_COMBINE_ELEMENTS = 256 * 64
+WIDE_COMBINE_WARPS = 8
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_wide_combine(n_cols: int, element_size: int) -> ReduceConfig:
+    cfg = _bucket(n_cols, element_size)
+    pieces = max(cfg.block_p, min(WIDE_COMBINE_PIECES, WIDE_COMBINE_ELEMENTS // cfg.block_m))
+    return dataclasses.replace(cfg, block_p=pieces, combine_warps=WIDE_COMBINE_WARPS)
 
 
 def set_override(cfg: ReduceConfig | dict | None) -> None:

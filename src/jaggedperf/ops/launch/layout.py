@@ -1,5 +1,6 @@
 """The native launch path's layout, in one place: what fills each kernel parameter (``Source``), how it is
-passed (``Kind``) and how a kernel's grid axis 0 is sized (``GridKind``).
+passed (``Kind``), how a kernel's grid axis 0 is sized (``GridKind``), and the batch size up to which a chunked
+call takes other kernels (``FEW_SEGMENTS``).
 
 Python plans and registers with these enums; ``native.cpp`` is compiled with ``header()``, the same
 enums written as C++ (``native.build`` puts it beside the source's include path, and its text is part
@@ -13,6 +14,10 @@ from __future__ import annotations
 import enum
 
 HEADER_NAME = "jaggedperf_layout.h"
+
+# A chunked call of at most this many segments takes the wide combine (``config.reduce_config``): its segments
+# cross many chunks each. The native key tells such calls apart (they run other compiled kernels).
+FEW_SEGMENTS = 32
 
 
 class Source(enum.IntEnum):
@@ -64,6 +69,7 @@ def header() -> str:
         members = ", ".join(f"{member.name} = {member.value}" for member in enum_type)
         lines.append(f"enum {enum_type.__name__} : int {{ {members} }};")
         lines.append(f"constexpr int {_upper(enum_type.__name__)}_COUNT = {len(enum_type)};")
+    lines.append(f"constexpr int64_t FEW_SEGMENTS = {FEW_SEGMENTS};")
     return "\n".join(lines) + "\n"
 
 

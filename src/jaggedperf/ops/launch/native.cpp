@@ -92,8 +92,11 @@ std::optional<Key> key_of(const at::Tensor& values, const at::Tensor& offsets, i
   }
   const int64_t n_rows = values.size(0), n_cols = values.size(1), n_segments = offsets.size(0) - 1;
   const bool fits = std::max(n_rows, n_segments + 1) < INT32_MAX;
+  // the batch field: B itself when max_seqlen is given (the whole-segments grid depends on it); without it, the
+  // chunks serve any B, but calls of at most FEW_SEGMENTS segments run the wide combine's kernels (-2, else -1)
   return Key{mean, empty_zero, static_cast<int64_t>(values.scalar_type()), static_cast<int64_t>(offsets.scalar_type()),
-             n_cols, max_seqlen, max_seqlen == -1 ? -1 : n_segments, values.device().index(),
+             n_cols, max_seqlen, max_seqlen != -1 ? n_segments : n_segments <= FEW_SEGMENTS ? -2 : -1,
+             values.device().index(),
              static_cast<int64_t>(reinterpret_cast<uintptr_t>(values.data_ptr()) % 16 == 0) |
                  (static_cast<int64_t>(reinterpret_cast<uintptr_t>(offsets.data_ptr()) % 16 == 0) << 1),
              fits, static_cast<int64_t>(values.device().type())};

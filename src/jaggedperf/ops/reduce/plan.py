@@ -18,7 +18,7 @@ import torch
 
 from jaggedperf.ops.config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMENT_TILES, ReduceConfig, SegmentsConfig,
                                    reduce_config, segments_config, sm_count)
-from jaggedperf.ops.launch.layout import GridKind, Source
+from jaggedperf.ops.launch.layout import FEW_SEGMENTS, GridKind, Source
 from jaggedperf.ops.launch.plan import Launch, NativeKernel, Plan, chunking, sym_max
 from jaggedperf.ops.reduce.kernels import (_combine_kernel, _expand_kernel, _reduce_kernel, _segments_expand_kernel,
                                           _segments_kernel, _segments_loop_kernel)
@@ -54,11 +54,23 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
         segments = _segments_for(n_cols, max_seqlen, offsets.shape[0] - 1, values.device)
         if segments is not None:
             return plan_segments(values, offsets, mean, empty_zero, segments)
-    cfg = reduce_config(n_cols, values.dtype, values.device)
+    cfg = reduce_config(n_cols, values.dtype, values.device, few_segments(offsets.shape[0] - 1))
     chunk_programs = sm_count(values.device) * cfg.programs_per_sm
     rows, chunks = chunking(values.shape[0], -(-int(n_cols) // cfg.block_m), chunk_programs, cfg.block_l,
                             cfg.min_chunk_rows)
     return plan_chunks(values, offsets, mean, empty_zero, cfg, rows, chunks, chunk_programs)
+
+
+def few_segments(n_segments) -> bool:
+    """Whether a chunked call has at most ``layout.FEW_SEGMENTS`` segments (the wide combine); the native key
+    makes the same split.
+
+    Args:
+        n_segments: B (an int, or a SymInt: its hint, with no guard; a compiled graph keeps its first call's choice,
+            which changes only the speed).
+    """
+    hint = _hint(n_segments)
+    return hint is not None and hint <= FEW_SEGMENTS
 
 
 def plan_chunks(values, offsets, mean: bool, empty_zero: bool, cfg: ReduceConfig, rows_per_chunk, n_chunks,
