@@ -101,9 +101,6 @@ def bench_case(op: str, case: Case, copy_gbps: float) -> dict:
     if op in ROWWISE:
         compiled = padded_compiled(op)
         calls["inductor_padded"] = lambda: compiled(batch.values, batch.offsets, batch.padded_len)
-    parts = layer_norm_parts(case.B) if op == "jagged_layer_norm" else None
-    if parts:  # the split over parts (not routed yet): measured beside the routed kernel
-        calls["jaggedperf_parts"] = lambda: split_layer_norm(batch.values, batch.offsets, parts, batch.max_seqlen)
     for name, call in calls.items():
         entry = row["contenders"][name] = {}
         try:
@@ -127,36 +124,7 @@ def bench_case(op: str, case: Case, copy_gbps: float) -> dict:
         row["helion_over_ours"] = helion["median_us"] / mine["median_us"]
     if op in ROWWISE:
         row["backward"] = bench_backward(ours, batch, grad, copy_gbps)
-    if parts:
-        row["backward_parts"] = {"parts": parts, **device_time(
-            lambda: split_layer_norm_backward(batch.values, grad, batch.offsets, parts, batch.max_seqlen))}
-        row["backward_parts"]["x_floor"] = row["backward_parts"]["median_us"] / row["backward"]["floor_us"]
     return row
-
-
-def layer_norm_parts(n_segments: int) -> int | None:
-    """Programs per segment for the split layer norm: ~4 per SM over the batch (a power of two, at most 64), or
-    None where one program per segment already fills the GPU."""
-    sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
-    if n_segments >= sms:
-        return None
-    return min(64, 1 << max(0, (-(-4 * sms // max(n_segments, 1)) - 1).bit_length()))
-
-
-def split_layer_norm(values, offsets, parts: int, max_seqlen):
-    from jaggedperf.ops import testing
-
-    planned = testing.plan_layer_norm_parts(values, offsets, EPS, parts=parts, max_seqlen=max_seqlen)
-    testing.run_direct(planned.launches)
-    return planned.out
-
-
-def split_layer_norm_backward(values, grad, offsets, parts: int, max_seqlen):
-    from jaggedperf.ops import testing
-
-    planned = testing.plan_layer_norm_backward_parts(values, grad, offsets, EPS, parts=parts, max_seqlen=max_seqlen)
-    testing.run_direct(planned.launches)
-    return planned.out
 
 
 def bench_backward(ours, batch, grad: torch.Tensor, copy_gbps: float) -> dict:
@@ -194,10 +162,7 @@ def markdown(results: dict) -> str:
             ratio = f"{r['helion_over_ours']:.2f}" if "helion_over_ours" in r else "—"
             lines.append(f"| {r['case']} | {r['dtype']} | {r['values_mb']:.0f} | {r['floor_us']:.1f} | "
                          + " | ".join(cellsx) + f" | {ratio} | {back} |")
-        split = [r for r in rows if "backward_parts" in r]
-        lines += [""] + [f"- {r['case']} {r['dtype']}: the split backward ({r['backward_parts']['parts']} parts) "
-                         f"{r['backward_parts']['median_us']:.1f} µs ({r['backward_parts']['x_floor']:.2f}× its floor)"
-                         for r in split] + ([""] if split else [])
+        lines.append("")
     if results["meta"].get("helion_unavailable"):
         lines += [f"helion not measured: {results['meta']['helion_unavailable']}", ""]
     if results.get("not_run"):

@@ -9,7 +9,7 @@ import torch
 from ops_reference import DTYPE_NAMES, lengths_to_offsets
 
 from jaggedperf.ops import testing
-from jaggedperf.ops.layer_norm.plan import plan_layer_norm, plan_layer_norm_backward
+from jaggedperf.ops.layer_norm.plan import plan_layer_norm, plan_layer_norm_backward, split_parts
 from jaggedperf.ops.softmax.plan import plan_softmax, plan_softmax_backward
 
 FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
@@ -240,15 +240,26 @@ def test_tile_covers_max_seqlen_and_keeps_to_the_budget():
     assert tile_config(64, 20, LEAN) == tile_config(64, 20) == TileConfig(32, 64, 4)  # below 4096: the same rule
 
 
-def test_each_kernel_plans_with_its_budget():
-    values = torch.randn(300, 64, dtype=torch.float64)
-    offsets = torch.tensor([0, 100, 300])
+def test_each_kernel_plans_with_its_budget_and_few_segments_take_the_wide_tile_or_the_split():
+    # on the CPU the SM count is config.DEFAULT_SM_COUNT (4): 8 segments fill it, 2 do not
+    values = torch.randn(800, 64, dtype=torch.float64)
+    many, few = torch.arange(0, 801, 100), torch.tensor([0, 300, 800])
     launch = lambda planned: planned.launches[0]  # noqa: E731
-    assert launch(plan_layer_norm(values, offsets, 1e-5, max_seqlen=200)).num_warps == 8  # WIDE: 128 × 64
-    for planned in (plan_softmax(values, offsets, max_seqlen=200),
-                    plan_softmax_backward(values, values, offsets, max_seqlen=200),
-                    plan_layer_norm_backward(values, values, offsets, 1e-5, max_seqlen=200)):
+    assert launch(plan_layer_norm(values, many, 1e-5, max_seqlen=100)).num_warps == 8  # WIDE: 128 × 64
+    for planned in (plan_softmax(values, many, max_seqlen=100), plan_softmax_backward(values, values, many, max_seqlen=100),
+                    plan_layer_norm_backward(values, values, many, 1e-5, max_seqlen=100)):
         assert launch(planned).num_warps == 4 and launch(planned).key[1:] == (64, 64)  # LEAN: 64 × 64
+    for planned in (plan_softmax(values, few, max_seqlen=500), plan_softmax_backward(values, values, few, max_seqlen=500)):
+        assert launch(planned).num_warps == 8 and launch(planned).key[1:] == (128, 64)  # 2 programs: WIDE
+    parts = split_parts(2, values.device)
+    assert parts == 8  # ~4 programs an SM over 2 segments
+    assert [step.key[0] for step in plan_layer_norm(values, few, 1e-5, max_seqlen=500).launches] == \
+        ["ln_moments", "ln_parts"]
+    assert [step.key[0] for step in plan_layer_norm_backward(values, values, few, 1e-5, max_seqlen=500).launches] == \
+        ["ln_moments", "ln_backward_sums", "ln_backward_parts"]
+    assert all(step.grid[1] == parts for step in plan_layer_norm(values, few, 1e-5).launches)
+    assert split_parts(4, values.device) == 0 and split_parts(1, torch.device("cpu")) == 16
+    assert plan_layer_norm(values, few, 1e-5, cfg=TileConfig(8, 64, 4)).launches[0].key[0] == "layer_norm"  # forced
 
 
 # --- the operators as PyTorch sees them -------------------------------------------------------

@@ -17,7 +17,8 @@ from jaggedperf.checks import check_offsets
 from jaggedperf.ops.launch.body import fast_eager, run_in_operator
 from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
 from jaggedperf.ops.reduce.api import _inputs, _is_nested
-from jaggedperf.ops.tiles import WIDE, TileBudget, TileConfig, tile_config
+from jaggedperf.ops.config import sm_count
+from jaggedperf.ops.tiles import WIDE, TileBudget, TileConfig, hint_of, tile_config
 
 
 def call(values, offsets, name: str, *, max_seqlen, validate, plan: Callable[..., Plan],
@@ -73,17 +74,37 @@ def plan_rowwise(kernel, name: str, reads: tuple, offsets, params: tuple = (), *
         column_blocks: one program per column block (softmax), else one per segment that loops over them.
         max_seqlen: an upper bound on the lengths (an int, a SymInt) or None: it sizes the tile only.
         cfg: force a tile (tests); None: ``tile_config`` within ``budget``.
-        budget: the kernel's TileBudget (``jaggedperf.ops.tiles``).
+        budget: the kernel's TileBudget (``jaggedperf.ops.tiles``) when its programs fill the GPU; with fewer
+            programs than SMs (B × column blocks, from B's hint: no guard), ``WIDE``.
 
     Returns:
         the Plan: its ``out`` (N, M), filled once its launch has run.
     """
     n_rows, n_cols = reads[0].shape
-    cfg = cfg or tile_config(n_cols, max_seqlen, budget)
+    if cfg is None:
+        cfg = tile_config(n_cols, max_seqlen, budget)
+        if budget is not WIDE and not fills_the_gpu(offsets.shape[0] - 1, -(-int(n_cols) // cfg.block_m)
+                                                    if column_blocks else 1, reads[0].device):
+            # few long programs: the lean tile's 4 warps leave the SMs idle (softmax at 8 × 4000 × 4096 fp32 on
+            # the H200, run 55: 847 µs against the wide tile's 637)
+            cfg = tile_config(n_cols, max_seqlen, WIDE)
     out = torch.empty((n_rows, n_cols), dtype=reads[0].dtype, device=reads[0].device)
     args = (*reads, offsets, out, *params, n_rows, int(n_cols), offsets.shape[0] - 1, cfg.block_l, cfg.block_m)
     grid = (sym_max(offsets.shape[0] - 1, 1), -(-int(n_cols) // cfg.block_m) if column_blocks else 1, 1)
     return Plan(out, (Launch(kernel, grid, args, cfg.num_warps, (out,), (name, cfg.block_l, cfg.block_m)),))
+
+
+def fills_the_gpu(n_segments, col_blocks: int, device: torch.device) -> bool:
+    """Whether one program per (segment, column block) gives at least one program per SM.
+
+    Args:
+        n_segments: B (an int, or a SymInt: its hint, with no guard; a compiled graph keeps its first call's choice,
+            which changes only the speed).
+        col_blocks: column blocks per segment (1 for one program per segment).
+        device: where the kernels run.
+    """
+    hint = hint_of(n_segments)
+    return hint is None or hint * col_blocks >= sm_count(device)
 
 
 def _cached(nt, attribute: str):

@@ -1,7 +1,6 @@
-"""Planning a jagged layer norm (and its backward): the output and the one launch that fills it, one program
-per segment (``kernels``; the shared ``jaggedperf.ops.rowwise.plan_rowwise``); or, for few long segments, the
-split over ``parts`` programs per segment (``plan_layer_norm_parts``: not routed yet, reached through
-``jaggedperf.ops.testing`` until measured on a GPU)."""
+"""Planning a jagged layer norm (and its backward): the output and the launches that fill it, one program per
+segment (``kernels``; the shared ``jaggedperf.ops.rowwise.plan_rowwise``); or, with fewer segments than SMs, the
+split over ``parts`` programs per segment (``plan_layer_norm_parts``, ``split_parts``)."""
 
 from __future__ import annotations
 
@@ -12,40 +11,47 @@ from jaggedperf.ops.layer_norm.kernels import (_layer_norm_backward_kernel, _lay
                                               _layer_norm_backward_sums_kernel, _layer_norm_kernel,
                                               _layer_norm_moments_kernel, _layer_norm_parts_kernel)
 from jaggedperf.ops.rowwise import plan_rowwise
-from jaggedperf.ops.config import next_pow2
+from jaggedperf.ops.config import next_pow2, sm_count
 from jaggedperf.ops.tiles import LEAN, TileConfig, hint_of
 
 
 def plan_layer_norm(values, offsets, eps: float, *, max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
-    """Allocate the output and describe the launch of a jagged layer norm.
+    """Allocate the output and describe the launches of a jagged layer norm: one program per segment, or, with
+    fewer segments than SMs, the split over parts (``split_parts``).
 
     Args:
         values: (N, M) contiguous, fp32/bf16/fp16 (fp64 on the CPU under the interpreter).
         offsets: (B + 1,) contiguous int32/int64 on values' device.
         eps: added to each segment's variance.
         max_seqlen: an upper bound on the lengths (an int, a SymInt) or None: it sizes the tile only.
-        cfg: force a tile (tests); None: ``tile_config``.
+        cfg: force the one-program kernel's tile (tests); None: the production choice.
 
     Returns:
-        the Plan: its ``out`` (N, M) in values' dtype, filled once its launch has run.
+        the Plan: its ``out`` (N, M) in values' dtype, filled once its launches have run.
     """
+    parts = split_parts(offsets.shape[0] - 1, values.device) if cfg is None else 0
+    if parts:
+        return plan_layer_norm_parts(values, offsets, eps, parts=parts, max_seqlen=max_seqlen)
     return plan_rowwise(_layer_norm_kernel, "layer_norm", (values,), offsets, (float(eps),), column_blocks=False,
                         max_seqlen=max_seqlen, cfg=cfg)
 
 
 def plan_layer_norm_backward(values, grad, offsets, eps: float, *, max_seqlen=None,
                              cfg: TileConfig | None = None) -> Plan:
-    """Allocate grad_values and describe the launch of the layer norm's backward.
+    """Allocate grad_values and describe the launches of the layer norm's backward (split as the forward).
 
     Args:
         values: the forward's (N, M) input x, contiguous.
         grad: (N, M) the gradient of the output, contiguous, x's dtype.
         offsets, eps, max_seqlen: as for ``plan_layer_norm``.
-        cfg: force a tile (tests); None: ``tile_config`` within ``tiles.LEAN``.
+        cfg: force the one-program kernel's tile (tests); None: the split or ``tile_config`` within ``tiles.LEAN``.
 
     Returns:
         the Plan: its ``out`` (N, M) grad_values in x's dtype.
     """
+    parts = split_parts(offsets.shape[0] - 1, values.device) if cfg is None else 0
+    if parts:
+        return plan_layer_norm_backward_parts(values, grad, offsets, eps, parts=parts, max_seqlen=max_seqlen)
     return plan_rowwise(_layer_norm_backward_kernel, "layer_norm_backward", (values, grad), offsets, (float(eps),),
                         column_blocks=False, max_seqlen=max_seqlen, cfg=cfg, budget=LEAN)
 
@@ -87,6 +93,32 @@ def plan_layer_norm_backward_parts(values, grad, offsets, eps: float, *, parts: 
                sums),
         launch(_layer_norm_backward_parts_kernel, "ln_backward_parts",
                (values, grad, offsets, ws, sums, out, float(eps)), out)))
+
+
+# Programs per SM the split aims at over the batch, and the most parts a segment takes.
+SPLIT_PROGRAMS_PER_SM = 4
+MAX_PARTS = 64
+
+
+def split_parts(n_segments, device: torch.device) -> int:
+    """Programs per segment for the layer norm's split, or 0 where one program per segment fills the GPU.
+
+    At 8 × 4000 × 4096 fp32 on the H200 (run 55), 64 parts took the forward from 5,361 µs to 512 (Inductor's padded
+    program: 1,908; torch eager: 2,374) and the backward from 11,576 to 912.
+
+    Args:
+        n_segments: B (an int, or a SymInt: its hint, with no guard; a compiled graph keeps its first call's choice,
+            which changes only the speed).
+        device: where the kernels run.
+
+    Returns:
+        0 when B >= the SM count (or B has no hint); else ~SPLIT_PROGRAMS_PER_SM programs per SM over the batch, a
+        power of two, at most MAX_PARTS.
+    """
+    hint, sms = hint_of(n_segments), sm_count(device)
+    if hint is None or hint >= sms:
+        return 0
+    return min(MAX_PARTS, next_pow2(-(-SPLIT_PROGRAMS_PER_SM * sms // max(hint, 1))))
 
 
 def _split(values, offsets, parts: int, max_seqlen, cfg: TileConfig | None):
