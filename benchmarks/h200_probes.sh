@@ -4,27 +4,31 @@
 # against smaller ones (tile_probe.py, #20); then the timed tests (TESTS, default the doctor's and compile bars',
 # #15/#18). TRAINING=1 adds the training probe; FAMILY_ARGS="..." runs family_bench.py too (e.g. the split layer
 # norm at few long sequences: --ops jagged_layer_norm --only B8-M4096-L4000-s0-fixed); TILE_PROBE=0 skips the tile
-# probe; UNTIMED="tests..." runs those untimed GPU tests first.
+# probe, ROWBLOCK=0 the row-block probe; UNTIMED="tests..." runs those untimed GPU tests first (UNTIMED_N workers,
+# UNTIMED_S seconds at most); TESTS_K selects among the timed tests (pytest -k).
 # carry the helion 1.5.0 wheel folder (HELION_WHEELS, default .probe/wheels-helion-old). Everything lands in $OUT/call.tgz (8 files max come back).
 # The wheels (the GPU machine is offline): python3 -m pip download --no-deps -d DIR helion==1.5.0 filecheck==1.0.6
 # (helion 1.5.1 does not import under the machine's torch 2.11). $OUT: the device call's output folder.
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
-t0=$(date +%s); left() { echo $(( 560 - ($(date +%s) - t0) )); }
+t0=$(date +%s); left() { echo $(( ${CALL_S:-560} - ($(date +%s) - t0) )); }
 W="$OUT/w"; mkdir -p "$W"; trap 'tar czf "$OUT/call.tgz" -C "$OUT" w' EXIT
 { uptime; nvidia-smi --query-gpu=name,memory.used,utilization.gpu,clocks.sm --format=csv; } > "$W/load.txt" 2>&1
 python3 -m pip install --no-index --no-deps "${HELION_WHEELS:-.probe/wheels-helion-old}"/*.whl > "$W/helion-install.log" 2>&1
 set +e; source scripts/setup-env.sh test > "$W/setup.log" 2>&1; set +e
 echo "setup at $(( $(date +%s) - t0 )) s"
-timeout -s INT 100 python benchmarks/rowblock_probe.py --classes giant,empty,seed --out "$W/rowblock_probe.json" \
-  > "$W/rowblock.log" 2>&1
-echo "probe rc=$? at $(( $(date +%s) - t0 )) s"; grep -v "^W" "$W/rowblock.log" | tail -30 | cut -c1-220
+if [ "${ROWBLOCK:-1}" = 1 ]; then
+  timeout -s INT 100 python benchmarks/rowblock_probe.py --classes giant,empty,seed --out "$W/rowblock_probe.json" \
+    > "$W/rowblock.log" 2>&1
+  echo "probe rc=$? at $(( $(date +%s) - t0 )) s"; grep -v "^W" "$W/rowblock.log" | tail -30 | cut -c1-220
+fi
 if [ "${TILE_PROBE:-1}" = 1 ]; then
   timeout -s INT 170 python benchmarks/tile_probe.py --out "$W/tile_probe.json" > "$W/tile.log" 2>&1
   echo "tiles rc=$? at $(( $(date +%s) - t0 )) s"; grep "^|" "$W/tile.log" | cut -c1-260
 fi
 if [ -n "${UNTIMED:-}" ]; then  # untimed GPU tests to run first, e.g. one new test
-  timeout -s INT 120 python -m pytest -q -m gpu -p no:cacheprovider -rfE $UNTIMED --junitxml="$W/untimed.xml" > "$W/untimed.log" 2>&1
+  timeout -s INT "${UNTIMED_S:-120}" python -m pytest -q -m gpu -n "${UNTIMED_N:-0}" -p no:cacheprovider -rfE $UNTIMED \
+    --junitxml="$W/untimed.xml" > "$W/untimed.log" 2>&1
   echo "untimed rc=$? at $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$W/untimed.log" | tail -5 | cut -c1-300
 fi
 if [ -n "${FAMILY_ARGS:-}" ]; then
@@ -33,7 +37,7 @@ if [ -n "${FAMILY_ARGS:-}" ]; then
 fi
 TESTS=${TESTS:-"tests/gpu/test_doctor_gpu.py tests/gpu/test_compile_bars_gpu.py"}
 JAGGEDPERF_TIMED_TESTS=only timeout -s INT $(( $(left) - 40 )) python -m pytest -q -m gpu -p no:cacheprovider -rfExX \
-  $TESTS --junitxml="$W/timed.xml" > "$W/timed.log" 2>&1
+  $TESTS -k "${TESTS_K:-not nothing_deselected}" --junitxml="$W/timed.xml" > "$W/timed.log" 2>&1
 echo "timed rc=$? at $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR|XPASS)|passed|failed" "$W/timed.log" | tail -25 | cut -c1-300
 if [ -n "${TRAINING:-}" ]; then
   timeout -s INT 90 python benchmarks/training_probe.py --out "$W/training" > "$W/training.log" 2>&1
