@@ -20,7 +20,7 @@ import jaggedperf  # noqa: E402
 from jaggedperf.inputs import Case, make_batch  # noqa: E402
 from jaggedperf.ops import launch, testing  # noqa: E402
 from jaggedperf.ops.launch import native as native_launch  # noqa: E402
-from jaggedperf.ops.launch.layout import GridKind  # noqa: E402
+from jaggedperf.ops.launch.layout import FEW_SEGMENTS, GridKind  # noqa: E402
 from jaggedperf.ops.reduce import plan  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -97,13 +97,18 @@ def test_chunked_kernels_without_max_seqlen_served_and_equal(case, dtype):
 
 
 def test_one_chunked_plan_serves_new_lengths_and_batch_sizes_from_their_first_call():
+    # without max_seqlen the key has neither B nor N, only which side of FEW_SEGMENTS B is on (the wide combine's
+    # kernels): one plan per side, each registered by the first call on its side
     first = make_batch(Case(600, 96, 120, 0.2), "cuda")
-    jaggedperf.jagged_mean(first.values, first.offsets)  # registers the plan (the Python path)
-    for case in (Case(900, 96, 40, 0.5), Case(3, 96, 7000, 0.0, "heavy"), Case(20000, 96, 10, 0.9)):
+    jaggedperf.jagged_mean(first.values, first.offsets)  # registers the many-segments plan (the Python path)
+    few = make_batch(Case(3, 96, 7000, 0.0, "heavy"), "cuda")
+    jaggedperf.jagged_mean(few.values, few.offsets)  # registers the few-segments plan
+    for case in (Case(900, 96, 40, 0.5), Case(FEW_SEGMENTS, 96, 2000, 0.0, "heavy"), Case(20000, 96, 10, 0.9),
+                 Case(1, 96, 50_000, 0.0, "fixed")):
         batch = make_batch(case, "cuda")
         before = _served()
         out = jaggedperf.jagged_mean(batch.values, batch.offsets)
-        assert _served() == before + 1  # no Python path first: the key has neither B nor N
+        assert _served() == before + 1, case  # no Python path first
         check(out, batch.values, batch.offsets, mean=True)
         assert _bitwise(out, _python_path(batch.values, batch.offsets, None))
 
