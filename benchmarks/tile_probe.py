@@ -8,8 +8,10 @@ reads segments of 2049-8192 elements twice instead of once, so it can win only w
 an SM is the loss. Each tile's output is checked first: the forward against float64 (``spec.reference``), the
 backward against the production tile's backward (same kernel, another tile: fp32 rounding apart).
 
-Tiles: ``production`` (``tile_config``) and ELEMENTS/WARPS candidates (``--tiles``), BLOCK_M = next_pow2(M) up to
-256, BLOCK_L = ELEMENTS // BLOCK_M capped at next_pow2(max_seqlen), as ``tile_config`` does.
+Tiles: ``production`` (the plan's own choice: each kernel's budget, ``tiles.WIDE`` or ``tiles.LEAN``; at fewer
+segments than SMs the layer norm's split, whose tile is ``parts_tile``'s) and ELEMENTS/WARPS candidates (``--tiles``)
+for the one-program kernels, BLOCK_M = next_pow2(M) up to 256, BLOCK_L = ELEMENTS // BLOCK_M capped at
+next_pow2(max_seqlen), as ``tile_config`` does. Run 54 measured it when every kernel's production tile was 8192 / 8.
 
 Run:  PYTHONPATH=src python3 benchmarks/tile_probe.py --out $OUT/tile_probe.json        (~1-2 minutes on an H200)
 Writes the JSON (every sample's median/p20/p80) and prints one Markdown table.
