@@ -8,6 +8,9 @@
 set -u
 cd "$(dirname "$0")/.."
 W="${W:-$OUT/w}"; mkdir -p "$W/stability"
+if ! python -c "import jaggedperf" 2>/dev/null; then  # alone in a call: the README's set-up first (offline reuse)
+  set +e; source scripts/setup-env.sh test > "$W/stability/setup.log" 2>&1; set +e
+fi
 GRID=(--preset seed --impls sum_padded segment_reduce jaggedperf
       --modes eager compile:max-autotune-no-cudagraphs graph)
 for run in a b; do
