@@ -5,7 +5,7 @@
 # time (compare's host-speed rule, session 11). Grid: sum_padded, segment_reduce, jaggedperf × eager, the seed's
 # compiled mode, graph × both seed shapes (the grid of run 50, which failed on wall time before the rule).
 # Everything lands in $OUT/call.tgz beside the other scripts' files (8 files max come back): W=$OUT/w.
-set -u
+# STABILITY_ARGS replaces the grid (a CPU smoke test of the script: --device cpu and a tiny case).
 cd "$(dirname "$0")/.."
 W="${W:-$OUT/w}"; mkdir -p "$W/stability"
 if ! python -c "import jaggedperf" 2>/dev/null; then  # alone in a call: the README's set-up first (offline reuse)
@@ -13,6 +13,7 @@ if ! python -c "import jaggedperf" 2>/dev/null; then  # alone in a call: the REA
 fi
 GRID=(--preset seed --impls sum_padded segment_reduce jaggedperf
       --modes eager compile:max-autotune-no-cudagraphs graph)
+[ -n "${STABILITY_ARGS:-}" ] && read -r -a GRID <<< "$STABILITY_ARGS"
 for run in a b; do
   python -m jaggedperf run "${GRID[@]}" --json "$W/stability/$run.json" > "$W/stability/$run.txt" 2>&1
   echo "stability run $run rc=$?"
