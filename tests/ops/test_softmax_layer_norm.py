@@ -251,14 +251,18 @@ def test_each_kernel_plans_with_its_budget_and_few_segments_take_the_wide_tile_o
         assert launch(planned).num_warps == 4 and launch(planned).key[1:] == (64, 64)  # LEAN: 64 × 64
     for planned in (plan_softmax(values, few, max_seqlen=500), plan_softmax_backward(values, values, few, max_seqlen=500)):
         assert launch(planned).num_warps == 8 and launch(planned).key[1:] == (128, 64)  # 2 programs: WIDE
-    parts = split_parts(2, values.device)
-    assert parts == 8  # ~4 programs an SM over 2 segments
+    parts = split_parts(values, few, 500)
+    assert parts == 4  # 400 rows a sequence on average, 12 tiles of 32 rows: at most 6 parts, a power of two
     assert [step.key[0] for step in plan_layer_norm(values, few, 1e-5, max_seqlen=500).launches] == \
         ["ln_moments", "ln_parts"]
     assert [step.key[0] for step in plan_layer_norm_backward(values, values, few, 1e-5, max_seqlen=500).launches] == \
         ["ln_moments", "ln_backward_sums", "ln_backward_parts"]
-    assert all(step.grid[1] == parts for step in plan_layer_norm(values, few, 1e-5).launches)
-    assert split_parts(4, values.device) == 0 and split_parts(1, torch.device("cpu")) == 16
+    assert all(step.grid[1] == parts for step in plan_layer_norm(values, few, 1e-5, max_seqlen=500).launches)
+    assert split_parts(values, torch.tensor([0, 100, 300, 500, 800])) == 0  # 4 segments fill the 4 "SMs"
+    assert split_parts(values, torch.tensor([0, 800])) == 8  # ~4 programs an SM would be 16; 25 tiles allow 8
+    short = torch.randn(40, 64, dtype=torch.float64)
+    assert split_parts(short, torch.tensor([0, 10, 40])) == 0  # sequences shorter than two tiles: one program each
+    assert plan_layer_norm(short, torch.tensor([0, 10, 40]), 1e-5).launches[0].key[0] == "layer_norm"
     assert plan_layer_norm(values, few, 1e-5, cfg=TileConfig(8, 64, 4)).launches[0].key[0] == "layer_norm"  # forced
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 PATHS = ("softmax", "softmax_backward", "layer_norm", "layer_norm_backward")
-SPLIT_PATHS = ("layer_norm_parts", "layer_norm_backward_parts")  # several launches each (not routed yet)
+SPLIT_PATHS = ("layer_norm_parts", "layer_norm_backward_parts")  # several launches each (routed below the SM count)
 TILES = {"one-tile": (64, 8), "loop": (4, 4)}  # (BLOCK_L, BLOCK_M): rows of <= 64 fit; 4 × 4 loops over M = 8
 
 

@@ -40,7 +40,7 @@ __all__ = [
     "segments_config", "set_override", "sm_count",
     # launch tiers: pin one (the native path stands aside meanwhile), run a plan through them, their state
     "TIERS", "eager_key", "force_tier", "launch_all", "launch_path",
-    # forced plans, launched through the JIT (the interpreter's path); the layer norm's split (not routed yet)
+    # forced plans, launched through the JIT (the interpreter's path); the layer norm's split at a forced part count
     "Launch", "Plan", "launch_expand", "launch_reduce", "plan_expand", "plan_reduce", "plan_rowblock", "run_direct",
     "plan_layer_norm_backward_parts", "plan_layer_norm_parts",
     # the row-wise families' plans at a forced tile (``cfg=TileConfig(...)``; None: ``tile_config``)

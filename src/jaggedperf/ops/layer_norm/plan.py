@@ -29,7 +29,7 @@ def plan_layer_norm(values, offsets, eps: float, *, max_seqlen=None, cfg: TileCo
     Returns:
         the Plan: its ``out`` (N, M) in values' dtype, filled once its launches have run.
     """
-    parts = split_parts(offsets.shape[0] - 1, values.device) if cfg is None else 0
+    parts = split_parts(values, offsets, max_seqlen) if cfg is None else 0
     if parts:
         return plan_layer_norm_parts(values, offsets, eps, parts=parts, max_seqlen=max_seqlen)
     return plan_rowwise(_layer_norm_kernel, "layer_norm", (values,), offsets, (float(eps),), column_blocks=False,
@@ -49,7 +49,7 @@ def plan_layer_norm_backward(values, grad, offsets, eps: float, *, max_seqlen=No
     Returns:
         the Plan: its ``out`` (N, M) grad_values in x's dtype.
     """
-    parts = split_parts(offsets.shape[0] - 1, values.device) if cfg is None else 0
+    parts = split_parts(values, offsets, max_seqlen) if cfg is None else 0
     if parts:
         return plan_layer_norm_backward_parts(values, grad, offsets, eps, parts=parts, max_seqlen=max_seqlen)
     return plan_rowwise(_layer_norm_backward_kernel, "layer_norm_backward", (values, grad), offsets, (float(eps),),
@@ -100,25 +100,32 @@ SPLIT_PROGRAMS_PER_SM = 4
 MAX_PARTS = 64
 
 
-def split_parts(n_segments, device: torch.device) -> int:
-    """Programs per segment for the layer norm's split, or 0 where one program per segment fills the GPU.
+def split_parts(values, offsets, max_seqlen=None) -> int:
+    """Programs per segment for the layer norm's split, or 0 where one program per segment is the better plan.
 
     At 8 × 4000 × 4096 fp32 on the H200 (run 55), 64 parts took the forward from 5,361 µs to 512 (Inductor's padded
-    program: 1,908; torch eager: 2,374) and the backward from 11,576 to 912.
+    program: 1,908; torch eager: 2,374) and the backward from 11,576 to 912. Every part reads at least two of its
+    tiles' rows on average: a split of short sequences would add launches and empty programs for nothing.
 
     Args:
-        n_segments: B (an int, or a SymInt: its hint, with no guard; a compiled graph keeps its first call's choice,
-            which changes only the speed).
-        device: where the kernels run.
+        values: (N, M), offsets: (B + 1,): their sizes only (ints, or SymInts: their hints, with no guard; a compiled
+            graph keeps its first call's choice, which changes only the speed).
+        max_seqlen: as for ``plan_layer_norm`` (it sizes the split's tile).
 
     Returns:
-        0 when B >= the SM count (or B has no hint); else ~SPLIT_PROGRAMS_PER_SM programs per SM over the batch, a
-        power of two, at most MAX_PARTS.
+        0 when B >= the SM count, B or N has no hint, or the sequences average fewer than two of the split's tiles;
+        else ~SPLIT_PROGRAMS_PER_SM programs per SM over the batch, a power of two, at most MAX_PARTS and at most
+        half the tiles of an average sequence.
     """
-    hint, sms = hint_of(n_segments), sm_count(device)
-    if hint is None or hint >= sms:
+    n_segments, n_rows = hint_of(offsets.shape[0] - 1), hint_of(values.shape[0])
+    sms = sm_count(values.device)
+    if n_segments is None or n_rows is None or n_segments >= sms:
         return 0
-    return min(MAX_PARTS, next_pow2(-(-SPLIT_PROGRAMS_PER_SM * sms // max(hint, 1))))
+    tiles = n_rows // max(n_segments, 1) // parts_tile(values.shape[1], max_seqlen).block_l  # per average sequence
+    if tiles < 2:
+        return 0
+    wanted = min(MAX_PARTS, next_pow2(-(-SPLIT_PROGRAMS_PER_SM * sms // max(n_segments, 1))))
+    return min(wanted, 1 << ((tiles // 2).bit_length() - 1))  # the largest power of two <= tiles / 2
 
 
 def _split(values, offsets, parts: int, max_seqlen, cfg: TileConfig | None):
