@@ -12,7 +12,7 @@ from jaggedperf.ops.layer_norm.kernels import (_layer_norm_backward_kernel, _lay
                                               _layer_norm_moments_kernel, _layer_norm_parts_kernel)
 from jaggedperf.ops.rowwise import plan_rowwise
 from jaggedperf.ops.config import next_pow2, sm_count
-from jaggedperf.ops.tiles import LEAN, TileConfig, hint_of
+from jaggedperf.ops.tiles import LEAN, MAX_BLOCK_M, WIDE, TileConfig, hint_of
 
 
 def plan_layer_norm(values, offsets, eps: float, *, max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
@@ -32,8 +32,14 @@ def plan_layer_norm(values, offsets, eps: float, *, max_seqlen=None, cfg: TileCo
     parts = split_parts(values, offsets, max_seqlen) if cfg is None else 0
     if parts:
         return plan_layer_norm_parts(values, offsets, eps, parts=parts, max_seqlen=max_seqlen)
+    # The wide tile, but for rows narrower than a full column block when max_seqlen is unknown: unsized, the wide tile
+    # is 128 rows at M = 64 whatever the lengths, 670 µs at 65536 × ≤ 64 × 64 on the H200 (runs 52, 55) where the
+    # lean tile's launch (the same as with max_seqlen = 64) took 432 (run 54); at M = 256 both tiles loop, and the
+    # lean one was 4% slower at 1024 × 256 (run 54).
+    unsized_narrow = hint_of(max_seqlen) is None and next_pow2(int(values.shape[1])) < MAX_BLOCK_M
+    budget = LEAN if unsized_narrow else WIDE
     return plan_rowwise(_layer_norm_kernel, "layer_norm", (values,), offsets, (float(eps),), column_blocks=False,
-                        max_seqlen=max_seqlen, cfg=cfg)
+                        max_seqlen=max_seqlen, cfg=cfg, budget=budget)
 
 
 def plan_layer_norm_backward(values, grad, offsets, eps: float, *, max_seqlen=None,
