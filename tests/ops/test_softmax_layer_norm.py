@@ -247,10 +247,13 @@ def test_each_kernel_plans_with_its_budget_and_few_segments_take_the_wide_tile_o
     launch = lambda planned: planned.launches[0]  # noqa: E731
     assert launch(plan_layer_norm(values, many, 1e-5, max_seqlen=100)).num_warps == 8  # WIDE: 128 × 64
     assert launch(plan_layer_norm(values, many, 1e-5)).key[1:] == (64, 64)  # no max_seqlen, M < 256: LEAN, 64 × 64
+    # the backward: the wide tile only where it alone holds the longest sequence (65-128 rows at M = 64)
+    for longest, rows in ((64, 64), (100, 128), (128, 128), (129, 64), (None, 64)):
+        assert launch(plan_layer_norm_backward(values, values, many, 1e-5, max_seqlen=longest)).key[1] == rows, longest
     wide_rows = torch.randn(800, 300, dtype=torch.float64)
     assert launch(plan_layer_norm(wide_rows, many, 1e-5)).key[1:] == (32, 256)  # M >= 256: WIDE, 32 × 256
     for planned in (plan_softmax(values, many, max_seqlen=100), plan_softmax_backward(values, values, many, max_seqlen=100),
-                    plan_layer_norm_backward(values, values, many, 1e-5, max_seqlen=100)):
+                    plan_layer_norm_backward(values, values, many, 1e-5, max_seqlen=500)):
         assert launch(planned).num_warps == 4 and launch(planned).key[1:] == (64, 64)  # LEAN: 64 × 64
     for planned in (plan_softmax(values, few, max_seqlen=500), plan_softmax_backward(values, values, few, max_seqlen=500)):
         assert launch(planned).num_warps == 8 and launch(planned).key[1:] == (128, 64)  # 2 programs: WIDE

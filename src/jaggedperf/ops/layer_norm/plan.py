@@ -12,7 +12,7 @@ from jaggedperf.ops.layer_norm.kernels import (_layer_norm_backward_kernel, _lay
                                               _layer_norm_moments_kernel, _layer_norm_parts_kernel)
 from jaggedperf.ops.rowwise import plan_rowwise
 from jaggedperf.ops.config import next_pow2, sm_count
-from jaggedperf.ops.tiles import LEAN, MAX_BLOCK_M, WIDE, TileConfig, hint_of
+from jaggedperf.ops.tiles import LEAN, MAX_BLOCK_M, WIDE, TileConfig, hint_of, tile_config
 
 
 def plan_layer_norm(values, offsets, eps: float, *, max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
@@ -50,7 +50,8 @@ def plan_layer_norm_backward(values, grad, offsets, eps: float, *, max_seqlen=No
         values: the forward's (N, M) input x, contiguous.
         grad: (N, M) the gradient of the output, contiguous, x's dtype.
         offsets, eps, max_seqlen: as for ``plan_layer_norm``.
-        cfg: force the one-program kernel's tile (tests); None: the split or ``tile_config`` within ``tiles.LEAN``.
+        cfg: force the one-program kernel's tile (tests); None: the split, or the lean tile but where only the wide
+            one holds a whole sequence.
 
     Returns:
         the Plan: its ``out`` (N, M) grad_values in x's dtype.
@@ -58,8 +59,15 @@ def plan_layer_norm_backward(values, grad, offsets, eps: float, *, max_seqlen=No
     parts = split_parts(values, offsets, max_seqlen) if cfg is None else 0
     if parts:
         return plan_layer_norm_backward_parts(values, grad, offsets, eps, parts=parts, max_seqlen=max_seqlen)
+    # The lean tile, but the wide one where it alone holds the longest sequence (one pass instead of a loop): on the
+    # H200 (run 54) the wide tile won at the first seed shape (21.4 / 12.8 µs fp32 / bf16, lean 24.3 / 14.9), the lean
+    # one where both tiles hold the sequences (65536 × ≤ 64: 674 µs, wide 836) or neither does (the second seed shape
+    # 35.9 / 24.5 against 40.5 / 28.0; 1024 × 256: 911 against 1126).
+    longest = hint_of(max_seqlen)
+    wide_only = longest is not None and (tile_config(values.shape[1], None, LEAN).block_l < longest
+                                         <= tile_config(values.shape[1], None, WIDE).block_l)
     return plan_rowwise(_layer_norm_backward_kernel, "layer_norm_backward", (values, grad), offsets, (float(eps),),
-                        column_blocks=False, max_seqlen=max_seqlen, cfg=cfg, budget=LEAN)
+                        column_blocks=False, max_seqlen=max_seqlen, cfg=cfg, budget=WIDE if wide_only else LEAN)
 
 
 def plan_layer_norm_parts(values, offsets, eps: float, *, parts: int, max_seqlen=None,
