@@ -20,6 +20,7 @@ from jaggedperf.ops.config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMEN
                                    reduce_config, segments_config, sm_count)
 from jaggedperf.ops.launch.layout import FEW_SEGMENTS, GridKind, Source
 from jaggedperf.ops.launch.plan import Launch, NativeKernel, Plan, chunking, sym_max
+from jaggedperf.ops.tiles import hint_of
 from jaggedperf.ops.reduce.kernels import (_combine_kernel, _expand_kernel, _reduce_kernel, _segments_expand_kernel,
                                           _segments_kernel, _segments_loop_kernel)
 
@@ -69,7 +70,7 @@ def few_segments(n_segments) -> bool:
         n_segments: B (an int, or a SymInt: its hint, with no guard; a compiled graph keeps its first call's choice,
             which changes only the speed).
     """
-    hint = _hint(n_segments)
+    hint = hint_of(n_segments)
     return hint is not None and hint <= FEW_SEGMENTS
 
 
@@ -137,21 +138,13 @@ def _segments_for(n_cols, max_seqlen, n_segments, device) -> SegmentsConfig | No
     max_seqlen runs the same config (correct, maybe a larger tile than it needs); nothing about B or N
     ever recompiles.
     """
-    seqlen_hint, segments_hint = _hint(max_seqlen), _hint(n_segments)
+    seqlen_hint, segments_hint = hint_of(max_seqlen), hint_of(n_segments)
     if seqlen_hint is None or segments_hint is None:
         return None
     cfg = segments_config(n_cols, seqlen_hint, segments_hint, device)
     if cfg is not None and not (max_seqlen <= cfg.block_l * SEGMENT_TILES):  # the guard (True for the hint)
         return None
     return cfg
-
-
-def _hint(n):
-    # a host int's value, or a SymInt's example value without installing a guard (None when it has none)
-    if type(n) is int:
-        return n
-    hint = getattr(getattr(n, "node", None), "hint", None)
-    return int(hint) if hint is not None else None
 
 
 def plan_expand(grad, offsets, n_rows, *, mean: bool, max_seqlen=None) -> Plan:
@@ -226,7 +219,7 @@ def _expand_tiles(cfg: SegmentsConfig, max_seqlen):
     # whole 128-row tiles gains nothing). Decided on max_seqlen's
     # value (a SymInt's hint: no guard); the last program writes whatever lies past the others, so any
     # max_seqlen is correct.
-    hint = None if max_seqlen is None else _hint(max_seqlen)
+    hint = None if max_seqlen is None else hint_of(max_seqlen)
     if cfg.group != 1 or hint is None or hint <= cfg.block_l:
         return 1, cfg
     split = dataclasses.replace(cfg, block_l=EXPAND_SPLIT_ROWS, num_warps=EXPAND_SPLIT_WARPS)
