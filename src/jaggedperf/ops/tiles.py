@@ -42,8 +42,9 @@ class TileBudget:
     full_warps: int  # warps for a tile of >= 4096 elements; smaller tiles take 4 (>= 1024) or 2
 
 
-# The layer norm's forward: 8192 elements (the whole-segments reduce's budget, config.SEGMENT_TILE_ELEMENTS) at 8
-# warps. Its one-tile sequences are read once; 4096 elements at 4 warps was 4-6% slower on the ≥ 64 MB shapes.
+# 8192 elements (the whole-segments reduce's budget, config.SEGMENT_TILE_ELEMENTS) at 8 warps: the layer norm's
+# forward (4096 elements at 4 warps was 4-6% slower on its ≥ 64 MB shapes), and any kernel whose programs are fewer
+# than the SMs (rowwise.plan_rowwise) or whose longest sequence only this tile holds whole (the layer norm's backward).
 WIDE = TileBudget(8192, 8)
 # Softmax (both ways) and the layer norm's backward: 4096 elements at 4 warps. At 8192 / 8 warps they take 115-255
 # registers a thread for sm_90 (one or two programs an SM); on the H200 (run 54, benchmarks/tile_probe.py) this
