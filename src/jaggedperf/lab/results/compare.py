@@ -19,7 +19,10 @@ it is never a regression nor an improvement. Wall time also needs the host to ha
 each cell records a fixed host-only call's time before and after it (``timing.host_speed_us``); when the two
 runs' figures differ by more than ``HOST_SPEED_REL`` (or one side's moved that much during the cell), a wall
 change (regression or improvement) is shown but not counted (``CellComparison.note`` says why): the verdict
-is the device time's, or ``unstable`` without it. On the shared H200 host two back-to-back runs' host-bound
+is the device time's, or ``unstable`` without it. Under that limit the host's speed still moves a host-bound
+wall: the part of the call that is host work (``1 − device / wall``, all of it without device time) is
+expected to scale with the probes, so a wall change whose ratio, divided by that expected ratio, no longer
+passes the rule above is not counted either (the note gives both ratios). On the shared H200 host two back-to-back runs' host-bound
 walls differed by up to 50% while every cell's own samples agreed and the device times agreed within 2%
 (``benchmarks/NOTES.md``). A cell ok in A but wrong or failing in B is ``broken`` (counted with the
 regressions); the reverse is ``fixed``. Cells in only one run are listed apart.
@@ -266,7 +269,7 @@ def _cell(ra: Result, rb: Result, k: float, min_rel: float, confidence: float, g
                              (da.p80_us - da.p20_us) / SIGMAS_IN_P20_P80, (db.p80_us - db.p20_us) / SIGMAS_IN_P20_P80,
                              k, min_rel, confidence)
         # only a wall *change* needs the host to have run at the same speed: "same" stays same
-        note = host_speed_change(ra, rb) if wall is not None and wall.verdict != SAME else None
+        note = host_speed_change(ra, rb, wall, min_rel) if wall is not None and wall.verdict != SAME else None
         counted = (device,) if note else (wall, device)
         verdicts = {c.verdict for c in counted if c is not None}
         if UNSTABLE in (ra.status, rb.status) or note and device is None:
@@ -289,16 +292,20 @@ def _cell(ra: Result, rb: Result, k: float, min_rel: float, confidence: float, g
                           note)
 
 
-def host_speed_change(ra: Result, rb: Result, rel: float = HOST_SPEED_REL) -> str | None:
+def host_speed_change(ra: Result, rb: Result, wall: Change | None = None, min_rel: float = MIN_REL,
+                      rel: float = HOST_SPEED_REL) -> str | None:
     """Why two cells' walls cannot be compared (the host ran at another speed), or None.
 
     Args:
         ra, rb: the cells, each with ``extra["host_speed_us"]`` (before, after) where it was recorded.
+        wall: the cells' wall change; with it, probes within ``rel`` are also asked whether they explain it.
+        min_rel: the minimum effect the change is judged with.
         rel: how far apart the probes may be.
 
     Returns:
-        ``host speed 2.10 → 2.61 µs a probe call (1.24×)`` (or ``… moved during A's cell``), or None when the
-        probes agree or a side has none (results written before they were recorded).
+        ``host speed 2.10 → 2.61 µs a probe call (1.24×)`` (or ``… moved during A's cell``), or ``wall 0.94×
+        follows the host's speed 0.92× (host work 90% of the call: 0.93× expected)``, or None when the probes
+        agree and explain no wall change, or a side has none (results written before they were recorded).
     """
     speeds = [r.extra.get("host_speed_us") for r in (ra, rb)]
     if any(not s or len(s) != 2 or min(s) <= 0 for s in speeds):
@@ -309,4 +316,22 @@ def host_speed_change(ra: Result, rb: Result, rel: float = HOST_SPEED_REL) -> st
     sa, sb = (sum(s) / 2 for s in speeds)
     if max(sa, sb) / min(sa, sb) > 1 + rel:
         return f"host speed {sa:.2f} → {sb:.2f} µs a probe call ({sb / sa:.2f}×)"
-    return None
+    if wall is None or wall.verdict == SAME or not wall.a > 0:
+        return None
+    share = sum(_host_share(r) for r in (ra, rb)) / 2
+    expected = 1 + share * (sb / sa - 1)
+    ratio, low, high = wall.b / wall.a, wall.low, wall.high
+    low, high = (ratio, ratio) if low is None or high is None else (low, high)
+    adjusted, low, high = ratio / expected, low / expected, high / expected
+    if (low > 1 and adjusted > 1 + min_rel) or (high < 1 and adjusted < 1 - min_rel):
+        return None  # a change beyond what the host's speed explains: it counts
+    return (f"wall {ratio:.2f}× follows the host's speed {sb / sa:.2f}× (host work {share:.0%} of the call: "
+            f"{expected:.2f}× expected)")
+
+
+def _host_share(r: Result) -> float:
+    """The part of ``r``'s wall that is host work: 1 − device / wall, or 1 without device time (a CPU run, whose
+    kernels run on the host)."""
+    if r.wall is None or r.device_time is None or not r.wall.median_ms > 0:
+        return 1.0
+    return min(1.0, max(0.0, 1 - r.device_time.median_us / (r.wall.median_ms * 1e3)))
