@@ -385,3 +385,16 @@ def test_batch_of_zero_and_all_empty_sequences_give_empty_results(family):
         values, offsets = make(lengths, 5, BF16, torch.int32)
         out = PUBLIC[family](values, offsets, validate=True)
         assert out.shape == (0, 5) and out.dtype == BF16
+@needs_interpreter
+@pytest.mark.parametrize("trend", ["rising", "falling"])
+def test_softmax_looping_pass_rescales_as_the_max_moves_between_tiles(trend):
+    # a 37-row sequence in 4-row tiles whose values climb (or fall) by 50 a row: each tile element's running max
+    # changes at every tile (rising) or never after the first (falling), and its sum is rescaled by up to e^-200;
+    # a column of -inf in the first tiles then finite values, and a finite first row then -inf, in the same segment
+    values, offsets = make([37, 5], 3, FP32, seed=3)
+    ramp = torch.arange(37, dtype=torch.float32) * 50.0
+    values[:37, 0] += ramp if trend == "rising" else -ramp
+    values[:20, 1] = float("-inf")
+    values[1:37, 2] = float("-inf")
+    expected = torch.cat([torch.softmax(values[:37].double(), 0), torch.softmax(values[37:].double(), 0)])
+    assert_close(run_forward("softmax", values, offsets, cfg=TileConfig(4, 4, 1)), expected, FP32)

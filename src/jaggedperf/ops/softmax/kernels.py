@@ -8,10 +8,13 @@ Design: one program per (segment, column block); grid = (max(B, 1), cdiv(M, BLOC
 
 - A segment of at most BLOCK_L rows is one tile: loaded once, its per-column max subtracted, exponentiated,
   summed and written from registers (reads N·M·s once, writes N·M·s).
-- A longer one loops over row tiles twice: an online pass keeps each column's running max and the sum of
-  exp(x − max) rescaled whenever the max grows, then a pass writes exp(x − max) / sum. A column of −inf has
-  max −inf: its running max is taken as 0 so that its exponentials are 0 (not NaN) while a later tile may
-  still bring a finite value; a column that stays all −inf gives 0/0 = NaN, as torch.softmax does.
+- A longer one loops over row tiles twice: an online pass keeps, per element of the tile, the running max of
+  the rows it has seen and the sum of exp(x − max) rescaled whenever that max grows (elementwise: no reduction
+  across the tile's rows inside the loop, so the loads of one tile do not wait on the last one's reductions);
+  the tile's rows are merged into each column's max and sum once, after the loop; then a pass writes
+  exp(x − max) / sum. A running max of −inf is taken as 0 where it is subtracted, so that exponentials of −inf
+  are 0 (not NaN) while a later tile may still bring a finite value; a column that stays all −inf gives 0/0 =
+  NaN, as torch.softmax does.
 - The backward (``dx = y · (g − Σ_rows g·y)``) has the same two shapes: one tile, or a pass summing g·y into a
   tile-shaped fp32 accumulator (fixed order: deterministic, no atomics) then a pass writing.
 - Rows are addressed in int64; the segment's offsets are clamped into [0, N) (``tiles.rows_of``), so bad
@@ -50,16 +53,20 @@ def _softmax_kernel(
         out_ptrs, mask = tile(out_ptr, start, end, c, n_cols, BLOCK_L, BLOCK_M)
         tl.store(out_ptrs, (p / tl.sum(p, axis=0)[None, :]).to(out_ptr.dtype.element_ty), mask=mask)
     else:
-        m = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max per column
-        s = tl.zeros([BLOCK_M], dtype=tl.float32)  # running Σ exp(x − safe max)
+        # per tile element: the running max of the rows it has seen, and Σ exp(x − that max) (fp32 registers,
+        # 2 × BLOCK_L × BLOCK_M); a masked element loads −inf and adds exp(−inf) = 0
+        m_acc = tl.full([BLOCK_L, BLOCK_M], float("-inf"), tl.float32)
+        s_acc = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
         for r in range(start, end, BLOCK_L):
             ptrs, mask = tile(values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
             x = tl.load(ptrs, mask=mask, other=float("-inf")).to(tl.float32)
-            new_m = tl.maximum(m, tl.max(x, axis=0))
-            safe = tl.where(new_m == float("-inf"), 0.0, new_m)
-            scale = tl.where(m == float("-inf"), 0.0, tl.exp(m - safe))  # s is 0 while m is -inf
-            s = s * scale + tl.sum(tl.where(mask, tl.exp(x - safe[None, :]), 0.0), axis=0)
-            m = new_m
+            new_m = tl.maximum(m_acc, x)
+            safe = tl.where(new_m == float("-inf"), 0.0, new_m)  # s_acc is 0 while its max is -inf
+            s_acc = s_acc * tl.exp(m_acc - safe) + tl.exp(x - safe)
+            m_acc = new_m
+        m = tl.max(m_acc, axis=0)  # each column's max, then its Σ exp(x − max), merged over the tile's rows
+        safe = tl.where(m == float("-inf"), 0.0, m)
+        s = tl.sum(s_acc * tl.exp(m_acc - safe[None, :]), axis=0)
         for r in range(start, end, BLOCK_L):
             ptrs, mask = tile(values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
             x = tl.load(ptrs, mask=mask, other=float("-inf")).to(tl.float32)
