@@ -9,9 +9,9 @@ few long segments, the split kernels at the end run PARTS programs per segment (
 
 - A segment whose rows fit one tile (length <= BLOCK_L and M <= BLOCK_M) is loaded once: mean, then the
   variance as the mean squared deviation from it (two passes over registers), then written.
-- A longer one: a statistics pass over every tile (each tile's own mean and sum of squared deviations,
-  merged into the running ones by Chan's formula: a Welford variance, never E[x²] − E[x]²), then a pass
-  that writes (x − mean) · rstd. Reads N·M·s twice, writes N·M·s.
+- A longer one: a statistics pass over every tile (a Welford update per tile element, the elements merged
+  once at the end by Chan's parallel formula: never E[x²] − E[x]²), then a pass that writes (x − mean) · rstd.
+  Reads N·M·s twice, writes N·M·s.
 - The backward, dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) with x̂ = (x − mean) · rstd, recomputes the
   statistics from x (B floats were not worth a second output) and, on a segment longer than a tile, sums g
   and g · x̂ in tile-shaped fp32 accumulators (fixed order: deterministic, no atomics) before writing.
@@ -27,20 +27,34 @@ from jaggedperf.ops.tiles import rows_of, tile
 
 @triton.jit
 def _moments(values_ptr, start, end, n_cols, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
-    # count, mean and sum of squared deviations (M2) of rows [start, end) × all columns, by tiles merged with
-    # Chan's formula (a Welford variance, never E[x²] − E[x]²); an empty range gives (0, 0, 0)
-    mean = tl.sum(tl.zeros([BLOCK_M], dtype=tl.float32), axis=0)
-    m2 = tl.sum(tl.zeros([BLOCK_M], dtype=tl.float32), axis=0)
-    count = mean * 0.0
+    # count, mean and sum of squared deviations (M2) of rows [start, end) × all columns (a Welford variance, never
+    # E[x²] − E[x]²); an empty range gives (0, 0, 0). Per tile element a Welford update of the values it has seen
+    # (elementwise: no reduction across the tile inside the loop, so a tile's loads never wait on the last one's
+    # reductions); the tile's elements merged once after the loop by the parallel (Chan) formula: the count-weighted
+    # mean, then Σ M2 plus each element's count × its mean's squared deviation from it. Registers: two fp32 tiles.
+    # An element's count is not stored: the tiles are visited row tile by row tile, column block by column block, and
+    # an element in range at (row tile i, column block k) was in range at every earlier visit, so its count there is
+    # i · (column blocks its column meets) + k + 1, and after the loop (row tiles its row meets) × (those blocks).
+    cols = tl.arange(0, BLOCK_M)
+    col_visits = tl.maximum(tl.cdiv(n_cols - cols, BLOCK_M), 0).to(tl.float32)  # column blocks column j meets
+    mean = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
+    m2 = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
     for r in range(start, end, BLOCK_L):
+        row_tile = ((r - start) // BLOCK_L).to(tl.float32)
         for c in range(0, n_cols, BLOCK_M):
             ptrs, mask = tile(values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
             x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-            n_tile = ((tl.minimum(end - r, BLOCK_L)) * (tl.minimum(n_cols - c, BLOCK_M))).to(tl.float32)
-            tile_mean = tl.sum(tl.sum(x, axis=1), axis=0) / n_tile
-            d = tl.where(mask, x - tile_mean, 0.0)
-            count, mean, m2 = _merge(count, mean, m2, n_tile, tile_mean, tl.sum(tl.sum(d * d, axis=1), axis=0))
-    return count, mean, m2
+            count_here = row_tile * col_visits + (c // BLOCK_M + 1)  # ≥ 1; used only where in range
+            delta = tl.where(mask, x - mean, 0.0)  # an element out of range is left as it is
+            mean += delta / count_here[None, :]
+            m2 += delta * (x - mean)
+    rows = tl.arange(0, BLOCK_L)
+    row_visits = tl.maximum(tl.cdiv(end - start - rows, BLOCK_L), 0).to(tl.float32)  # row tiles row k meets
+    cnt = row_visits[:, None] * col_visits[None, :]
+    count = tl.sum(tl.sum(cnt, axis=1), axis=0)
+    total_mean = tl.sum(tl.sum(cnt * mean, axis=1), axis=0) / tl.maximum(count, 1.0)
+    dev = mean - total_mean  # an element never visited has count 0: it adds nothing below
+    return count, total_mean, tl.sum(tl.sum(m2 + cnt * dev * dev, axis=1), axis=0)
 
 
 @triton.jit
