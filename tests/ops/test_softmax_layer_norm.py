@@ -345,6 +345,20 @@ def test_nested_tensor_in_nested_tensor_out_with_its_gradient(family):
     assert_close(nt.grad.values(), reference_backward(family, values, offsets, grad), FP32)
 
 
+@pytest.mark.parametrize("grad_mode", ["no_grad", "grad, input without grad"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_nested_output_shares_the_inputs_ragged_structure(family, grad_mode):
+    # eagerly without a gradient to record the output is built by the NestedTensor constructor (no dispatch): it must
+    # still be the input's ragged structure (its nested int: `out + nt` works) with its cached seqlens
+    values, offsets = make([3, 1, 5, 0], 4, FP32)
+    nt = torch.nested.nested_tensor_from_jagged(values, offsets, min_seqlen=0, max_seqlen=5)
+    with torch.no_grad() if grad_mode == "no_grad" else torch.enable_grad():
+        out = PUBLIC[family](nt)
+    assert out.shape == nt.shape and (out + nt).shape == nt.shape
+    assert out._maybe_max_seqlen == 5 and out._maybe_min_seqlen == 0 and not out.requires_grad
+    assert_close(out.values(), reference(family, values, offsets), FP32)
+
+
 # --- bad inputs: jagged_mean's checks, classes and messages ------------------------------------
 
 V = torch.randn(6, 3)
