@@ -53,6 +53,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch.nested._internal.nested_tensor import NestedTensor
 
+from jaggedperf.njt import wrap
+
 __all__ = ["BoundaryFunction", "BoundaryModule", "BoundaryFallbackWarning", "compile"]
 
 # The leaf types of an argument list that need no pytree walk (the fast path).
@@ -173,9 +175,9 @@ def _rebuild_outside(p: _Parts) -> torch.Tensor:
         cache["max_seqlen"] = p.max_seqlen
     if p.values.requires_grad and torch.is_grad_enabled():
         return _differentiable_view(p)
-    # The constructor directly: no dispatch, ~half the host time of the view op; values keep no
-    # autograd history to connect, so the NJT needs none.
-    return NestedTensor(p.values, p.offsets, _metadata_cache=cache)
+    # The constructor without dispatch (~a quarter of the view op's host time); values keep no autograd history to
+    # connect, so the NJT needs none.
+    return wrap(p.values, p.offsets, cache)
 
 
 def _differentiable_view(p: _Parts) -> torch.Tensor:

@@ -13,10 +13,11 @@ from collections.abc import Callable
 import torch
 
 from jaggedperf.checks import check_offsets
+from jaggedperf.njt import JAGGED_CLASS, wrap
 
 from jaggedperf.ops.launch.body import fast_eager, run_in_operator
 from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
-from jaggedperf.ops.reduce.api import _JAGGED_CLASS, _inputs, _is_nested
+from jaggedperf.ops.reduce.api import _inputs, _is_nested
 from jaggedperf.ops.config import sm_count
 from jaggedperf.ops.tiles import WIDE, TileBudget, TileConfig, hint_of, tile_config
 
@@ -59,14 +60,13 @@ def _jagged_like(nested, out: torch.Tensor, offsets: torch.Tensor):
     """``out`` (N, M) as a jagged NestedTensor over ``offsets`` with ``nested``'s cached seqlens: over ``nested``'s own
     offsets tensor it has ``nested``'s ragged structure (``out + nested`` works).
 
-    Eagerly, where no gradient flows into ``out``, the NestedTensor constructor itself: no dispatch, ~35 µs of host
-    time a call on the CPU under torch 2.13 against ~110 for ``nested_tensor_from_jagged``, which the call spent more
-    on than on its kernel (``benchmarks/NOTES.md``, session 13). Traced, or where autograd must record the view, the
-    public op.
+    Eagerly, where no gradient flows into ``out``, ``jaggedperf.njt.wrap`` (the constructor without dispatch: ~35 µs of
+    host time a call on the CPU under torch 2.13 against ~110 for ``nested_tensor_from_jagged``, which the call spent
+    more on than on its kernel). Traced, or where autograd must record the view, the public op.
     """
-    if (not torch.compiler.is_compiling() and type(nested) is _JAGGED_CLASS
+    if (not torch.compiler.is_compiling() and type(nested) is JAGGED_CLASS
             and not (out.requires_grad and torch.is_grad_enabled())):
-        return _JAGGED_CLASS(out, offsets, _metadata_cache=dict(getattr(nested, "_metadata_cache", None) or {}))
+        return wrap(out, offsets, dict(getattr(nested, "_metadata_cache", None) or {}))
     return torch.nested.nested_tensor_from_jagged(out, offsets, min_seqlen=_cached(nested, "_maybe_min_seqlen"),
                                                   max_seqlen=_cached(nested, "_maybe_max_seqlen"))
 

@@ -13,15 +13,12 @@ from torch.autograd import forward_ad
 
 from jaggedperf.checks import (INT64_MAX, assert_offsets_async, check_layout, check_max_seqlen, check_offsets,
                                validation_requested)
+from jaggedperf.njt import JAGGED_CLASS as _JAGGED_CLASS  # () without it: the public is_nested check alone
 from jaggedperf.ops.launch import eager_key, launch_all, native, plain_eager
 from jaggedperf.ops.reduce import autograd, op  # noqa: F401  (register torch.ops.jaggedperf.* and their autograd)
 from jaggedperf.ops.reduce.op import expand_triton
 from jaggedperf.ops.reduce.plan import plan_reduce
 
-try:  # the jagged NestedTensor's class (private module: without it, the public is_nested check alone)
-    from torch.nested._internal.nested_tensor import NestedTensor as _JAGGED_CLASS
-except ImportError:  # pragma: no cover
-    _JAGGED_CLASS = ()
 
 
 EMPTY_MODES = ("nan", "zero")

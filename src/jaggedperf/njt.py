@@ -1,0 +1,43 @@
+"""Jagged NestedTensors (NJTs) built without their dispatch where autograd has nothing to record.
+
+An NJT's construction goes through its ``__torch_function__`` / ``__torch_dispatch__`` (``nested_tensor_from_jagged``
+is a dispatched view op; the constructor itself, under torch 2.11, marks its dims dynamic through dispatched
+``dim()`` calls). On a small eager call that costs more than the kernel: ``nested_tensor_from_jagged`` ~110 µs of
+host time on the CPU under torch 2.13; the constructor ~25 µs there, ~105 under torch 2.11, ~55 with the NJT's
+``__torch_function__`` off (``benchmarks/NOTES.md``, session 13). ``wrap`` is that cheapest form. It records no
+autograd edge: callers use it eagerly, where no gradient flows into the values, and the public op otherwise.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:  # the jagged NestedTensor's class (a private module: without it, callers take the public ops)
+    from torch.nested._internal.nested_tensor import NestedTensor as JAGGED_CLASS
+except ImportError:  # pragma: no cover
+    JAGGED_CLASS = ()
+
+__all__ = ["JAGGED_CLASS", "wrap"]
+
+
+def wrap(values: torch.Tensor, offsets: torch.Tensor, metadata_cache: dict | None = None) -> torch.Tensor:
+    """An NJT over ``values`` and ``offsets`` by its constructor, its ``__torch_function__`` off while it runs.
+
+    Its ragged structure is ``offsets``' (torch keeps one nested int per offsets tensor): over another NJT's own
+    offsets tensor the result has that NJT's shape, and the two combine elementwise.
+
+    Args:
+        values: (N, ...) contiguous.
+        offsets: (B + 1,) on values' device.
+        metadata_cache: the seqlens' cache (``min_seqlen`` / ``max_seqlen`` as NJTs keep them: (n, 0) tensors), or None.
+
+    Returns:
+        the NJT (B, j, ...); it records no autograd edge to ``values``.
+
+    Raises:
+        RuntimeError: this torch has no jagged NestedTensor class.
+    """
+    if JAGGED_CLASS == ():
+        raise RuntimeError("this torch has no jagged NestedTensor class (torch.nested._internal.nested_tensor)")
+    with torch._C.DisableTorchFunctionSubclass():
+        return JAGGED_CLASS(values, offsets, _metadata_cache=metadata_cache or {})
