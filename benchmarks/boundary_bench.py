@@ -18,7 +18,10 @@ report the graphs Dynamo compiled in all (1 = no recompile). Finally the boundar
 host overhead on a trivial function (``nt.values() + 1``): the boundary call against the compiled
 region called directly with pre-split components, and the pieces (split, join) timed alone.
 
-    PYTHONPATH=src python3 benchmarks/boundary_bench.py --out DIR [--mode M] [--small] [--impls a,b]
+With ``--rounds R`` each implementation with a plain twin is also timed the compile bars' way: the boundary and the
+twin compiled, both alive, then R rounds alternating between them (``--only-side-by-side``: that alone).
+
+    PYTHONPATH=src python3 benchmarks/boundary_bench.py --out DIR [--mode M] [--small] [--impls a,b] [--rounds 5]
 
 Mode: ``max-autotune-no-cudagraphs`` on CUDA, ``default`` on the CPU, unless ``--mode``. ``--small``
 uses B=64, M=16 at the seed's seqlens and sparsities (CPU-sized). Writes DIR/boundary_bench.json
@@ -80,6 +83,18 @@ class VariantResult:
     wall: Timing | None = None
     graphs: int | None = None  # graphs Dynamo compiled over the first call and the --vary calls
     vary_calls: int = 0
+
+
+@dataclass
+class SideBySide:
+    """``jaggedperf.compile`` and the plain twin compiled, both alive, timed in interleaved rounds (the compile bars'
+    method, ``tests/gpu/test_compile_bars_gpu.py``): the round medians of each, and the ratio of their medians."""
+
+    case: str
+    implementation: str
+    boundary_ms: list[float]
+    twin_ms: list[float]
+    ratio: float
 
 
 @dataclass
@@ -238,6 +253,22 @@ def overhead(device: torch.device, mode: str, calls: int, rounds: int) -> Overhe
     return result
 
 
+def side_by_side(impl: Implementation, batch: JaggedBatch, case: Case, args: argparse.Namespace) -> SideBySide:
+    """The boundary against the plain twin as the compile bars time them: both compiled first, then ``args.rounds``
+    rounds of the seed's method alternating between them; a fresh process, so a difference from the test's figures
+    is the test process's own."""
+    torch._dynamo.reset()
+    through, twin = jaggedperf.compile(impl.fn, mode=args.mode), torch.compile(impl.plain, mode=args.mode)
+    njt_args, plain_args = impl.prepare(batch), impl.prepare_plain(batch)
+    through(*njt_args), twin(*plain_args)
+    rounds: dict[str, list[float]] = {"boundary": [], "twin": []}
+    for _ in range(args.rounds):
+        rounds["boundary"].append(wall(lambda: through(*njt_args), batch.device, args.warmup, args.iters).median_ms)
+        rounds["twin"].append(wall(lambda: twin(*plain_args), batch.device, args.warmup, args.iters).median_ms)
+    ratio = statistics.median(rounds["boundary"]) / statistics.median(rounds["twin"])
+    return SideBySide(case.label, impl.name, rounds["boundary"], rounds["twin"], ratio)
+
+
 def environment(device: torch.device) -> dict:
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
@@ -263,7 +294,8 @@ def _ms(t: Timing | None) -> str:
     return "—" if t is None else f"{t.median_ms:.3f} ({t.p20_ms:.3f}–{t.p80_ms:.3f})"
 
 
-def markdown(results: list[VariantResult], ovh: Overhead | None, env: dict, mode: str) -> str:
+def markdown(results: list[VariantResult], ovh: Overhead | None, env: dict, mode: str,
+             pairs: list[SideBySide] = ()) -> str:
     lines = [f"# jaggedperf.compile vs torch.compile on NJTs (mode `{mode}`)", "",
              f"{env['device']}, torch {env['torch']}, triton {env['triton']}, Python {env['python']}, "
              f"commit `{(env['git_commit'] or '?')[:7]}`. Command: `{env['command']}`", "",
@@ -302,6 +334,12 @@ def markdown(results: list[VariantResult], ovh: Overhead | None, env: dict, mode
         lines.append(f"| {case} | {impl} | {' | '.join(cellwall(v) for v in VARIANTS)} | "
                      f"{' / '.join(speed(v) for v in compiled)} | {' / '.join(graphs(v) for v in compiled)} | "
                      f"{' / '.join(comp(v) for v in compiled)} |")
+    if pairs:
+        lines += ["", "## Side by side (the compile bars' method: both alive, interleaved rounds; ms per call, round "
+                      "medians)", "", "| case | implementation | jaggedperf.compile | plain twin compiled | ratio |",
+                  "|---|---|---|---|---:|"]
+        lines += [f"| {p.case} | {p.implementation} | {' '.join(f'{x:.3f}' for x in p.boundary_ms)} | "
+                  f"{' '.join(f'{x:.3f}' for x in p.twin_ms)} | {p.ratio:.2f} |" for p in pairs]
     if ovh is not None:
         lines += ["", f"## The boundary's own host overhead (µs per call; median of {ovh.rounds} interleaved rounds "
                       f"of {ovh.calls} calls)", "", "| probe | µs |", "|---|---:|"]
@@ -332,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overhead-calls", type=int, default=2000)
     parser.add_argument("--overhead-rounds", type=int, default=7)
     parser.add_argument("--no-overhead", action="store_true")
+    parser.add_argument("--rounds", type=int, default=0, help="also time the boundary against the plain twin side by "
+                                                              "side, both alive, in this many interleaved rounds")
+    parser.add_argument("--only-side-by-side", action="store_true", help="skip the four variants' table")
     parser.add_argument("--skip-twin", default="", help="implementations whose plain twin is not compiled (njt_mean's "
                                                         "twin, an NJT without max_seqlen, compiled > 5 min on a CPU)")
     parser.add_argument("--threads", type=int, default=None,
@@ -352,11 +393,15 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     env = environment(device)
     results: list[VariantResult] = []
+    pairs: list[SideBySide] = []
     for case in cases:
         batch = make_batch(case, device)
         reference = op.reference(batch)
         for impl in impls:
-            for variant in VARIANTS:
+            if args.rounds and impl.plain is not None:
+                pairs.append(side_by_side(impl, batch, case, args))
+                print(f"{case.label} {impl.name:15s} side by side: ratio {pairs[-1].ratio:.2f}", flush=True)
+            for variant in (() if args.only_side_by_side else VARIANTS):
                 r = run_variant(impl, variant, case, batch, reference, args)
                 results.append(r)
                 status = _ms(r.wall) if r.ok else (str(r.reason) if r.wall is None and r.rel_error is None
@@ -365,8 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     ovh = None if args.no_overhead else overhead(device, args.mode, args.overhead_calls, args.overhead_rounds)
     (args.out / "boundary_bench.json").write_text(json.dumps(
         {"environment": env, "mode": args.mode, "cases": [c.to_dict() for c in cases],
-         "results": [asdict(r) for r in results], "overhead": None if ovh is None else asdict(ovh)}, indent=1))
-    text = markdown(results, ovh, env, args.mode)
+         "results": [asdict(r) for r in results], "side_by_side": [asdict(p) for p in pairs],
+         "overhead": None if ovh is None else asdict(ovh)}, indent=1))
+    text = markdown(results, ovh, env, args.mode, pairs)
     (args.out / "boundary_bench.md").write_text(text)
     print(text)
     skipped = ("no plain twin", "skipped (--skip-twin)")

@@ -111,7 +111,9 @@ def native_launch(device: torch.device) -> dict | None:
 
 
 def jaggedperf_plain(values, offsets, padded_len):
-    return ops.jagged_mean(values, offsets)
+    # the same launch as the NJT's: its cached max_seqlen takes the whole-segments kernel, so the twin is told the
+    # lengths' bound too (padded_len >= every length), not left to the two chunked launches
+    return ops.jagged_mean(values, offsets, max_seqlen=padded_len)
 
 
 @implementation("jagged_mean", "jaggedperf", takes="dense", takes_max_seqlen=True, setup=native_launch,
