@@ -175,7 +175,7 @@ def _rebuild_outside(p: _Parts) -> torch.Tensor:
         cache["max_seqlen"] = p.max_seqlen
     if p.values.requires_grad and torch.is_grad_enabled():
         return _differentiable_view(p)
-    # The constructor without dispatch (~a quarter of the view op's host time); values keep no autograd history to
+    # The constructor without dispatch (a fraction of the view op's host time); values keep no autograd history to
     # connect, so the NJT needs none.
     return wrap(p.values, p.offsets, cache)
 

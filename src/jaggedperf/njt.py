@@ -1,11 +1,11 @@
 """Jagged NestedTensors (NJTs) built without their dispatch where autograd has nothing to record.
 
-An NJT's construction goes through its ``__torch_function__`` / ``__torch_dispatch__`` (``nested_tensor_from_jagged``
-is a dispatched view op; the constructor itself, under torch 2.11, marks its dims dynamic through dispatched
-``dim()`` calls). On a small eager call that costs more than the kernel: ``nested_tensor_from_jagged`` ~110 µs of
-host time on the CPU under torch 2.13; the constructor ~25 µs there, ~105 under torch 2.11, ~55 with the NJT's
-``__torch_function__`` off (``benchmarks/NOTES.md``, session 13). ``wrap`` is that cheapest form. It records no
-autograd edge: callers use it eagerly, where no gradient flows into the values, and the public op otherwise.
+An NJT's construction goes through its ``__torch_function__`` / ``__torch_dispatch__``: ``nested_tensor_from_jagged``
+is a dispatched view op, and the constructor itself (torch 2.11) marks its dims dynamic through ``dim()`` calls that
+its ``__torch_function__`` routes. On a small eager call that host work costs more than the kernel (the figures, by
+torch version: ``benchmarks/NOTES.md``, session 13). ``wrap`` is the cheapest form: the constructor with the NJT's
+``__torch_function__`` off. It records no autograd edge: callers use it eagerly, where no gradient flows into the
+values, and the public op otherwise.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from jaggedperf.ops.reduce.op import expand_triton
 from jaggedperf.ops.reduce.plan import plan_reduce
 
 
-
 EMPTY_MODES = ("nan", "zero")
 
 
