@@ -4,7 +4,8 @@
 # against smaller ones (tile_probe.py, #20); then the timed tests (TESTS, default the doctor's and compile bars',
 # #15/#18). TRAINING=1 adds the training probe; FAMILY_ARGS="..." runs family_bench.py too (e.g. the split layer
 # norm at few long sequences: --ops jagged_layer_norm --only B8-M4096-L4000-s0-fixed); TILE_PROBE=0 skips the tile
-# probe, ROWBLOCK=0 the row-block probe; UNTIMED="tests..." runs those untimed GPU tests first (UNTIMED_N workers,
+# probe, ROWBLOCK=0 the row-block probe (ROWBLOCK_CLASSES: its shape classes, default giant,empty,seed);
+# UNTIMED="tests..." runs those untimed GPU tests first (UNTIMED_N workers,
 # UNTIMED_S seconds at most); TESTS_K selects among the timed tests (pytest -k).
 # carry the helion 1.5.0 wheel folder (HELION_WHEELS, default .probe/wheels-helion-old). Everything lands in $OUT/call.tgz (8 files max come back).
 # The wheels (the GPU machine is offline): python3 -m pip download --no-deps -d DIR helion==1.5.0 filecheck==1.0.6
@@ -18,7 +19,7 @@ python3 -m pip install --no-index --no-deps "${HELION_WHEELS:-.probe/wheels-heli
 set +e; source scripts/setup-env.sh test > "$W/setup.log" 2>&1; set +e
 echo "setup at $(( $(date +%s) - t0 )) s"
 if [ "${ROWBLOCK:-1}" = 1 ]; then
-  timeout -s INT 100 python benchmarks/rowblock_probe.py --classes giant,empty,seed --out "$W/rowblock_probe.json" \
+  timeout -s INT 100 python benchmarks/rowblock_probe.py --classes "${ROWBLOCK_CLASSES:-giant,empty,seed}" --out "$W/rowblock_probe.json" \
     > "$W/rowblock.log" 2>&1
   echo "probe rc=$? at $(( $(date +%s) - t0 )) s"; grep -v "^W" "$W/rowblock.log" | tail -30 | cut -c1-220
 fi

@@ -32,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ops_bench import _reference  # noqa: E402  (the float64 reference of the benchmarks: index_add over segments)
 
+from jaggedperf.inputs import Case, make_lengths  # noqa: E402
 from jaggedperf.ops import testing  # noqa: E402
 
 
@@ -50,10 +51,12 @@ def lengths_for(cls: str, scale: int, gen: torch.Generator) -> tuple[torch.Tenso
     if cls == "powerlaw":  # 4096 × 64, Pareto(1.5) lengths capped at 400 (mean ~12)
         u = torch.rand(4096 // scale, generator=gen)
         return (u.pow(-1 / 1.5) * 4).floor().clamp(1, 400).to(torch.int64), 64
+    if cls == "heavy":  # the kernel bars' power-law shape under 100 MB: the inputs' heavy lengths, 4096 × 128, ≤ 1000
+        return make_lengths(Case(4096 // scale, 128, 1000, 0.0, "heavy")), 128
     raise ValueError(cls)
 
 
-CLASSES = ("seed", "giant", "empty", "narrow", "powerlaw")
+CLASSES = ("seed", "giant", "empty", "narrow", "powerlaw", "heavy")
 
 
 def variants(values, offsets, max_seqlen):
