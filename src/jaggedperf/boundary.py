@@ -51,9 +51,8 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 import torch.utils._pytree as pytree
-from torch.nested._internal.nested_tensor import NestedTensor
 
-from jaggedperf.njt import wrap
+from jaggedperf.njt import JAGGED_CLASS as NestedTensor, wrap  # one home for the jagged class
 
 __all__ = ["BoundaryFunction", "BoundaryModule", "BoundaryFallbackWarning", "compile"]
 

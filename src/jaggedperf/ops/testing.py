@@ -17,12 +17,11 @@ import torch
 import triton
 import triton.language as tl
 
-from jaggedperf.ops.config import (SEGMENT_TILE_ELEMENTS, ReduceConfig, SegmentsConfig, override,  # noqa: F401
-                                   reduce_config, set_override, sm_count, whole_segments)
+from jaggedperf.ops.config import (SEGMENT_TILE_ELEMENTS, ReduceConfig, SegmentsConfig, next_pow2,  # noqa: F401
+                                   override, reduce_config, set_override, sm_count, whole_segments)
 from jaggedperf.ops.launch import TIERS, eager_key, force_tier, launch_all, launch_path  # noqa: F401
 from jaggedperf.ops.launch.plan import Launch, Plan  # noqa: F401
 from jaggedperf.ops.launch.tiers import prebuilt
-from jaggedperf.ops.config import next_pow2  # noqa: F401
 from jaggedperf.ops.layer_norm.plan import (plan_layer_norm, plan_layer_norm_backward,  # noqa: F401
                                             plan_layer_norm_backward_parts, plan_layer_norm_parts)
 from jaggedperf.ops.reduce import api, plan

@@ -172,7 +172,7 @@ def parts_tile(n_cols: int, max_seqlen=None) -> TileConfig:
         n_cols: M.
         max_seqlen: the longest sequence (an int, a SymInt: its hint, no guard), or None.
     """
-    block_m = min(next_pow2(int(n_cols)), 256)
+    block_m = min(next_pow2(int(n_cols)), MAX_BLOCK_M)
     block_l = max(PARTS_TILE_ELEMENTS // block_m, 1)
     hint = hint_of(max_seqlen)
     if hint is not None:
