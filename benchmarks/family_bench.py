@@ -106,8 +106,12 @@ def bench_case(op: str, case: Case, copy_gbps: float) -> dict:
         try:
             ok, rel, reason = runner.check_output(call(), reference, case.dtype)
             entry.update(ok=ok, rel_error=rel, reason=reason)
-            # one call by the seed's method (the correctness call warmed it)
+            # one call by the seed's method (the correctness call warmed it); a slow one once more, its faster call
+            # kept: the first cells of a process may still build a fast tier (run 61: ours at the first cell was
+            # taken for slow and went untimed)
             one_call_us = timing.wall_samples(call, DEVICE, warmup=0, iters=1)[0] * 1e3 if ok else None
+            if ok and one_call_us > SLOW_US:
+                one_call_us = min(one_call_us, timing.wall_samples(call, DEVICE, warmup=0, iters=1)[0] * 1e3)
             if ok and one_call_us > SLOW_US:  # e.g. unbind over 65536 sequences: seconds to capture or profile
                 entry["untimed_one_call_us"] = one_call_us
             elif ok:

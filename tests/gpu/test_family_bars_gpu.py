@@ -38,8 +38,8 @@ LARGE_BYTES = 64e6
 # the backward's floor: read the saved tensor and the gradient, write the values' gradient). Since run 55 softmax and
 # the layer norm's backward take the lean tile (4096 elements, 4 warps) where their programs fill the GPU, and the
 # layer norm splits each sequence over 64 programs at 8 × 4000 × 4096 (ops.layer_norm.plan.split_parts). Softmax's
-# speed bar at 8 × 4000 × 4096 (643 µs against Inductor's 462 in run 58) is unmarked on the prediction for its online
-# pass without a reduction per tile (400-450 µs, benchmarks/NOTES.md, session 13), not yet measured.
+# speed bar at 8 × 4000 × 4096 (490 µs against Inductor's 454 in run 61, one program per sequence and column block)
+# is unmarked on the prediction for its split over parts (400-430 µs, benchmarks/NOTES.md, session 14).
 SPLIT_LN = ("the split layer norm (64 programs a sequence) reads x twice, the moments then the writing pass: 1.5× the "
             "floor at best")
 LIMITS = {
@@ -100,6 +100,7 @@ def measured(op: str, case: Case, gbps: float) -> dict:
 def _ours(row: dict, record_property) -> dict:
     ours = row["contenders"]["jaggedperf"]
     assert ours.get("ok"), f"ours incorrect: {ours}"
+    assert "median_us" in ours, f"ours not timed: {ours}"
     for name, c in row["contenders"].items():
         if "median_us" in c:
             record_property(f"{name}_us", round(c["median_us"], 2))

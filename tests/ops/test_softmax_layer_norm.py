@@ -93,10 +93,11 @@ def assert_close(out, ref, dtype, what="output", rtol=None, atol=None):
                                  f" got {got[bad][0].item()!r}, expected {ref[bad][0].item()!r}")
 
 
-def run_forward(family: str, values, offsets, *, cfg=None, max_seqlen=None, eps: float = EPS) -> torch.Tensor:
-    """The family's forward kernel through the JIT, its output poisoned with NaN first."""
+def run_forward(family: str, values, offsets, *, cfg=None, max_seqlen=None, eps: float = EPS,
+                per_element: bool | None = None) -> torch.Tensor:
+    """The family's forward kernel through the JIT, its output poisoned with NaN first (per_element: softmax's)."""
     if family == "softmax":
-        planned = plan_softmax(values, offsets, max_seqlen=max_seqlen, cfg=cfg)
+        planned = plan_softmax(values, offsets, max_seqlen=max_seqlen, cfg=cfg, per_element=per_element)
     else:
         planned = plan_layer_norm(values, offsets, eps, max_seqlen=max_seqlen, cfg=cfg)
     planned.out.fill_(float("nan"))
@@ -254,9 +255,16 @@ def test_each_kernel_plans_with_its_budget_and_few_segments_take_the_wide_tile_o
     assert launch(plan_layer_norm(wide_rows, many, 1e-5)).key[1:] == (32, 256)  # M >= 256: WIDE, 32 × 256
     for planned in (plan_softmax(values, many, max_seqlen=100), plan_softmax_backward(values, values, many, max_seqlen=100),
                     plan_layer_norm_backward(values, values, many, 1e-5, max_seqlen=500)):
-        assert launch(planned).num_warps == 4 and launch(planned).key[1:] == (64, 64)  # LEAN: 64 × 64
-    for planned in (plan_softmax(values, few, max_seqlen=500), plan_softmax_backward(values, values, few, max_seqlen=500)):
-        assert launch(planned).num_warps == 8 and launch(planned).key[1:] == (128, 64)  # 2 programs: WIDE
+        assert launch(planned).num_warps == 4 and launch(planned).key[1:3] == (64, 64)  # LEAN: 64 × 64
+    planned = plan_softmax_backward(values, values, few, max_seqlen=500)
+    assert launch(planned).num_warps == 8 and launch(planned).key[1:] == (128, 64)  # 2 programs: WIDE
+    # softmax's forward there is split (test_softmax_parts.py); its one-program kernel's looping first pass: per
+    # element for fewer programs than SMs, per column where they fill them
+    assert launch(plan_softmax(values, few)).key[0] == "softmax_stats"
+    short = torch.randn(100, 64, dtype=torch.float64)
+    assert launch(plan_softmax(short, torch.tensor([0, 40, 100]))).key[-1] is True  # too short to split
+    assert launch(plan_softmax(values, many)).key[-1] is False
+    assert launch(plan_softmax(values, few, per_element=False)).key[-1] is False  # forced
     parts = split_parts(values, few, 500)
     assert parts == 4  # 400 rows a sequence on average, 12 tiles of 32 rows: at most 6 parts, a power of two
     assert [step.key[0] for step in plan_layer_norm(values, few, 1e-5, max_seqlen=500).launches] == \
@@ -399,9 +407,12 @@ def test_batch_of_zero_and_all_empty_sequences_give_empty_results(family):
         values, offsets = make(lengths, 5, BF16, torch.int32)
         out = PUBLIC[family](values, offsets, validate=True)
         assert out.shape == (0, 5) and out.dtype == BF16
+
+
 @needs_interpreter
+@pytest.mark.parametrize("per_element", [True, False], ids=["per_element", "per_column"])
 @pytest.mark.parametrize("trend", ["rising", "falling"])
-def test_softmax_looping_pass_rescales_as_the_max_moves_between_tiles(trend):
+def test_softmax_looping_pass_rescales_as_the_max_moves_between_tiles(trend, per_element):
     # a 37-row sequence in 4-row tiles whose values climb (or fall) by 50 a row: each tile element's running max
     # changes at every tile (rising) or never after the first (falling), and its sum is rescaled by up to e^-200;
     # a column of -inf in the first tiles then finite values, and a finite first row then -inf, in the same segment
@@ -411,4 +422,15 @@ def test_softmax_looping_pass_rescales_as_the_max_moves_between_tiles(trend):
     values[:20, 1] = float("-inf")
     values[1:37, 2] = float("-inf")
     expected = torch.cat([torch.softmax(values[:37].double(), 0), torch.softmax(values[37:].double(), 0)])
-    assert_close(run_forward("softmax", values, offsets, cfg=TileConfig(4, 4, 1)), expected, FP32)
+    assert_close(run_forward("softmax", values, offsets, cfg=TileConfig(4, 4, 1), per_element=per_element), expected,
+                 FP32)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,note", CASES, ids=IDS)
+@pytest.mark.parametrize("per_element", [True, False], ids=["per_element", "per_column"])
+def test_softmax_both_first_passes_match_reference(per_element, lengths, M, dtype, offsets_dtype, note):
+    # the looping first pass's two variants, whatever the rule would pick for this batch (4-row tiles: most loop)
+    values, offsets = make(lengths, M, dtype, offsets_dtype)
+    out = run_forward("softmax", values, offsets, cfg=TileConfig(4, 4, 1), per_element=per_element)
+    assert_close(out, reference("softmax", values, offsets), dtype)

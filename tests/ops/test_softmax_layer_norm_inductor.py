@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 PATHS = ("softmax", "softmax_backward", "layer_norm", "layer_norm_backward")
-SPLIT_PATHS = ("layer_norm_parts", "layer_norm_backward_parts")  # several launches each (routed below the SM count)
+SPLIT_PATHS = ("softmax_parts", "layer_norm_parts", "layer_norm_backward_parts")  # several launches each (routed below the SM count)
 TILES = {"one-tile": (64, 8), "loop": (4, 4)}  # (BLOCK_L, BLOCK_M): rows of <= 64 fit; 4 × 4 loops over M = 8
 
 
@@ -32,6 +32,7 @@ def _plans(values, offsets, grad, cfg):
         "softmax_backward": plan_softmax_backward(values, grad, offsets, cfg=cfg),
         "layer_norm": plan_layer_norm(values, offsets, 1e-5, cfg=cfg),
         "layer_norm_backward": plan_layer_norm_backward(values, grad, offsets, 1e-5, cfg=cfg),
+        "softmax_parts": testing.plan_softmax_parts(values, offsets, parts=4, cfg=cfg),
         "layer_norm_parts": testing.plan_layer_norm_parts(values, offsets, 1e-5, parts=4, cfg=cfg),
         "layer_norm_backward_parts": testing.plan_layer_norm_backward_parts(values, grad, offsets, 1e-5, parts=4,
                                                                             cfg=cfg),
@@ -72,13 +73,12 @@ def test_inductor_sees_only_the_declared_outputs_written(analysis, path, tile, o
     assert found["analysed"] == found["declared"]
 
 
-
 @pytest.mark.parametrize("offsets_dtype", ["int64", "int32"])
 @pytest.mark.parametrize("tile", list(TILES))
 @pytest.mark.parametrize("path", SPLIT_PATHS)
 def test_the_split_launches_are_seen_writing_only_their_declared_outputs(analysis, path, tile, offsets_dtype):
     launches = analysis[f"{path}/{tile}/{offsets_dtype}"]
-    assert len(launches) == (2 if path == "layer_norm_parts" else 3)
+    assert len(launches) == (3 if path == "layer_norm_backward_parts" else 2)
     for kernel, found in launches.items():
         assert found["declared"], f"{kernel} declares no output"
         assert found["analysed"] == found["declared"], kernel

@@ -9,6 +9,7 @@ Their output is jagged like their input, ``(N, M)``. The inputs are checked exac
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 
@@ -18,7 +19,7 @@ from jaggedperf.njt import JAGGED_CLASS, wrap
 from jaggedperf.ops.launch.body import fast_eager, run_in_operator
 from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
 from jaggedperf.ops.reduce.api import _inputs, _is_nested
-from jaggedperf.ops.config import sm_count
+from jaggedperf.ops.config import next_pow2, sm_count
 from jaggedperf.ops.tiles import WIDE, TileBudget, TileConfig, hint_of, tile_config
 
 
@@ -72,7 +73,8 @@ def _jagged_like(nested, out: torch.Tensor, offsets: torch.Tensor):
 
 
 def plan_rowwise(kernel, name: str, reads: tuple, offsets, params: tuple = (), *, column_blocks: bool,
-                 max_seqlen=None, cfg: TileConfig | None = None, budget: TileBudget = WIDE) -> Plan:
+                 max_seqlen=None, cfg: TileConfig | None = None, budget: TileBudget = WIDE,
+                 per_element: bool | Literal["few_programs"] | None = None) -> Plan:
     """Allocate a row-wise kernel's (N, M) output and describe its one launch.
 
     Every row-wise kernel's signature is ``(*reads, offsets, out, *params, n_rows, n_cols, n_segments, BLOCK_L,
@@ -91,22 +93,33 @@ def plan_rowwise(kernel, name: str, reads: tuple, offsets, params: tuple = (), *
         cfg: force a tile (tests); None: ``tile_config`` within ``budget``.
         budget: the kernel's TileBudget (``jaggedperf.ops.tiles``) when its programs fill the GPU; with fewer
             programs than SMs (B × column blocks, from B's hint: no guard), ``WIDE``.
+        per_element: None for a kernel without a PER_ELEMENT constexpr; else its value, passed last: a bool (forced,
+            tests), or "few_programs": True exactly where the programs are fewer than the SMs (softmax's forward:
+            per-element running statistics for few long loops, per column where the programs fill the GPU).
 
     Returns:
         the Plan: its ``out`` (N, M), filled once its launch has run.
     """
     n_rows, n_cols = reads[0].shape
+
+    def filled(tile: TileConfig) -> bool:
+        return fills_the_gpu(offsets.shape[0] - 1, -(-int(n_cols) // tile.block_m) if column_blocks else 1,
+                             reads[0].device)
+
     if cfg is None:
         cfg = tile_config(n_cols, max_seqlen, budget)
-        if budget is not WIDE and not fills_the_gpu(offsets.shape[0] - 1, -(-int(n_cols) // cfg.block_m)
-                                                    if column_blocks else 1, reads[0].device):
+        if budget is not WIDE and not filled(cfg):
             # few long programs: the lean tile's 4 warps leave the SMs idle (softmax at 8 × 4000 × 4096 fp32 on
             # the H200, run 55: 847 µs against the wide tile's 637)
             cfg = tile_config(n_cols, max_seqlen, WIDE)
     out = torch.empty((n_rows, n_cols), dtype=reads[0].dtype, device=reads[0].device)
     args = (*reads, offsets, out, *params, n_rows, int(n_cols), offsets.shape[0] - 1, cfg.block_l, cfg.block_m)
+    key = (name, cfg.block_l, cfg.block_m)
+    if per_element is not None:
+        flag = not filled(cfg) if per_element == "few_programs" else bool(per_element)
+        args, key = (*args, flag), (*key, flag)
     grid = (sym_max(offsets.shape[0] - 1, 1), -(-int(n_cols) // cfg.block_m) if column_blocks else 1, 1)
-    return Plan(out, (Launch(kernel, grid, args, cfg.num_warps, (out,), (name, cfg.block_l, cfg.block_m)),))
+    return Plan(out, (Launch(kernel, grid, args, cfg.num_warps, (out,), key),))
 
 
 def fills_the_gpu(n_segments, col_blocks: int, device: torch.device) -> bool:
@@ -120,6 +133,37 @@ def fills_the_gpu(n_segments, col_blocks: int, device: torch.device) -> bool:
     """
     hint = hint_of(n_segments)
     return hint is None or hint * col_blocks >= sm_count(device)
+
+
+# Programs per SM a split aims at over the batch, and the most parts a segment takes.
+SPLIT_PROGRAMS_PER_SM = 4
+MAX_PARTS = 64
+
+
+def split_parts(n_segments, n_rows, programs_per_segment: int, block_l: int, device: torch.device) -> int:
+    """Parts per (segment, column block) program for a family's split, or 0 where one program each is the better plan.
+
+    Args:
+        n_segments: B; n_rows: N (ints, or SymInts: their hints, with no guard; a compiled graph keeps its first
+            call's choice, which changes only the speed).
+        programs_per_segment: the one-program kernel's programs per segment (softmax's column blocks; 1).
+        block_l: the split's tile rows.
+        device: where the kernels run.
+
+    Returns:
+        0 when the programs (B × programs_per_segment) fill the SMs, B or N has no hint, or the sequences average
+        fewer than two tiles; else ~SPLIT_PROGRAMS_PER_SM programs per SM over the batch, a power of two, at most
+        MAX_PARTS and at most half the tiles of an average sequence (every part reads at least two tiles).
+    """
+    n_segments, n_rows = hint_of(n_segments), hint_of(n_rows)
+    sms = sm_count(device)
+    if n_segments is None or n_rows is None or n_segments * programs_per_segment >= sms:
+        return 0
+    tiles = n_rows // max(n_segments, 1) // block_l  # per average sequence
+    if tiles < 2:
+        return 0
+    wanted = min(MAX_PARTS, next_pow2(-(-SPLIT_PROGRAMS_PER_SM * sms // max(n_segments * programs_per_segment, 1))))
+    return min(wanted, 1 << ((tiles // 2).bit_length() - 1))  # the largest power of two <= tiles / 2
 
 
 def _cached(nt, attribute: str):

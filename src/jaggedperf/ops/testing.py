@@ -30,7 +30,7 @@ from jaggedperf.ops.reduce.kernels import _group_bounds, _group_segments
 from jaggedperf.ops.reduce.kernels import _group_tile as group_tile  # noqa: F401
 from jaggedperf.ops.reduce.kernels import _reduce_group as reduce_group  # noqa: F401
 from jaggedperf.ops.reduce.kernels import _segments_expand_kernel as segments_expand_kernel  # noqa: F401
-from jaggedperf.ops.softmax.plan import plan_softmax, plan_softmax_backward  # noqa: F401
+from jaggedperf.ops.softmax.plan import plan_softmax, plan_softmax_backward, plan_softmax_parts  # noqa: F401
 from jaggedperf.ops.tiles import TileConfig, tile_config  # noqa: F401
 
 __all__ = [
@@ -39,9 +39,9 @@ __all__ = [
     "segments_config", "set_override", "sm_count",
     # launch tiers: pin one (the native path stands aside meanwhile), run a plan through them, their state
     "TIERS", "eager_key", "force_tier", "launch_all", "launch_path",
-    # forced plans, launched through the JIT (the interpreter's path); the layer norm's split at a forced part count
+    # forced plans, launched through the JIT (the interpreter's path); the families' splits at a forced part count
     "Launch", "Plan", "launch_expand", "launch_reduce", "plan_expand", "plan_reduce", "plan_rowblock", "run_direct",
-    "plan_layer_norm_backward_parts", "plan_layer_norm_parts",
+    "plan_layer_norm_backward_parts", "plan_layer_norm_parts", "plan_softmax_parts",
     # the row-wise families' plans at a forced tile (``cfg=TileConfig(...)``; None: ``tile_config``)
     "TileConfig", "next_pow2", "plan_layer_norm", "plan_layer_norm_backward", "plan_softmax", "plan_softmax_backward",
     "tile_config",

@@ -106,3 +106,12 @@ def tile(base_ptr, r, end, c, n_cols, BLOCK_L: tl.constexpr, BLOCK_M: tl.constex
     cols = c + tl.arange(0, BLOCK_M)
     mask = (rows < end)[:, None] & (cols < n_cols)[None, :]
     return base_ptr + rows[:, None] * n_cols + cols[None, :], mask
+
+
+@triton.jit
+def part_rows(start, end, part, PARTS: tl.constexpr, BLOCK_L: tl.constexpr):
+    # rows [r0, r1) of part `part` of PARTS of a segment's rows [start, end) (the split kernels: several programs per
+    # segment): tile-aligned spans, the last ones maybe empty
+    span = tl.cdiv(tl.cdiv(end - start, PARTS), BLOCK_L) * BLOCK_L
+    r0 = tl.minimum(start + part * span, end)
+    return r0, tl.minimum(r0 + span, end)

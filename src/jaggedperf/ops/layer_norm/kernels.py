@@ -9,9 +9,10 @@ few long segments, the split kernels at the end run PARTS programs per segment (
 
 - A segment whose rows fit one tile (length <= BLOCK_L and M <= BLOCK_M) is loaded once: mean, then the
   variance as the mean squared deviation from it (two passes over registers), then written.
-- A longer one: a statistics pass over every tile (a Welford update per tile element, the elements merged
-  once at the end by Chan's parallel formula: never E[x²] − E[x]²), then a pass that writes (x − mean) · rstd.
-  Reads N·M·s twice, writes N·M·s.
+- A longer one: a statistics pass over every tile (each tile's count, mean and M2 merged into the running ones
+  by Chan's formula: a Welford variance, never E[x²] − E[x]²), then a pass that writes (x − mean) · rstd.
+  Reads N·M·s twice, writes N·M·s. The split's moments keep a Welford update per tile element instead, merged
+  once after the loop (``_moments_per_element``): its few programs' long loops wait on no reduction.
 - The backward, dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) with x̂ = (x − mean) · rstd, recomputes the
   statistics from x (B floats were not worth a second output) and, on a segment longer than a tile, sums g
   and g · x̂ in tile-shaped fp32 accumulators (fixed order: deterministic, no atomics) before writing.
@@ -22,19 +23,47 @@ few long segments, the split kernels at the end run PARTS programs per segment (
 import triton
 import triton.language as tl
 
-from jaggedperf.ops.tiles import rows_of, tile
+from jaggedperf.ops.tiles import part_rows, rows_of, tile
 
 
 @triton.jit
-def _moments(values_ptr, start, end, n_cols, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
+def _moments(values_ptr, start, end, n_cols, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr,
+             PER_ELEMENT: tl.constexpr):
     # count, mean and sum of squared deviations (M2) of rows [start, end) × all columns (a Welford variance, never
-    # E[x²] − E[x]²); an empty range gives (0, 0, 0). Per tile element a Welford update of the values it has seen
-    # (elementwise: no reduction across the tile inside the loop, so a tile's loads never wait on the last one's
-    # reductions); the tile's elements merged once after the loop by the parallel (Chan) formula: the count-weighted
-    # mean, then Σ M2 plus each element's count × its mean's squared deviation from it. Registers: two fp32 tiles.
-    # An element's count is not stored: the tiles are visited row tile by row tile, column block by column block, and
-    # an element in range at (row tile i, column block k) was in range at every earlier visit, so its count there is
-    # i · (column blocks its column meets) + k + 1, and after the loop (row tiles its row meets) × (those blocks).
+    # E[x²] − E[x]²); an empty range gives (0, 0, 0). PER_ELEMENT: the split's long latency-bound loops, else the
+    # one-program kernels (``_moments_per_tile``: fewer registers and no division per element).
+    if PER_ELEMENT:
+        return _moments_per_element(values_ptr, start, end, n_cols, BLOCK_L, BLOCK_M)
+    else:
+        return _moments_per_tile(values_ptr, start, end, n_cols, BLOCK_L, BLOCK_M)
+
+
+@triton.jit
+def _moments_per_tile(values_ptr, start, end, n_cols, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
+    # each tile's own count, mean and M2 (its two reductions), merged into the running ones by Chan's formula
+    mean = tl.sum(tl.zeros([BLOCK_M], dtype=tl.float32), axis=0)
+    m2 = tl.sum(tl.zeros([BLOCK_M], dtype=tl.float32), axis=0)
+    count = mean * 0.0
+    for r in range(start, end, BLOCK_L):
+        for c in range(0, n_cols, BLOCK_M):
+            ptrs, mask = tile(values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
+            x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+            n_tile = ((tl.minimum(end - r, BLOCK_L)) * (tl.minimum(n_cols - c, BLOCK_M))).to(tl.float32)
+            tile_mean = tl.sum(tl.sum(x, axis=1), axis=0) / n_tile
+            d = tl.where(mask, x - tile_mean, 0.0)
+            count, mean, m2 = _merge(count, mean, m2, n_tile, tile_mean, tl.sum(tl.sum(d * d, axis=1), axis=0))
+    return count, mean, m2
+
+
+@triton.jit
+def _moments_per_element(values_ptr, start, end, n_cols, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
+    # Per tile element a Welford update of the values it has seen (elementwise: no reduction across the tile inside
+    # the loop, so a tile's loads never wait on the last one's reductions); the tile's elements merged once after the
+    # loop by the parallel (Chan) formula: the count-weighted mean, then Σ M2 plus each element's count × its mean's
+    # squared deviation from it. Registers: two fp32 tiles. An element's count is not stored: the tiles are visited
+    # row tile by row tile, column block by column block, and an element in range at (row tile i, column block k)
+    # was in range at every earlier visit, so its count there is i · (column blocks its column meets) + k + 1, and
+    # after the loop (row tiles its row meets) × (those blocks).
     cols = tl.arange(0, BLOCK_M)
     col_visits = tl.maximum(tl.cdiv(n_cols - cols, BLOCK_M), 0).to(tl.float32)  # column blocks column j meets
     mean = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
@@ -44,9 +73,9 @@ def _moments(values_ptr, start, end, n_cols, BLOCK_L: tl.constexpr, BLOCK_M: tl.
         for c in range(0, n_cols, BLOCK_M):
             ptrs, mask = tile(values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
             x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-            count_here = row_tile * col_visits + (c // BLOCK_M + 1)  # ≥ 1; used only where in range
+            inv_count = 1.0 / (row_tile * col_visits + (c // BLOCK_M + 1))  # count ≥ 1; used only where in range
             delta = tl.where(mask, x - mean, 0.0)  # an element out of range is left as it is
-            mean += delta / count_here[None, :]
+            mean += delta * inv_count[None, :]  # a division per column, not per element
             m2 += delta * (x - mean)
     rows = tl.arange(0, BLOCK_L)
     row_visits = tl.maximum(tl.cdiv(end - start - rows, BLOCK_L), 0).to(tl.float32)  # row tiles row k meets
@@ -69,7 +98,7 @@ def _merge(count, mean, m2, n_b, mean_b, m2_b):
 @triton.jit
 def _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
     # mean and 1/sqrt(var + eps) of rows [start, end) × all columns
-    count, mean, m2 = _moments(values_ptr, start, end, n_cols, BLOCK_L, BLOCK_M)
+    count, mean, m2 = _moments(values_ptr, start, end, n_cols, BLOCK_L, BLOCK_M, False)
     return mean, 1.0 / tl.sqrt(m2 / count + eps)
 
 
@@ -167,18 +196,10 @@ def _layer_norm_backward_kernel(
 # --- split over parts: few long segments --------------------------------------------------------------------
 # One program per segment leaves most SMs idle when B is small (8 segments of 4000 × 4096: 8 programs). The split
 # kernels run PARTS programs per segment (grid (max(B, 1), PARTS)), each on a tile-aligned range of the segment's
-# rows (``_part_rows``); per-part summaries go to an fp32 workspace and every program of the segment combines them
-# in the same fixed order (deterministic, no atomics). Forward: moments, then normalise (x read twice). Backward:
+# rows (``tiles.part_rows``); per-part summaries go to an fp32 workspace and every program of the segment combines
+# them in the same fixed order (deterministic, no atomics). Forward: moments, then normalise (x read twice). Backward:
 # moments, then Σg and Σg·x̂ per part, then write (x read three times, g twice). Workspace addresses come from the
 # program ids only (Inductor's write analysis: ``jaggedperf.ops.tiles``).
-
-
-@triton.jit
-def _part_rows(start, end, part, PARTS: tl.constexpr, BLOCK_L: tl.constexpr):
-    # rows [r0, r1) of part `part` of the segment's rows [start, end): tile-aligned spans, the last ones maybe empty
-    span = tl.cdiv(tl.cdiv(end - start, PARTS), BLOCK_L) * BLOCK_L
-    r0 = tl.minimum(start + part * span, end)
-    return r0, tl.minimum(r0 + span, end)
 
 
 @triton.jit
@@ -213,8 +234,8 @@ def _layer_norm_moments_kernel(
     part = tl.program_id(1)
     if seg < n_segments:
         start, end = rows_of(tl.load(offsets_ptr + seg), tl.load(offsets_ptr + seg + 1), n_rows)
-        r0, r1 = _part_rows(start, end, part, PARTS, BLOCK_L)
-        count, mean, m2 = _moments(values_ptr, r0, r1, n_cols, BLOCK_L, BLOCK_M)
+        r0, r1 = part_rows(start, end, part, PARTS, BLOCK_L)
+        count, mean, m2 = _moments(values_ptr, r0, r1, n_cols, BLOCK_L, BLOCK_M, True)
         base = (seg * PARTS + part) * 3
         tl.store(ws_ptr + base, count)
         tl.store(ws_ptr + base + 1, mean)
@@ -240,7 +261,7 @@ def _layer_norm_parts_kernel(
     part = tl.program_id(1)
     if seg < n_segments:
         start, end = rows_of(tl.load(offsets_ptr + seg), tl.load(offsets_ptr + seg + 1), n_rows)
-        r0, r1 = _part_rows(start, end, part, PARTS, BLOCK_L)
+        r0, r1 = part_rows(start, end, part, PARTS, BLOCK_L)
         count, mean, rstd = _combined_statistics(ws_ptr, seg, eps, PARTS)
         for r in range(r0, r1, BLOCK_L):
             for c in range(0, n_cols, BLOCK_M):
@@ -270,7 +291,7 @@ def _layer_norm_backward_sums_kernel(
     part = tl.program_id(1)
     if seg < n_segments:
         start, end = rows_of(tl.load(offsets_ptr + seg), tl.load(offsets_ptr + seg + 1), n_rows)
-        r0, r1 = _part_rows(start, end, part, PARTS, BLOCK_L)
+        r0, r1 = part_rows(start, end, part, PARTS, BLOCK_L)
         count, mean, rstd = _combined_statistics(ws_ptr, seg, eps, PARTS)
         sum_g = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
         sum_gx = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
@@ -308,7 +329,7 @@ def _layer_norm_backward_parts_kernel(
     part = tl.program_id(1)
     if seg < n_segments:
         start, end = rows_of(tl.load(offsets_ptr + seg), tl.load(offsets_ptr + seg + 1), n_rows)
-        r0, r1 = _part_rows(start, end, part, PARTS, BLOCK_L)
+        r0, r1 = part_rows(start, end, part, PARTS, BLOCK_L)
         count, mean, rstd = _combined_statistics(ws_ptr, seg, eps, PARTS)
         total_g = count * 0.0
         total_gx = total_g

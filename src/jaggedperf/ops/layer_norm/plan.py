@@ -11,7 +11,8 @@ from jaggedperf.ops.layer_norm.kernels import (_layer_norm_backward_kernel, _lay
                                               _layer_norm_backward_sums_kernel, _layer_norm_kernel,
                                               _layer_norm_moments_kernel, _layer_norm_parts_kernel)
 from jaggedperf.ops.rowwise import plan_rowwise
-from jaggedperf.ops.config import next_pow2, sm_count
+from jaggedperf.ops.rowwise import split_parts as rowwise_split_parts
+from jaggedperf.ops.config import next_pow2
 from jaggedperf.ops.tiles import LEAN, MAX_BLOCK_M, WIDE, TileConfig, hint_of, tile_config
 
 
@@ -109,37 +110,19 @@ def plan_layer_norm_backward_parts(values, grad, offsets, eps: float, *, parts: 
                (values, grad, offsets, ws, sums, out, float(eps)), out)))
 
 
-# Programs per SM the split aims at over the batch, and the most parts a segment takes.
-SPLIT_PROGRAMS_PER_SM = 4
-MAX_PARTS = 64
-
-
 def split_parts(values, offsets, max_seqlen=None) -> int:
-    """Programs per segment for the layer norm's split, or 0 where one program per segment is the better plan.
+    """Programs per segment for the layer norm's split, or 0 where one program per segment is the better plan
+    (``rowwise.split_parts`` with the split's tile, ``parts_tile``).
 
     At 8 × 4000 × 4096 fp32 on the H200 (run 55), 64 parts took the forward from 5,361 µs to 512 (Inductor's padded
-    program: 1,908; torch eager: 2,374) and the backward from 11,576 to 912. Every part reads at least two of its
-    tiles' rows on average: a split of short sequences would add launches and empty programs for nothing.
+    program: 1,908; torch eager: 2,374) and the backward from 11,576 to 912.
 
     Args:
-        values: (N, M), offsets: (B + 1,): their sizes only (ints, or SymInts: their hints, with no guard; a compiled
-            graph keeps its first call's choice, which changes only the speed).
+        values: (N, M), offsets: (B + 1,): their sizes only (ints or SymInts' hints, no guard).
         max_seqlen: as for ``plan_layer_norm`` (it sizes the split's tile).
-
-    Returns:
-        0 when B >= the SM count, B or N has no hint, or the sequences average fewer than two of the split's tiles;
-        else ~SPLIT_PROGRAMS_PER_SM programs per SM over the batch, a power of two, at most MAX_PARTS and at most
-        half the tiles of an average sequence.
     """
-    n_segments, n_rows = hint_of(offsets.shape[0] - 1), hint_of(values.shape[0])
-    sms = sm_count(values.device)
-    if n_segments is None or n_rows is None or n_segments >= sms:
-        return 0
-    tiles = n_rows // max(n_segments, 1) // parts_tile(values.shape[1], max_seqlen).block_l  # per average sequence
-    if tiles < 2:
-        return 0
-    wanted = min(MAX_PARTS, next_pow2(-(-SPLIT_PROGRAMS_PER_SM * sms // max(n_segments, 1))))
-    return min(wanted, 1 << ((tiles // 2).bit_length() - 1))  # the largest power of two <= tiles / 2
+    return rowwise_split_parts(offsets.shape[0] - 1, values.shape[0], 1, parts_tile(values.shape[1], max_seqlen).block_l,
+                               values.device)
 
 
 def _split(values, offsets, parts: int, max_seqlen, cfg: TileConfig | None):

@@ -1,28 +1,44 @@
 """Planning a jagged softmax (and its backward): the output and the one launch that fills it, one program per
-(segment, column block) (``kernels``; the shared ``jaggedperf.ops.rowwise.plan_rowwise``)."""
+(segment, column block) (``kernels``; the shared ``jaggedperf.ops.rowwise.plan_rowwise``); or, with fewer of those
+programs than SMs and long sequences, the forward's split over ``parts`` programs each (``plan_softmax_parts``)."""
 
 from __future__ import annotations
 
-from jaggedperf.ops.launch.plan import Plan
-from jaggedperf.ops.rowwise import plan_rowwise
-from jaggedperf.ops.softmax.kernels import _softmax_backward_kernel, _softmax_kernel
-from jaggedperf.ops.tiles import LEAN, TileConfig
+import torch
+
+from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
+from jaggedperf.ops.rowwise import plan_rowwise, split_parts
+from jaggedperf.ops.softmax.kernels import (_softmax_backward_kernel, _softmax_kernel, _softmax_parts_kernel,
+                                           _softmax_stats_kernel)
+from jaggedperf.ops.tiles import LEAN, TileConfig, tile_config
 
 
-def plan_softmax(values, offsets, *, max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
-    """Allocate the output and describe the launch of a jagged softmax.
+def plan_softmax(values, offsets, *, max_seqlen=None, cfg: TileConfig | None = None,
+                 per_element: bool | None = None) -> Plan:
+    """Allocate the output and describe the launches of a jagged softmax.
 
     Args:
         values: (N, M) contiguous, fp32/bf16/fp16 (fp64 on the CPU under the interpreter).
         offsets: (B + 1,) contiguous int32/int64 on values' device.
         max_seqlen: an upper bound on the lengths (an int, a SymInt) or None: it sizes the tile only.
-        cfg: force a tile (tests); None: ``tile_config`` within ``tiles.LEAN``.
+        cfg: force the one-program kernel's tile (tests); None: the split where ``split_parts`` asks for it, else
+            ``tile_config`` within ``tiles.LEAN``.
+        per_element: force the one-program kernel and its long segments' first pass (tests); None: per element
+            exactly where the programs (B × column blocks) are fewer than the SMs, each a loop whose latency is the
+            kernel's time; where they fill the GPU the per-element pass's extra exponentials and registers cost more
+            than they save (the H200's figures: benchmarks/NOTES.md, session 14).
 
     Returns:
-        the Plan: its ``out`` (N, M) in values' dtype, filled once its launch has run.
+        the Plan: its ``out`` (N, M) in values' dtype, filled once its launches have run.
     """
+    if cfg is None and per_element is None:
+        split_tile = tile_config(values.shape[1], max_seqlen, LEAN)
+        parts = split_parts(offsets.shape[0] - 1, values.shape[0], -(-int(values.shape[1]) // split_tile.block_m),
+                            split_tile.block_l, values.device)
+        if parts:
+            return plan_softmax_parts(values, offsets, parts=parts, cfg=split_tile)
     return plan_rowwise(_softmax_kernel, "softmax", (values,), offsets, column_blocks=True, max_seqlen=max_seqlen,
-                        cfg=cfg, budget=LEAN)
+                        cfg=cfg, budget=LEAN, per_element="few_programs" if per_element is None else per_element)
 
 
 def plan_softmax_backward(out, grad, offsets, *, max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
@@ -38,3 +54,30 @@ def plan_softmax_backward(out, grad, offsets, *, max_seqlen=None, cfg: TileConfi
     """
     return plan_rowwise(_softmax_backward_kernel, "softmax_backward", (out, grad), offsets, column_blocks=True,
                         max_seqlen=max_seqlen, cfg=cfg, budget=LEAN)
+
+
+def plan_softmax_parts(values, offsets, *, parts: int, max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
+    """The softmax split over ``parts`` programs per (segment, column block): per-part column max and sum, then
+    each part written.
+
+    Args:
+        values, offsets, max_seqlen: as for ``plan_softmax``.
+        parts: programs per (segment, column block) (a power of two); any value is correct whatever the lengths.
+        cfg: force a tile (tests); None: ``tile_config`` within ``tiles.LEAN`` (many programs an SM: per column).
+
+    Returns:
+        the Plan: two launches (stats, then parts), its ``out`` (N, M) in values' dtype.
+    """
+    n_rows, n_cols = values.shape
+    n_segments = offsets.shape[0] - 1
+    cfg = cfg or tile_config(n_cols, max_seqlen, LEAN)
+    out = torch.empty((n_rows, n_cols), dtype=values.dtype, device=values.device)
+    # fp32 (max, sum) per (segment, part, column); every slot is written by the stats launch before it is read
+    ws = torch.empty((sym_max(n_segments, 1) * parts * 2 * int(n_cols),), dtype=torch.float32, device=values.device)
+    grid = (sym_max(n_segments, 1), -(-int(n_cols) // cfg.block_m), parts)
+    tail = (n_rows, int(n_cols), n_segments, cfg.block_l, cfg.block_m, parts)
+    return Plan(out, (
+        Launch(_softmax_stats_kernel, grid, (values, offsets, ws, *tail), cfg.num_warps, (ws,),
+               ("softmax_stats", *tail[-3:])),
+        Launch(_softmax_parts_kernel, grid, (values, offsets, ws, out, *tail), cfg.num_warps, (out,),
+               ("softmax_parts", *tail[-3:]))))

@@ -1,0 +1,69 @@
+"""The softmax split over parts (few long sequences: several programs per (segment, column block), per-part column
+max and sum combined in a fixed order) against the float64 references, under TRITON_INTERPRET=1: every case of the
+family's tests, one to eight parts, tiles smaller than the segments and the automatic tile; outputs poisoned with
+NaN so an unwritten element fails; bitwise-equal repeats; where the plan routes to it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from ops_env import needs_interpreter
+from test_softmax_layer_norm import CASES, FP32, IDS, assert_close, make, reference
+
+from jaggedperf.ops import testing
+from jaggedperf.ops.tiles import TileConfig
+
+TILES = [None, TileConfig(4, 4, 1)]  # the automatic tile; one smaller than the segments in both directions
+
+
+def forward(values, offsets, parts, cfg):
+    planned = testing.plan_softmax_parts(values, offsets, parts=parts, cfg=cfg)
+    planned.out.fill_(float("nan"))
+    testing.run_direct(planned.launches)
+    return planned.out
+
+
+@needs_interpreter
+@pytest.mark.parametrize("cfg", TILES, ids=["auto", "tiny"])
+@pytest.mark.parametrize("parts", [1, 2, 8])
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,note", CASES, ids=IDS)
+def test_split_matches_float64(lengths, M, dtype, offsets_dtype, note, parts, cfg):
+    values, offsets = make(lengths, M, dtype, offsets_dtype)
+    assert_close(forward(values, offsets, parts, cfg), reference("softmax", values, offsets), dtype)
+
+
+@needs_interpreter
+def test_parts_whose_max_differs_or_is_minus_inf_combine_exactly():
+    # one 37-row sequence in 4-row tiles over 8 parts (5 tiles each at most): column 0 climbs by 50 a row (every part's
+    # max differs, the early parts' sums rescaled by e^-1500 and less), column 1 is -inf in the first 20 rows (whole
+    # parts of -inf: they add nothing), column 2 is -inf but in its first row (one part finite), column 3 all -inf (NaN
+    # as torch.softmax); then a short sequence, and more parts than its tiles (empty parts)
+    values, offsets = make([37, 3], 4, FP32, seed=4)
+    values[:37, 0] += torch.arange(37, dtype=torch.float32) * 50.0
+    values[:20, 1] = float("-inf")
+    values[1:37, 2] = float("-inf")
+    values[:37, 3] = float("-inf")
+    expected = torch.cat([torch.softmax(values[:37].double(), 0), torch.softmax(values[37:].double(), 0)])
+    assert_close(forward(values, offsets, 8, TileConfig(4, 4, 1)), expected, FP32)
+
+
+@needs_interpreter
+def test_split_repeats_are_bitwise_equal():
+    values, offsets = make([1, 30, 2, 0, 9, 1, 1, 12], 16, FP32)
+    cfg = TileConfig(4, 4, 1)
+    assert torch.equal(forward(values, offsets, 4, cfg), forward(values, offsets, 4, cfg))
+
+
+def test_the_plan_splits_few_long_sequences_only():
+    # on the CPU the SM count is config.DEFAULT_SM_COUNT (4); the split's tile is the lean one (64 × 64 at M = 64)
+    values = torch.randn(2000, 64)
+    keys = lambda planned: [step.key[0] for step in planned.launches]  # noqa: E731
+    two = torch.tensor([0, 700, 2000])  # 2 programs, 15 tiles an average sequence: 4 parts (16 programs would be 4
+    planned = testing.plan_softmax(values, two)  # an SM, 8 parts, but a part reads at least two tiles: at most 7)
+    assert keys(planned) == ["softmax_stats", "softmax_parts"] and planned.launches[0].grid == (2, 1, 4)
+    assert keys(testing.plan_softmax(values, torch.arange(0, 2001, 500))) == ["softmax"]  # 4 programs: the SMs full
+    assert keys(testing.plan_softmax(values[:100], torch.tensor([0, 40, 100]))) == ["softmax"]  # < 2 tiles each
+    assert keys(testing.plan_softmax(values, two, cfg=TileConfig(8, 64, 4))) == ["softmax"]  # forced
+    assert keys(testing.plan_softmax(values, two, per_element=True)) == ["softmax"]  # forced
+    wide = torch.randn(500, 600)  # 3 column blocks of 256 a sequence: 2 sequences are 6 programs, the SMs full
+    assert keys(testing.plan_softmax(wide, torch.tensor([0, 250, 500]))) == ["softmax"]
