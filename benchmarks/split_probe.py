@@ -5,7 +5,8 @@ looping first passes (per element, per column), side by side in one process (iss
 
 Why: at 8 × 4000 × 4096 fp32 the one-program kernel is 128 programs of 4000 rows, one an SM; per element it took 490
 µs (run 61) against Inductor's padded program at 454, per column 643 (run 58). The split reads and writes the same
-bytes as the one-program kernel (x twice, y once) over 4-8× the programs (benchmarks/NOTES.md, session 14).
+bytes as the one-program kernel (x twice, y once) over 4-16× the programs, its stats pass per column or per element
+(benchmarks/NOTES.md, session 14: in bf16, run 62, the per-column passes were 2× slower than per element).
 Each plan's output is checked against float64 (``spec.reference``) before it is timed.
 
 Run:  PYTHONPATH=src python3 benchmarks/split_probe.py --out $OUT/split_probe.json        (~1 minute on an H200)
@@ -33,8 +34,9 @@ from jaggedperf.ops import testing  # noqa: E402
 
 # few long sequences: 128, 128 and 64 one-program programs on the H200's 132 SMs
 CASES = [Case(8, 4096, 4000, 0.0, "fixed"), Case(8, 4096, 4000, 0.0, "fixed", dtype="bfloat16"),
-         Case(32, 1024, 2000, 0.0, "fixed"), Case(64, 256, 8000, 0.5)]
-PARTS = (2, 4, 8, 16)
+         Case(32, 1024, 2000, 0.0, "fixed"), Case(32, 1024, 2000, 0.0, "fixed", dtype="bfloat16"),
+         Case(64, 256, 8000, 0.5), Case(64, 256, 8000, 0.5, dtype="bfloat16")]
+PARTS = (4, 8, 16)
 
 
 def plans(values, offsets, max_seqlen) -> dict:
@@ -51,9 +53,11 @@ def plans(values, offsets, max_seqlen) -> dict:
                                                                      per_element=True),
              "one-program per column": lambda: testing.plan_softmax(values, offsets, max_seqlen=max_seqlen,
                                                                     per_element=False)}
-    for parts in PARTS:
-        named[f"split {parts}"] = (lambda p=parts: testing.plan_softmax_parts(values, offsets, parts=p,
-                                                                               max_seqlen=max_seqlen))
+    for per_element in (False, True):
+        for parts in PARTS:
+            named[f"split {parts}{' per element' if per_element else ''}"] = (
+                lambda p=parts, e=per_element: testing.plan_softmax_parts(values, offsets, parts=p,
+                                                                          max_seqlen=max_seqlen, per_element=e))
     return {name: run(planner) for name, planner in named.items()}
 
 

@@ -16,24 +16,29 @@ from jaggedperf.ops.tiles import TileConfig
 TILES = [None, TileConfig(4, 4, 1)]  # the automatic tile; one smaller than the segments in both directions
 
 
-def forward(values, offsets, parts, cfg):
-    planned = testing.plan_softmax_parts(values, offsets, parts=parts, cfg=cfg)
+def forward(values, offsets, parts, cfg, per_element=False):
+    planned = testing.plan_softmax_parts(values, offsets, parts=parts, cfg=cfg, per_element=per_element)
     planned.out.fill_(float("nan"))
     testing.run_direct(planned.launches)
     return planned.out
 
 
+PASSES = pytest.mark.parametrize("per_element", [False, True], ids=["per_column", "per_element"])
+
+
 @needs_interpreter
+@PASSES
 @pytest.mark.parametrize("cfg", TILES, ids=["auto", "tiny"])
 @pytest.mark.parametrize("parts", [1, 2, 8])
 @pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,note", CASES, ids=IDS)
-def test_split_matches_float64(lengths, M, dtype, offsets_dtype, note, parts, cfg):
+def test_split_matches_float64(lengths, M, dtype, offsets_dtype, note, parts, cfg, per_element):
     values, offsets = make(lengths, M, dtype, offsets_dtype)
-    assert_close(forward(values, offsets, parts, cfg), reference("softmax", values, offsets), dtype)
+    assert_close(forward(values, offsets, parts, cfg, per_element), reference("softmax", values, offsets), dtype)
 
 
 @needs_interpreter
-def test_parts_whose_max_differs_or_is_minus_inf_combine_exactly():
+@PASSES
+def test_parts_whose_max_differs_or_is_minus_inf_combine_exactly(per_element):
     # one 37-row sequence in 4-row tiles over 8 parts (5 tiles each at most): column 0 climbs by 50 a row (every part's
     # max differs, the early parts' sums rescaled by e^-1500 and less), column 1 is -inf in the first 20 rows (whole
     # parts of -inf: they add nothing), column 2 is -inf but in its first row (one part finite), column 3 all -inf (NaN
@@ -44,7 +49,7 @@ def test_parts_whose_max_differs_or_is_minus_inf_combine_exactly():
     values[1:37, 2] = float("-inf")
     values[:37, 3] = float("-inf")
     expected = torch.cat([torch.softmax(values[:37].double(), 0), torch.softmax(values[37:].double(), 0)])
-    assert_close(forward(values, offsets, 8, TileConfig(4, 4, 1)), expected, FP32)
+    assert_close(forward(values, offsets, 8, TileConfig(4, 4, 1), per_element), expected, FP32)
 
 
 @needs_interpreter

@@ -73,9 +73,9 @@ def _moments_per_element(values_ptr, start, end, n_cols, BLOCK_L: tl.constexpr, 
         for c in range(0, n_cols, BLOCK_M):
             ptrs, mask = tile(values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
             x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-            inv_count = 1.0 / (row_tile * col_visits + (c // BLOCK_M + 1))  # count ≥ 1; used only where in range
+            count_here = row_tile * col_visits + (c // BLOCK_M + 1)  # ≥ 1; used only where in range
             delta = tl.where(mask, x - mean, 0.0)  # an element out of range is left as it is
-            mean += delta * inv_count[None, :]  # a division per column, not per element
+            mean += delta / count_here[None, :]
             m2 += delta * (x - mean)
     rows = tl.arange(0, BLOCK_L)
     row_visits = tl.maximum(tl.cdiv(end - start - rows, BLOCK_L), 0).to(tl.float32)  # row tiles row k meets

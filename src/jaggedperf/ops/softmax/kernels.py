@@ -178,6 +178,7 @@ def _softmax_stats_kernel(
     BLOCK_L: tl.constexpr,  # rows per tile
     BLOCK_M: tl.constexpr,  # columns per program (grid axis 1)
     PARTS: tl.constexpr,  # programs per (segment, column block) (grid axis 2)
+    PER_ELEMENT: tl.constexpr,  # the part's pass: per-element running statistics, else per column
 ):
     seg = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BLOCK_M
@@ -185,7 +186,10 @@ def _softmax_stats_kernel(
     if seg < n_segments:
         start, end = rows_of(tl.load(offsets_ptr + seg), tl.load(offsets_ptr + seg + 1), n_rows)
         r0, r1 = part_rows(start, end, part, PARTS, BLOCK_L)
-        m, s = _column_stats_per_column(values_ptr, r0, r1, c, n_cols, BLOCK_L, BLOCK_M)
+        if PER_ELEMENT:
+            m, s = _column_stats_per_element(values_ptr, r0, r1, c, n_cols, BLOCK_L, BLOCK_M)
+        else:
+            m, s = _column_stats_per_column(values_ptr, r0, r1, c, n_cols, BLOCK_L, BLOCK_M)
         cols = c + tl.arange(0, BLOCK_M)
         base = (seg * PARTS + part) * 2 * n_cols
         tl.store(ws_ptr + base + cols, m, mask=cols < n_cols)

@@ -56,14 +56,16 @@ def plan_softmax_backward(out, grad, offsets, *, max_seqlen=None, cfg: TileConfi
                         max_seqlen=max_seqlen, cfg=cfg, budget=LEAN)
 
 
-def plan_softmax_parts(values, offsets, *, parts: int, max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
+def plan_softmax_parts(values, offsets, *, parts: int, max_seqlen=None, cfg: TileConfig | None = None,
+                       per_element: bool = False) -> Plan:
     """The softmax split over ``parts`` programs per (segment, column block): per-part column max and sum, then
     each part written.
 
     Args:
         values, offsets, max_seqlen: as for ``plan_softmax``.
         parts: programs per (segment, column block) (a power of two); any value is correct whatever the lengths.
-        cfg: force a tile (tests); None: ``tile_config`` within ``tiles.LEAN`` (many programs an SM: per column).
+        cfg: force a tile (tests); None: ``tile_config`` within ``tiles.LEAN``.
+        per_element: the stats launch's pass over its part (the one-program kernel's two variants).
 
     Returns:
         the Plan: two launches (stats, then parts), its ``out`` (N, M) in values' dtype.
@@ -77,7 +79,7 @@ def plan_softmax_parts(values, offsets, *, parts: int, max_seqlen=None, cfg: Til
     grid = (sym_max(n_segments, 1), -(-int(n_cols) // cfg.block_m), parts)
     tail = (n_rows, int(n_cols), n_segments, cfg.block_l, cfg.block_m, parts)
     return Plan(out, (
-        Launch(_softmax_stats_kernel, grid, (values, offsets, ws, *tail), cfg.num_warps, (ws,),
-               ("softmax_stats", *tail[-3:])),
+        Launch(_softmax_stats_kernel, grid, (values, offsets, ws, *tail, per_element), cfg.num_warps, (ws,),
+               ("softmax_stats", *tail[-3:], per_element)),
         Launch(_softmax_parts_kernel, grid, (values, offsets, ws, out, *tail), cfg.num_warps, (out,),
                ("softmax_parts", *tail[-3:]))))
