@@ -63,9 +63,11 @@ def test_the_plan_splits_few_long_sequences_only():
     # on the CPU the SM count is config.DEFAULT_SM_COUNT (4); the split's tile is the lean one (64 × 64 at M = 64)
     values = torch.randn(2000, 64)
     keys = lambda planned: [step.key[0] for step in planned.launches]  # noqa: E731
-    two = torch.tensor([0, 700, 2000])  # 2 programs, 15 tiles an average sequence: 4 parts (16 programs would be 4
-    planned = testing.plan_softmax(values, two)  # an SM, 8 parts, but a part reads at least two tiles: at most 7)
+    two = torch.tensor([0, 700, 2000])  # 2 programs, 15 tiles an average sequence: 4 parts (2 programs an SM: 8)
+    planned = testing.plan_softmax(values, two)
     assert keys(planned) == ["softmax_stats", "softmax_parts"] and planned.launches[0].grid == (2, 1, 4)
+    assert planned.launches[0].key[-1] is True  # the stats pass per element
+    assert testing.plan_softmax(values, torch.tensor([0, 2000])).launches[0].grid == (1, 1, 8)  # 1 program: 8 parts (≤ 15 of 31 tiles)
     assert keys(testing.plan_softmax(values, torch.arange(0, 2001, 500))) == ["softmax"]  # 4 programs: the SMs full
     assert keys(testing.plan_softmax(values[:100], torch.tensor([0, 40, 100]))) == ["softmax"]  # < 2 tiles each
     assert keys(testing.plan_softmax(values, two, cfg=TileConfig(8, 64, 4))) == ["softmax"]  # forced

@@ -135,12 +135,11 @@ def fills_the_gpu(n_segments, col_blocks: int, device: torch.device) -> bool:
     return hint is None or hint * col_blocks >= sm_count(device)
 
 
-# Programs per SM a split aims at over the batch, and the most parts a segment takes.
-SPLIT_PROGRAMS_PER_SM = 4
-MAX_PARTS = 64
+MAX_PARTS = 64  # the most parts a split gives one (segment, column block)
 
 
-def split_parts(n_segments, n_rows, programs_per_segment: int, block_l: int, device: torch.device) -> int:
+def split_parts(n_segments, n_rows, programs_per_segment: int, block_l: int, device: torch.device, *,
+                programs_per_sm: int) -> int:
     """Parts per (segment, column block) program for a family's split, or 0 where one program each is the better plan.
 
     Args:
@@ -149,10 +148,11 @@ def split_parts(n_segments, n_rows, programs_per_segment: int, block_l: int, dev
         programs_per_segment: the one-program kernel's programs per segment (softmax's column blocks; 1).
         block_l: the split's tile rows.
         device: where the kernels run.
+        programs_per_sm: the programs per SM the split aims at over the batch (each family's, measured).
 
     Returns:
         0 when the programs (B × programs_per_segment) fill the SMs, B or N has no hint, or the sequences average
-        fewer than two tiles; else ~SPLIT_PROGRAMS_PER_SM programs per SM over the batch, a power of two, at most
+        fewer than two tiles; else ~programs_per_sm programs per SM over the batch, a power of two, at most
         MAX_PARTS and at most half the tiles of an average sequence (every part reads at least two tiles).
     """
     n_segments, n_rows = hint_of(n_segments), hint_of(n_rows)
@@ -162,7 +162,7 @@ def split_parts(n_segments, n_rows, programs_per_segment: int, block_l: int, dev
     tiles = n_rows // max(n_segments, 1) // block_l  # per average sequence
     if tiles < 2:
         return 0
-    wanted = min(MAX_PARTS, next_pow2(-(-SPLIT_PROGRAMS_PER_SM * sms // max(n_segments * programs_per_segment, 1))))
+    wanted = min(MAX_PARTS, next_pow2(-(-programs_per_sm * sms // max(n_segments * programs_per_segment, 1))))
     return min(wanted, 1 << ((tiles // 2).bit_length() - 1))  # the largest power of two <= tiles / 2
 
 

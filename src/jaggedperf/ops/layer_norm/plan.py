@@ -110,6 +110,9 @@ def plan_layer_norm_backward_parts(values, grad, offsets, eps: float, *, parts: 
                (values, grad, offsets, ws, sums, out, float(eps)), out)))
 
 
+SPLIT_PROGRAMS_PER_SM = 4  # the programs per SM its split aims at (the 2048-element tile: 64-128 registers a thread)
+
+
 def split_parts(values, offsets, max_seqlen=None) -> int:
     """Programs per segment for the layer norm's split, or 0 where one program per segment is the better plan
     (``rowwise.split_parts`` with the split's tile, ``parts_tile``).
@@ -121,8 +124,9 @@ def split_parts(values, offsets, max_seqlen=None) -> int:
         values: (N, M), offsets: (B + 1,): their sizes only (ints or SymInts' hints, no guard).
         max_seqlen: as for ``plan_layer_norm`` (it sizes the split's tile).
     """
-    return rowwise_split_parts(offsets.shape[0] - 1, values.shape[0], 1, parts_tile(values.shape[1], max_seqlen).block_l,
-                               values.device)
+    tile = parts_tile(values.shape[1], max_seqlen)
+    return rowwise_split_parts(offsets.shape[0] - 1, values.shape[0], 1, tile.block_l, values.device,
+                               programs_per_sm=SPLIT_PROGRAMS_PER_SM)
 
 
 def _split(values, offsets, parts: int, max_seqlen, cfg: TileConfig | None):

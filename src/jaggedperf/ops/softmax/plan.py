@@ -13,6 +13,12 @@ from jaggedperf.ops.softmax.kernels import (_softmax_backward_kernel, _softmax_k
 from jaggedperf.ops.tiles import LEAN, TileConfig, tile_config
 
 
+# The split's programs per SM over the batch, its stats pass per element (125 registers a thread at the lean tile:
+# at most 4 programs an SM): on the H200 (run 63) the best or within 2% of the best of 4-16 parts, per column or per
+# element, at each of six few-program shapes, fp32 and bf16 (benchmarks/split_probe.py; NOTES, session 14).
+SPLIT_PROGRAMS_PER_SM = 2
+
+
 def plan_softmax(values, offsets, *, max_seqlen=None, cfg: TileConfig | None = None,
                  per_element: bool | None = None) -> Plan:
     """Allocate the output and describe the launches of a jagged softmax.
@@ -34,9 +40,9 @@ def plan_softmax(values, offsets, *, max_seqlen=None, cfg: TileConfig | None = N
     if cfg is None and per_element is None:
         split_tile = tile_config(values.shape[1], max_seqlen, LEAN)
         parts = split_parts(offsets.shape[0] - 1, values.shape[0], -(-int(values.shape[1]) // split_tile.block_m),
-                            split_tile.block_l, values.device)
+                            split_tile.block_l, values.device, programs_per_sm=SPLIT_PROGRAMS_PER_SM)
         if parts:
-            return plan_softmax_parts(values, offsets, parts=parts, cfg=split_tile)
+            return plan_softmax_parts(values, offsets, parts=parts, cfg=split_tile, per_element=True)
     return plan_rowwise(_softmax_kernel, "softmax", (values,), offsets, column_blocks=True, max_seqlen=max_seqlen,
                         cfg=cfg, budget=LEAN, per_element="few_programs" if per_element is None else per_element)
 
