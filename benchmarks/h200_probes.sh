@@ -16,6 +16,7 @@ cd "$(dirname "$0")/.."
 t0=$(date +%s); left() { echo $(( ${CALL_S:-560} - ($(date +%s) - t0) )); }
 W="$OUT/w"; mkdir -p "$W"; trap 'tar czf "$OUT/call.tgz" -C "$OUT" w' EXIT
 { uptime; nvidia-smi --query-gpu=name,memory.used,utilization.gpu,clocks.sm --format=csv; } > "$W/load.txt" 2>&1
+echo "tree $(bash benchmarks/tree_hash.sh)" | tee "$W/tree.txt"  # the code's content hash (benchmarks/tree_hash.sh)
 python3 -m pip install --no-index --no-deps "${HELION_WHEELS:-.probe/wheels-helion-old}"/*.whl > "$W/helion-install.log" 2>&1
 set +e; source scripts/setup-env.sh test > "$W/setup.log" 2>&1; set +e
 echo "setup at $(( $(date +%s) - t0 )) s"

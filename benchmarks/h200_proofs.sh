@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 t0=$(date +%s); left() { echo $(( 575 - ($(date +%s) - t0) )); }
 W="$OUT/w"; mkdir -p "$W"; trap 'tar czf "$OUT/call.tgz" -C "$OUT" w' EXIT
 { uptime; nvidia-smi --query-gpu=name,memory.used,utilization.gpu,clocks.sm --format=csv; } > "$W/load.txt" 2>&1
+echo "tree $(bash benchmarks/tree_hash.sh)" | tee "$W/tree.txt"  # the code's content hash (benchmarks/tree_hash.sh)
 set +e; source scripts/setup-env.sh test > "$W/setup.log" 2>&1; set +e
 echo "setup at $(( $(date +%s) - t0 )) s"
 JAGGEDPERF_TIMED_TESTS=defer timeout -s INT "${UNTIMED_S:-290}" python -m pytest -q -m gpu -n 10 -p no:cacheprovider -rfE \

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Softmax's forward at few long sequences (fewer (sequence, column block) programs than SMs): the split over parts
 (``ops.softmax.plan.plan_softmax_parts``) at several part counts against the one-program kernel with each of its
-looping first passes (per element, per column), side by side in one process (issue 20).
+looping first passes (per element, per column), side by side in one process (issue 20); and at one shape whose
+programs fill the GPU, the one-program kernel's two passes.
 
 Why: at 8 × 4000 × 4096 fp32 the one-program kernel is 128 programs of 4000 rows, one an SM; per element it took 490
 µs (run 61) against Inductor's padded program at 454, per column 643 (run 58). The split reads and writes the same
@@ -9,7 +10,7 @@ bytes as the one-program kernel (x twice, y once) over 4-16× the programs, its 
 (benchmarks/NOTES.md, session 14: in bf16, run 62, the per-column passes were 2× slower than per element).
 Each plan's output is checked against float64 (``spec.reference``) before it is timed.
 
-Run:  PYTHONPATH=src python3 benchmarks/split_probe.py --out $OUT/split_probe.json        (~1 minute on an H200)
+Run:  PYTHONPATH=src python3 benchmarks/split_probe.py --out $OUT/split_probe.json        (~2 minutes on an H200)
 Writes the JSON (every plan's median/p20/p80) and prints one Markdown table.
 """
 
@@ -32,10 +33,13 @@ from jaggedperf.lab import timing  # noqa: E402
 from jaggedperf.lab.correctness import check_output  # noqa: E402
 from jaggedperf.ops import testing  # noqa: E402
 
-# few long sequences: 128, 128 and 64 one-program programs on the H200's 132 SMs
+# few long sequences: 128, 128 and 64 one-program programs on the H200's 132 SMs; then the family bars' 1024 × 256
+# shape, whose 1024 programs fill the GPU: there the plan takes the one-program kernel per column, and bf16's per-column
+# pass was 2-2.6× slower than per element at the few-program shapes (run 63): the routing question for it
 CASES = [Case(8, 4096, 4000, 0.0, "fixed"), Case(8, 4096, 4000, 0.0, "fixed", dtype="bfloat16"),
          Case(32, 1024, 2000, 0.0, "fixed"), Case(32, 1024, 2000, 0.0, "fixed", dtype="bfloat16"),
-         Case(64, 256, 8000, 0.5), Case(64, 256, 8000, 0.5, dtype="bfloat16")]
+         Case(64, 256, 8000, 0.5), Case(64, 256, 8000, 0.5, dtype="bfloat16"),
+         Case(1024, 256, 1000, 0.5), Case(1024, 256, 1000, 0.5, dtype="bfloat16")]
 PARTS = (4, 8, 16)
 
 

@@ -34,34 +34,34 @@ SHAPES = [SEED_1, SEED_2, Case(512, 64, 100, 0.1, dtype="bfloat16"), WIDE, SHORT
 LARGE = [WIDE, SHORT, LONG]
 LARGE_BYTES = 64e6
 
-# Measured limits (H200, fp32; runs 51/52/55: family_bench and this file; floor = read values + write the output;
-# the backward's floor: read the saved tensor and the gradient, write the values' gradient). Since run 55 softmax and
-# the layer norm's backward take the lean tile (4096 elements, 4 warps) where their programs fill the GPU, and the
-# layer norm splits each sequence over 64 programs at 8 × 4000 × 4096 (ops.layer_norm.plan.split_parts). Softmax's
-# speed bar at 8 × 4000 × 4096 (490 µs against Inductor's 454 in run 61, one program per sequence and column block)
-# is unmarked on the prediction for its split over parts (400-430 µs, benchmarks/NOTES.md, session 14).
-SPLIT_LN = ("the split layer norm (64 programs a sequence) reads x twice, the moments then the writing pass: 1.5× the "
-            "floor at best")
+# Measured limits (H200, fp32; family_bench and this file; floor = read values + write the output; the backward's
+# floor: read the saved tensor and the gradient, write the values' gradient). Softmax and the layer norm's backward
+# take the lean tile (4096 elements, 4 warps) where their programs fill the GPU; with fewer programs than SMs and long
+# sequences both forwards split each sequence over parts (ops.rowwise.split_parts): the layer norm since run 55,
+# softmax since session 14 (its speed bar at 8 × 4000 × 4096: 415 µs against Inductor's 455 in run 62; 406 µs with
+# the split's final routing in run 63's split_probe, benchmarks/NOTES.md).
+READ_TWICE = "a sequence longer than one tile is read twice (the statistics, then the writing pass): 1.5× at best"
 LIMITS = {
     ("floor", "jagged_softmax", WIDE): (
-        "H200 run 55: 455 µs = 1.81× the floor (252 µs; 492 µs at the wide tile, runs 51/52): a sequence longer than "
-        "one tile (BLOCK_L rows) is read twice (an online max/sum pass, then the writing pass), 1.5× the floor at "
-        "best; helion 497 µs"),
-    ("floor", "jagged_softmax", LONG): ("H200 run 52: 637 µs = 2.58× the floor (247 µs): read twice, as above"),
+        "H200 runs 55/62: 455-456 µs = 1.81× the floor (252 µs; 492 µs at the wide tile, runs 51/52): " + READ_TWICE
+        + "; helion 497 µs"),
+    ("floor", "jagged_softmax", LONG): (
+        "H200 runs 62/63: the split 406-415 µs = 1.64-1.68× the floor (247 µs): " + READ_TWICE),
     ("floor", "jagged_layer_norm", WIDE): (
-        "H200 runs 51/52/55: 425-435 µs = 1.68-1.73× the floor (252 µs): a sequence longer than one tile is read "
-        "twice (the statistics, then the writing pass), 1.5× the floor at best; helion 540 µs"),
-    ("floor", "jagged_layer_norm", LONG): ("H200 run 55: 512 µs = 2.07× the floor (247 µs): " + SPLIT_LN),
+        "H200 runs 51/52/55/62: 425-436 µs = 1.68-1.73× the floor (252 µs): " + READ_TWICE + "; helion 540 µs"),
+    ("floor", "jagged_layer_norm", LONG): (
+        "H200 runs 61/62: the split (64 programs a sequence) 409-436 µs = 1.66-1.77× the floor (247 µs): "
+        + READ_TWICE),
     ("backward", "jagged_softmax", WIDE): (
-        "H200 runs 51/55: 655-671 µs = 1.73-1.77× the floor (3 tensor passes, 378 µs): Σ g·y over a sequence longer "
-        "than one tile reads y and g twice (5 passes: 1.67× at best)"),
-    ("backward", "jagged_softmax", LONG): ("H200 run 52: 627 µs = 1.69× the floor (370 µs): y and g read twice"),
+        "H200 runs 51/55/62: 655-671 µs = 1.73-1.78× the floor (3 tensor passes, 378 µs): Σ g·y over a sequence "
+        "longer than one tile reads y and g twice (5 passes: 1.67× at best)"),
+    ("backward", "jagged_softmax", LONG): ("H200 runs 52/62: 627 µs = 1.69× the floor (370 µs): y and g read twice"),
     ("backward", "jagged_layer_norm", WIDE): (
-        "H200 run 55: 912 µs = 2.41× the floor (378 µs; 1126 µs at the wide tile, run 51): the statistics, Σ g and "
-        "Σ g·x̂ read x and g before the writing pass reads them again (5 passes: 1.67× at best)"),
+        "H200 runs 55/62: 912 µs = 2.41× the floor (378 µs; 1126 µs at the wide tile, run 51): the statistics, Σ g "
+        "and Σ g·x̂ read x and g before the writing pass reads them again (6 passes: 2× at best)"),
     ("backward", "jagged_layer_norm", LONG): (
-        "H200 run 55: the split's backward 912 µs = 2.46× the floor (370 µs; 11,576 µs with one program a sequence): "
-        "moments, Σ g and Σ g·x̂, then the writing pass read x three times and g twice (1.67× at best)"),
+        "H200 runs 61/62: the split's backward 809-836 µs = 2.19-2.26× the floor (370 µs; 11,576 µs with one program "
+        "a sequence): moments, Σ g and Σ g·x̂, then the writing pass read x three times and g twice (2× at best)"),
 }
 
 

@@ -123,6 +123,9 @@ def split_parts(values, offsets, max_seqlen=None) -> int:
     Args:
         values: (N, M), offsets: (B + 1,): their sizes only (ints or SymInts' hints, no guard).
         max_seqlen: as for ``plan_layer_norm`` (it sizes the split's tile).
+
+    Returns:
+        parts per segment (a power of two), or 0: as ``rowwise.split_parts`` at SPLIT_PROGRAMS_PER_SM.
     """
     tile = parts_tile(values.shape[1], max_seqlen)
     return rowwise_split_parts(offsets.shape[0] - 1, values.shape[0], 1, tile.block_l, values.device,
