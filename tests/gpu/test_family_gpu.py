@@ -118,6 +118,38 @@ def test_cuda_graph_capture_and_replay_on_new_values(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_the_split_under_compile_and_in_a_cuda_graph(family):
+    # few long sequences: both forwards split each one over parts (two launches and a workspace inside the operator;
+    # the layer norm's backward three); compiled with autograd, then captured and replayed on new values
+    from jaggedperf.ops import testing
+
+    values, offsets, longest = batch(Case(4, 256, 4000, 0.0, "fixed"), torch.float32)  # 4 programs, 250 tiles each
+    plan = (testing.plan_softmax(values, offsets, max_seqlen=longest) if family == "softmax" else
+            testing.plan_layer_norm(values, offsets, EPS, max_seqlen=longest))
+    assert plan.launches[0].key[0] in ("softmax_stats", "ln_moments"), plan.launches[0].key
+    torch._dynamo.reset()
+    fn = PUBLIC[family]
+    compiled = torch.compile(lambda v, o, n: fn(v, o, max_seqlen=n) * 2, fullgraph=True, dynamic=True)
+    leaf = values.clone().requires_grad_(True)
+    out = compiled(leaf, offsets, longest)
+    assert_close(out.detach(), 2 * reference(family, values, offsets), torch.float32)
+    grad = torch.randn_like(values)
+    out.backward(grad)
+    assert_close(leaf.grad, reference_backward(family, values, offsets, 2 * grad), torch.float32)
+    static = values.clone()
+    fn(static, offsets, max_seqlen=longest)  # compile and verify the launch tiers outside the capture
+    fn(static, offsets, max_seqlen=longest)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = fn(static, offsets, max_seqlen=longest)
+    static.copy_(values * 3 - 1)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_close(captured, reference(family, static, offsets), torch.float32)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_nested_tensor_in_and_out(family):
     values, offsets, longest = batch(SHAPES[0], torch.bfloat16)
     nt = torch.nested.nested_tensor_from_jagged(values, offsets, max_seqlen=longest)

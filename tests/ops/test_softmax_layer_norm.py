@@ -276,6 +276,7 @@ def test_each_kernel_plans_with_its_budget_and_few_segments_take_the_wide_tile_o
     assert split_parts(values, torch.tensor([0, 800])) == 8  # ~4 programs an SM would be 16; 25 tiles allow 8
     short = torch.randn(40, 64, dtype=torch.float64)
     assert split_parts(short, torch.tensor([0, 10, 40])) == 0  # sequences shorter than two tiles: one program each
+    assert split_parts(values[:192], torch.tensor([0, 96, 192])) == 0  # 3 tiles of 32 rows: one part, no split
     assert plan_layer_norm(short, torch.tensor([0, 10, 40]), 1e-5).launches[0].key[0] == "layer_norm"
     assert plan_layer_norm(values, few, 1e-5, cfg=TileConfig(8, 64, 4)).launches[0].key[0] == "layer_norm"  # forced
 

@@ -69,7 +69,9 @@ def test_the_plan_splits_few_long_sequences_only():
     assert planned.launches[0].key[-1] is True  # the stats pass per element
     assert testing.plan_softmax(values, torch.tensor([0, 2000])).launches[0].grid == (1, 1, 8)  # 1 program: 8 parts (≤ 15 of 31 tiles)
     assert keys(testing.plan_softmax(values, torch.arange(0, 2001, 500))) == ["softmax"]  # 4 programs: the SMs full
-    assert keys(testing.plan_softmax(values[:100], torch.tensor([0, 40, 100]))) == ["softmax"]  # < 2 tiles each
+    assert keys(testing.plan_softmax(values[:100], torch.tensor([0, 40, 100]))) == ["softmax"]  # < 1 tile each
+    # 3 tiles an average sequence would give one part: the one program's work and an extra launch
+    assert keys(testing.plan_softmax(values[:400], torch.tensor([0, 150, 400]))) == ["softmax"]
     assert keys(testing.plan_softmax(values, two, cfg=TileConfig(8, 64, 4))) == ["softmax"]  # forced
     assert keys(testing.plan_softmax(values, two, per_element=True)) == ["softmax"]  # forced
     wide = torch.randn(500, 600)  # 3 column blocks of 256 a sequence: 2 sequences are 6 programs, the SMs full

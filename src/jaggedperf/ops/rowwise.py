@@ -152,18 +152,19 @@ def split_parts(n_segments, n_rows, programs_per_segment: int, block_l: int, dev
 
     Returns:
         0 when the programs (B × programs_per_segment) fill the SMs, B or N has no hint, or the sequences average
-        fewer than two tiles; else ~programs_per_sm programs per SM over the batch, a power of two, at most
-        MAX_PARTS and at most half the tiles of an average sequence (every part reads at least two tiles).
+        fewer than four tiles (one part: the one-program kernel's work and an extra launch); else ~programs_per_sm
+        programs per SM over the batch, a power of two, at most MAX_PARTS and at most half the tiles of an average
+        sequence (every part reads at least two tiles).
     """
     n_segments, n_rows = hint_of(n_segments), hint_of(n_rows)
     sms = sm_count(device)
     if n_segments is None or n_rows is None or n_segments * programs_per_segment >= sms:
         return 0
     tiles = n_rows // max(n_segments, 1) // block_l  # per average sequence
-    if tiles < 2:
+    if tiles < 4:
         return 0
     wanted = min(MAX_PARTS, next_pow2(-(-programs_per_sm * sms // max(n_segments * programs_per_segment, 1))))
-    return min(wanted, 1 << ((tiles // 2).bit_length() - 1))  # the largest power of two <= tiles / 2
+    return min(wanted, 1 << ((tiles // 2).bit_length() - 1))  # the largest power of two <= tiles / 2: >= 2
 
 
 def _cached(nt, attribute: str):
