@@ -100,9 +100,9 @@ def test_compile_fullgraph_dynamic_without_recompiling(family):
     assert frames[3] == frames[4] and frames[3] - frames[0] <= 1, frames  # M = 3: at most one compile, reused
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_cuda_graph_capture_and_replay_on_new_values(family):
-    values, offsets, longest = batch(SHAPES[1], torch.float32)
+def replayed_on_new_values(family, values, offsets, longest):
+    """The family's call captured in a CUDA graph on a copy of ``values``, replayed after the copy took new values:
+    (that output, the copy)."""
     static = values.clone()
     fn = PUBLIC[family]
     fn(static, offsets, max_seqlen=longest)  # compile and verify the launch tier outside the capture
@@ -114,6 +114,13 @@ def test_cuda_graph_capture_and_replay_on_new_values(family):
     static.copy_(values * 3 - 1)
     graph.replay()
     torch.cuda.synchronize()
+    return out, static
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cuda_graph_capture_and_replay_on_new_values(family):
+    values, offsets, longest = batch(SHAPES[1], torch.float32)
+    out, static = replayed_on_new_values(family, values, offsets, longest)
     assert_close(out, reference(family, static, offsets), torch.float32)
 
 
@@ -136,16 +143,7 @@ def test_the_split_under_compile_and_in_a_cuda_graph(family):
     grad = torch.randn_like(values)
     out.backward(grad)
     assert_close(leaf.grad, reference_backward(family, values, offsets, 2 * grad), torch.float32)
-    static = values.clone()
-    fn(static, offsets, max_seqlen=longest)  # compile and verify the launch tiers outside the capture
-    fn(static, offsets, max_seqlen=longest)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = fn(static, offsets, max_seqlen=longest)
-    static.copy_(values * 3 - 1)
-    graph.replay()
-    torch.cuda.synchronize()
+    captured, static = replayed_on_new_values(family, values, offsets, longest)
     assert_close(captured, reference(family, static, offsets), torch.float32)
 
 
