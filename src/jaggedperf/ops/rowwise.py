@@ -101,24 +101,24 @@ def plan_rowwise(kernel, name: str, reads: tuple, offsets, params: tuple = (), *
         the Plan: its ``out`` (N, M), filled once its launch has run.
     """
     n_rows, n_cols = reads[0].shape
-
-    def filled(tile: TileConfig) -> bool:
-        return fills_the_gpu(offsets.shape[0] - 1, -(-int(n_cols) // tile.block_m) if column_blocks else 1,
-                             reads[0].device)
-
-    if cfg is None:
-        cfg = tile_config(n_cols, max_seqlen, budget)
-        if budget is not WIDE and not filled(cfg):
-            # few long programs: the lean tile's 4 warps leave the SMs idle (softmax at 8 × 4000 × 4096 fp32 on
-            # the H200, run 55: 847 µs against the wide tile's 637)
-            cfg = tile_config(n_cols, max_seqlen, WIDE)
+    auto = cfg is None
+    cfg = cfg or tile_config(n_cols, max_seqlen, budget)
+    col_blocks = -(-int(n_cols) // cfg.block_m) if column_blocks else 1
+    # whether the programs are fewer than the SMs: asked once, and only where it decides something
+    few = ((auto and budget is not WIDE) or per_element == "few_programs") and not fills_the_gpu(
+        offsets.shape[0] - 1, col_blocks, reads[0].device)
+    if auto and budget is not WIDE and few:
+        # few long programs: the lean tile's 4 warps leave the SMs idle (softmax at 8 × 4000 × 4096 fp32 on the H200,
+        # run 55: 847 µs against the wide tile's 637); its BLOCK_M is the lean one's (both capped by MAX_BLOCK_M), so
+        # the programs stay the same
+        cfg = tile_config(n_cols, max_seqlen, WIDE)
     out = torch.empty((n_rows, n_cols), dtype=reads[0].dtype, device=reads[0].device)
     args = (*reads, offsets, out, *params, n_rows, int(n_cols), offsets.shape[0] - 1, cfg.block_l, cfg.block_m)
     key = (name, cfg.block_l, cfg.block_m)
     if per_element is not None:
-        flag = not filled(cfg) if per_element == "few_programs" else bool(per_element)
+        flag = few if per_element == "few_programs" else bool(per_element)
         args, key = (*args, flag), (*key, flag)
-    grid = (sym_max(offsets.shape[0] - 1, 1), -(-int(n_cols) // cfg.block_m) if column_blocks else 1, 1)
+    grid = (sym_max(offsets.shape[0] - 1, 1), col_blocks, 1)
     return Plan(out, (Launch(kernel, grid, args, cfg.num_warps, (out,), key),))
 
 
@@ -138,32 +138,37 @@ def fills_the_gpu(n_segments, col_blocks: int, device: torch.device) -> bool:
 MAX_PARTS = 64  # the most parts a split gives one (segment, column block)
 
 
-def split_parts(n_segments, n_rows, programs_per_segment: int, block_l: int, device: torch.device, *,
-                programs_per_sm: int) -> int:
+def split_parts(n_segments, n_rows, n_cols, split_tile: Callable[[], TileConfig], device: torch.device, *,
+                column_blocks: bool, programs_per_sm: int) -> int:
     """Parts per (segment, column block) program for a family's split, or 0 where one program each is the better plan.
 
     Args:
         n_segments: B; n_rows: N (ints, or SymInts: their hints, with no guard; a compiled graph keeps its first
             call's choice, which changes only the speed).
-        programs_per_segment: the one-program kernel's programs per segment (softmax's column blocks; 1).
-        block_l: the split's tile rows.
+        n_cols: M.
+        split_tile: the split's tile; called only where B alone is fewer than the SMs (planning is on every eager
+            call's path).
         device: where the kernels run.
+        column_blocks: the one-program kernel runs a program per column block of the tile (softmax), else one per
+            segment.
         programs_per_sm: the programs per SM the split aims at over the batch (each family's, measured).
 
     Returns:
-        0 when the programs (B × programs_per_segment) fill the SMs, B or N has no hint, or the sequences average
-        fewer than four tiles (one part: the one-program kernel's work and an extra launch); else ~programs_per_sm
+        0 when the one-program kernel's programs fill the SMs, B or N has no hint, or the sequences average fewer
+        than four tiles (one part: the one-program kernel's work and an extra launch); else ~programs_per_sm
         programs per SM over the batch, a power of two, at most MAX_PARTS and at most half the tiles of an average
         sequence (every part reads at least two tiles).
     """
     n_segments, n_rows = hint_of(n_segments), hint_of(n_rows)
     sms = sm_count(device)
-    if n_segments is None or n_rows is None or n_segments * programs_per_segment >= sms:
+    if n_segments is None or n_rows is None or n_segments >= sms:
         return 0
-    tiles = n_rows // max(n_segments, 1) // block_l  # per average sequence
-    if tiles < 4:
+    tile = split_tile()
+    programs = n_segments * (-(-int(n_cols) // tile.block_m) if column_blocks else 1)
+    tiles = n_rows // max(n_segments, 1) // tile.block_l  # per average sequence
+    if programs >= sms or tiles < 4:
         return 0
-    wanted = min(MAX_PARTS, next_pow2(-(-programs_per_sm * sms // max(n_segments * programs_per_segment, 1))))
+    wanted = min(MAX_PARTS, next_pow2(-(-programs_per_sm * sms // max(programs, 1))))
     return min(wanted, 1 << ((tiles // 2).bit_length() - 1))  # the largest power of two <= tiles / 2: >= 2
 
 

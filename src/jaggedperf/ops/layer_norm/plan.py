@@ -127,8 +127,8 @@ def split_parts(values, offsets, max_seqlen=None) -> int:
     Returns:
         parts per segment (a power of two), or 0: as ``rowwise.split_parts`` at SPLIT_PROGRAMS_PER_SM.
     """
-    tile = parts_tile(values.shape[1], max_seqlen)
-    return rowwise_split_parts(offsets.shape[0] - 1, values.shape[0], 1, tile.block_l, values.device,
+    return rowwise_split_parts(offsets.shape[0] - 1, values.shape[0], values.shape[1],
+                               lambda: parts_tile(values.shape[1], max_seqlen), values.device, column_blocks=False,
                                programs_per_sm=SPLIT_PROGRAMS_PER_SM)
 
 

@@ -38,11 +38,11 @@ def plan_softmax(values, offsets, *, max_seqlen=None, cfg: TileConfig | None = N
         the Plan: its ``out`` (N, M) in values' dtype, filled once its launches have run.
     """
     if cfg is None and per_element is None:
-        split_tile = tile_config(values.shape[1], max_seqlen, LEAN)
-        parts = split_parts(offsets.shape[0] - 1, values.shape[0], -(-int(values.shape[1]) // split_tile.block_m),
-                            split_tile.block_l, values.device, programs_per_sm=SPLIT_PROGRAMS_PER_SM)
-        if parts:
-            return plan_softmax_parts(values, offsets, parts=parts, cfg=split_tile, per_element=True)
+        parts = split_parts(offsets.shape[0] - 1, values.shape[0], values.shape[1],
+                            lambda: tile_config(values.shape[1], max_seqlen, LEAN), values.device, column_blocks=True,
+                            programs_per_sm=SPLIT_PROGRAMS_PER_SM)
+        if parts:  # the split's tile: plan_softmax_parts' own default, the one split_parts judged
+            return plan_softmax_parts(values, offsets, parts=parts, max_seqlen=max_seqlen, per_element=True)
     return plan_rowwise(_softmax_kernel, "softmax", (values,), offsets, column_blocks=True, max_seqlen=max_seqlen,
                         cfg=cfg, budget=LEAN, per_element="few_programs" if per_element is None else per_element)
 
