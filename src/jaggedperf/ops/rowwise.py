@@ -172,6 +172,39 @@ def split_parts(n_segments, n_rows, n_cols, split_tile: Callable[[], TileConfig]
     return min(wanted, 1 << ((tiles // 2).bit_length() - 1))  # the largest power of two <= tiles / 2: >= 2
 
 
+def split_launcher(values, offsets, parts: int, cfg: TileConfig, *, column_blocks: bool):
+    """What a family's split launches share: the (N, M) output and ``launch(kernel, name, leading args, written,
+    *constexprs)``, which appends the common tail (N, M, B, BLOCK_L, BLOCK_M, PARTS) and then the constexprs.
+
+    Args:
+        values: (N, M); offsets: (B + 1,).
+        parts: programs per (segment, column block).
+        cfg: the split's tile.
+        column_blocks: grid (B, column blocks, PARTS) (softmax's kernels read the part from axis 2); else (B, PARTS).
+
+    Returns:
+        (the output, ``launch``): each Launch keyed by its name, the tile, PARTS and the constexprs.
+    """
+    n_rows, n_cols = values.shape
+    n_segments = offsets.shape[0] - 1
+    out = torch.empty((n_rows, n_cols), dtype=values.dtype, device=values.device)
+    grid = ((sym_max(n_segments, 1), -(-int(n_cols) // cfg.block_m), parts) if column_blocks else
+            (sym_max(n_segments, 1), parts, 1))
+    tail = (n_rows, int(n_cols), n_segments, cfg.block_l, cfg.block_m, parts)
+
+    def launch(kernel, name: str, args: tuple, written: torch.Tensor, *constexprs) -> Launch:
+        return Launch(kernel, grid, (*args, *tail, *constexprs), cfg.num_warps, (written,),
+                      (name, *tail[-3:], *constexprs))
+
+    return out, launch
+
+
+def split_workspace(n_segments, parts: int, fields: int, device) -> torch.Tensor:
+    """fp32 per-part summaries, ``fields`` floats per (segment, part); its kernels write every slot before any reads
+    it (so it is not zeroed)."""
+    return torch.empty((sym_max(n_segments, 1) * parts * fields,), dtype=torch.float32, device=device)
+
+
 def _cached(nt, attribute: str):
     # the NJT's cached seqlen (a host int eagerly, a SymInt traced), or None (private API: None is always safe)
     value = getattr(nt, attribute, None)

@@ -4,13 +4,11 @@ split over ``parts`` programs per segment (``plan_layer_norm_parts``, ``split_pa
 
 from __future__ import annotations
 
-import torch
-
-from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
+from jaggedperf.ops.launch.plan import Plan
 from jaggedperf.ops.layer_norm.kernels import (_layer_norm_backward_kernel, _layer_norm_backward_parts_kernel,
                                               _layer_norm_backward_sums_kernel, _layer_norm_kernel,
                                               _layer_norm_moments_kernel, _layer_norm_parts_kernel)
-from jaggedperf.ops.rowwise import plan_rowwise
+from jaggedperf.ops.rowwise import plan_rowwise, split_launcher, split_workspace
 from jaggedperf.ops.rowwise import split_parts as rowwise_split_parts
 from jaggedperf.ops.config import next_pow2
 from jaggedperf.ops.tiles import LEAN, MAX_BLOCK_M, WIDE, TileConfig, hint_of, tile_config
@@ -83,7 +81,9 @@ def plan_layer_norm_parts(values, offsets, eps: float, *, parts: int, max_seqlen
     Returns:
         the Plan: two launches (moments, then normalise), its ``out`` (N, M) in values' dtype.
     """
-    out, ws, launch = _split(values, offsets, parts, max_seqlen, cfg)
+    out, launch = split_launcher(values, offsets, parts, cfg or parts_tile(values.shape[1], max_seqlen),
+                                 column_blocks=False)
+    ws = split_workspace(offsets.shape[0] - 1, parts, 3, values.device)  # (count, mean, M2) per part
     return Plan(out, (launch(_layer_norm_moments_kernel, "ln_moments", (values, offsets, ws), ws),
                       launch(_layer_norm_parts_kernel, "ln_parts", (values, offsets, ws, out, float(eps)), out)))
 
@@ -100,8 +100,10 @@ def plan_layer_norm_backward_parts(values, grad, offsets, eps: float, *, parts: 
     Returns:
         the Plan: three launches, its ``out`` (N, M) grad_values in x's dtype.
     """
-    out, ws, launch = _split(values, offsets, parts, max_seqlen, cfg)
-    sums = _workspace(offsets.shape[0] - 1, parts, 2, values.device)
+    out, launch = split_launcher(values, offsets, parts, cfg or parts_tile(values.shape[1], max_seqlen),
+                                 column_blocks=False)
+    ws = split_workspace(offsets.shape[0] - 1, parts, 3, values.device)  # (count, mean, M2) per part
+    sums = split_workspace(offsets.shape[0] - 1, parts, 2, values.device)  # (Σ g, Σ g · x̂) per part
     return Plan(out, (
         launch(_layer_norm_moments_kernel, "ln_moments", (values, offsets, ws), ws),
         launch(_layer_norm_backward_sums_kernel, "ln_backward_sums", (values, grad, offsets, ws, sums, float(eps)),
@@ -132,22 +134,6 @@ def split_parts(values, offsets, max_seqlen=None) -> int:
                                programs_per_sm=SPLIT_PROGRAMS_PER_SM)
 
 
-def _split(values, offsets, parts: int, max_seqlen, cfg: TileConfig | None):
-    """What the split's launches share: the (N, M) output, the moments' workspace, and ``launch(kernel, name,
-    leading args, written)`` appending the common tail (N, M, B, the tile, PARTS) on the (B, PARTS) grid."""
-    n_rows, n_cols = values.shape
-    n_segments = offsets.shape[0] - 1
-    cfg = cfg or parts_tile(n_cols, max_seqlen)
-    out = torch.empty((n_rows, n_cols), dtype=values.dtype, device=values.device)
-    grid = (sym_max(n_segments, 1), parts, 1)
-    tail = (n_rows, int(n_cols), n_segments, cfg.block_l, cfg.block_m, parts)
-
-    def launch(kernel, name: str, args: tuple, written: torch.Tensor) -> Launch:
-        return Launch(kernel, grid, (*args, *tail), cfg.num_warps, (written,), (name, *tail[-3:]))
-
-    return out, _workspace(n_segments, parts, 3, values.device), launch
-
-
 PARTS_TILE_ELEMENTS = 2048
 
 
@@ -169,8 +155,3 @@ def parts_tile(n_cols: int, max_seqlen=None) -> TileConfig:
         block_l = min(block_l, next_pow2(max(hint, 1)))
     elements = block_l * block_m
     return TileConfig(block_l, block_m, 4 if elements >= 2048 else 2 if elements >= 512 else 1)
-
-
-def _workspace(n_segments, parts: int, fields: int, device) -> torch.Tensor:
-    # fp32 per-part summaries, `fields` floats per (segment, part); every slot is written before it is read
-    return torch.empty((sym_max(n_segments, 1) * parts * fields,), dtype=torch.float32, device=device)

@@ -4,10 +4,8 @@ programs than SMs and long sequences, the forward's split over ``parts`` program
 
 from __future__ import annotations
 
-import torch
-
-from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
-from jaggedperf.ops.rowwise import plan_rowwise, split_parts
+from jaggedperf.ops.launch.plan import Plan
+from jaggedperf.ops.rowwise import plan_rowwise, split_launcher, split_parts, split_workspace
 from jaggedperf.ops.softmax.kernels import (_softmax_backward_kernel, _softmax_kernel, _softmax_parts_kernel,
                                            _softmax_stats_kernel)
 from jaggedperf.ops.tiles import LEAN, TileConfig, tile_config
@@ -76,16 +74,9 @@ def plan_softmax_parts(values, offsets, *, parts: int, max_seqlen=None, cfg: Til
     Returns:
         the Plan: two launches (stats, then parts), its ``out`` (N, M) in values' dtype.
     """
-    n_rows, n_cols = values.shape
-    n_segments = offsets.shape[0] - 1
-    cfg = cfg or tile_config(n_cols, max_seqlen, LEAN)
-    out = torch.empty((n_rows, n_cols), dtype=values.dtype, device=values.device)
-    # fp32 (max, sum) per (segment, part, column); every slot is written by the stats launch before it is read
-    ws = torch.empty((sym_max(n_segments, 1) * parts * 2 * int(n_cols),), dtype=torch.float32, device=values.device)
-    grid = (sym_max(n_segments, 1), -(-int(n_cols) // cfg.block_m), parts)
-    tail = (n_rows, int(n_cols), n_segments, cfg.block_l, cfg.block_m, parts)
-    return Plan(out, (
-        Launch(_softmax_stats_kernel, grid, (values, offsets, ws, *tail, per_element), cfg.num_warps, (ws,),
-               ("softmax_stats", *tail[-3:], per_element)),
-        Launch(_softmax_parts_kernel, grid, (values, offsets, ws, out, *tail), cfg.num_warps, (out,),
-               ("softmax_parts", *tail[-3:]))))
+    out, launch = split_launcher(values, offsets, parts, cfg or tile_config(values.shape[1], max_seqlen, LEAN),
+                                 column_blocks=True)
+    # (max, sum) per (segment, part, column)
+    ws = split_workspace(offsets.shape[0] - 1, parts, 2 * int(values.shape[1]), values.device)
+    return Plan(out, (launch(_softmax_stats_kernel, "softmax_stats", (values, offsets, ws), ws, per_element),
+                      launch(_softmax_parts_kernel, "softmax_parts", (values, offsets, ws, out), out)))
