@@ -93,6 +93,24 @@ def main() -> int:
     compile_one(kernels._combine_kernel, sig, {"n_chunks": 1, "MEAN": True, "EMPTY_ZERO": True, "BLOCK_P": 32,
                                               "BLOCK_M": 64}, (0, 1, 2), 4)
     print("reduce/combine with B = C = 1 passed as constants: ok")
+    return layer_norm_with_a_symbolic_eps()
+
+
+def layer_norm_with_a_symbolic_eps() -> int:
+    """Every layer-norm kernel taking eps compiles with eps typed fp64, as Inductor passes a symbolic float (the
+    eps a compiled backward saved): its rstd must stay fp32 or the loops' fp32 accumulators change type."""
+    from jaggedperf.ops.layer_norm import kernels as ln
+
+    constexprs = {"BLOCK_L": 16, "BLOCK_M": 256, "PARTS": 4}  # a tile the segments loop over
+    for fn in (ln._layer_norm_kernel, ln._layer_norm_backward_kernel, ln._layer_norm_parts_kernel,
+               ln._layer_norm_backward_sums_kernel, ln._layer_norm_backward_parts_kernel):
+        names = fn.arg_names
+        sig = {name: ("*i64" if name == "offsets_ptr" else "*fp32" if name.endswith("_ptr") else "fp64"
+                      if name == "eps" else "constexpr" if name in constexprs else "i32") for name in names}
+        assert "eps" in sig, fn.__name__
+        aligned = tuple(i for i, name in enumerate(names) if name.endswith("_ptr"))
+        compile_one(fn, sig, {k: v for k, v in constexprs.items() if k in names}, aligned, 4)
+    print("layer norm kernels with an fp64 eps: ok")
     return 0
 
 

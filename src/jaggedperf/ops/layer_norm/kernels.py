@@ -96,10 +96,18 @@ def _merge(count, mean, m2, n_b, mean_b, m2_b):
 
 
 @triton.jit
+def _rstd(variance, eps):
+    # 1/sqrt(variance + eps) in fp32 whatever eps's type: a Triton float argument is fp32 when launched from Python,
+    # but Inductor passes a symbolic float (eps saved for a compiled backward) as fp64, and an fp64 rstd would turn
+    # the backward's fp32 loop accumulators fp64, which Triton rejects
+    return 1.0 / tl.sqrt((variance + eps).to(tl.float32))
+
+
+@triton.jit
 def _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
     # mean and 1/sqrt(var + eps) of rows [start, end) × all columns
     count, mean, m2 = _moments(values_ptr, start, end, n_cols, BLOCK_L, BLOCK_M, False)
-    return mean, 1.0 / tl.sqrt(m2 / count + eps)
+    return mean, _rstd(m2 / count, eps)
 
 
 # reads the segment's len·M·s bytes once if they fit one tile, else twice; writes them once
@@ -124,7 +132,7 @@ def _layer_norm_kernel(
         x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
         n = ((end - start) * n_cols).to(tl.float32)
         d = tl.where(mask, x - tl.sum(tl.sum(x, axis=1), axis=0) / n, 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(tl.sum(d * d, axis=1), axis=0) / n + eps)
+        rstd = _rstd(tl.sum(tl.sum(d * d, axis=1), axis=0) / n, eps)
         out_ptrs, mask = tile(out_ptr, start, end, 0, n_cols, BLOCK_L, BLOCK_M)
         tl.store(out_ptrs, (d * rstd).to(out_ptr.dtype.element_ty), mask=mask)
     else:
@@ -162,7 +170,7 @@ def _layer_norm_backward_kernel(
         gptrs, mask = tile(grad_ptr, start, end, 0, n_cols, BLOCK_L, BLOCK_M)
         g = tl.load(gptrs, mask=mask, other=0.0).to(tl.float32)
         d = tl.where(mask, x - tl.sum(tl.sum(x, axis=1), axis=0) / n, 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(tl.sum(d * d, axis=1), axis=0) / n + eps)
+        rstd = _rstd(tl.sum(tl.sum(d * d, axis=1), axis=0) / n, eps)
         xhat = d * rstd
         mean_g = tl.sum(tl.sum(g, axis=1), axis=0) / n
         mean_gx = tl.sum(tl.sum(g * xhat, axis=1), axis=0) / n
@@ -214,7 +222,7 @@ def _combined_statistics(ws_ptr, seg, eps, PARTS: tl.constexpr):
         base = (seg * PARTS + p) * 3
         count, mean, m2 = _merge(count, mean, m2, tl.load(ws_ptr + base), tl.load(ws_ptr + base + 1),
                                  tl.load(ws_ptr + base + 2))
-    return count, mean, 1.0 / tl.sqrt(m2 / count + eps)
+    return count, mean, _rstd(m2 / count, eps)
 
 
 # reads its part's rows once; writes 3 floats
