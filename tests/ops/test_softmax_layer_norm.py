@@ -265,6 +265,13 @@ def test_each_kernel_plans_with_its_budget_and_few_segments_take_the_wide_tile_o
     assert launch(plan_softmax(short, torch.tensor([0, 40, 100]))).key[-1] is True  # too short to split
     assert launch(plan_softmax(values, many)).key[-1] is False
     assert launch(plan_softmax(values, few, per_element=False)).key[-1] is False  # forced
+    # 2-byte values: per element wherever a segment may outgrow the tile, even where the programs fill the GPU
+    for dtype in (torch.bfloat16, torch.float16):
+        narrow = values.to(dtype)
+        assert launch(plan_softmax(narrow, many, max_seqlen=500)).key[-1] is True, dtype
+        assert launch(plan_softmax(narrow, many)).key[-1] is True, dtype  # no max_seqlen: may loop
+        assert launch(plan_softmax(narrow, many, max_seqlen=64)).key[-1] is False, dtype  # one tile (64 × 64)
+        assert launch(plan_softmax(narrow, many, max_seqlen=500, per_element=False)).key[-1] is False  # forced
     parts = split_parts(values, few, 500)
     assert parts == 4  # 400 rows a sequence on average, 12 tiles of 32 rows: at most 6 parts, a power of two
     assert [step.key[0] for step in plan_layer_norm(values, few, 1e-5, max_seqlen=500).launches] == \

@@ -74,7 +74,7 @@ def _jagged_like(nested, out: torch.Tensor, offsets: torch.Tensor):
 
 def plan_rowwise(kernel, name: str, reads: tuple, offsets, params: tuple = (), *, column_blocks: bool,
                  max_seqlen=None, cfg: TileConfig | None = None, budget: TileBudget = WIDE,
-                 per_element: bool | Literal["few_programs"] | None = None) -> Plan:
+                 per_element: bool | Literal["auto"] | None = None) -> Plan:
     """Allocate a row-wise kernel's (N, M) output and describe its one launch.
 
     Every row-wise kernel's signature is ``(*reads, offsets, out, *params, n_rows, n_cols, n_segments, BLOCK_L,
@@ -94,8 +94,9 @@ def plan_rowwise(kernel, name: str, reads: tuple, offsets, params: tuple = (), *
         budget: the kernel's TileBudget (``jaggedperf.ops.tiles``) when its programs fill the GPU; with fewer
             programs than SMs (B × column blocks, from B's hint: no guard), ``WIDE``.
         per_element: None for a kernel without a PER_ELEMENT constexpr; else its value, passed last: a bool (forced,
-            tests), or "few_programs": True exactly where the programs are fewer than the SMs (softmax's forward:
-            per-element running statistics for few long loops, per column where the programs fill the GPU).
+            tests), or "auto" (softmax's forward): True where the programs are fewer than the SMs (per-element
+            running statistics for few long loops) or where 2-byte values may loop (``narrow_loads_loop``), per
+            column elsewhere.
 
     Returns:
         the Plan: its ``out`` (N, M), filled once its launch has run.
@@ -105,7 +106,7 @@ def plan_rowwise(kernel, name: str, reads: tuple, offsets, params: tuple = (), *
     cfg = cfg or tile_config(n_cols, max_seqlen, budget)
     col_blocks = -(-int(n_cols) // cfg.block_m) if column_blocks else 1
     # whether the programs are fewer than the SMs: asked once, and only where it decides something
-    few = ((auto and budget is not WIDE) or per_element == "few_programs") and not fills_the_gpu(
+    few = ((auto and budget is not WIDE) or per_element == "auto") and not fills_the_gpu(
         offsets.shape[0] - 1, col_blocks, reads[0].device)
     if auto and budget is not WIDE and few:
         # few long programs: the lean tile's 4 warps leave the SMs idle (softmax at 8 × 4000 × 4096 fp32 on the H200,
@@ -116,10 +117,27 @@ def plan_rowwise(kernel, name: str, reads: tuple, offsets, params: tuple = (), *
     args = (*reads, offsets, out, *params, n_rows, int(n_cols), offsets.shape[0] - 1, cfg.block_l, cfg.block_m)
     key = (name, cfg.block_l, cfg.block_m)
     if per_element is not None:
-        flag = few if per_element == "few_programs" else bool(per_element)
+        flag = (few or narrow_loads_loop(reads[0], max_seqlen, cfg)) if per_element == "auto" else bool(per_element)
         args, key = (*args, flag), (*key, flag)
     grid = (sym_max(offsets.shape[0] - 1, 1), col_blocks, 1)
     return Plan(out, (Launch(kernel, grid, args, cfg.num_warps, (out,), key),))
+
+
+def narrow_loads_loop(values: torch.Tensor, max_seqlen, cfg: TileConfig) -> bool:
+    """Whether ``values`` is 2-byte (bf16/fp16) and a segment may be longer than one tile of ``cfg``.
+
+    There softmax's per-column pass (each tile reduced over its rows every iteration) measured 2.7× slower than
+    per element in bf16 on the H200 at 1024 × 256, and 1.9-2.8× at three few-program shapes, where fp32 was 3%
+    faster per column (benchmarks/NOTES.md, sessions 14-15). The likely cause, unconfirmed: 8-element loads stack
+    the tile's warps along its rows, so every such reduction crosses all of them.
+
+    Args:
+        values: the (N, M) input.
+        max_seqlen: an upper bound on the lengths (an int, a SymInt: its hint, no guard) or None (may loop).
+        cfg: the planned tile.
+    """
+    longest = hint_of(max_seqlen)
+    return values.element_size() == 2 and (longest is None or longest > cfg.block_l)
 
 
 def fills_the_gpu(n_segments, col_blocks: int, device: torch.device) -> bool:

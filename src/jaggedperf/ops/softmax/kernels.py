@@ -15,7 +15,8 @@ Design: one program per (segment, column block); grid = (max(B, 1), cdiv(M, BLOC
   - per element (True): each tile element keeps the running max of the rows it has seen and its rescaled sum
     (no reduction across the tile inside the loop, so one tile's loads never wait on the last one's reductions),
     merged over the tile's rows once after the loop: two exps per element and two more fp32 tiles; for programs
-    fewer than the SMs (each a latency-bound loop) whose sequences are too short for the split.
+    fewer than the SMs (each a latency-bound loop) whose sequences are too short for the split, and for bf16/fp16
+    (where the per-column pass's reductions over the rows cost 2-3×: ``rowwise.narrow_loads_loop``).
   A running max of −inf is taken as 0 where it is subtracted, so that exponentials of −inf are 0 (not NaN) while a
   later tile may still bring a finite value; a column that stays all −inf gives 0/0 = NaN, as torch.softmax does.
 - Few long segments (fewer programs than SMs): the split at the end, PARTS programs per (segment, column block).

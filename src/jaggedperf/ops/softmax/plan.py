@@ -28,9 +28,10 @@ def plan_softmax(values, offsets, *, max_seqlen=None, cfg: TileConfig | None = N
         cfg: force the one-program kernel's tile (tests); None: the split where ``split_parts`` asks for it, else
             ``tile_config`` within ``tiles.LEAN``.
         per_element: force the one-program kernel and its long segments' first pass (tests); None: per element
-            exactly where the programs (B × column blocks) are fewer than the SMs, each a loop whose latency is the
-            kernel's time; where they fill the GPU the per-element pass's extra exponentials and registers cost more
-            than they save (the H200's figures: benchmarks/NOTES.md, session 14).
+            where the programs (B × column blocks) are fewer than the SMs, each a loop whose latency is the kernel's
+            time, and where bf16/fp16 segments may loop (``rowwise.narrow_loads_loop``); per column where fp32
+            programs fill the GPU, where the per-element pass's extra exponentials and registers cost more than they
+            save (the H200's figures: benchmarks/NOTES.md, sessions 14-15).
 
     Returns:
         the Plan: its ``out`` (N, M) in values' dtype, filled once its launches have run.
@@ -42,7 +43,7 @@ def plan_softmax(values, offsets, *, max_seqlen=None, cfg: TileConfig | None = N
         if parts:  # the split's tile: plan_softmax_parts' own default, the one split_parts judged
             return plan_softmax_parts(values, offsets, parts=parts, max_seqlen=max_seqlen, per_element=True)
     return plan_rowwise(_softmax_kernel, "softmax", (values,), offsets, column_blocks=True, max_seqlen=max_seqlen,
-                        cfg=cfg, budget=LEAN, per_element="few_programs" if per_element is None else per_element)
+                        cfg=cfg, budget=LEAN, per_element="auto" if per_element is None else per_element)
 
 
 def plan_softmax_backward(out, grad, offsets, *, max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
