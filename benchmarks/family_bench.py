@@ -51,11 +51,14 @@ EPS = 1e-5  # the lab's layer norm eps (impls.jagged_layer_norm.EPS)
 SLOW_US = 50_000  # a contender slower than this a call is recorded by one call's wall, not timed (it is no peer)
 
 
-def cells():
+def cells(large_dtypes: tuple[str, ...] = ("float32",)):
+    """The seed shapes in fp32 and bf16, then the large ones in ``large_dtypes`` (the bars' cells: fp32)."""
     for case in SEED:
         for dtype in ("float32", "bfloat16"):
             yield Case(case.B, case.M, case.seqlen, case.sparsity, case.distribution, dtype=dtype)
-    yield from LARGE
+    for case in LARGE:
+        for dtype in large_dtypes:
+            yield Case(case.B, case.M, case.seqlen, case.sparsity, case.distribution, dtype=dtype)
 
 
 def device_time(fn) -> dict:
@@ -183,6 +186,8 @@ def main() -> int:
     parser.add_argument("--only", default=None, help="comma-separated case labels (as in the table) to run alone")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="start no new cell after this many seconds (the rest listed as not run)")
+    parser.add_argument("--large-dtypes", default="float32",
+                        help="comma-separated dtypes of the large shapes (e.g. float32,bfloat16; labels gain the dtype)")
     parser.add_argument("--ops", default=",".join(OPS),
                         help="comma-separated; jagged_softmax, jagged_layer_norm (default), jagged_mean, jagged_sum")
     args = parser.parse_args()
@@ -207,7 +212,7 @@ def main() -> int:
     # shape by shape across the ops (every op's seed cells before any large one), the files rewritten after each
     # cell: a run cut short by its budget or a signal keeps every finished cell
     only = set(args.only.split(",")) if args.only else None
-    todo = [(op, case) for case in cells() if not args.quick or (case.B, case.M) == (512, 64)
+    todo = [(op, case) for case in cells(tuple(args.large_dtypes.split(","))) if not args.quick or (case.B, case.M) == (512, 64)
             if only is None or case.label in only for op in ops]
     results["not_run"] = []
     for op, case in todo:
