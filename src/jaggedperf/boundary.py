@@ -58,6 +58,10 @@ __all__ = ["BoundaryFunction", "BoundaryModule", "BoundaryFallbackWarning", "com
 
 # The leaf types of an argument list that need no pytree walk (the fast path).
 _LEAF_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device)
+# What every call looks up, bound once (a module attribute lookup per name per call otherwise).
+_Tensor = torch.Tensor
+_is_grad_enabled = torch.is_grad_enabled
+_NoSubclassTorchFunction = torch._C.DisableTorchFunctionSubclass
 # Dynamo's settings under which values read from tensors (lengths, ``tolist``) become unbacked symbols
 # instead of a failure: the retry for functions that compile only that way on the components.
 _DATA_DEPENDENT = {"capture_scalar_outputs": True, "capture_dynamic_output_shape_ops": True}
@@ -268,32 +272,31 @@ def _flatten(args: tuple, mark: bool) -> tuple[tuple[str, ...], list, str | None
     grad = None
     for a in args:
         if isinstance(a, NestedTensor):
-            why = _fallback_reason(a)
-            if why is not None:
-                reason = why
+            if a._lengths is not None or a._ragged_idx != 1:
+                reason = _fallback_reason(a)
                 layout.append("a")
                 flat.append(a)
                 continue
             if grad is None:
-                grad = torch.is_grad_enabled()
+                grad = _is_grad_enabled()
             values = a._values
             if grad:
-                with torch._C.DisableTorchFunctionSubclass():
+                with _NoSubclassTorchFunction():
                     if a.requires_grad:
                         values = a.values()
             offsets, max_seqlen = a._offsets, a._metadata_cache.get("max_seqlen")
-            if mark:
-                _mark_dim0_dynamic(values)
-                _mark_dim0_dynamic(offsets)
             if max_seqlen is None:
                 layout.append("v")
-                flat += (values, offsets)
+                parts = (values, offsets)
             else:
-                if mark:
-                    _mark_dim0_dynamic(max_seqlen)
                 layout.append("n")
-                flat += (values, offsets, max_seqlen)
-        elif isinstance(a, torch.Tensor) or type(a) in _LEAF_TYPES:
+                parts = (values, offsets, max_seqlen)
+            flat += parts
+            if mark:
+                for t in parts:  # _mark_dim0_dynamic, inline: this loop runs on every call
+                    if 0 not in getattr(t, "_dynamo_weak_dynamic_indices", ()):
+                        torch._dynamo.maybe_mark_dynamic(t, 0)
+        elif isinstance(a, _Tensor) or type(a) in _LEAF_TYPES:
             layout.append("a")
             flat.append(a)
         else:
@@ -347,6 +350,24 @@ class BoundaryFunction:
             functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs or self.broken is not None or self.dynamo_config:
+            return self._call(args, kwargs)
+        # The common call (positional NJTs, tensors, leaves), inline: one flattening pass and the compiled region
+        # called bare. Its host time is the boundary's whole cost over a plain compiled call, which is what users
+        # compare it with.
+        flat = _flatten(args, self._mark)
+        if flat is None or flat[2] is not None:
+            return self._call(args, kwargs)
+        layout, flat_args, _ = flat
+        region = self.flat_regions.get(layout) or self._flat_region(layout)
+        try:
+            out = region(*flat_args)
+        except torch._dynamo.exc.TorchDynamoException as err:
+            return self._after_error(err, args, kwargs)
+        return out if isinstance(out, _Tensor) else _join_output(out)
+
+    def _call(self, args: tuple, kwargs: dict) -> Any:
+        """Any call: the flat or the pytree path, the fallback, the data-dependent settings."""
         if self.broken is not None:
             return self._fall_back(self.broken, args, kwargs)
         call = self._region_call(args, kwargs)
@@ -355,17 +376,23 @@ class BoundaryFunction:
         try:
             out = call() if not self.dynamo_config else self._call_patched(call)
         except torch._dynamo.exc.TorchDynamoException as err:
-            if self.dynamo_config or not _data_dependent(err):
-                return self._fall_back_after(err, args, kwargs)
-            # New regions (new code objects: Dynamo's state from the failed compile stays with the old
-            # ones, and a retry on them fails on symbols that state left pending), under the settings.
-            self.dynamo_config = dict(_DATA_DEPENDENT)
-            with torch._dynamo.config.patch(**self.dynamo_config):
-                self._new_regions("_dd")
-            try:
-                out = self._call_patched(self._region_call(args, kwargs))
-            except torch._dynamo.exc.TorchDynamoException as again:
-                return self._fall_back_after(again, args, kwargs)
+            return self._after_error(err, args, kwargs)
+        return _join_output(out)
+
+    def _after_error(self, err: Exception, args: tuple, kwargs: dict) -> Any:
+        """A compile on the components failed: retry once under the data-dependent settings where they apply,
+        else fall back to ``torch.compile(fn)``."""
+        if self.dynamo_config or not _data_dependent(err):
+            return self._fall_back_after(err, args, kwargs)
+        # New regions (new code objects: Dynamo's state from the failed compile stays with the old
+        # ones, and a retry on them fails on symbols that state left pending), under the settings.
+        self.dynamo_config = dict(_DATA_DEPENDENT)
+        with torch._dynamo.config.patch(**self.dynamo_config):
+            self._new_regions("_dd")
+        try:
+            out = self._call_patched(self._region_call(args, kwargs))
+        except torch._dynamo.exc.TorchDynamoException as again:
+            return self._fall_back_after(again, args, kwargs)
         return _join_output(out)
 
     def _new_regions(self, suffix: str = "") -> None:
@@ -380,15 +407,17 @@ class BoundaryFunction:
             layout, flat_args, reason = flat
             if reason is not None:
                 return reason
-            region = self.flat_regions.get(layout)
-            if region is None:
-                region = self.flat_regions[layout] = torch.compile(
-                    _make_flat_region(self.fn, f"{self._name}_{''.join(layout)}", layout), **self.compile_kwargs)
+            region = self.flat_regions.get(layout) or self._flat_region(layout)
             return lambda: region(*flat_args)
         split_args, split_kwargs, reason = _split_args(args, kwargs, self._mark)
         if reason is not None:
             return reason
         return lambda: self.region(split_args, split_kwargs)
+
+    def _flat_region(self, layout: tuple[str, ...]) -> Callable:
+        region = self.flat_regions[layout] = torch.compile(
+            _make_flat_region(self.fn, f"{self._name}_{''.join(layout)}", layout), **self.compile_kwargs)
+        return region
 
     def _call_patched(self, call: Callable[[], Any]) -> Any:
         # only functions that needed the data-dependent settings come here (a context manager per call)
