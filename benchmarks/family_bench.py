@@ -187,7 +187,7 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=None,
                         help="start no new cell after this many seconds (the rest listed as not run)")
     parser.add_argument("--large-dtypes", default="float32",
-                        help="comma-separated dtypes of the large shapes (e.g. float32,bfloat16; labels gain the dtype)")
+                        help="comma-separated dtypes of the large shapes (float32,bfloat16; labels gain the dtype)")
     parser.add_argument("--ops", default=",".join(OPS),
                         help="comma-separated; jagged_softmax, jagged_layer_norm (default), jagged_mean, jagged_sum")
     args = parser.parse_args()
@@ -212,7 +212,8 @@ def main() -> int:
     # shape by shape across the ops (every op's seed cells before any large one), the files rewritten after each
     # cell: a run cut short by its budget or a signal keeps every finished cell
     only = set(args.only.split(",")) if args.only else None
-    todo = [(op, case) for case in cells(tuple(args.large_dtypes.split(","))) if not args.quick or (case.B, case.M) == (512, 64)
+    large_dtypes = tuple(args.large_dtypes.split(","))
+    todo = [(op, case) for case in cells(large_dtypes) if not args.quick or (case.B, case.M) == (512, 64)
             if only is None or case.label in only for op in ops]
     results["not_run"] = []
     for op, case in todo:

@@ -120,18 +120,18 @@ class _Splitter:
         values = x.values() if needs_grad else x._values
         parts = _Parts(values, x._offsets, None, x._metadata_cache.get("max_seqlen"))
         if self.mark:
-            for t in parts:
-                if t is not None:
-                    _mark_dim0_dynamic(t)
+            _mark_dim0_dynamic(parts)
         return parts
 
 
-def _mark_dim0_dynamic(t: torch.Tensor) -> None:
-    """``torch._dynamo.maybe_mark_dynamic(t, 0)``, skipped when ``t`` already carries that mark (an
-    attribute read instead of a decorated call; the attribute name is Dynamo's since torch 2.1, and
-    if it ever changes the check misses and the public call runs)."""
-    if 0 not in getattr(t, "_dynamo_weak_dynamic_indices", ()):
-        torch._dynamo.maybe_mark_dynamic(t, 0)
+def _mark_dim0_dynamic(tensors: tuple) -> None:
+    """``torch._dynamo.maybe_mark_dynamic(t, 0)`` for each tensor (None skipped), skipped for one that already
+    carries that mark (an attribute read instead of a decorated call; the attribute name is Dynamo's since torch
+    2.1, and if it ever changes the check misses and the public call runs). One call for an NJT's parts: it runs
+    on every boundary call."""
+    for t in tensors:
+        if t is not None and 0 not in getattr(t, "_dynamo_weak_dynamic_indices", ()):
+            torch._dynamo.maybe_mark_dynamic(t, 0)
 
 
 def _split_args(args: tuple, kwargs: dict, mark: bool) -> tuple[tuple, dict, str | None]:
@@ -272,8 +272,9 @@ def _flatten(args: tuple, mark: bool) -> tuple[tuple[str, ...], list, str | None
     grad = None
     for a in args:
         if isinstance(a, NestedTensor):
-            if a._lengths is not None or a._ragged_idx != 1:
-                reason = _fallback_reason(a)
+            why = _fallback_reason(a)
+            if why is not None:
+                reason = why
                 layout.append("a")
                 flat.append(a)
                 continue
@@ -293,9 +294,7 @@ def _flatten(args: tuple, mark: bool) -> tuple[tuple[str, ...], list, str | None
                 parts = (values, offsets, max_seqlen)
             flat += parts
             if mark:
-                for t in parts:  # _mark_dim0_dynamic, inline: this loop runs on every call
-                    if 0 not in getattr(t, "_dynamo_weak_dynamic_indices", ()):
-                        torch._dynamo.maybe_mark_dynamic(t, 0)
+                _mark_dim0_dynamic(parts)
         elif isinstance(a, _Tensor) or type(a) in _LEAF_TYPES:
             layout.append("a")
             flat.append(a)
