@@ -104,9 +104,10 @@ def _rstd(variance, eps):
 
 
 @triton.jit
-def _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
-    # mean and 1/sqrt(var + eps) of rows [start, end) × all columns
-    count, mean, m2 = _moments(values_ptr, start, end, n_cols, BLOCK_L, BLOCK_M, False)
+def _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr,
+                PER_ELEMENT: tl.constexpr):
+    # mean and 1/sqrt(var + eps) of rows [start, end) × all columns (``_moments``' two variants)
+    count, mean, m2 = _moments(values_ptr, start, end, n_cols, BLOCK_L, BLOCK_M, PER_ELEMENT)
     return mean, _rstd(m2 / count, eps)
 
 
@@ -122,6 +123,7 @@ def _layer_norm_kernel(
     n_segments,  # B: programs past it (grid axis 0 is max(B, 1)) do nothing
     BLOCK_L: tl.constexpr,  # rows per tile: a segment of <= BLOCK_L rows (and M <= BLOCK_M) is read once
     BLOCK_M: tl.constexpr,  # columns per tile: the program loops over column blocks
+    PER_ELEMENT: tl.constexpr,  # a longer segment's statistics pass: per-element Welford updates, else per tile
 ):
     seg = tl.program_id(0).to(tl.int64)
     ok = seg < n_segments
@@ -136,7 +138,7 @@ def _layer_norm_kernel(
         out_ptrs, mask = tile(out_ptr, start, end, 0, n_cols, BLOCK_L, BLOCK_M)
         tl.store(out_ptrs, (d * rstd).to(out_ptr.dtype.element_ty), mask=mask)
     else:
-        mean, rstd = _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L, BLOCK_M)
+        mean, rstd = _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L, BLOCK_M, PER_ELEMENT)
         for r in range(start, end, BLOCK_L):
             for c in range(0, n_cols, BLOCK_M):
                 ptrs, mask = tile(values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
@@ -177,7 +179,7 @@ def _layer_norm_backward_kernel(
         dptrs, mask = tile(grad_values_ptr, start, end, 0, n_cols, BLOCK_L, BLOCK_M)
         tl.store(dptrs, (rstd * (g - mean_g - xhat * mean_gx)).to(grad_values_ptr.dtype.element_ty), mask=mask)
     else:
-        mean, rstd = _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L, BLOCK_M)
+        mean, rstd = _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L, BLOCK_M, False)
         sum_g = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
         sum_gx = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
         for r in range(start, end, BLOCK_L):
