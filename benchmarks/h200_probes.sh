@@ -5,8 +5,7 @@
 # #15/#18). TRAINING=1 adds the training probe; FAMILY_ARGS="..." runs family_bench.py too (e.g. the split layer
 # norm at few long sequences: --ops jagged_layer_norm --only B8-M4096-L4000-s0-fixed); TILE_PROBE=0 skips the tile
 # probe, ROWBLOCK=0 the row-block probe (ROWBLOCK_CLASSES: its shape classes, default giant,empty,seed);
-# SPLIT_PROBE=1 runs split_probe.py (softmax's split against its one-program kernel at few long sequences, the layer
-# norm's two statistics passes; SPLIT_OPS=layer_norm: only those);
+# SPLIT_PROBE=1 runs split_probe.py (softmax's split against its one-program kernel at few long sequences);
 # UNTIMED="tests..." runs those untimed GPU tests first (UNTIMED_N workers,
 # UNTIMED_S seconds at most); TESTS_K selects among the timed tests (pytest -k).
 # carry the helion 1.5.0 wheel folder (HELION_WHEELS, default .probe/wheels-helion-old). Everything lands in $OUT/call.tgz (8 files max come back).
@@ -31,8 +30,7 @@ if [ "${TILE_PROBE:-1}" = 1 ]; then
   echo "tiles rc=$? at $(( $(date +%s) - t0 )) s"; grep "^|" "$W/tile.log" | cut -c1-260
 fi
 if [ "${SPLIT_PROBE:-0}" = 1 ]; then
-  timeout -s INT 170 python benchmarks/split_probe.py --out "$W/split_probe.json" ${SPLIT_OPS:+--ops $SPLIT_OPS} \
-    > "$W/split.log" 2>&1
+  timeout -s INT 150 python benchmarks/split_probe.py --out "$W/split_probe.json" > "$W/split.log" 2>&1
   echo "split rc=$? at $(( $(date +%s) - t0 )) s"; grep "^|" "$W/split.log" | cut -c1-300
 fi
 if [ -n "${UNTIMED:-}" ]; then  # untimed GPU tests to run first, e.g. one new test

@@ -10,13 +10,8 @@ bytes as the one-program kernel (x twice, y once) over 4-16× the programs, its 
 (benchmarks/NOTES.md, session 14: in bf16, run 62, the per-column passes were 2× slower than per element).
 Each plan's output is checked against float64 (``spec.reference``) before it is timed.
 
-Then the layer norm's one-program kernel at shapes whose programs fill the GPU, with each of its looping statistics
-passes (per tile: two reductions over the tile each iteration, as softmax's per-column pass; per element: Welford
-updates, reduced once), bf16 and fp32 side by side (issue 20: is the layer norm's bf16 slow as softmax's was?).
-
-Run:  PYTHONPATH=src python3 benchmarks/split_probe.py --out $OUT/split_probe.json [--ops layer_norm]   (~2 minutes on
-an H200; the layer norm alone ~30 s)
-Writes the JSON (every plan's median/p20/p80) and prints one Markdown table per op.
+Run:  PYTHONPATH=src python3 benchmarks/split_probe.py --out $OUT/split_probe.json        (~2 minutes on an H200)
+Writes the JSON (every plan's median/p20/p80) and prints one Markdown table.
 """
 
 from __future__ import annotations
@@ -37,7 +32,6 @@ from jaggedperf.inputs import Case  # noqa: E402
 from jaggedperf.lab import timing  # noqa: E402
 from jaggedperf.lab.correctness import check_output  # noqa: E402
 from jaggedperf.ops import testing  # noqa: E402
-from jaggedperf.ops.tiles import LEAN, tile_config  # noqa: E402
 
 # few long sequences: 128, 128 and 64 one-program programs on the H200's 132 SMs; then the family bars' 1024 × 256
 # shape, whose 1024 programs fill the GPU: there the plan takes the one-program kernel per column, and bf16's per-column
@@ -47,11 +41,6 @@ CASES = [Case(8, 4096, 4000, 0.0, "fixed"), Case(8, 4096, 4000, 0.0, "fixed", dt
          Case(64, 256, 8000, 0.5), Case(64, 256, 8000, 0.5, dtype="bfloat16"),
          Case(1024, 256, 1000, 0.5), Case(1024, 256, 1000, 0.5, dtype="bfloat16")]
 PARTS = (4, 8, 16)
-# the layer norm where its one-program kernel loops and its programs fill the GPU: the family bars' 1024 × 256 (32-row
-# tiles) and the second seed shape (up to 500 rows in 128-row tiles)
-LAYER_NORM_CASES = [Case(1024, 256, 1000, 0.5), Case(1024, 256, 1000, 0.5, dtype="bfloat16"),
-                    Case(512, 64, 500, 0.75), Case(512, 64, 500, 0.75, dtype="bfloat16")]
-EPS = 1e-5
 
 
 def plans(values, offsets, max_seqlen) -> dict:
@@ -76,72 +65,35 @@ def plans(values, offsets, max_seqlen) -> dict:
     return {name: run(planner) for name, planner in named.items()}
 
 
-def layer_norm_plans(values, offsets, max_seqlen) -> dict:
-    """name → a closure planning and launching that layer-norm plan, returning its output."""
-    def run(**forced):
-        def call():
-            planned = testing.plan_layer_norm(values, offsets, EPS, max_seqlen=max_seqlen, **forced)
-            testing.run_direct(planned.launches)
-            return planned.out
-        return call
-
-    # compiled for sm_90 (Triton 3.6.0) per element takes 223-243 registers a thread fp32 (168-183 bf16) against per
-    # tile's 125-128 (64-72): one program an SM at the wide tile's 8 warps, two or three at the lean tile's 4
-    lean = tile_config(values.shape[1], max_seqlen, LEAN)
-    return {"production": run(), "per element": run(per_element=True), "per tile": run(per_element=False),
-            "per element, lean tile": run(per_element=True, cfg=lean),
-            "per tile, lean tile": run(per_element=False, cfg=lean)}
-
-
-def table(title: str, rows: list) -> None:
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="the JSON file")
+    args = parser.parse_args()
+    copy_gbps = timing.copy_bandwidth_gbps(DEVICE)
+    spec = get_op("jagged_softmax")
+    rows, start = [], time.time()
+    for case in CASES:
+        batch = spec.make_batch(case, DEVICE)
+        reference = spec.reference(batch)
+        production = testing.plan_softmax(batch.values, batch.offsets, max_seqlen=batch.max_seqlen)
+        row = {"case": case.label, "dtype": case.dtype, "copy_gbps": copy_gbps,
+               "floor_us": spec.must_move_bytes(batch) / (copy_gbps * 1e3),
+               "production": [list(step.key) + [list(step.grid)] for step in production.launches], "plans": {}}
+        for name, fn in plans(batch.values, batch.offsets, batch.max_seqlen).items():
+            ok, _, error = check_output(fn(), reference, case.dtype)
+            row["plans"][name] = {"ok": ok, "error": error} | (device_time(fn) if ok else {})
+        rows.append(row)
+        Path(args.out).write_text(json.dumps({"rows": rows, "seconds": time.time() - start}, indent=1))
+        del batch, reference
+        torch.cuda.empty_cache()
     names = list(rows[0]["plans"])
-    print(f"{title}, device µs: median [p20, p80] (L2 flushed)\n")
+    print("softmax forward, device µs: median [p20, p80] (L2 flushed)\n")
     print("| case | dtype | floor µs | " + " | ".join(names) + " |")
     print("|---|---|---:|" + "---:|" * len(names))
     for r in rows:
         cells = [f"{p['median_us']:.1f} [{p['p20_us']:.0f}, {p['p80_us']:.0f}]" if p["ok"] else "wrong"
                  for p in r["plans"].values()]
         print(f"| {r['case']} | {r['dtype']} | {r['floor_us']:.1f} | " + " | ".join(cells) + " |")
-    print()
-
-
-def measure(op: str, cases: list, planners, copy_gbps: float, rows: list, save) -> None:
-    """Each case's plans checked against float64, then timed; one row a case appended to ``rows``."""
-    spec = get_op(op)
-    for case in cases:
-        batch = spec.make_batch(case, DEVICE)
-        reference = spec.reference(batch)
-        named = planners(batch.values, batch.offsets, batch.max_seqlen)
-        row = {"op": op, "case": case.label, "dtype": case.dtype, "copy_gbps": copy_gbps,
-               "floor_us": spec.must_move_bytes(batch) / (copy_gbps * 1e3), "plans": {}}
-        for name, fn in named.items():
-            ok, _, error = check_output(fn(), reference, case.dtype)
-            row["plans"][name] = {"ok": ok, "error": error} | (device_time(fn) if ok else {})
-        rows.append(row)
-        save()
-        del batch, reference
-        torch.cuda.empty_cache()
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="the JSON file")
-    parser.add_argument("--ops", default="softmax,layer_norm", help="which ops' probes (default both)")
-    args = parser.parse_args()
-    ops = args.ops.split(",")
-    copy_gbps = timing.copy_bandwidth_gbps(DEVICE)
-    softmax_rows, layer_norm_rows, start = [], [], time.time()
-
-    def save():
-        Path(args.out).write_text(json.dumps({"rows": softmax_rows, "layer_norm_rows": layer_norm_rows,
-                                              "seconds": time.time() - start}, indent=1))
-
-    if "softmax" in ops:
-        measure("jagged_softmax", CASES, plans, copy_gbps, softmax_rows, save)
-        table("softmax forward", softmax_rows)
-    if "layer_norm" in ops:
-        measure("jagged_layer_norm", LAYER_NORM_CASES, layer_norm_plans, copy_gbps, layer_norm_rows, save)
-        table("layer norm forward", layer_norm_rows)
     return 0
 
 

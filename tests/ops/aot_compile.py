@@ -101,10 +101,9 @@ def layer_norm_with_a_symbolic_eps() -> int:
     eps a compiled backward saved): its rstd must stay fp32 or the loops' fp32 accumulators change type."""
     from jaggedperf.ops.layer_norm import kernels as ln
 
-    kernels = (ln._layer_norm_kernel, ln._layer_norm_backward_kernel, ln._layer_norm_parts_kernel,
-               ln._layer_norm_backward_sums_kernel, ln._layer_norm_backward_parts_kernel)
-    for fn, per_element in [(kernel, False) for kernel in kernels] + [(ln._layer_norm_kernel, True)]:
-        constexprs = {"BLOCK_L": 16, "BLOCK_M": 256, "PARTS": 4, "PER_ELEMENT": per_element}  # tiles that loop
+    constexprs = {"BLOCK_L": 16, "BLOCK_M": 256, "PARTS": 4}  # a tile the segments loop over
+    for fn in (ln._layer_norm_kernel, ln._layer_norm_backward_kernel, ln._layer_norm_parts_kernel,
+               ln._layer_norm_backward_sums_kernel, ln._layer_norm_backward_parts_kernel):
         names = fn.arg_names
         sig = {name: ("*i64" if name == "offsets_ptr" else "*fp32" if name.endswith("_ptr") else "fp64"
                       if name == "eps" else "constexpr" if name in constexprs else "i32") for name in names}

@@ -67,12 +67,9 @@ def main() -> int:
                 sig = {"out_ptr": ptr, "grad_ptr": ptr, "offsets_ptr": "*i64", "grad_values_ptr": ptr, **SHAPE}
                 measure(f"softmax_backward/{dt}/{tile}", sm._softmax_backward_kernel, sig, shape, (0, 1, 2, 3, 5),
                         cfg.num_warps, found)
-                sig = {"values_ptr": ptr, "offsets_ptr": "*i64", "out_ptr": ptr, "eps": "fp32", **SHAPE,
-                       "PER_ELEMENT": "constexpr"}
-                for per_element in (False, True):
-                    measure(f"layer_norm/{'per_element' if per_element else 'per_tile'}/{dt}/{tile}",
-                            ln._layer_norm_kernel, sig, {**shape, "PER_ELEMENT": per_element}, (0, 1, 2, 5),
-                            cfg.num_warps, found)
+                sig = {"values_ptr": ptr, "offsets_ptr": "*i64", "out_ptr": ptr, "eps": "fp32", **SHAPE}
+                measure(f"layer_norm/{dt}/{tile}", ln._layer_norm_kernel, sig, shape, (0, 1, 2, 5), cfg.num_warps,
+                        found)
             cfg = tile_config(M, longest, LEAN)  # softmax's split takes the lean tile
             tile = f"{cfg.block_l}x{cfg.block_m}/{cfg.num_warps}"
             parts = {"BLOCK_L": cfg.block_l, "BLOCK_M": cfg.block_m, "PARTS": 4}

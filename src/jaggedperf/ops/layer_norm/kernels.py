@@ -104,10 +104,9 @@ def _rstd(variance, eps):
 
 
 @triton.jit
-def _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr,
-                PER_ELEMENT: tl.constexpr):
-    # mean and 1/sqrt(var + eps) of rows [start, end) × all columns (``_moments``' two variants)
-    count, mean, m2 = _moments(values_ptr, start, end, n_cols, BLOCK_L, BLOCK_M, PER_ELEMENT)
+def _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
+    # mean and 1/sqrt(var + eps) of rows [start, end) × all columns
+    count, mean, m2 = _moments(values_ptr, start, end, n_cols, BLOCK_L, BLOCK_M, False)
     return mean, _rstd(m2 / count, eps)
 
 
@@ -123,7 +122,6 @@ def _layer_norm_kernel(
     n_segments,  # B: programs past it (grid axis 0 is max(B, 1)) do nothing
     BLOCK_L: tl.constexpr,  # rows per tile: a segment of <= BLOCK_L rows (and M <= BLOCK_M) is read once
     BLOCK_M: tl.constexpr,  # columns per tile: the program loops over column blocks
-    PER_ELEMENT: tl.constexpr,  # a longer segment's statistics pass: per-element Welford updates, else per tile
 ):
     seg = tl.program_id(0).to(tl.int64)
     ok = seg < n_segments
@@ -138,7 +136,7 @@ def _layer_norm_kernel(
         out_ptrs, mask = tile(out_ptr, start, end, 0, n_cols, BLOCK_L, BLOCK_M)
         tl.store(out_ptrs, (d * rstd).to(out_ptr.dtype.element_ty), mask=mask)
     else:
-        mean, rstd = _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L, BLOCK_M, PER_ELEMENT)
+        mean, rstd = _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L, BLOCK_M)
         for r in range(start, end, BLOCK_L):
             for c in range(0, n_cols, BLOCK_M):
                 ptrs, mask = tile(values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
@@ -179,7 +177,7 @@ def _layer_norm_backward_kernel(
         dptrs, mask = tile(grad_values_ptr, start, end, 0, n_cols, BLOCK_L, BLOCK_M)
         tl.store(dptrs, (rstd * (g - mean_g - xhat * mean_gx)).to(grad_values_ptr.dtype.element_ty), mask=mask)
     else:
-        mean, rstd = _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L, BLOCK_M, False)
+        mean, rstd = _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L, BLOCK_M)
         sum_g = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
         sum_gx = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
         for r in range(start, end, BLOCK_L):

@@ -14,8 +14,7 @@ from jaggedperf.ops.config import next_pow2
 from jaggedperf.ops.tiles import LEAN, MAX_BLOCK_M, WIDE, TileConfig, hint_of, tile_config
 
 
-def plan_layer_norm(values, offsets, eps: float, *, max_seqlen=None, cfg: TileConfig | None = None,
-                    per_element: bool | None = None) -> Plan:
+def plan_layer_norm(values, offsets, eps: float, *, max_seqlen=None, cfg: TileConfig | None = None) -> Plan:
     """Allocate the output and describe the launches of a jagged layer norm: one program per segment, or, with
     fewer segments than SMs, the split over parts (``split_parts``).
 
@@ -25,13 +24,11 @@ def plan_layer_norm(values, offsets, eps: float, *, max_seqlen=None, cfg: TileCo
         eps: added to each segment's variance.
         max_seqlen: an upper bound on the lengths (an int, a SymInt) or None: it sizes the tile only.
         cfg: force the one-program kernel's tile (tests); None: the production choice.
-        per_element: force the one-program kernel and its long segments' statistics pass (tests, probes): True
-            per-element Welford updates, False per tile; None: the production choice, per tile.
 
     Returns:
         the Plan: its ``out`` (N, M) in values' dtype, filled once its launches have run.
     """
-    parts = split_parts(values, offsets, max_seqlen) if cfg is None and per_element is None else 0
+    parts = split_parts(values, offsets, max_seqlen) if cfg is None else 0
     if parts:
         return plan_layer_norm_parts(values, offsets, eps, parts=parts, max_seqlen=max_seqlen)
     # The wide tile, but for rows narrower than a full column block when max_seqlen is unknown: unsized, the wide tile
@@ -41,7 +38,7 @@ def plan_layer_norm(values, offsets, eps: float, *, max_seqlen=None, cfg: TileCo
     unsized_narrow = hint_of(max_seqlen) is None and next_pow2(int(values.shape[1])) < MAX_BLOCK_M
     budget = LEAN if unsized_narrow else WIDE
     return plan_rowwise(_layer_norm_kernel, "layer_norm", (values,), offsets, (float(eps),), column_blocks=False,
-                        max_seqlen=max_seqlen, cfg=cfg, budget=budget, per_element=bool(per_element))
+                        max_seqlen=max_seqlen, cfg=cfg, budget=budget)
 
 
 def plan_layer_norm_backward(values, grad, offsets, eps: float, *, max_seqlen=None,
