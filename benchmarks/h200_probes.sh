@@ -33,7 +33,10 @@ if [ "${SPLIT_PROBE:-0}" = 1 ]; then
   timeout -s INT 150 python benchmarks/split_probe.py --out "$W/split_probe.json" > "$W/split.log" 2>&1
   echo "split rc=$? at $(( $(date +%s) - t0 )) s"; grep "^|" "$W/split.log" | cut -c1-300
 fi
+# what each pass selects (pytest --co), so that the report names any test a cut pass left without a result
+collect() { python -m pytest --co -q -m gpu -p no:cacheprovider "$@" 2>/dev/null | grep "::" ; }
 if [ -n "${UNTIMED:-}" ]; then  # untimed GPU tests to run first, e.g. one new test
+  collect $UNTIMED > "$W/collected.untimed.txt"
   timeout -s INT "${UNTIMED_S:-120}" python -m pytest -q -m gpu -n "${UNTIMED_N:-0}" -p no:cacheprovider -rfE $UNTIMED \
     --junitxml="$W/untimed.xml" > "$W/untimed.log" 2>&1
   echo "untimed rc=$? at $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$W/untimed.log" | tail -5 | cut -c1-300
@@ -43,6 +46,7 @@ if [ -n "${FAMILY_ARGS:-}" ]; then
   echo "family rc=$? at $(( $(date +%s) - t0 )) s"; cut -c1-260 "$W/family/family_bench.md" 2>/dev/null | head -30
 fi
 TESTS=${TESTS:-"tests/gpu/test_doctor_gpu.py tests/gpu/test_compile_bars_gpu.py"}
+JAGGEDPERF_TIMED_TESTS=only collect $TESTS -k "${TESTS_K:-not nothing_deselected}" > "$W/collected.timed.txt"
 JAGGEDPERF_TIMED_TESTS=only timeout -s INT $(( $(left) - 40 )) python -m pytest -q -m gpu -p no:cacheprovider -rfExX \
   $TESTS -k "${TESTS_K:-not nothing_deselected}" --junitxml="$W/timed.xml" > "$W/timed.log" 2>&1
 echo "timed rc=$? at $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR|XPASS)|passed|failed" "$W/timed.log" | tail -25 | cut -c1-300
@@ -50,4 +54,5 @@ if [ -n "${TRAINING:-}" ]; then
   timeout -s INT 90 python benchmarks/training_probe.py --out "$W/training" > "$W/training.log" 2>&1
   echo "training rc=$? at $(( $(date +%s) - t0 )) s"; tail -14 "$W/training/training_probe.md" 2>/dev/null
 fi
-python3 benchmarks/test_run_report.py "$W"/*.xml --json "$W/tests.json" > "$W/tests.md" 2>&1; head -14 "$W/tests.md"
+python3 benchmarks/test_run_report.py "$W"/*.xml --collected "$W"/collected.*.txt --json "$W/tests.json" \
+  > "$W/tests.md" 2>&1; head -24 "$W/tests.md"

@@ -3,7 +3,12 @@
 junit XML files to JSON and a Markdown summary: outcomes per test file, every failure with its first line,
 the skip reasons counted. scripts/test.sh's two passes write NAME.untimed.xml and NAME.timed.xml: pass both.
 
-Run:  python3 benchmarks/test_run_report.py run.untimed.xml run.timed.xml --json tests.json > tests.md
+A pass cut by its time limit (``timeout -s INT``) still ends with pytest's usual summary line, counting only what
+ran: it reads like a complete run. With ``--collected`` (the ``pytest --co -q`` output of the same selection) the
+report names every collected test that has no result, and the run counts as incomplete (exit status 1).
+
+Run:  python3 benchmarks/test_run_report.py run.untimed.xml run.timed.xml --json tests.json \
+          [--collected collected.untimed.txt collected.timed.txt] > tests.md
 """
 
 from __future__ import annotations
@@ -59,14 +64,33 @@ def read(paths: list[str]) -> tuple[list[TestOutcome], float]:
     return tests, seconds
 
 
-def markdown(tests: list[TestOutcome], seconds: float) -> str:
+def collected_ids(paths: list[str]) -> list[str]:
+    """The node ids (``file::name``) listed by ``pytest --co -q`` in these files, in order, without repeats."""
+    ids: dict[str, None] = {}
+    for path in paths:
+        with open(path) as f:
+            ids.update((line.strip(), None) for line in f if "::" in line and not line.startswith(" "))
+    return list(ids)
+
+
+def not_run(tests: list[TestOutcome], collected: list[str]) -> list[str]:
+    """The collected node ids with no result in the XML (a cut run's tail, a crashed worker's tests)."""
+    ran = {f"{t.file}::{t.name}" for t in tests}
+    return [node for node in collected if node not in ran]
+
+
+def markdown(tests: list[TestOutcome], seconds: float, missing: list[str] | None = None, collected: int = 0) -> str:
     by_file: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for t in tests:
         by_file[t.file][t.outcome] += 1
     total = collections.Counter(t.outcome for t in tests)
     head = ", ".join(f"{total[o]} {o}" for o in OUTCOMES if total[o])
-    lines = [f"{len(tests)} tests in {seconds:.0f} s of test time: {head}", "",
-             "| test file | " + " | ".join(OUTCOMES) + " |", "|---|" + "---:|" * len(OUTCOMES)]
+    lines = [f"{len(tests)} tests in {seconds:.0f} s of test time: {head}", ""]
+    if missing:
+        lines += [f"**Incomplete: {len(missing)} of the {collected} collected tests have no result** "
+                  "(the pass was cut by its time limit, or a worker died):", ""]
+        lines += [f"- `{node}`" for node in missing] + [""]
+    lines += ["| test file | " + " | ".join(OUTCOMES) + " |", "|---|" + "---:|" * len(OUTCOMES)]
     for file in sorted(by_file):
         lines.append(f"| {file} | " + " | ".join(str(by_file[file][o] or "") for o in OUTCOMES) + " |")
     bad = [t for t in tests if t.outcome in ("failed", "error", "xpassed")]
@@ -86,13 +110,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("xml", nargs="+")
     parser.add_argument("--json", help="also write every test's outcome as JSON here")
+    parser.add_argument("--collected", nargs="*", default=[],
+                        help="`pytest --co -q` outputs of the same selections: name the tests with no result")
     args = parser.parse_args()
     tests, seconds = read(args.xml)
+    collected = collected_ids(args.collected)
+    missing = not_run(tests, collected)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"time_s": seconds, "tests": [asdict(t) for t in tests]}, f, indent=1)
-    sys.stdout.write(markdown(tests, seconds))
-    return 1 if any(t.outcome in ("failed", "error", "xpassed") for t in tests) else 0
+            json.dump({"time_s": seconds, "tests": [asdict(t) for t in tests], "not_run": missing}, f, indent=1)
+    sys.stdout.write(markdown(tests, seconds, missing, len(collected)))
+    return 1 if missing or any(t.outcome in ("failed", "error", "xpassed") for t in tests) else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,62 @@
+"""benchmarks/test_run_report.py: a junit run to a table, and a pass cut by its time limit told from a complete one."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "test_run_report.py"
+
+# what pytest's junit writer leaves after `timeout -s INT`: the tests that ran, then the interrupted one unnamed
+CUT_RUN = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" time="12.5">
+<testcase classname="tests.gpu.test_a" file="tests/gpu/test_a.py" name="test_one[x]" time="1.0" />
+<testcase classname="tests.gpu.test_a" file="tests/gpu/test_a.py" name="test_two" time="2.0">
+<skipped type="pytest.xfail" message="H200, run 1: 1.8x the floor" /></testcase>
+<testcase time="0.0"><error message="KeyboardInterrupt" /></testcase>
+</testsuite></testsuites>"""
+COLLECTED = """tests/gpu/test_a.py::test_one[x]
+tests/gpu/test_a.py::test_two
+tests/gpu/test_b.py::test_three
+
+3 tests collected in 1.00s
+"""
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("test_run_report", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_names_the_collected_tests_a_cut_pass_left_without_a_result(tmp_path):
+    (tmp_path / "run.xml").write_text(CUT_RUN)
+    (tmp_path / "collected.txt").write_text(COLLECTED)
+    run = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "run.xml"), "--json", str(tmp_path / "t.json"),
+                          "--collected", str(tmp_path / "collected.txt")], capture_output=True, text=True)
+    assert run.returncode == 1, run.stdout + run.stderr  # passed and xfailed only, but incomplete
+    assert "Incomplete: 1 of the 3 collected tests have no result" in run.stdout
+    assert "- `tests/gpu/test_b.py::test_three`" in run.stdout
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert saved["not_run"] == ["tests/gpu/test_b.py::test_three"]
+    assert [t["outcome"] for t in saved["tests"]] == ["passed", "xfailed"]
+
+
+def test_a_complete_run_of_passes_and_xfails_exits_0(tmp_path):
+    (tmp_path / "run.xml").write_text(CUT_RUN)
+    (tmp_path / "collected.txt").write_text(COLLECTED.replace("tests/gpu/test_b.py::test_three\n", ""))
+    run = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "run.xml"), "--collected",
+                          str(tmp_path / "collected.txt")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Incomplete" not in run.stdout and "2 tests in 12 s of test time: 1 passed, 1 xfailed" in run.stdout
+
+
+def test_collected_ids_skip_pytest_s_summary_and_repeats(tmp_path):
+    (tmp_path / "a.txt").write_text(COLLECTED)
+    (tmp_path / "b.txt").write_text("tests/gpu/test_a.py::test_two\n")
+    ids = _module().collected_ids([str(tmp_path / "a.txt"), str(tmp_path / "b.txt")])
+    assert ids == ["tests/gpu/test_a.py::test_one[x]", "tests/gpu/test_a.py::test_two",
+                   "tests/gpu/test_b.py::test_three"]
