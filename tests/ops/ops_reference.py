@@ -55,8 +55,8 @@ def reference_expand(grad, offsets, n_rows: int, *, mean: bool):
 
 
 def rel_error(out, ref) -> float:
-    """‖out − ref‖ / ‖ref‖ over entries where the reference is finite (0 when there are none)."""
-    out = out.detach().to("cpu", torch.float64)
+    """‖out − ref‖ / ‖ref‖ where the reference is finite (0 where it never is), on ref's device."""
+    out = out.detach().to(ref.device, torch.float64)
     finite = torch.isfinite(ref)
     if not bool(finite.any()):
         return 0.0
@@ -65,16 +65,36 @@ def rel_error(out, ref) -> float:
     return float(num / den) if float(den) > 0 else float(num)
 
 
+# Elements compared at a time: the comparison's float64 temporaries stay under ~1 GB whatever the output's size (a
+# 473M-element gradient compared whole on the CPU took ~20 GB and a minute).
+CHUNK_ELEMENTS = 1 << 24
+
+
 def assert_matches(out, ref, dtype, *, scale=None, what="output"):
     """``out`` has ``dtype``, NaN/±Inf exactly where ``ref`` has them, and each finite element within
     RTOL[dtype]·|ref| + ACC_TOL·scale (scale: Σ|x| per element, the fp32 accumulation's error scale)
     + half a subnormal step of ``dtype`` (values below its smallest normal are stored that coarsely:
-    a mean gradient of 1/40000 in fp16 carries ~2% rounding, and that is the dtype, not the kernel)."""
+    a mean gradient of 1/40000 in fp16 carries ~2% rounding, and that is the dtype, not the kernel).
+    Compared on ``ref``'s device (a GPU reference stays there), CHUNK_ELEMENTS at a time, by rows."""
     assert out.dtype == dtype, f"{what}: dtype {out.dtype}, expected {dtype}"
     assert tuple(out.shape) == tuple(ref.shape), f"{what}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
-    got = out.detach().to("cpu", torch.float64)
+    if ref.dim() == 0:
+        out, ref, scale = out.reshape(1), ref.reshape(1), None if scale is None else scale.reshape(1)
+    rows = max(CHUNK_ELEMENTS // max(ref[0].numel(), 1), 1) if ref.shape[0] else 1
+    for start in range(0, ref.shape[0], rows):
+        end = start + rows
+        _assert_rows_match(out[start:end], ref[start:end], None if scale is None else scale[start:end], dtype, what,
+                           start, lambda: rel_error(out, ref))
+
+
+def _assert_rows_match(out, ref, scale, dtype, what, first_row, whole_rel_error):
+    # assert_matches on rows [first_row, first_row + len(ref)): indices in messages are the whole tensor's
+    got = out.detach().to(ref.device, torch.float64)
     nan_got, nan_ref = torch.isnan(got), torch.isnan(ref)
-    assert torch.equal(nan_got, nan_ref), f"{what}: NaN at {torch.nonzero(nan_got != nan_ref)[:5].tolist()} differs"
+    if not torch.equal(nan_got, nan_ref):
+        at = torch.nonzero(nan_got != nan_ref)[:5]
+        at[:, 0] += first_row
+        raise AssertionError(f"{what}: NaN at {at.tolist()} differs")
     inf_ref = torch.isinf(ref)
     assert torch.equal(got[inf_ref], ref[inf_ref]), f"{what}: ±Inf entries differ"
     finite = torch.isfinite(ref)
@@ -83,12 +103,12 @@ def assert_matches(out, ref, dtype, *, scale=None, what="output"):
     info = torch.finfo(dtype)
     subnormal_step = info.smallest_normal * info.eps
     bound = RTOL[dtype] * ref.abs() + ACC_TOL * scale + subnormal_step / 2 + 1e-30
-    err = (got - ref).abs()
-    bad = finite & ~(err <= bound)
-    assert not bool(bad.any()), (
-        f"{what}: {int(bad.sum())} elements off, first at {torch.nonzero(bad)[0].tolist()}: "
-        f"got {got[bad][0].item()!r}, expected {ref[bad][0].item()!r}; rel error {rel_error(out, ref):.3g}"
-    )
+    bad = finite & ~((got - ref).abs() <= bound)
+    if bool(bad.any()):
+        first = torch.nonzero(bad)[0].tolist()
+        raise AssertionError(f"{what}: {int(bad.sum())} elements off in rows {first_row}..{first_row + len(ref) - 1}, "
+                             f"first at {[first[0] + first_row] + first[1:]}: got {got[bad][0].item()!r}, expected "
+                             f"{ref[bad][0].item()!r}; rel error {whole_rel_error():.3g}")
 
 
 def case_id(lengths, M, dtype, offsets_dtype=torch.int64, empty="nan", extra="") -> str:
