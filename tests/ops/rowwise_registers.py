@@ -70,6 +70,10 @@ def main() -> int:
                 sig = {"values_ptr": ptr, "offsets_ptr": "*i64", "out_ptr": ptr, "eps": "fp32", **SHAPE}
                 measure(f"layer_norm/{dt}/{tile}", ln._layer_norm_kernel, sig, shape, (0, 1, 2, 5), cfg.num_warps,
                         found)
+                sig = {"values_ptr": ptr, "grad_ptr": ptr, "offsets_ptr": "*i64", "grad_values_ptr": ptr,
+                       "eps": "fp32", **SHAPE}
+                measure(f"layer_norm_backward/{dt}/{tile}", ln._layer_norm_backward_kernel, sig, shape,
+                        (0, 1, 2, 3, 6), cfg.num_warps, found)
             cfg = tile_config(M, longest, LEAN)  # softmax's split takes the lean tile
             tile = f"{cfg.block_l}x{cfg.block_m}/{cfg.num_warps}"
             parts = {"BLOCK_L": cfg.block_l, "BLOCK_M": cfg.block_m, "PARTS": 4}

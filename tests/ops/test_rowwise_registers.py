@@ -25,6 +25,8 @@ FLOORS = {
     "softmax/per_element/bf16": {4: 4, 8: 2},  # planned where bf16 may loop: 4 an SM measured 2.7× faster than
     # the per-column pass at 6 (H200 run 65, 1024 × 256: 319 against 875 µs)
     "softmax_backward": {4: 5, 8: 2},
+    "layer_norm_backward": {4: 3, 8: 1},  # its two-pass form (``_joint_moments``) kept the three-pass one's 3 and 1
+    # fp32 (168 registers at the lean tile, Triton 3.6.0): an x̂-free co-moment, Σ d·g, instead of a second centred tile
     "layer_norm": {4: 4, 8: 2},  # run 61: 1 program an SM at the wide tile cost 14-49% (above)
     "softmax_stats/per_element": {4: 2},  # its split aims at 2 programs an SM (softmax.plan.SPLIT_PROGRAMS_PER_SM)
     "softmax_parts": {4: 4},

@@ -14,8 +14,9 @@ few long segments, the split kernels at the end run PARTS programs per segment (
   Reads N·M·s twice, writes N·M·s. The split's moments keep a Welford update per tile element instead, merged
   once after the loop (``_moments_per_element``): its few programs' long loops wait on no reduction.
 - The backward, dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) with x̂ = (x − mean) · rstd, recomputes the
-  statistics from x (B floats were not worth a second output) and, on a segment longer than a tile, sums g
-  and g · x̂ in tile-shaped fp32 accumulators (fixed order: deterministic, no atomics) before writing.
+  statistics from x (B floats were not worth a second output). On a segment longer than a tile one pass over x
+  and g gives them with mean(g) and the co-moment Σ (x − x̄)(g − ḡ) = Σ g · (x − x̄), tile by tile merged by
+  Chan's formulas (``_joint_moments``; fixed order: deterministic, no atomics); a second pass writes.
 - Rows are addressed in int64; the segment's offsets are clamped into [0, N) (``tiles.rows_of``); the offsets
   are loaded here, never by a helper (Inductor's write analysis: ``jaggedperf.ops.tiles``).
 """
@@ -87,6 +88,44 @@ def _moments_per_element(values_ptr, start, end, n_cols, BLOCK_L: tl.constexpr, 
 
 
 @triton.jit
+def _joint_moments(values_ptr, grad_ptr, start, end, n_cols, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
+    # Over rows [start, end) × all columns: x's count, mean and M2 exactly as ``_moments_per_tile`` computes them
+    # (same tiles, same merges), g's mean, and the co-moment C = Σ (x − x̄)(g − ḡ), each tile's own merged by
+    # Chan's formula (``_merge_joint``: no E[xg] − E[x]E[g] cancellation). C is what the backward needs of x̂ and
+    # g: Σ g·x̂ = rstd · Σ g·(x − x̄) = rstd · C, so one pass reads x and g where two passes read x.
+    mean = tl.sum(tl.zeros([BLOCK_M], dtype=tl.float32), axis=0)
+    m2 = mean
+    count = mean
+    mean_g = mean
+    co = mean
+    for r in range(start, end, BLOCK_L):
+        for c in range(0, n_cols, BLOCK_M):
+            ptrs, mask = tile(values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
+            gptrs, mask = tile(grad_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
+            x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+            g = tl.load(gptrs, mask=mask, other=0.0).to(tl.float32)
+            n_tile = ((tl.minimum(end - r, BLOCK_L)) * (tl.minimum(n_cols - c, BLOCK_M))).to(tl.float32)
+            tile_mean = tl.sum(tl.sum(x, axis=1), axis=0) / n_tile
+            tile_mean_g = tl.sum(tl.sum(g, axis=1), axis=0) / n_tile
+            d = tl.where(mask, x - tile_mean, 0.0)
+            # the tile's co-moment Σ d·(g − its ḡ) is Σ d·g, since Σ d = 0: no second centred tile in registers
+            count, mean, m2, mean_g, co = _merge_joint(count, mean, m2, mean_g, co, n_tile, tile_mean,
+                                                       tl.sum(tl.sum(d * d, axis=1), axis=0), tile_mean_g,
+                                                       tl.sum(tl.sum(d * g, axis=1), axis=0))
+    return count, mean, m2, mean_g, co
+
+
+@triton.jit
+def _merge_joint(count, mean, m2, mean_g, co, n_b, mean_b, m2_b, mean_g_b, co_b):
+    # Chan's merge of two (count, x̄, M2, ḡ, C) summaries: x's part exactly ``_merge``; C_a + C_b + δx·δg·n_a·n_b/n
+    share = n_b / tl.maximum(count + n_b, 1.0)
+    delta_g = mean_g_b - mean_g
+    co = co + co_b + (mean_b - mean) * delta_g * (count * share)
+    count, mean, m2 = _merge(count, mean, m2, n_b, mean_b, m2_b)
+    return count, mean, m2, mean_g + delta_g * share, co
+
+
+@triton.jit
 def _merge(count, mean, m2, n_b, mean_b, m2_b):
     # Chan's merge of two (count, mean, M2) summaries; a side with count 0 leaves the other as it is
     total = count + n_b
@@ -145,7 +184,7 @@ def _layer_norm_kernel(
                 tl.store(out_ptrs, ((x - mean) * rstd).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-# reads the segment's x and grad once if they fit one tile, else x three times and grad twice; writes once
+# reads the segment's x and grad once if they fit one tile, else twice each; writes once
 @triton.jit(do_not_specialize=["n_rows", "n_segments"])
 def _layer_norm_backward_kernel(
     values_ptr,  # (n_rows, n_cols) the forward's input x, contiguous, fp32/bf16/fp16
@@ -177,19 +216,9 @@ def _layer_norm_backward_kernel(
         dptrs, mask = tile(grad_values_ptr, start, end, 0, n_cols, BLOCK_L, BLOCK_M)
         tl.store(dptrs, (rstd * (g - mean_g - xhat * mean_gx)).to(grad_values_ptr.dtype.element_ty), mask=mask)
     else:
-        mean, rstd = _statistics(values_ptr, start, end, n_cols, eps, BLOCK_L, BLOCK_M)
-        sum_g = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
-        sum_gx = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
-        for r in range(start, end, BLOCK_L):
-            for c in range(0, n_cols, BLOCK_M):
-                ptrs, mask = tile(values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
-                gptrs, mask = tile(grad_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)
-                g = tl.load(gptrs, mask=mask, other=0.0).to(tl.float32)
-                xhat = tl.where(mask, (tl.load(ptrs, mask=mask, other=0.0).to(tl.float32) - mean) * rstd, 0.0)
-                sum_g += g
-                sum_gx += g * xhat
-        mean_g = tl.sum(tl.sum(sum_g, axis=1), axis=0) / n
-        mean_gx = tl.sum(tl.sum(sum_gx, axis=1), axis=0) / n
+        count, mean, m2, mean_g, co = _joint_moments(values_ptr, grad_ptr, start, end, n_cols, BLOCK_L, BLOCK_M)
+        rstd = _rstd(m2 / count, eps)
+        mean_gx = rstd * co / count  # (1/n) Σ g · x̂
         for r in range(start, end, BLOCK_L):
             for c in range(0, n_cols, BLOCK_M):
                 ptrs, mask = tile(values_ptr, r, end, c, n_cols, BLOCK_L, BLOCK_M)

@@ -94,9 +94,11 @@ def layer_norm_backward_cpu(values: torch.Tensor, grad: torch.Tensor, offsets: t
     xhat, seg, counts, rstd = _normalised(values, offsets, eps)
     g = grad.to(xhat.dtype)
     zeros = torch.zeros_like(counts)
-    mean_g = (zeros.index_add(0, seg, g.sum(1)) / counts).index_select(0, seg).unsqueeze(1)
-    mean_gx = (zeros.index_add(0, seg, (g * xhat).sum(1)) / counts).index_select(0, seg).unsqueeze(1)
-    return (rstd * (g - mean_g - xhat * mean_gx)).to(values.dtype)
+    centred = g - (zeros.index_add(0, seg, g.sum(1)) / counts).index_select(0, seg).unsqueeze(1)
+    # mean(g · x̂) as mean((g − mean(g)) · x̂), equal since Σ x̂ = 0: the fp32 mean's rounding shifts every x̂ of a
+    # segment alike, which then adds nothing (Σ (g − mean(g)) = 0) where with g itself it adds mean(g) · shift
+    mean_gx = (zeros.index_add(0, seg, (centred * xhat).sum(1)) / counts).index_select(0, seg).unsqueeze(1)
+    return (rstd * (centred - xhat * mean_gx)).to(values.dtype)
 
 
 @_jagged_layer_norm_op.register_kernel("cpu")
