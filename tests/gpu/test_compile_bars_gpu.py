@@ -48,6 +48,21 @@ def walls_us(fns: dict, rounds: int = 3) -> dict:
     return {name: statistics.median(m) for name, m in medians.items()}
 
 
+def round_ratios(numerator, denominator, rounds: int) -> tuple[list[float], tuple[float, float]]:
+    """Per round, the wall per call (µs, the seed's method) of ``numerator`` over ``denominator``, measured back to
+    back, the first of the two alternating between rounds; and each one's median wall over the rounds."""
+    ratios, walls = [], ([], [])
+    for i in range(rounds):
+        order = (0, 1) if i % 2 == 0 else (1, 0)
+        wall = [0.0, 0.0]
+        for which in order:
+            wall[which] = timing.wall_stats((numerator, denominator)[which], CUDA).median_ms * 1e3
+        ratios.append(wall[0] / wall[1])
+        walls[0].append(wall[0])
+        walls[1].append(wall[1])
+    return ratios, (statistics.median(walls[0]), statistics.median(walls[1]))
+
+
 def kernels(fn) -> timing.KernelProfile:
     return timing.profile_kernels(fn, CUDA, calls=20, flush=False)
 
@@ -116,13 +131,15 @@ def test_our_njt_through_the_boundary_near_our_plain_compiled_and_one_kernel(cas
     through = jaggedperf.compile(njt.fn, mode=SEED_MODE)
     compiled = torch.compile(ours.fn, mode=SEED_MODE)
     check(through(*njt_args), batch.values, batch.offsets, mean=True, what="NJT through the boundary")
-    # five interleaved rounds: the boundary's ~10-16 µs against a 70-120 µs call sits near this bar's 20%
-    wall = walls_us({"njt boundary": lambda: through(*njt_args), "plain compiled": lambda: compiled(*ours_args)},
-                    rounds=5)
+    # The boundary's ~10-16 µs against a 70-120 µs call sits near this bar's 20%, and the shared host's speed moves
+    # by more than that between rounds (runs 55-70: the ratio 1.02-1.31): the ratio is taken within each of 11
+    # rounds, the two calls back to back in alternating order, and judged by its median over the rounds
+    ratios, wall = round_ratios(lambda: through(*njt_args), lambda: compiled(*ours_args), rounds=11)
     n_kernels = kernels(lambda: through(*njt_args)).kernels_per_call
-    record(record_property, **{f"{k} wall_us": v for k, v in wall.items()}, kernels=n_kernels,
-           ratio=wall["njt boundary"] / wall["plain compiled"])
-    assert wall["njt boundary"] <= 1.2 * wall["plain compiled"]
+    ratio = statistics.median(ratios)
+    record(record_property, **{"njt boundary wall_us": wall[0], "plain compiled wall_us": wall[1]}, kernels=n_kernels,
+           ratio=ratio, ratio_of_medians=wall[0] / wall[1], round_ratios=" ".join(f"{r:.3f}" for r in ratios))
+    assert ratio <= 1.2, f"median of the rounds' ratios {ratio:.3f} (rounds: {sorted(round(r, 3) for r in ratios)})"
     assert n_kernels == 1, f"{n_kernels} kernels per call"
 
 
