@@ -108,10 +108,11 @@ def _joint_moments(values_ptr, grad_ptr, start, end, n_cols, BLOCK_L: tl.constex
             tile_mean = tl.sum(tl.sum(x, axis=1), axis=0) / n_tile
             tile_mean_g = tl.sum(tl.sum(g, axis=1), axis=0) / n_tile
             d = tl.where(mask, x - tile_mean, 0.0)
-            # the tile's co-moment Σ d·(g − its ḡ) is Σ d·g, since Σ d = 0: no second centred tile in registers
+            # the tile's co-moment Σ d·(g − its ḡ) as Σ d·g − ḡ·Σ d: no second centred tile in registers, and Σ d
+            # (0 but for the rounding of the tile's mean, which shifts every d alike) takes that shift out
+            co_tile = tl.sum(tl.sum(d * g, axis=1), axis=0) - tile_mean_g * tl.sum(tl.sum(d, axis=1), axis=0)
             count, mean, m2, mean_g, co = _merge_joint(count, mean, m2, mean_g, co, n_tile, tile_mean,
-                                                       tl.sum(tl.sum(d * d, axis=1), axis=0), tile_mean_g,
-                                                       tl.sum(tl.sum(d * g, axis=1), axis=0))
+                                                       tl.sum(tl.sum(d * d, axis=1), axis=0), tile_mean_g, co_tile)
     return count, mean, m2, mean_g, co
 
 
@@ -308,14 +309,14 @@ def _layer_norm_parts_kernel(
                 tl.store(out_ptrs, ((x - mean) * rstd).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-# reads its part's x and grad once and the PARTS moment summaries; writes 2 floats
+# reads its part's x and grad once and the PARTS moment summaries; writes 3 floats
 @triton.jit(do_not_specialize=["n_rows", "n_segments"])
 def _layer_norm_backward_sums_kernel(
     values_ptr,  # (n_rows, n_cols) the forward's input x, contiguous
     grad_ptr,  # (n_rows, n_cols) the gradient of the output, contiguous, x's dtype
     offsets_ptr,  # (n_segments + 1,) int32/int64
     ws_ptr,  # (n_segments · PARTS · 3,) fp32: the moments kernel's summaries (read only)
-    sums_ptr,  # (n_segments · PARTS · 2,) fp32: this program's (Σ g, Σ g · x̂) at (seg · PARTS + part) · 2
+    sums_ptr,  # (n_segments · PARTS · 3,) fp32: this program's (Σ g, Σ g · x̂, Σ x̂) at (seg · PARTS + part) · 3
     eps,  # as in the forward
     n_rows,  # N
     n_cols,  # M (specialised)
@@ -332,6 +333,7 @@ def _layer_norm_backward_sums_kernel(
         count, mean, rstd = _combined_statistics(ws_ptr, seg, eps, PARTS)
         sum_g = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
         sum_gx = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
+        sum_x = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
         for r in range(r0, r1, BLOCK_L):
             for c in range(0, n_cols, BLOCK_M):
                 ptrs, mask = tile(values_ptr, r, r1, c, n_cols, BLOCK_L, BLOCK_M)
@@ -340,9 +342,11 @@ def _layer_norm_backward_sums_kernel(
                 xhat = tl.where(mask, (tl.load(ptrs, mask=mask, other=0.0).to(tl.float32) - mean) * rstd, 0.0)
                 sum_g += g
                 sum_gx += g * xhat
-        base = (seg * PARTS + part) * 2
+                sum_x += xhat
+        base = (seg * PARTS + part) * 3
         tl.store(sums_ptr + base, tl.sum(tl.sum(sum_g, axis=1), axis=0))
         tl.store(sums_ptr + base + 1, tl.sum(tl.sum(sum_gx, axis=1), axis=0))
+        tl.store(sums_ptr + base + 2, tl.sum(tl.sum(sum_x, axis=1), axis=0))
 
 
 # reads its part's x and grad once and the segment's summaries; writes its part's rows once
@@ -352,7 +356,7 @@ def _layer_norm_backward_parts_kernel(
     grad_ptr,  # (n_rows, n_cols) the output's gradient, contiguous, x's dtype
     offsets_ptr,  # (n_segments + 1,) int32/int64
     ws_ptr,  # (n_segments · PARTS · 3,) fp32: moment summaries (read only)
-    sums_ptr,  # (n_segments · PARTS · 2,) fp32: (Σ g, Σ g · x̂) per part (read only)
+    sums_ptr,  # (n_segments · PARTS · 3,) fp32: (Σ g, Σ g · x̂, Σ x̂) per part (read only)
     grad_values_ptr,  # (n_rows, n_cols) in x's dtype: rstd · (g − mean(g) − x̂ · mean(g · x̂)) over this program's rows
     eps,  # as in the forward
     n_rows,  # N
@@ -370,11 +374,15 @@ def _layer_norm_backward_parts_kernel(
         count, mean, rstd = _combined_statistics(ws_ptr, seg, eps, PARTS)
         total_g = count * 0.0
         total_gx = total_g
+        total_x = total_g
         for p in range(PARTS):  # the same fixed order in every program of the segment
-            total_g += tl.load(sums_ptr + (seg * PARTS + p) * 2)
-            total_gx += tl.load(sums_ptr + (seg * PARTS + p) * 2 + 1)
+            total_g += tl.load(sums_ptr + (seg * PARTS + p) * 3)
+            total_gx += tl.load(sums_ptr + (seg * PARTS + p) * 3 + 1)
+            total_x += tl.load(sums_ptr + (seg * PARTS + p) * 3 + 2)
         mean_g = total_g / count
-        mean_gx = total_gx / count
+        # mean((g − mean(g)) · x̂), equal to mean(g · x̂) since Σ x̂ = 0: the fp32 mean's rounding shifts every x̂
+        # alike, and the shift, which Σ x̂ measures, then adds nothing (as the one-program kernel's co-moment)
+        mean_gx = (total_gx - mean_g * total_x) / count
         for r in range(r0, r1, BLOCK_L):
             for c in range(0, n_cols, BLOCK_M):
                 ptrs, mask = tile(values_ptr, r, r1, c, n_cols, BLOCK_L, BLOCK_M)

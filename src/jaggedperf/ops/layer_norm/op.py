@@ -63,9 +63,12 @@ def _normalised(values, offsets, eps):
     seg, lengths = segment_ids(offsets, n_rows)
     x = values.to(acc_dtype(values.dtype))
     counts = (lengths * n_cols).to(x.dtype)  # an empty segment: 0/0, never gathered (it owns no rows)
-    sums = torch.zeros(lengths.shape[0], dtype=x.dtype, device=x.device).index_add_(0, seg, x.sum(1))
-    d = x - (sums / counts).index_select(0, seg).unsqueeze(1)
-    squares = torch.zeros_like(sums).index_add_(0, seg, (d * d).sum(1))
+    # the means summed in float64: a segment's fp32 sum of len × M values is off by ~len·M·ε·|mean|, which shifts
+    # every x − mean of it (1e-3 at 8,000 values near 1e4); B floats, so the cost is the rows' sums
+    sums = torch.zeros(lengths.shape[0], dtype=torch.float64, device=x.device).index_add_(
+        0, seg, x.sum(1, dtype=torch.float64))
+    d = x - (sums / counts).to(x.dtype).index_select(0, seg).unsqueeze(1)
+    squares = torch.zeros_like(counts).index_add_(0, seg, (d * d).sum(1))
     rstd = torch.rsqrt(squares / counts + eps).index_select(0, seg).unsqueeze(1)
     return d * rstd, seg, counts, rstd
 

@@ -103,7 +103,7 @@ def plan_layer_norm_backward_parts(values, grad, offsets, eps: float, *, parts: 
     out, launch = split_launcher(values, offsets, parts, cfg or parts_tile(values.shape[1], max_seqlen),
                                  column_blocks=False)
     ws = split_workspace(offsets.shape[0] - 1, parts, 3, values.device)  # (count, mean, M2) per part
-    sums = split_workspace(offsets.shape[0] - 1, parts, 2, values.device)  # (Σ g, Σ g · x̂) per part
+    sums = split_workspace(offsets.shape[0] - 1, parts, 3, values.device)  # (Σ g, Σ g · x̂, Σ x̂) per part
     return Plan(out, (
         launch(_layer_norm_moments_kernel, "ln_moments", (values, offsets, ws), ws),
         launch(_layer_norm_backward_sums_kernel, "ln_backward_sums", (values, grad, offsets, ws, sums, float(eps)),
