@@ -100,7 +100,7 @@ class _Splitter:
     __slots__ = ("grad", "mark", "reason")
 
     def __init__(self, mark: bool) -> None:
-        self.grad = torch.is_grad_enabled()
+        self.grad = _is_grad_enabled()
         self.mark = mark
         self.reason: str | None = None
 
@@ -111,17 +111,21 @@ class _Splitter:
         if reason is not None:
             self.reason = reason
             return x
-        # The differentiable accessor only where autograd must flow: nt.values() dispatches, nt._values
-        # does not. requires_grad is read with the NJT's __torch_function__ off (~20x cheaper; same value).
-        needs_grad = False
-        if self.grad:
-            with torch._C.DisableTorchFunctionSubclass():
-                needs_grad = x.requires_grad
-        values = x.values() if needs_grad else x._values
-        parts = _Parts(values, x._offsets, None, x._metadata_cache.get("max_seqlen"))
+        parts = _Parts(_crossing_values(x, self.grad), x._offsets, None, x._metadata_cache.get("max_seqlen"))
         if self.mark:
             _mark_dim0_dynamic(parts)
         return parts
+
+
+def _crossing_values(nt: NestedTensor, grad: bool) -> torch.Tensor:
+    """The values tensor that crosses for ``nt`` (``grad``: whether grad mode is on): the differentiable accessor
+    only where autograd must flow, as ``nt.values()`` dispatches and ``nt._values`` does not. requires_grad is read
+    with the NJT's __torch_function__ off (~20x cheaper; the same value)."""
+    if grad:
+        with _NoSubclassTorchFunction():
+            if nt.requires_grad:
+                return nt.values()
+    return nt._values
 
 
 def _mark_dim0_dynamic(tensors: tuple) -> None:
@@ -280,12 +284,7 @@ def _flatten(args: tuple, mark: bool) -> tuple[tuple[str, ...], list, str | None
                 continue
             if grad is None:
                 grad = _is_grad_enabled()
-            values = a._values
-            if grad:
-                with _NoSubclassTorchFunction():
-                    if a.requires_grad:
-                        values = a.values()
-            offsets, max_seqlen = a._offsets, a._metadata_cache.get("max_seqlen")
+            values, offsets, max_seqlen = _crossing_values(a, grad), a._offsets, a._metadata_cache.get("max_seqlen")
             if max_seqlen is None:
                 layout.append("v")
                 parts = (values, offsets)
