@@ -39,28 +39,19 @@ def record(record_property, **numbers) -> None:
         record_property(name, round(value, 3) if isinstance(value, float) else value)
 
 
+def round_walls_us(fns: dict, rounds: int, alternate: bool = False) -> dict:
+    """Each callable's wall per call (µs, the seed's method) in each of ``rounds`` interleaved rounds; with
+    ``alternate`` the callables' order is reversed every other round."""
+    walls = {name: [] for name in fns}
+    for i in range(rounds):
+        for name, fn in (reversed(fns.items()) if alternate and i % 2 else fns.items()):
+            walls[name].append(timing.wall_stats(fn, CUDA).median_ms * 1e3)
+    return walls
+
+
 def walls_us(fns: dict, rounds: int = 3) -> dict:
     """Median wall per call (µs) of each callable, over interleaved rounds of the seed's method."""
-    medians = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            medians[name].append(timing.wall_stats(fn, CUDA).median_ms * 1e3)
-    return {name: statistics.median(m) for name, m in medians.items()}
-
-
-def round_ratios(numerator, denominator, rounds: int) -> tuple[list[float], tuple[float, float]]:
-    """Per round, the wall per call (µs, the seed's method) of ``numerator`` over ``denominator``, measured back to
-    back, the first of the two alternating between rounds; and each one's median wall over the rounds."""
-    ratios, walls = [], ([], [])
-    for i in range(rounds):
-        order = (0, 1) if i % 2 == 0 else (1, 0)
-        wall = [0.0, 0.0]
-        for which in order:
-            wall[which] = timing.wall_stats((numerator, denominator)[which], CUDA).median_ms * 1e3
-        ratios.append(wall[0] / wall[1])
-        walls[0].append(wall[0])
-        walls[1].append(wall[1])
-    return ratios, (statistics.median(walls[0]), statistics.median(walls[1]))
+    return {name: statistics.median(w) for name, w in round_walls_us(fns, rounds).items()}
 
 
 def kernels(fn) -> timing.KernelProfile:
@@ -134,11 +125,15 @@ def test_our_njt_through_the_boundary_near_our_plain_compiled_and_one_kernel(cas
     # The boundary's ~10-16 µs against a 70-120 µs call sits near this bar's 20%, and the shared host's speed moves
     # by more than that between rounds (runs 55-70: the ratio 1.02-1.31): the ratio is taken within each of 11
     # rounds, the two calls back to back in alternating order, and judged by its median over the rounds
-    ratios, wall = round_ratios(lambda: through(*njt_args), lambda: compiled(*ours_args), rounds=11)
+    walls = round_walls_us({"njt boundary": lambda: through(*njt_args), "plain compiled": lambda: compiled(*ours_args)},
+                           rounds=11, alternate=True)
+    ratios = [a / b for a, b in zip(walls["njt boundary"], walls["plain compiled"])]
+    wall = {name: statistics.median(w) for name, w in walls.items()}
     n_kernels = kernels(lambda: through(*njt_args)).kernels_per_call
     ratio = statistics.median(ratios)
-    record(record_property, **{"njt boundary wall_us": wall[0], "plain compiled wall_us": wall[1]}, kernels=n_kernels,
-           ratio=ratio, ratio_of_medians=wall[0] / wall[1], round_ratios=" ".join(f"{r:.3f}" for r in ratios))
+    record(record_property, **{f"{k} wall_us": v for k, v in wall.items()}, kernels=n_kernels, ratio=ratio,
+           ratio_of_medians=wall["njt boundary"] / wall["plain compiled"],
+           round_ratios=" ".join(f"{r:.3f}" for r in ratios))
     assert ratio <= 1.2, f"median of the rounds' ratios {ratio:.3f} (rounds: {sorted(round(r, 3) for r in ratios)})"
     assert n_kernels == 1, f"{n_kernels} kernels per call"
 
