@@ -57,11 +57,13 @@ LIMITS = {
         "longer than one tile reads y and g twice (5 passes: 1.67× at best)"),
     ("backward", "jagged_softmax", LONG): ("H200 runs 52/62: 627 µs = 1.69× the floor (370 µs): y and g read twice"),
     ("backward", "jagged_layer_norm", WIDE): (
-        "H200 runs 55/62: 912 µs = 2.41× the floor (378 µs; 1126 µs at the wide tile, run 51): the statistics, Σ g "
-        "and Σ g·x̂ read x and g before the writing pass reads them again (6 passes: 2× at best)"),
+        "H200 run 75: 741 µs = 1.93× the floor (384 µs; 912 µs in runs 55/62, before one pass took the statistics, "
+        "Σ g and the co-moment together): that pass reads x and g, then the writing pass reads them again (5 passes: "
+        "1.67× at best)"),
     ("backward", "jagged_layer_norm", LONG): (
-        "H200 runs 61/62: the split's backward 809-836 µs = 2.19-2.26× the floor (370 µs; 11,576 µs with one program "
-        "a sequence): moments, Σ g and Σ g·x̂, then the writing pass read x three times and g twice (2× at best)"),
+        "H200 run 75: the split's backward 772 µs = 2.05× the floor (377 µs; 809-836 µs in runs 61/62; 11,576 µs "
+        "with one program a sequence): moments, Σ g and Σ g·x̂, then the writing pass read x three times and g twice "
+        "(2× at best)"),
 }
 
 

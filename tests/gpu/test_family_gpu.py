@@ -18,10 +18,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_checks import FAMILY_SHAPES  # noqa: E402
-from test_softmax_layer_norm import EPS, FAMILIES, RTOL, assert_close  # noqa: E402
+from test_softmax_layer_norm import EPS, FAMILIES, RTOL, assert_close, make, run_backward  # noqa: E402
 
 import jaggedperf  # noqa: E402
 from jaggedperf.inputs import Case, make_batch  # noqa: E402
+from jaggedperf.ops.tiles import TileConfig  # noqa: E402
 from jaggedperf.ops.layer_norm.op import layer_norm_backward_cpu, layer_norm_cpu  # noqa: E402
 from jaggedperf.ops.softmax.op import softmax_backward_cpu, softmax_cpu  # noqa: E402
 
@@ -154,3 +155,29 @@ def test_nested_tensor_in_and_out(family):
     out = PUBLIC[family](nt)
     assert out.is_nested and out.shape == nt.shape
     assert_close(out.values(), reference(family, values, offsets), torch.bfloat16)
+
+
+@pytest.mark.parametrize("path", ["production", "small-tiles", "split", "public"])
+def test_layer_norm_backward_stable_with_a_large_mean_and_a_gradient_off_zero(path):
+    # The CPU/interpreter test's case (tests/ops) on the compiled kernels: x with mean 1e4 and std 1 (fp32's mean
+    # is off by ~1e-3, shifting every x̂ of a segment alike), g with mean 3 and a part correlated with x. The
+    # one-program kernel merges each tile's co-moment (production tile: 2 tiles for the 1,000-row segment; the
+    # 4-row tile: 250), the split subtracts mean(g)·Σ x̂ over 4 parts; the public call routes as it does
+    from jaggedperf.ops import testing
+
+    values, offsets = make([40, 3, 0, 200, 1000], 8, torch.float32)
+    grad = (torch.randn(values.shape, generator=torch.Generator().manual_seed(1)) + 3.0 + 0.5 * values).cuda()
+    values, offsets = values.cuda() + 1e4, offsets.cuda()
+    if path == "public":
+        leaf = values.clone().requires_grad_(True)
+        jaggedperf.jagged_layer_norm(leaf, offsets, max_seqlen=1000).backward(grad)
+        out = leaf.grad
+    elif path == "split":
+        planned = testing.plan_layer_norm_backward_parts(values, grad, offsets, EPS, parts=4)
+        planned.out.fill_(float("nan"))
+        testing.run_direct(planned.launches)
+        out = planned.out
+    else:
+        out = run_backward("layer_norm", values, offsets, grad, cfg=TileConfig(4, 8, 1) if path == "small-tiles" else None)
+    # the error left is x̂'s own: x in fp32 carries ~1e-3 of absolute rounding at 1e4
+    assert_close(out, reference_backward("layer_norm", values, offsets, grad), torch.float32, rtol=1e-2, atol=2e-3)

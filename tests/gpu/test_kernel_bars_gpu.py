@@ -68,8 +68,6 @@ POWER_SMALL = ("H200 run 51: 59.3 µs = 4.27× the floor (13.9 µs) with or with
                "(segment_reduce ~1 ms); the row-block kernel measured 1.15-1.5× faster than these kernels on a 4096 × 64 "
                "power-law shape (run 49), still ~3.5× its floor")
 POWER_LARGE = ("H200 run 51: 637 µs = 1.43× the floor with or without max_seqlen, against the bar's 1.15×")
-SEED_PLAIN_PEER = ("H200 run 51: without max_seqlen 14.8 µs against the best peer's 12.3 µs (with max_seqlen it holds): "
-                   "the chunks, the offsets search and the combine launch")
 TRAINING = ("H200 run 51 (this test and benchmarks/training_probe.py): fwd + bwd 174 / 175 µs = 9.6 / 8.5× our forward, "
             "1.11 / 1.19× segment_reduce's fwd + bwd; the autograd engine's own floor, a Python autograd.Function with no "
             "kernels, takes 88 / 95 µs fwd + bwd in the same run: above 3× our forward (43 / 56 µs) and 0.5× "
@@ -83,19 +81,23 @@ def _xfail(reason):
 # (bar, class, variant or None for both) -> the measured limit
 LIMITS = {
     ("1", "narrow", None): NARROW_LIMIT, ("1", "bars", None): BAR_LIMIT, ("1", "odd_width", None): ODD_FLOOR,
-    ("1", "empty", None): EMPTY, ("1", "seed", "ours_plain"): SEED_PLAIN_PEER,
+    ("1", "empty", None): EMPTY,
     ("2", "odd_width", None): ODD_FLOOR, ("2", "bars", None): BAR_LIMIT, ("2", "giant", None): GIANT,
     ("2", "empty", None): EMPTY, ("2", "powerlaw_small", None): POWER_SMALL, ("2", "powerlaw_large", None): POWER_LARGE,
 }
 
 
-# A cell whose peer is Inductor's autotuned kernel, whose pick varies from run to run: the one bar not strict,
+# Cells whose best peer is Inductor's autotuned kernel, whose pick varies from run to run: the bars not strict,
 # since a strict mark would then pass or fail on the autotuner's choice, not on our kernel.
 PEER_VARIES = {
     ("1", "seed", "ours_hinted"): (
         "H200 runs 51 and 52: ours 9.4 / 9.2 µs with max_seqlen against Inductor's padded sum at 12.3 / 9.4 µs "
         "(max-autotune picked different configs; segment_reduce 20 µs): at its best config Inductor is level with "
         "ours, and the bar asks for 0.9×; the floor is 2.5 µs, so both are launch- and latency-bound here"),
+    ("1", "seed", "ours_plain"): (
+        "H200 runs 51, 52 and 75: ours without max_seqlen 14.8-14.9 µs (the chunks, the offsets search, the combine "
+        "launch) against Inductor's padded sum at 12.3 / 9.4 / 19.3 µs as its autotuner's pick changed: the bar held "
+        "in run 75 only; against Inductor's best pick it cannot (0.9 × 9.4 µs = 8.5 µs)"),
 }
 
 

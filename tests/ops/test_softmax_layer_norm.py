@@ -180,12 +180,14 @@ def test_cpu_backward_matches_reference(family, lengths, M, dtype, offsets_dtype
 
 
 @pytest.mark.parametrize("where", ["cpu", pytest.param("interp", marks=needs_interpreter),
+                                   pytest.param("interp-tile", marks=needs_interpreter),
                                    pytest.param("interp-split", marks=needs_interpreter)])
 def test_layer_norm_backward_stable_with_a_large_mean_and_a_gradient_off_zero(where):
     # x with mean 1e4 and std 1 (fp32's mean is off by ~1e-3, shifting every x̂ of the segment alike), g with mean 3
     # and a part correlated with x: Σ g·x̂ summed as it is carries mean(g) × that shift into every gradient. The
     # kernels take Σ (g − mean(g))·x̂ instead: the CPU kernel centres g, the one-program kernel merges each tile's
-    # co-moment, the split subtracts mean(g)·Σ x̂; the shift then adds nothing
+    # co-moment, a segment within one tile takes Σ d·g − mean(g)·Σ d, the split subtracts mean(g)·Σ x̂; the shift then
+    # adds nothing
     values, offsets = make([40, 3, 0, 200, 1000], 8, FP32)
     grad = torch.randn(values.shape, generator=torch.Generator().manual_seed(1)) + 3.0 + 0.5 * values
     values = values + 1e4
@@ -195,6 +197,8 @@ def test_layer_norm_backward_stable_with_a_large_mean_and_a_gradient_off_zero(wh
         out = v.grad
     elif where == "interp":
         out = run_backward("layer_norm", values, offsets, grad, cfg=TileConfig(4, 8, 1))  # up to 250 tiles a segment
+    elif where == "interp-tile":
+        out = run_backward("layer_norm", values, offsets, grad, cfg=TileConfig(256, 8, 4))  # all but one in one tile
     else:
         planned = testing.plan_layer_norm_backward_parts(values, grad, offsets, EPS, parts=4, cfg=TileConfig(4, 8, 1))
         planned.out.fill_(float("nan"))

@@ -213,7 +213,9 @@ def _layer_norm_backward_kernel(
         rstd = _rstd(tl.sum(tl.sum(d * d, axis=1), axis=0) / n, eps)
         xhat = d * rstd
         mean_g = tl.sum(tl.sum(g, axis=1), axis=0) / n
-        mean_gx = tl.sum(tl.sum(g * xhat, axis=1), axis=0) / n
+        # (1/n) Σ (g − ḡ)·x̂ = rstd · (Σ d·g − ḡ·Σ d) / n: Σ d is 0 but for the rounding of the mean, which shifts
+        # every d alike; taking it out keeps ḡ times that shift out of every gradient (as the looping branch does)
+        mean_gx = rstd * (tl.sum(tl.sum(d * g, axis=1), axis=0) - mean_g * tl.sum(tl.sum(d, axis=1), axis=0)) / n
         dptrs, mask = tile(grad_values_ptr, start, end, 0, n_cols, BLOCK_L, BLOCK_M)
         tl.store(dptrs, (rstd * (g - mean_g - xhat * mean_gx)).to(grad_values_ptr.dtype.element_ty), mask=mask)
     else:
