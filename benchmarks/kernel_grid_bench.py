@@ -278,7 +278,8 @@ def fresh_child(path: str) -> None:
         by_status.setdefault(status, []).append(us)
     rec["fb_wall_us_by_native_status"] = {s: {"median_us": float(np.median(v)), "calls": len(v)}
                                           for s, v in by_status.items()}
-    rec["native"] = {k: v for k, v in native.state().items() if k in ("status", "reason", "build_seconds")}
+    rec["native"] = {k: v for k, v in native.state().items()
+                     if k in ("status", "reason", "build_seconds", "served", "served_backward")}
     Path(path).write_text(json.dumps(rec, indent=1))
 
 

@@ -1,8 +1,9 @@
 """The native launch path on the GPU: it builds and loads; a call with a registered plan is served by it,
 matches float64 and is bitwise equal to the Python path: the whole-segments kernels (every dtype, int32
 offsets, M = 1 (the JIT makes M a constant), odd M, the looping kernel, empty sequences) and the chunked
-reduce + combine (long rows, heavy tails; one plan for every B and N); the current stream; CUDA-graph
-capture; autograd and other devices stay on the Python path.
+reduce + combine (long rows, heavy tails; one plan for every B and N); the backward (expand) of an eager
+autograd call, every plan; the current stream; CUDA-graph capture; create_graph, forced tiers, validation
+and other devices stay on the Python path.
 
 Run on the GPU machine: ``PYTHONPATH=src python -m pytest -q -m gpu tests/gpu``.
 """
@@ -186,6 +187,81 @@ def test_autograd_forward_takes_it_inside_the_eager_function():
         before = _served()
         jaggedperf.jagged_mean(values, batch.offsets, max_seqlen=longest)
         assert _served() == before + 1  # no grad to record: served
+
+
+def _served_backward():
+    return native_launch.state()["served_backward"]
+
+
+def _expected_grad(grad, offsets, n_rows, mean):
+    lengths = offsets.diff()
+    scale = lengths.clamp_min(1).double().unsqueeze(1) if mean else 1.0
+    return (grad.double() / scale).repeat_interleave(lengths, dim=0, output_size=n_rows)
+
+
+BACKWARD = [Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75), Case(65536, 16, 64, 0.2), Case(300, 1, 40, 0.5),
+            Case(4, 64, 3000, 0.0, "fixed"), Case(1, 32, 20000, 0.0, "fixed"), Case(777, 33, 60, 0.9, "heavy")]
+
+
+@pytest.mark.parametrize("hinted", [True, False], ids=["max_seqlen", "no_max_seqlen"])
+@pytest.mark.parametrize("case", BACKWARD, ids=lambda c: c.label)
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_backward_served_natively_and_equal_to_the_python_path(case, dtype, hinted):
+    # issue #16: api.EagerReduce's backward asks the native path first; the first call of a key runs the Python
+    # path's launch and registers it (checked bitwise), the next is served: every backward plan (whole segments,
+    # spread over tiles (GRID_Z) when a segment is alone in its program and long, the chunks), every dtype, int32
+    # offsets, M = 1, a broadcast gradient (out.sum()'s)
+    batch = make_batch(case, "cuda")
+    values = batch.values.to(dtype)
+    offsets = batch.offsets.to(torch.int32 if dtype == torch.float16 else torch.int64)
+    longest = int(offsets.diff().max()) if hinted else None
+    grad = torch.randn(case.B, case.M, device="cuda", dtype=dtype)
+    for mean in (False, True):
+        fn = jaggedperf.jagged_mean if mean else jaggedperf.jagged_sum
+        grads = []
+        for _ in range(2):
+            leaf = values.clone().requires_grad_(True)
+            before = _served_backward()
+            fn(leaf, offsets, max_seqlen=longest).backward(grad)
+            grads.append((leaf.grad, _served_backward() - before))
+        (first, first_served), (second, second_served) = grads
+        assert second_served == 1, (first_served, native_launch.state())
+        assert _bitwise(first, second) and first.dtype == dtype and first.is_contiguous()
+        expected = _expected_grad(grad, offsets, values.shape[0], mean)
+        torch.testing.assert_close(second.double(), expected, rtol=0 if dtype == torch.float32 else 1e-2, atol=1e-6)
+        leaf = values.clone().requires_grad_(True)
+        before = _served_backward()
+        fn(leaf, offsets, max_seqlen=longest).sum().backward()  # a stride-0 gradient
+        assert _served_backward() == before + 1
+        ones = torch.ones(case.B, case.M, device="cuda", dtype=torch.float64)
+        torch.testing.assert_close(leaf.grad.double(), _expected_grad(ones, offsets, values.shape[0], mean),
+                                   rtol=0 if dtype == torch.float32 else 1e-2, atol=1e-6)
+    assert native_launch.state()["status"] == "ready", native_launch.state()
+
+
+def test_one_backward_plan_without_max_seqlen_serves_new_lengths_and_batch_sizes():
+    first = make_batch(Case(600, 96, 120, 0.2), "cuda")
+    leaf = first.values.clone().requires_grad_(True)
+    jaggedperf.jagged_mean(leaf, first.offsets).backward(torch.randn(600, 96, device="cuda"))  # registers it
+    for case in (Case(900, 96, 40, 0.5), Case(3, 96, 7000, 0.0, "heavy"), Case(1, 96, 50_000, 0.0, "fixed")):
+        batch = make_batch(case, "cuda")
+        leaf = batch.values.clone().requires_grad_(True)
+        grad = torch.randn(case.B, 96, device="cuda")
+        before = _served_backward()
+        jaggedperf.jagged_mean(leaf, batch.offsets).backward(grad)
+        assert _served_backward() == before + 1, case
+        torch.testing.assert_close(leaf.grad.double(), _expected_grad(grad, batch.offsets, batch.values.shape[0], True),
+                                   rtol=0, atol=1e-6)
+
+
+def test_create_graph_keeps_the_differentiable_operator():
+    batch = make_batch(CASES[0], "cuda")
+    leaf = batch.values.clone().requires_grad_(True)
+    for _ in range(2):
+        out = jaggedperf.jagged_sum(leaf, batch.offsets, max_seqlen=batch.max_seqlen)
+        before = _served_backward()
+        (g,) = torch.autograd.grad(out, leaf, torch.randn_like(out).requires_grad_(True), create_graph=True)
+        assert _served_backward() == before and g.requires_grad  # differentiable in the gradient it was given
 
 
 def test_forced_tier_and_validation_bypass_it():

@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 import jaggedperf
 from jaggedperf.ops import config, launch
 from jaggedperf.ops.launch import layout, native
-from jaggedperf.ops.launch.layout import FEW_SEGMENTS, POINTER_SOURCES, GridKind, Kind, Source
+from jaggedperf.ops.launch.layout import FEW_SEGMENTS, POINTER_SOURCES, GridKind, Kind, Op, Source
 from jaggedperf.ops.launch.plan import NativePlan, chunking
 from jaggedperf.ops.reduce import cpu, plan
 
 VALUES, OFFSETS, OUT, WORKSPACE = Source.VALUES, Source.OFFSETS, Source.OUT, Source.WORKSPACE
 N_ROWS, N_COLS, N_SEGMENTS, NULL = Source.N_ROWS, Source.N_COLS, Source.N_SEGMENTS, Source.NULL_POINTER
-ROWS_PER_CHUNK, N_CHUNKS = Source.ROWS_PER_CHUNK, Source.N_CHUNKS
+ROWS_PER_CHUNK, N_CHUNKS, GRID_Z = Source.ROWS_PER_CHUNK, Source.N_CHUNKS, Source.GRID_Z
 POINTER, I32, I64 = Kind.POINTER, Kind.I32, Kind.I64
 SEGMENTS, CHUNKS = GridKind.SEGMENTS, GridKind.CHUNKS
 
@@ -66,6 +66,7 @@ def test_key_names_everything_the_plan_depends_on(built):
     values, offsets = _batch()
     key = built.key(values, offsets, 5, True, False)
     assert key[:2] == [1, 0] and key[4:10] == [8, 5, 3, -1, 3, 1]  # mean, M, max_seqlen, B, device, aligned, int32
+    assert key[11] == Op.REDUCE
     assert key != built.key(values, offsets, 5, False, False)  # the op
     assert key != built.key(values, offsets, 6, True, False)  # max_seqlen
     assert key != built.key(values, offsets.int(), 5, True, False)  # offsets dtype
@@ -100,6 +101,22 @@ def test_few_segments_take_the_wide_combine_and_the_native_key_splits_alike(buil
         assert built.key(*cpu, -1, False, False)[6] == (-2 if few else -1)
 
 
+def test_the_backward_has_keys_of_its_own(built):
+    # expand: the (B, M) gradient in, n_rows rows out; its chunks take no wide combine, so without max_seqlen one
+    # key serves every B; with it B counts (the whole-segments grid), as for the forward
+    values, offsets = _batch()
+    grad = torch.randn(3, 8)
+    key = built.key(grad, offsets, 5, True, False, 10)
+    assert key[11] == Op.EXPAND and key[4:7] == [8, 5, 3] and key != built.key(values, offsets, 5, True, False)
+    assert key[:11] == built.key(grad, offsets, 5, True, False, 11)[:11]  # N is the call's, not the key's
+    plain = built.key(grad, offsets, -1, False, False, 10)
+    assert plain[5:7] == [-1, -1]  # 3 segments: the forward's key would say -2 (the wide combine)
+    assert built.key(torch.randn(7, 8), torch.arange(8), -1, False, False, 40) == plain  # any B, any N
+    assert built.key(grad, offsets, 5, True, False, 2**31)[9] == 0  # an output past int32: int64 kernels
+    assert built.key(values, offsets, 5, True, False, 10) is None  # a gradient of B rows, not N
+    assert built.key(grad, offsets, 5, True, True, 10) is None  # empty_zero means nothing to the backward
+
+
 def test_key_refuses_what_the_path_cannot_serve(built):
     values, offsets = _batch()
     assert built.key(values.t(), offsets, -1, True, False) is None  # not contiguous
@@ -132,16 +149,25 @@ def test_every_layout_source_packs(built):
     assert len(block) == 8 * len(Source)
 
 
+def test_pack_takes_the_backwards_rows_and_tiles_from_the_call(built):
+    # the backward's N_ROWS is its output's rows (its values are the (B, M) gradient); GRID_Z is the plan's
+    grad, offsets = torch.randn(2, 8), torch.tensor([0, 1, 3])
+    block = built.pack([(N_ROWS, I64), (N_SEGMENTS, I64), (GRID_Z, I32)], grad, offsets, torch.empty(3, 8), None, 0, 0,
+                       n_rows=3, grid_z=5)
+    assert struct.unpack("<qqii", block) == (3, 2, 5, 0)
+    assert struct.unpack("<q", built.pack([(N_ROWS, I64)], grad, offsets, grad, None, 0, 0))[0] == 2
+
+
 SEGMENT_PLAN = NativePlan(block_m=8, group=2, programs=0, chunk_programs=0, block_l=0, min_chunk_rows=0)
 
 
 def test_the_module_is_built_from_the_layout_header(built):
     # native.cpp's range checks are the header's counts: the last Source and Kind register, one past them do not
     kernel = (0, 1, 0, SEGMENTS, [(len(Source) - 1, I64), (0, len(Kind) - 1)])
-    built.register([0] * 11, 0, kernels=[kernel], **dataclasses.asdict(SEGMENT_PLAN))
+    built.register([0] * 12, 0, kernels=[kernel], **dataclasses.asdict(SEGMENT_PLAN))
     for bad in ((len(Source), POINTER), (0, len(Kind))):
         with pytest.raises(ValueError, match="out of range"):
-            built.register([0] * 11, 0, kernels=[(0, 1, 0, SEGMENTS, [bad])], **dataclasses.asdict(SEGMENT_PLAN))
+            built.register([0] * 12, 0, kernels=[(0, 1, 0, SEGMENTS, [bad])], **dataclasses.asdict(SEGMENT_PLAN))
     built.forget()
     assert f"constexpr int SOURCE_COUNT = {len(Source)};" in layout.header()
 
@@ -180,6 +206,38 @@ def test_native_segment_geometry_is_the_python_plans(built, n_segments, n_cols, 
     assert got[2] == [planned.launches[0].grid]
 
 
+@pytest.mark.parametrize("sms", [4, 132])
+@pytest.mark.parametrize("n_cols", [1, 33, 64, 4096])
+@pytest.mark.parametrize("n_rows", [0, 1, 1000, 5_000_000, 2**31 + 5])
+def test_native_geometry_of_the_backwards_chunks_is_the_python_plans(built, monkeypatch, n_rows, n_cols, sms):
+    monkeypatch.setattr(plan, "sm_count", lambda device: sms)
+    grad, offsets = _meta(7, n_cols, 7)
+    planned = plan.plan_expand(grad, offsets, n_rows, mean=True)
+    assert [step.native for step in planned.launches] == [plan.EXPAND_NATIVE]
+    got = built.geometry(**dataclasses.asdict(planned.native_plan()), grid_kinds=[CHUNKS], n_rows=n_rows,
+                         n_cols=n_cols, n_segments=7)
+    assert got == (planned.launches[0].args[6], planned.launches[0].grid[0], [planned.launches[0].grid])
+
+
+@pytest.mark.parametrize("n_segments", [4, 512, 65536])  # (one segment takes the chunks, with or without max_seqlen)
+@pytest.mark.parametrize("n_cols,max_seqlen", [(1, 40), (16, 64), (64, 100), (64, 500), (300, 40), (8, 2000)])
+def test_native_geometry_of_the_backwards_segments_is_the_python_plans(built, n_segments, n_cols, max_seqlen):
+    # the whole-segments backward: grid axis 2 spreads a long segment alone in its program over tiles (GRID_Z)
+    grad, offsets = _meta(n_segments, n_cols, n_segments)
+    planned = plan.plan_expand(grad, offsets, n_segments * max_seqlen // 2, mean=False, max_seqlen=max_seqlen)
+    step = planned.launches[0]
+    assert step.native == plan.SEGMENTS_EXPAND_NATIVE and planned.native_plan().grid_z == step.grid[2] == step.args[6]
+    got = built.geometry(**dataclasses.asdict(planned.native_plan()), grid_kinds=[SEGMENTS], n_rows=step.args[3],
+                         n_cols=n_cols, n_segments=n_segments)
+    assert got[2] == [step.grid]
+
+
+def test_some_backward_segments_plan_spreads_over_tiles():
+    # the case the GRID_Z source exists for: one segment a program, longer than its tile
+    planned = plan.plan_expand(*_meta(4, 8, 4), 8000, mean=False, max_seqlen=2000)
+    assert planned.native_plan().grid_z == planned.launches[0].grid[2] > 1
+
+
 @given(n_rows=st.integers(0, 2**40), col_blocks=st.integers(1, 64), chunk_programs=st.integers(1, 10**5),
        block_l=st.sampled_from([1, 8, 16, 32, 64, 128]), min_tiles=st.integers(1, 16))
 def test_chunking_is_native_geometry_of(built, n_rows, col_blocks, chunk_programs, block_l, min_tiles):
@@ -210,7 +268,7 @@ def test_reduce_and_launch_leave_cpu_tensors_and_unknown_keys_alone(built):
     assert built.size() == 1 and built.has(built.key(values, offsets, -1, True, False))
     assert built.reduce(values, offsets, -1, True, False) is None  # CPU tensors: never launched
     with pytest.raises(ValueError):
-        built.launch([0] * 11, values, offsets, torch.empty(3, 8))
+        built.launch([0] * 12, values, offsets, torch.empty(3, 8))
     built.forget()
     assert built.size() == 0
 
@@ -264,10 +322,11 @@ class FakeModule:
     def __init__(self, write):
         self.write, self.plans, self.served_calls, self.hints = write, {}, 0, []
 
-    def key(self, values, offsets, max_seqlen, mean, empty_zero):
-        return [int(mean), max_seqlen, values.shape[1]]
+    def key(self, values, offsets, max_seqlen, mean, empty_zero, n_rows=-1):
+        return [int(mean), max_seqlen, values.shape[1]] + ([n_rows] if n_rows >= 0 else [])
 
-    def register(self, key, device, block_m, group, programs, chunk_programs, block_l, min_chunk_rows, kernels):
+    def register(self, key, device, block_m, group, programs, chunk_programs, block_l, min_chunk_rows, grid_z,
+                 kernels):
         self.plans[tuple(key)] = (block_m, group, programs, chunk_programs, kernels)
 
     def launch(self, key, values, offsets, out):
@@ -284,6 +343,13 @@ class FakeModule:
 
     def served(self):
         return self.served_calls
+
+    def served_expand(self):
+        return 0
+
+    def expand(self, grad, offsets, n_rows, max_seqlen, mean):
+        self.hints.append(("expand", n_rows, max_seqlen, mean))
+        return torch.full((n_rows, grad.shape[1]), 7.0)
 
     def reduce(self, values, offsets, max_seqlen, mean, empty_zero):
         self.hints.append(max_seqlen)
@@ -339,6 +405,28 @@ def test_offer_skips_kernels_it_cannot_pack():
     kernels = [dataclasses.replace(KERNELS[0], compiled=_compiled(SIGNATURE, num_ctas=2))]
     native.offer(values, offsets, 7, True, False, PLAN, kernels, torch.randn(3, 8))
     assert fake.plans == {} and native.active is fake
+
+
+def test_offer_keys_a_backward_by_its_output_rows():
+    grad, offsets = torch.randn(3, 8), torch.tensor([0, 3, 3, 10])
+    out = torch.randn(10, 8)
+    fake = FakeModule(lambda trial: trial.copy_(out))
+    _ready(fake)
+    native.offer(grad, offsets, None, False, False, PLAN, KERNELS, out, n_rows=10)
+    assert list(fake.plans) == [(0, -1, 8, 10)]
+
+
+def test_the_eager_backward_takes_the_native_call_first():
+    # api.EagerReduce (CUDA's eager autograd; applied here on the CPU): its backward asks the native path first
+    from jaggedperf.ops.reduce.api import EagerReduce
+
+    values, offsets = _batch()
+    fake = FakeModule(None)
+    fake.reduce = lambda *args: torch.zeros(3, 8)  # the forward, served
+    _ready(fake)
+    leaf = values.clone().requires_grad_(True)
+    EagerReduce.apply(leaf, offsets, 7, True, False).sum().backward()
+    assert fake.hints == [("expand", 10, 7, True)] and torch.equal(leaf.grad, torch.full((10, 8), 7.0))
 
 
 def test_public_functions_take_the_native_call_first_and_fall_back_on_none():

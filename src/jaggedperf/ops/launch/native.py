@@ -1,4 +1,4 @@
-"""The native launch path: an eager jagged sum/mean in one C++ call (``native.cpp``).
+"""The native launch path: an eager jagged sum/mean, or its backward, in one C++ call (``native.cpp``).
 
 The Python fast path plans each call, allocates with ``torch.empty`` and launches through Triton's
 launcher: more host time before the kernel starts than the kernel takes on the device at the seed shapes.
@@ -9,7 +9,9 @@ Plans. After the Python path has planned and launched a call (through a verified
 ``offer_plan`` registers the plan for the call's key: the compiled kernels' CUfunctions and launch configs,
 their parameter lists read from the compiled signatures, and how to size the grid: one whole-segments
 launch, or the balanced chunks' two launches (reduce, combine) with their fp32 workspace, the chunking
-redone per call from the config (so one plan serves every N and B when there is no ``max_seqlen``).
+redone per call from the config (so one plan serves every N and B when there is no ``max_seqlen``). The
+backward (``expand``: the (N, M) gradient of the values from the (B, M) one) registers its one launch the same
+way, under a key of its own (``layout.Op``), when ``api.EagerReduce``'s backward has run it through the tiers.
 The first plan of each set of compiled kernels is checked: its launches, into an output poisoned with
 ``verification.POISON_BYTE``, must match the Python path's output bitwise (one sync, once per set); a
 mismatch or error turns the native path off for the process, with the reason in ``state()``. Only
@@ -93,13 +95,16 @@ def state() -> dict:
 
     Returns:
         status (not loaded | building | ready | off | failed | disabled), why it is off, what pauses it,
-        build time, the module's file, plans registered / held / served, kernel sets verified.
+        build time, the module's file, plans registered / held, calls served (forward; backward), kernel sets
+        verified.
     """
+    module = _state.module
     return {"status": _state.status, "reason": _state.reason, "paused": sorted(_state.paused),
             "build_seconds": _state.build_seconds,
-            "module": getattr(_state.module, "__file__", None), "registered": _state.registered,
-            "plans": _state.module.size() if _state.module is not None else 0,
-            "served": _state.module.served() if _state.module is not None else 0,
+            "module": getattr(module, "__file__", None), "registered": _state.registered,
+            "plans": module.size() if module is not None else 0,
+            "served": module.served() if module is not None else 0,
+            "served_backward": module.served_expand() if module is not None else 0,
             "verified_kernels": len(_state.verified_functions)}
 
 
@@ -350,24 +355,28 @@ def parameters(compiled, arg_names, sources: tuple[Source, ...]) -> list[tuple[i
     return [*params, null, null]
 
 
-def offer_plan(plan: Plan, key_extra: tuple, values, offsets, max_seqlen, mean: bool, empty_zero: bool) -> None:
+def offer_plan(plan: Plan, key_extra: tuple, values, offsets, max_seqlen, mean: bool, empty_zero: bool,
+               n_rows: int | None = None) -> None:
     """Offer the plan of a call the Python path has just launched through the fast tiers (``offer``).
 
     Args:
         plan: the call's Plan (its launches have run; ``plan.out`` holds the result).
         key_extra: the call's ``tiers.eager_key``, under which the tiers cached the compiled kernels.
-        values, offsets, max_seqlen, mean, empty_zero: the call (a NestedTensor's call offers the plain one).
+        values, offsets, max_seqlen, mean, empty_zero: the call (a NestedTensor's call offers the plain one);
+            for a backward, values is the (B, M) gradient and empty_zero False.
+        n_rows: None for a reduction; for a backward, the rows of its output.
     """
     native_plan = plan.native_plan()
-    if native_plan is None or (type(max_seqlen) is not int and max_seqlen is not None):
+    if native_plan is None or (type(max_seqlen) is not int and max_seqlen is not None) or type(native_plan.grid_z) \
+            is not int:
         return
     kernels = [OfferedKernel(compiled_kernel((step.key, step.num_warps, key_extra)), step.kernel.arg_names, step.native)
                for step in plan.launches]
-    offer(values, offsets, max_seqlen, mean, empty_zero, native_plan, kernels, plan.out)
+    offer(values, offsets, max_seqlen, mean, empty_zero, native_plan, kernels, plan.out, n_rows)
 
 
 def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: NativePlan, kernels: list[OfferedKernel],
-          out) -> None:
+          out, n_rows: int | None = None) -> None:
     """Register the plan of a call the Python path has just served into ``out``, checking it first if its
     compiled kernels have not been checked together. Never raises; a failed check disables the path.
 
@@ -376,13 +385,15 @@ def offer(values, offsets, max_seqlen, mean: bool, empty_zero: bool, plan: Nativ
         plan: how the native module sizes the grids per call.
         kernels: the plan's launches, in order.
         out: the Python path's output for this call (the check's expected bytes).
+        n_rows: None for a reduction; for a backward (values: its gradient), the rows of its output.
     """
     if _state.status == "not loaded":
         _start()
     native = active
     if native is None:
         return
-    key = native.key(values, offsets, -1 if max_seqlen is None else max_seqlen, mean, empty_zero)
+    key = native.key(values, offsets, -1 if max_seqlen is None else max_seqlen, mean, empty_zero,
+                     -1 if n_rows is None else n_rows)
     if key is None or native.has(key) or capturing():
         return
     specs = []

@@ -49,6 +49,7 @@ class NativePlan:
     chunk_programs: int  # chunks kernels (> 0): the programs aimed at, for ``chunking``, ...
     block_l: int  # ... rows per tile ...
     min_chunk_rows: int  # ... and the fewest rows in a chunk
+    grid_z: int = 1  # grid axis 2 of every kernel (> 1: the backward spreads each long segment over tiles)
 
 
 @dataclass(slots=True)
@@ -57,9 +58,10 @@ class Plan:
 
     out: torch.Tensor
     launches: tuple[Launch, ...]
-    # what sized the grids; None: the native path cannot replay this plan (a chunk size chosen by hand; the backward)
+    # what sized the grids; None: the native path cannot replay this plan (a chunk size chosen by hand)
     config: ReduceConfig | SegmentsConfig | None = None
     chunk_programs: int = 0  # a chunked plan's programs aimed at (SM count × programs per SM)
+    grid_z: int = 1  # grid axis 2, the same for every launch (a host int when the native path replays it)
 
     def native_plan(self) -> NativePlan | None:
         """The grid sizing the native path replays for this plan's kernels.
@@ -70,10 +72,10 @@ class Plan:
         cfg = self.config
         if isinstance(cfg, SegmentsConfig):
             return NativePlan(block_m=cfg.block_m, group=0 if cfg.programs else cfg.group, programs=cfg.programs,
-                              chunk_programs=0, block_l=0, min_chunk_rows=0)
+                              chunk_programs=0, block_l=0, min_chunk_rows=0, grid_z=self.grid_z)
         if isinstance(cfg, ReduceConfig):
             return NativePlan(block_m=cfg.block_m, group=0, programs=0, chunk_programs=self.chunk_programs,
-                              block_l=cfg.block_l, min_chunk_rows=cfg.min_chunk_rows)
+                              block_l=cfg.block_l, min_chunk_rows=cfg.min_chunk_rows, grid_z=self.grid_z)
         return None
 
 

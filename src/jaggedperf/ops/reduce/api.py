@@ -17,7 +17,7 @@ from jaggedperf.njt import JAGGED_CLASS as _JAGGED_CLASS  # () without it: the p
 from jaggedperf.ops.launch import eager_key, launch_all, native, plain_eager
 from jaggedperf.ops.reduce import autograd, op  # noqa: F401  (register torch.ops.jaggedperf.* and their autograd)
 from jaggedperf.ops.reduce.op import expand_triton
-from jaggedperf.ops.reduce.plan import plan_reduce
+from jaggedperf.ops.reduce.plan import plan_expand, plan_reduce
 
 
 EMPTY_MODES = ("nan", "zero")
@@ -202,9 +202,10 @@ def _fast_ok(values, offsets) -> bool:
 class EagerReduce(torch.autograd.Function):
     """Eager reverse mode on plain CUDA tensors, without the operators' dispatch: one Function whose forward is
     the eager call with grad off (the native path, else the fast tiers) and whose backward launches the expand
-    kernel through the fast tiers (``op.expand_triton``: no dispatcher, no redispatch, no operator checks;
-    the forward's inputs were checked). With ``create_graph`` the backward calls the ``jagged_expand`` operator,
-    differentiable in turn. Forward mode and torch.func's transforms keep the operators (``autograd``).
+    kernel the same way (the native path's ``expand``, else the fast tiers, which offer it the plan: no
+    dispatcher, no redispatch, no operator checks; the forward's inputs were checked). With ``create_graph``
+    the backward calls the ``jagged_expand`` operator, differentiable in turn. Forward mode and torch.func's
+    transforms keep the operators (``autograd``).
 
     apply(values, offsets, max_seqlen, mean, empty_zero) -> (B, M), values and offsets already checked.
     """
@@ -228,8 +229,31 @@ class EagerReduce(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph: a differentiable backward
             back = torch.ops.jaggedperf.jagged_expand(grad.contiguous(), offsets, ctx.n_rows, ctx.mean, ctx.max_seqlen)
         else:
-            back = expand_triton(grad, offsets, ctx.n_rows, mean=ctx.mean, max_seqlen=ctx.max_seqlen)
+            back = _native_expand(grad, offsets, ctx.n_rows, ctx.max_seqlen, ctx.mean)
+            if back is None:
+                back = _fast_expand(grad, offsets, ctx.n_rows, ctx.mean, ctx.max_seqlen) if plain_eager(grad, offsets) \
+                    else expand_triton(grad, offsets, ctx.n_rows, mean=ctx.mean, max_seqlen=ctx.max_seqlen)
         return back, None, None, None, None
+
+
+def _native_expand(grad, offsets, n_rows: int, max_seqlen, mean: bool):
+    # the backward in one C++ call when the native path holds its plan (None: the Python path); max_seqlen was
+    # checked by the forward (None or an int in [0, 2**63))
+    module = native.active
+    if module is None:
+        return None
+    return module.expand(grad, offsets, n_rows, -1 if max_seqlen is None else max_seqlen, mean)
+
+
+def _fast_expand(grad, offsets, n_rows: int, mean: bool, max_seqlen):
+    # the backward's launch through the fast tiers, its plan offered to the native path (as _fast_reduce)
+    grad = grad.contiguous()  # autograd's gradient may be a broadcast (out.sum()'s is stride 0)
+    planned = plan_expand(grad, offsets, n_rows, mean=mean, max_seqlen=max_seqlen)
+    key = eager_key(grad, offsets, n_rows)
+    launch_all(planned.launches, grad.device, key)
+    if planned.config is not None and native.offering():
+        native.offer_plan(planned, key, grad, offsets, max_seqlen, mean, False, n_rows)
+    return planned.out
 
 
 def _fast_reduce(values, offsets, mean: bool, empty_zero: bool, max_seqlen):

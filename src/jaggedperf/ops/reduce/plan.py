@@ -32,6 +32,11 @@ REDUCE_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.
                              GridKind.CHUNKS)
 COMBINE_NATIVE = NativeKernel((Source.OFFSETS, Source.OUT, Source.WORKSPACE, Source.N_COLS, Source.ROWS_PER_CHUNK,
                                Source.N_CHUNKS), GridKind.CHUNKS)
+# the backward's: VALUES is the (B, M) gradient, N_ROWS the output's rows (the forward's N)
+EXPAND_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.N_ROWS, Source.N_COLS,
+                              Source.N_SEGMENTS, Source.ROWS_PER_CHUNK), GridKind.CHUNKS)
+SEGMENTS_EXPAND_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.N_ROWS, Source.N_COLS,
+                                       Source.N_SEGMENTS, Source.GRID_Z), GridKind.SEGMENTS)
 
 
 def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=None) -> Plan:
@@ -167,12 +172,13 @@ def plan_expand(grad, offsets, n_rows, *, mean: bool, max_seqlen=None) -> Plan:
         if segments is not None:
             return expand_segments(grad, offsets, n_rows, mean, segments, max_seqlen)
     cfg = reduce_config(n_cols, grad.dtype, grad.device)
-    rows, chunks = chunking(n_rows, -(-int(n_cols) // cfg.block_m), sm_count(grad.device) * cfg.programs_per_sm,
-                            cfg.block_l, cfg.min_chunk_rows)
-    return expand_chunks(grad, offsets, n_rows, mean, cfg, rows, chunks)
+    chunk_programs = sm_count(grad.device) * cfg.programs_per_sm
+    rows, chunks = chunking(n_rows, -(-int(n_cols) // cfg.block_m), chunk_programs, cfg.block_l, cfg.min_chunk_rows)
+    return expand_chunks(grad, offsets, n_rows, mean, cfg, rows, chunks, chunk_programs)
 
 
-def expand_chunks(grad, offsets, n_rows, mean: bool, cfg: ReduceConfig, rows_per_chunk, n_chunks) -> Plan:
+def expand_chunks(grad, offsets, n_rows, mean: bool, cfg: ReduceConfig, rows_per_chunk, n_chunks,
+                  chunk_programs: int = 0) -> Plan:
     """The backward by balanced chunks: each program writes the rows of its chunk.
 
     Args:
@@ -180,6 +186,7 @@ def expand_chunks(grad, offsets, n_rows, mean: bool, cfg: ReduceConfig, rows_per
         cfg: the tile and warps.
         rows_per_chunk: R (any R >= 1 is correct).
         n_chunks: C = max(cdiv(n_rows, R), 1).
+        chunk_programs: as for ``plan_chunks`` (0: R chosen otherwise, the plan is not replayed).
 
     Returns:
         the Plan.
@@ -189,7 +196,7 @@ def expand_chunks(grad, offsets, n_rows, mean: bool, cfg: ReduceConfig, rows_per
     out = torch.empty((n_rows, n_cols), dtype=grad.dtype, device=grad.device)
     args = (grad, offsets, out, n_rows, n_cols, n_segments, rows_per_chunk, mean, cfg.block_l, cfg.block_m)
     return Plan(out, (Launch(_expand_kernel, (n_chunks, -(-n_cols // cfg.block_m), 1), args, cfg.num_warps, (out,),
-                             ("expand", *args[-3:])),))
+                             ("expand", *args[-3:]), EXPAND_NATIVE),), cfg if chunk_programs else None, chunk_programs)
 
 
 def expand_segments(grad, offsets, n_rows, mean: bool, cfg: SegmentsConfig, max_seqlen=None) -> Plan:
@@ -209,7 +216,10 @@ def expand_segments(grad, offsets, n_rows, mean: bool, cfg: SegmentsConfig, max_
     tiles, cfg = _expand_tiles(cfg, max_seqlen)
     grid = (sym_max(-(-n_segments // cfg.group), 1), -(-int(n_cols) // cfg.block_m), tiles)
     args = (grad, offsets, out, n_rows, int(n_cols), n_segments, tiles, mean, cfg.group, cfg.block_l, cfg.block_m)
-    return Plan(out, (Launch(_segments_expand_kernel, grid, args, cfg.num_warps, (out,), ("segments_expand", *args[-4:])),))
+    launch = Launch(_segments_expand_kernel, grid, args, cfg.num_warps, (out,), ("segments_expand", *args[-4:]),
+                    SEGMENTS_EXPAND_NATIVE)
+    # the config that sized the grid, as the native path replays it: one program per group, whatever cfg.programs
+    return Plan(out, (launch,), dataclasses.replace(cfg, programs=0), grid_z=tiles)
 
 
 def _expand_tiles(cfg: SegmentsConfig, max_seqlen):
