@@ -63,10 +63,11 @@ def checked_batch(case):
 
 
 BOUNDARY_HOST = (
-    "H200, runs 41, 42 and 70: through the boundary the compiled call's host time is up to 1.31-1.32x the plain "
-    "twin's at the worst cell (run 42: 0.99-1.31x over the six cells, 57-77 µs against 47-61; run 70, with the "
-    "wrapper's common call inline: 0.95-1.24x, 67-81 µs against 54-85): the boundary adds ~9-14 µs a call over a "
-    "static twin, its wrapper's Python, dynamic sizes and the NJT's guards (benchmarks/NOTES.md, session 15)")
+    "H200, runs 41, 42, 70 and 73: through the boundary the compiled call's host time is up to 1.24-1.46x the "
+    "plain twin's at the worst cell (run 42: 0.99-1.31x over the six cells, 57-77 µs against 47-61; run 70, with the "
+    "wrapper's common call inline: 0.95-1.24x, 67-81 µs against 54-85; run 73: 0.90-1.46x, 60-109 µs against "
+    "49-83): the boundary adds ~10-30 µs a call over a static twin, its wrapper's Python (~1-2 µs, session 16's "
+    "count), dynamic sizes and the NJT rebuilt inside with its guards (benchmarks/NOTES.md, sessions 15-17)")
 @functools.lru_cache(maxsize=None)
 def boundary_cell(name: str, case: Case) -> dict:
     """Wall and host µs per call of a seed NJT implementation eager, through jaggedperf.compile, and its
