@@ -44,6 +44,9 @@ def outcome_of(case: ET.Element) -> tuple[str, str]:
         if tag == "failure" and "XPASS(strict)" in message + (node.text or ""):
             return "xpassed", "XPASS(strict): the bar holds, its xfail mark must go"
         outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+        if (case.get("classname"), case.get("name")) == ("pytest", "internal"):  # pytest's own, not a test's
+            cause = [line for line in (node.text or "").strip().splitlines() if line.strip()][-1:] or [message]
+            return outcome, f"pytest's internal error (xdist's, after an interrupt, is the cut pass's): {cause[0]}"
         return outcome, message.splitlines()[0] if message else ""
     return "passed", ""
 

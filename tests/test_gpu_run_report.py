@@ -60,3 +60,15 @@ def test_collected_ids_skip_pytest_s_summary_and_repeats(tmp_path):
     ids = _module().collected_ids([str(tmp_path / "a.txt"), str(tmp_path / "b.txt")])
     assert ids == ["tests/gpu/test_a.py::test_one[x]", "tests/gpu/test_a.py::test_two",
                    "tests/gpu/test_b.py::test_three"]
+
+
+def test_pytest_s_internal_error_is_named_with_its_cause(tmp_path):
+    # xdist's SIGINT crash after `timeout -s INT` (run 74): one error that no test owns, its last line the cause
+    crashed = CUT_RUN.replace("</testsuite>", '<testcase classname="pytest" name="internal" time="0.000"><error '
+                              'message="internal error">Traceback (most recent call last):\n  File "x"\n'
+                              'RuntimeError: release unlocked lock\n</error></testcase></testsuite>')
+    (tmp_path / "run.xml").write_text(crashed)
+    tests, _ = _module().read([str(tmp_path / "run.xml")])
+    internal = [t for t in tests if t.name == "internal"]
+    assert [t.outcome for t in internal] == ["error"]
+    assert internal[0].message.endswith("RuntimeError: release unlocked lock") and "internal error" in internal[0].message
