@@ -69,3 +69,24 @@ def test_cpu_default_still_uses_the_operators():
     assert type(out.grad_fn).__name__ != "EagerReduceBackward"
     out.sum().backward()
     torch.testing.assert_close(values.grad, torch.ones(5, 3))
+
+
+@needs_interpreter
+@pytest.mark.parametrize("max_seqlen", [None, 5, 2], ids=["chunks", "segments", "understated"])
+def test_backward_through_the_fast_tiers_when_the_native_path_has_no_plan(monkeypatch, max_seqlen):
+    # CUDA's eager backward before the native path holds its plan (api._fast_expand): planned, launched through the
+    # fast tiers (interpreted here, on the CPU standing in for CUDA), a broadcast gradient (out.sum()'s, stride 0)
+    # made contiguous first
+    from jaggedperf.ops.launch import native
+
+    monkeypatch.setattr(api, "plain_eager", lambda values, offsets: True)
+    monkeypatch.setattr(native, "active", None)
+    monkeypatch.setattr(native, "offering", lambda: False)
+    grads = []
+    fast_expand = api._fast_expand
+    monkeypatch.setattr(api, "_fast_expand", lambda grad, *args: grads.append(grad.stride()) or fast_expand(grad, *args))
+    offsets = lengths_to_offsets([4, 0, 5])
+    values = torch.randn(9, 3, requires_grad=True)
+    api.EagerReduce.apply(values, offsets, max_seqlen, True, False).sum().backward()
+    assert grads == [(0, 0)]  # taken, with autograd's broadcast gradient
+    assert_matches(values.grad, reference_expand(torch.ones(3, 3), offsets, 9, mean=True), torch.float32, what="grad")
