@@ -6,6 +6,8 @@
 # norm at few long sequences: --ops jagged_layer_norm --only B8-M4096-L4000-s0-fixed); TILE_PROBE=0 skips the tile
 # probe, ROWBLOCK=0 the row-block probe (ROWBLOCK_CLASSES: its shape classes, default giant,empty,seed);
 # SPLIT_PROBE=1 runs split_probe.py (softmax's split against its one-program kernel at few long sequences);
+# KERNEL_GRID_ARGS="..." runs kernel_grid_bench.py with them (e.g. --classes seed --quick --budget-s 0: a fresh
+# process's first calls while the native module builds, and the training walls);
 # UNTIMED="tests..." runs those untimed GPU tests first (UNTIMED_N workers,
 # UNTIMED_S seconds at most); TESTS_K selects among the timed tests (pytest -k).
 # carry the helion 1.5.0 wheel folder (HELION_WHEELS, default .probe/wheels-helion-old). Everything lands in $OUT/call.tgz (8 files max come back).
@@ -40,6 +42,10 @@ if [ -n "${UNTIMED:-}" ]; then  # untimed GPU tests to run first, e.g. one new t
   timeout -s INT "${UNTIMED_S:-120}" python -m pytest -q -m gpu -n "${UNTIMED_N:-0}" -p no:cacheprovider -rfE $UNTIMED \
     --junitxml="$W/untimed.xml" > "$W/untimed.log" 2>&1
   echo "untimed rc=$? at $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$W/untimed.log" | tail -5 | cut -c1-300
+fi
+if [ -n "${KERNEL_GRID_ARGS:-}" ]; then  # e.g. "--classes seed --quick --budget-s 0": the fresh process and training walls
+  timeout -s INT 200 python benchmarks/kernel_grid_bench.py --out "$W/kernel_grid" $KERNEL_GRID_ARGS > "$W/kernel_grid.log" 2>&1
+  echo "kernel grid rc=$? at $(( $(date +%s) - t0 )) s"; sed -n '/^## Training/,$p' "$W/kernel_grid/kernel_grid.md" 2>/dev/null | cut -c1-260 | head -40
 fi
 if [ -n "${FAMILY_ARGS:-}" ]; then
   timeout -s INT 150 python benchmarks/family_bench.py --out "$W/family" $FAMILY_ARGS --budget-s 100 > "$W/family.log" 2>&1
