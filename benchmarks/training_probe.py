@@ -153,6 +153,9 @@ def markdown(result: dict) -> str:
                  f"{c['parts'][name]['p80_us']:.1f}]" for c in result["cases"]]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("| syncs in a step | " + " | ".join(str(c["syncs_in_a_step"]) for c in result["cases"]) + " |")
+    native = result.get("native") or {}
+    lines += ["", f"Native launch path: {native.get('status')} {native.get('reason') or ''}".rstrip()
+              + f"; calls served: forward {native.get('served')}, backward {native.get('served_backward')}."]
     return "\n".join(lines) + "\n"
 
 
@@ -171,9 +174,11 @@ def main(argv=None) -> int:
     if device.type == "cuda":
         jaggedperf.ops.prepare_native_launch()  # the native forward ready before timing, as in a warm process
     cases = [probe_case(c, device, out, args.rounds, args.iters, args.profile_steps) for c in SEED_CASES]
+    native = jaggedperf.ops.launch_path()["native"]  # which halves of the step the native path served
     result = {"command": "python3 benchmarks/training_probe.py " + " ".join(argv), "torch": torch.__version__,
               "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "rounds": args.rounds, "iters": args.iters, "cases": cases}
+              "rounds": args.rounds, "iters": args.iters, "cases": cases,
+              "native": {k: native.get(k) for k in ("status", "reason", "served", "served_backward")}}
     (out / "training_probe.json").write_text(json.dumps(result))
     (out / "training_probe.md").write_text(markdown(result))
     print(markdown(result))
