@@ -27,6 +27,22 @@ def _batch_with_empties(dtype):
     return JaggedBatch.from_tensors(values, offsets, padded_len=12)
 
 
+def test_the_softmax_reference_is_torchs_softmax_of_each_sequence():
+    # the reference reduces all sequences at once; the definition is torch.softmax(t, dim=0) of each sequence, in a
+    # loop: empty sequences, a one-row one, a constant one, large values, NaN and ±inf included
+    lengths = [0, 1, 7, 0, 30, 3, 2, 4]
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    values = torch.randn(sum(lengths), 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3
+    values[8:38] += 1e4  # the long sequence far from 0
+    values[38:41] = 2.5  # a constant sequence
+    values[41, 1], values[43, 2], values[44, 0] = float("nan"), float("inf"), float("-inf")
+    batch = JaggedBatch.from_tensors(values, offsets, padded_len=30)
+    got = get_op("jagged_softmax").reference(batch)
+    bounds = offsets.tolist()
+    expected = torch.cat([torch.softmax(values[a:b], dim=0) for a, b in zip(bounds[:-1], bounds[1:])])
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("op", list(FAMILY))
 def test_every_contender_equals_the_float64_reference(op, dtype):

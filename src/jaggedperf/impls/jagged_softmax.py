@@ -11,13 +11,20 @@ from jaggedperf.impls.rowwise import register_rowwise
 
 
 def reference(batch: JaggedBatch) -> torch.Tensor:
-    """float64 on the CPU: torch.softmax(dim=0) of each sequence, in a loop."""
+    """float64 on the CPU: torch.softmax(t, dim=0) of each sequence t, every sequence at once: per sequence and
+    column exp(x − max) / Σ exp(x − max) (NaN and ±inf propagate as torch's does; tests/lab hold it to the loop).
+
+    Not a loop over sequences: torch.softmax over dim 0 of a small tensor takes its parallel path once per sequence,
+    whose cost grows with the threads per core, as when many test workers share a machine (benchmarks/NOTES.md,
+    session 17).
+    """
     values = batch.values.detach().to("cpu", torch.float64)
-    bounds = batch.offsets.tolist()
-    out = torch.empty_like(values)
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        out[a:b] = torch.softmax(values[a:b], dim=0)
-    return out
+    lengths = batch.offsets.to("cpu", torch.int64).diff()
+    segment = torch.repeat_interleave(torch.arange(batch.B), lengths, output_size=values.shape[0])
+    index = segment.unsqueeze(1).expand_as(values)
+    top = torch.full((batch.B, batch.M), float("-inf"), dtype=torch.float64).scatter_reduce_(0, index, values, "amax")
+    exps = (values - top[segment]).exp()
+    return exps / torch.zeros(batch.B, batch.M, dtype=torch.float64).index_add_(0, segment, exps)[segment]
 
 
 def _masked_softmax(padded, lengths):
