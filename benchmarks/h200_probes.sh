@@ -39,7 +39,10 @@ fi
 collect() { python -m pytest --co -q -m gpu -p no:cacheprovider "$@" 2>/dev/null | grep "::" ; }
 if [ -n "${UNTIMED:-}" ]; then  # untimed GPU tests to run first, e.g. one new test
   collect $UNTIMED > "$W/collected.untimed.txt"
-  timeout -s INT "${UNTIMED_S:-120}" python -m pytest -q -m gpu -n "${UNTIMED_N:-0}" -p no:cacheprovider -rfE $UNTIMED \
+  # the workers share the cores: each gets its share of torch's CPU threads (a CPU op's parallel path on a full
+  # machine's worth of threads per worker oversubscribes it; NOTES, session 17)
+  workers=${UNTIMED_N:-0}; threads=$(( workers > 0 ? $(nproc) / workers : $(nproc) )); threads=$(( threads > 0 ? threads : 1 ))
+  OMP_NUM_THREADS=$threads timeout -s INT "${UNTIMED_S:-120}" python -m pytest -q -m gpu -n "$workers" -p no:cacheprovider -rfE $UNTIMED \
     --junitxml="$W/untimed.xml" > "$W/untimed.log" 2>&1
   echo "untimed rc=$? at $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$W/untimed.log" | tail -5 | cut -c1-300
 fi

@@ -17,7 +17,8 @@ collect() { python -m pytest --co -q -m gpu -p no:cacheprovider "$@" 2>/dev/null
 JAGGEDPERF_TIMED_TESTS=defer collect tests > "$W/collected.untimed.txt"
 JAGGEDPERF_TIMED_TESTS=only collect tests/gpu/test_doctor_gpu.py tests/gpu/test_model_gpu.py tests/gpu/test_ops_gpu.py \
   tests/gpu/test_bars_gpu.py tests/gpu/test_compile_bars_gpu.py > "$W/collected.timed.txt"
-JAGGEDPERF_TIMED_TESTS=defer timeout -s INT "${UNTIMED_S:-290}" python -m pytest -q -m gpu -n 10 -p no:cacheprovider -rfE \
+JAGGEDPERF_TIMED_TESTS=defer OMP_NUM_THREADS=$(( $(nproc) / 10 > 0 ? $(nproc) / 10 : 1 )) \
+  timeout -s INT "${UNTIMED_S:-290}" python -m pytest -q -m gpu -n 10 -p no:cacheprovider -rfE \
   tests --junitxml="$W/untimed.xml" > "$W/untimed.log" 2>&1
 echo "untimed rc=$? at $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$W/untimed.log" | tail -12 | cut -c1-300
 JAGGEDPERF_TIMED_TESTS=only timeout -s INT $(( $(left) - 10 )) python -m pytest -q -m gpu -p no:cacheprovider -rfExX \
