@@ -56,6 +56,8 @@ from jaggedperf.njt import JAGGED_CLASS as NestedTensor, wrap  # one home for th
 
 __all__ = ["BoundaryFunction", "BoundaryModule", "BoundaryFallbackWarning", "compile"]
 
+# _flatten's result not taken yet (None is one of its results: an argument that needs the pytree walk).
+_UNFLATTENED = object()
 # The leaf types of an argument list that need no pytree walk (the fast path).
 _LEAF_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device)
 # What every call looks up, bound once (a module attribute lookup per name per call otherwise).
@@ -354,8 +356,8 @@ class BoundaryFunction:
         # called bare. Its host time is the boundary's whole cost over a plain compiled call, which is what users
         # compare it with.
         flat = _flatten(args, self._mark)
-        if flat is None or flat[2] is not None:
-            return self._call(args, kwargs)
+        if flat is None or flat[2] is not None:  # a pytree argument, or a reason to fall back: not flattened again
+            return self._call(args, kwargs, flat)
         layout, flat_args, _ = flat
         region = self.flat_regions.get(layout) or self._flat_region(layout)
         try:
@@ -364,11 +366,12 @@ class BoundaryFunction:
             return self._after_error(err, args, kwargs)
         return out if isinstance(out, _Tensor) else _join_output(out)
 
-    def _call(self, args: tuple, kwargs: dict) -> Any:
-        """Any call: the flat or the pytree path, the fallback, the data-dependent settings."""
+    def _call(self, args: tuple, kwargs: dict, flat: Any = _UNFLATTENED) -> Any:
+        """Any call: the flat or the pytree path, the fallback, the data-dependent settings (``flat``: the
+        arguments' ``_flatten`` when the caller has it)."""
         if self.broken is not None:
             return self._fall_back(self.broken, args, kwargs)
-        call = self._region_call(args, kwargs)
+        call = self._region_call(args, kwargs, flat)
         if isinstance(call, str):
             return self._fall_back(call, args, kwargs)
         try:
@@ -398,9 +401,11 @@ class BoundaryFunction:
         self.region = torch.compile(_make_region(self.fn, self._name), **self.compile_kwargs)
         self.flat_regions: dict[tuple[str, ...], Callable] = {}
 
-    def _region_call(self, args: tuple, kwargs: dict) -> Callable[[], Any] | str:
-        """The compiled region's call on these arguments' components, or why they cannot cross (a reason)."""
-        flat = None if kwargs else _flatten(args, self._mark)
+    def _region_call(self, args: tuple, kwargs: dict, flat: Any = _UNFLATTENED) -> Callable[[], Any] | str:
+        """The compiled region's call on these arguments' components, or why they cannot cross (a reason);
+        ``flat``: the arguments' ``_flatten``, when already taken."""
+        if flat is _UNFLATTENED:
+            flat = None if kwargs else _flatten(args, self._mark)
         if flat is not None:
             layout, flat_args, reason = flat
             if reason is not None:
