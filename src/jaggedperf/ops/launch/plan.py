@@ -61,7 +61,6 @@ class Plan:
     # what sized the grids; None: the native path cannot replay this plan (a chunk size chosen by hand)
     config: ReduceConfig | SegmentsConfig | None = None
     chunk_programs: int = 0  # a chunked plan's programs aimed at (SM count × programs per SM)
-    grid_z: int = 1  # grid axis 2, the same for every launch (a host int when the native path replays it)
 
     def native_plan(self) -> NativePlan | None:
         """The grid sizing the native path replays for this plan's kernels.
@@ -70,13 +69,14 @@ class Plan:
             a NativePlan, or None when the plan has no config to replay.
         """
         cfg = self.config
+        if not isinstance(cfg, (SegmentsConfig, ReduceConfig)):
+            return None
+        grid_z = self.launches[0].grid[2]  # the native path launches every kernel of a plan with the same axis 2
         if isinstance(cfg, SegmentsConfig):
             return NativePlan(block_m=cfg.block_m, group=0 if cfg.programs else cfg.group, programs=cfg.programs,
-                              chunk_programs=0, block_l=0, min_chunk_rows=0, grid_z=self.grid_z)
-        if isinstance(cfg, ReduceConfig):
-            return NativePlan(block_m=cfg.block_m, group=0, programs=0, chunk_programs=self.chunk_programs,
-                              block_l=cfg.block_l, min_chunk_rows=cfg.min_chunk_rows, grid_z=self.grid_z)
-        return None
+                              chunk_programs=0, block_l=0, min_chunk_rows=0, grid_z=grid_z)
+        return NativePlan(block_m=cfg.block_m, group=0, programs=0, chunk_programs=self.chunk_programs,
+                          block_l=cfg.block_l, min_chunk_rows=cfg.min_chunk_rows, grid_z=grid_z)
 
 
 def chunking(n_rows, col_blocks: int, chunk_programs: int, block_l: int, min_chunk_rows: int):

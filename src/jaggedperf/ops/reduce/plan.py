@@ -219,7 +219,7 @@ def expand_segments(grad, offsets, n_rows, mean: bool, cfg: SegmentsConfig, max_
     launch = Launch(_segments_expand_kernel, grid, args, cfg.num_warps, (out,), ("segments_expand", *args[-4:]),
                     SEGMENTS_EXPAND_NATIVE)
     # the config that sized the grid, as the native path replays it: one program per group, whatever cfg.programs
-    return Plan(out, (launch,), dataclasses.replace(cfg, programs=0), grid_z=tiles)
+    return Plan(out, (launch,), dataclasses.replace(cfg, programs=0))
 
 
 def _expand_tiles(cfg: SegmentsConfig, max_seqlen):
