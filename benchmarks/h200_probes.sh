@@ -39,7 +39,8 @@ fi
 collect() { python -m pytest --co -q -m gpu -p no:cacheprovider "$@" 2>/dev/null | grep "::" ; }
 # SUITE_COLLECT=1: also list the whole GPU suite as this machine collects it (Helion's cases included where it imports),
 # for a union report over several calls (test_run_report.py --collected .../suite-collected.txt)
-if [ "${SUITE_COLLECT:-0}" = 1 ]; then collect tests > "$W/suite-collected.txt"; fi
+# (both passes: an exported JAGGEDPERF_TIMED_TESTS=defer would leave the timed tests out of it)
+if [ "${SUITE_COLLECT:-0}" = 1 ]; then JAGGEDPERF_TIMED_TESTS= collect tests > "$W/suite-collected.txt"; fi
 if [ -n "${UNTIMED:-}" ]; then  # untimed GPU tests to run first, e.g. one new test
   collect $UNTIMED > "$W/collected.untimed.txt"
   # the workers share the cores: each gets its share of torch's CPU threads (a CPU op's parallel path on a full
