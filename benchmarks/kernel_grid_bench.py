@@ -244,6 +244,8 @@ def training_walls(case: Case, rounds: int, iters: int) -> dict:
 def fresh_child(path: str) -> None:
     """In a process with empty caches: the first calls' costs while the native module builds."""
     import jaggedperf
+    from jaggedperf import ops
+    from jaggedperf.ops import launch
     from jaggedperf.lab.grid import SEED_CASES
     from jaggedperf.ops.launch import native
 
@@ -278,6 +280,22 @@ def fresh_child(path: str) -> None:
         by_status.setdefault(status, []).append(us)
     rec["fb_wall_us_by_native_status"] = {s: {"median_us": float(np.median(v)), "calls": len(v)}
                                           for s, v in by_status.items()}
+    # The same calls on the Python tier that served them while the module built, with the native path standing
+    # aside and no build running: what the build's company cost those calls, apart from the path they took.
+    python_tier = ops.launch_path()["tier"]
+    launch.force_tier(python_tier)
+    try:
+        walls, start = [], time.perf_counter()
+        while time.perf_counter() - start < 2 and len(walls) < 20_000:
+            leaf.grad = None
+            t = time.perf_counter()
+            jaggedperf.jagged_mean(leaf, offsets, max_seqlen=hint).backward(grad)
+            sync()
+            walls.append((time.perf_counter() - t) * 1e6)
+    finally:
+        launch.force_tier(None)
+    rec["fb_wall_us_python_tier_after_build"] = {"tier": python_tier, "median_us": float(np.median(walls)),
+                                                 "calls": len(walls)}
     rec["native"] = {k: v for k, v in native.state().items()
                      if k in ("status", "reason", "build_seconds", "served", "served_backward")}
     Path(path).write_text(json.dumps(rec, indent=1))
