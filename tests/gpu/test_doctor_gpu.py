@@ -38,9 +38,16 @@ def test_parts_add_up_to_the_measured_delta(sum_padded_evidence):
     assert ev.eager.status == OK and ev.compiled.status == OK, (ev.eager.reason, ev.compiled.reason)
     assert ev.host.device_time, ev.host.reason
     # the numbers in the message: three H200 runs (43, 45, 48) failed here without saying by how much
+    # and whether the doctor's reconcile timed the eager and compiled calls again before giving up on the sum
     parts = ", ".join(f"{p.key} {p.us:.1f}" for p in d.contributions)
+    r = ev.reconcile
+    again = ("reconcile: none" if r is None else
+             f"reconcile: {r.rounds} rounds (residuals {', '.join(f'{x:+.1f}' for x in r.residuals_us)} µs, "
+             f"kept {r.kept_round}), residual {r.residual_before_us:+.1f} µs of Δ {r.delta_before_us:+.1f} before, "
+             f"{r.residual_after_us:+.1f} µs of Δ {r.delta_after_us:+.1f} after; {r.reason}")
     assert d.available and d.sums_ok, (f"Δ {d.delta_us} µs (eager {d.eager_wall_us}, compiled {d.compiled_wall_us}); "
-                                       f"parts {parts}; residual {d.residual_us} µs; refused: {d.refused}; {d.reason}")
+                                       f"parts {parts}; residual {d.residual_us} µs; refused: {d.refused}; {d.reason}; "
+                                       f"{again}")
     assert abs(sum(p.us for p in d.contributions) - d.delta_us) <= 0.10 * abs(d.delta_us)
     assert {attribution.DEVICE, attribution.NJT, attribution.GUARDS, attribution.OTHER} <= {p.key for p in d.contributions}
 

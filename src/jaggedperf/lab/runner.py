@@ -286,7 +286,7 @@ def prepare_case(op: str, case: Case, options: Options) -> tuple[Batch | Excepti
 
 
 def run_cell(cell: Cell, batch: Batch, reference: torch.Tensor, options: Options, copy_gbps: float | None,
-             *, plain: bool = False) -> Result:
+             *, plain: bool = False, on_ready: Callable[[Callable[[], object]], None] | None = None) -> Result:
     """Check and time one cell on a batch that is already made.
 
     Args:
@@ -297,6 +297,9 @@ def run_cell(cell: Cell, batch: Batch, reference: torch.Tensor, options: Options
         copy_gbps: the run's copy bandwidth (for ``pct_of_copy``), or None.
         plain: run the implementation's ``plain`` twin on (values, offsets, padded_len) instead (the
             doctor's input-form check); the result says so in ``extra["input_form"]``.
+        on_ready: called with the cell's call (built, warm, checked) just before it is timed, so that a caller
+            (the doctor's ``reconcile``) can time it again without compiling it again, until the next
+            ``modes.compile_fn`` resets Dynamo; not called for a cell skipped, failed or wrong.
 
     Returns:
         The result: ok (timed), wrong (not timed), skipped or error, with the reason; never raises for
@@ -340,6 +343,8 @@ def run_cell(cell: Cell, batch: Batch, reference: torch.Tensor, options: Options
             result.status, result.reason = WRONG, reason
             return result
         del out
+        if on_ready is not None:
+            on_ready(call)
         time_call(call, cell, result, options, copy_gbps, tag=".plain" if plain else "", on_stage=entering)
     except modes_mod.ModeUnavailable as exc:
         result.status, result.reason = SKIPPED, str(exc)

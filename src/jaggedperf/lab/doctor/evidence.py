@@ -131,6 +131,27 @@ class Boundary:
 
 
 @dataclass
+class Reconcile:
+    """The parts' sum measured again (``reconcile``): when the first measurement's parts left more than the sum
+    check's tolerance of Δ unattributed, the eager and the compiled calls were timed again side by side (wall
+    loop, then host timer), in rounds, and the round whose parts came closest to its Δ was written into the
+    results when it beat the first measurement. The doctor still refuses when no round is within tolerance."""
+
+    method: str
+    tolerance: float  # the sum check's, a fraction of |Δ| (attribution.SUM_TOLERANCE)
+    delta_before_us: float  # Δ and residual of the first measurement
+    residual_before_us: float
+    delta_after_us: float  # Δ and residual of what the results hold now
+    residual_after_us: float
+    sums_ok: bool  # |residual after| within the tolerance of |Δ after|
+    rounds: int = 0  # rounds of re-measurement run (0: none was needed, or none could run: ``reason``)
+    deltas_us: list[float] = field(default_factory=list)  # each round's Δ
+    residuals_us: list[float] = field(default_factory=list)  # each round's residual
+    kept_round: int | None = None  # the round (from 1) written into the results; None: the first measurement kept
+    reason: str | None = None  # why no round ran, or why the rounds stopped before a sum within tolerance
+
+
+@dataclass
 class CompileCost:
     compile_s: float | None  # first call of the compiled callable: compile + one run
     eager_first_call_s: float | None
@@ -160,6 +181,7 @@ class Evidence:
     notes: list[str] = field(default_factory=list)
     stage_s: dict[str, float] = field(default_factory=dict)  # seconds spent per stage of gathering this cell
     boundary: Boundary = field(default_factory=lambda: Boundary(False, "not measured", ""))
+    reconcile: Reconcile | None = None  # None: not host-timed (or evidence written before it existed)
 
     def to_dict(self) -> dict:
         d = asdict(self)

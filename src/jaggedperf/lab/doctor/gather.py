@@ -25,6 +25,10 @@ jagged handling (the padding model, from shapes), CUDA graphs and compile cost. 
 cannot be measured here carries ``available=False`` and the reason (on the CPU: no device time,
 kernels or CUDA graphs — "needs CUDA"), so that every JSON has every section.
 
+The parts' sum: right after the compiled cell, before anything else compiles (a compile resets Dynamo, and the
+kept compiled call would compile again), ``reconcile`` times the eager and compiled calls again side by side when
+their measured parts do not add up to Δ; ``Evidence.reconcile`` and a note record what it did.
+
 Frugality: when the compiled call takes longer than ``compile_budget_s`` to compile, the three
 extra compiles (plain twin, boundary, CUDA-graph counterpart) are skipped and their sections say so.
 
@@ -44,6 +48,7 @@ from jaggedperf.impls.registry import Batch, Implementation, get_implementation,
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab import input_size, runner, timing
+from jaggedperf.lab.doctor import reconcile as reconcile_mod
 from jaggedperf.lab.doctor.evidence import (
     Boundary,
     CudaGraphs,
@@ -152,15 +157,25 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: Batch, re
     def cell(m: str) -> runner.Cell:
         return runner.Cell(op, implementation, m, case)
 
-    stage("eager")
-    eager = runner.run_cell(cell(modes_mod.EAGER), batch, reference, options, copy_gbps)
-
-    stage(mode)
-    with watch_dynamo() as dynamo, catch_cudagraph_messages() as compiled_messages:
-        compiled = runner.run_cell(cell(mode), batch, reference, options, copy_gbps)
-    stage("guards")
-    guards = _guards(impl.fn, impl.prepare(batch), mode, compiled, "compiled call")
-    fill_recompiles(dynamo, guards)
+    calls = reconcile_mod.Calls()  # the warm eager and compiled calls, let go before anything else compiles
+    try:
+        stage("eager")
+        eager = runner.run_cell(cell(modes_mod.EAGER), batch, reference, options, copy_gbps,
+                                on_ready=calls.keep_eager)
+        stage(mode)
+        with watch_dynamo() as dynamo, catch_cudagraph_messages() as compiled_messages:
+            compiled = runner.run_cell(cell(mode), batch, reference, options, copy_gbps, on_ready=calls.keep_compiled)
+        stage("guards")
+        guards = _guards(impl.fn, impl.prepare(batch), mode, compiled, "compiled call")
+        fill_recompiles(dynamo, guards)
+        # before the next compile: its Dynamo reset would make the kept compiled call compile again
+        reconciled = reconcile_mod.reconcile(eager, compiled, calls, options,
+                                             device_time=not _wall_only(options, eager, compiled)[0], on_stage=stage)
+    finally:
+        calls.release(options.device)
+    reconciled_note = reconcile_mod.describe(reconciled)
+    if reconciled_note is not None:
+        notes.append(reconciled_note)
     over_budget = None
     if compile_budget_s is not None and compiled.compile_s is not None and compiled.compile_s > compile_budget_s:
         over_budget = (f"skipped to stay frugal: the compiled call took {compiled.compile_s:.0f} s to compile "
@@ -242,7 +257,7 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: Batch, re
         notes.append("device time measured without an L2 flush, as the wall loop runs (warm L2)")
     return Evidence(op, implementation, mode, case, options.device.type, impl.takes, eager, compiled, host, input_form,
                     kernels, _padding_model(batch, impl), graphs, cost, notes,
-                    {k: round(v, 3) for k, v in stage_s.items()}, boundary)
+                    {k: round(v, 3) for k, v in stage_s.items()}, boundary, reconciled)
 
 
 def _padding_model(batch: Batch, impl: Implementation) -> PaddingModel | None:
