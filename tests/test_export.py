@@ -33,3 +33,38 @@ def test_export_and_aot_inductor_package_match_eager():
     result = aoti_round_trip("cpu")  # in a fresh interpreter: see tests/ops/aoti_check.py
     assert result["max_error"] == 0
     assert "offsets must be non-decreasing; offsets[3]=6 < offsets[2]=9" in result["bad_offsets_error"]
+
+
+def _fake_round_trips(monkeypatch, ours_dies: bool, twin_dies: bool) -> list:
+    import aoti_check
+
+    ran = []
+
+    def fake(which, device):
+        ran.append(which)
+        if (ours_dies if which == "ours" else twin_dies):
+            raise AssertionError(f"the subprocess died (rc -11): {which}")
+        return {"max_error": 0.0, "which": which}
+
+    monkeypatch.setattr(aoti_check, "_round_trip", fake)
+    return ran
+
+
+def test_on_cuda_the_torch_only_twin_runs_beside_ours_and_judges_its_death(monkeypatch):
+    import pytest
+
+    ran = _fake_round_trips(monkeypatch, ours_dies=True, twin_dies=True)
+    with pytest.raises(pytest.xfail.Exception, match="torch-only module dies on this machine too"):
+        aoti_round_trip("cuda")
+    assert sorted(ran) == ["ours", "torch-only"]
+    _fake_round_trips(monkeypatch, ours_dies=True, twin_dies=False)
+    with pytest.raises(AssertionError, match="our package died where a torch-only one runs"):
+        aoti_round_trip("cuda")
+    ran = _fake_round_trips(monkeypatch, ours_dies=False, twin_dies=True)
+    assert aoti_round_trip("cuda")["which"] == "ours"  # the twin waited for, its death ignored
+    assert sorted(ran) == ["ours", "torch-only"]
+
+
+def test_on_the_cpu_the_twin_runs_only_after_ours_died(monkeypatch):
+    ran = _fake_round_trips(monkeypatch, ours_dies=False, twin_dies=False)
+    assert aoti_round_trip("cpu")["which"] == "ours" and ran == ["ours"]
