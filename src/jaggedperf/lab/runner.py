@@ -405,19 +405,16 @@ def _settle_host_timer(call: Callable, result: Result, options: Options, stage: 
     built on both (the doctor's parts) would not add up. The most consistent pair is kept, the gap recorded in
     ``result.extra["host_wall_gap"]``.
     """
-    device = options.device
     gap = timing.host_wall_gap(result.host_call, result.sync_wait, result.wall)
     for _ in range(options.stability.attempts - 1):
         if gap is None or abs(gap) <= options.stability.max_iqr_rel:
             break
-        stage("wall")
-        wall, stability = timing.measure_wall(call, device, warmup=options.warmup, iters=options.iters,
-                                              policy=options.stability)
-        stage("host timer")
-        host, wait = timing.host_and_wait_stats(call, device, iters=options.iters)
-        again = timing.host_wall_gap(host, wait, wall)
-        if again is not None and abs(again) < abs(gap) and (stability.stable or not result.stability.stable):
-            result.wall, result.stability, result.host_call, result.sync_wait = wall, stability, host, wait
+        t = timing.measure_wall_and_host(call, options.device, warmup=options.warmup, iters=options.iters,
+                                         policy=options.stability, on_stage=stage)
+        again = timing.host_wall_gap(t.host_call, t.sync_wait, t.wall)
+        if again is not None and abs(again) < abs(gap) and (t.stability.stable or not result.stability.stable):
+            result.wall, result.stability = t.wall, t.stability
+            result.host_call, result.sync_wait = t.host_call, t.sync_wait
             gap = again
     result.extra["host_wall_gap"] = gap
 

@@ -211,6 +211,29 @@ def finish_stability(stability: Stability, wall: WallStats, device: DeviceTime |
     return stability
 
 
+@dataclass
+class WallAndHost:
+    """One call's wall loop and, right after it, its host-timer loop (``measure_wall_and_host``)."""
+
+    wall: WallStats
+    stability: Stability
+    host_call: WallStats
+    sync_wait: WallStats | None  # None off CUDA, as ``host_and_wait_stats`` gives it
+
+
+def measure_wall_and_host(fn: Callable[[], object], device: torch.device, *, warmup: int, iters: int,
+                          policy: stats.Policy, on_stage: Callable[[str], None] | None = None) -> WallAndHost:
+    """``measure_wall`` then ``host_and_wait_stats`` of the same warm call: the pair whose gap
+    (``host_wall_gap``) the runner settles and the doctor's reconcile judges; ``on_stage`` is called with "wall",
+    then "host timer". Raises whatever ``fn`` raises."""
+    stage = on_stage or (lambda name: None)
+    stage("wall")
+    wall, stability = measure_wall(fn, device, warmup=warmup, iters=iters, policy=policy)
+    stage("host timer")
+    host, wait = host_and_wait_stats(fn, device, iters=iters)
+    return WallAndHost(wall, stability, host, wait)
+
+
 def host_and_wait_stats(fn: Callable[[], object], device: torch.device, *, warmup: int = 10,
                         iters: int = 200) -> tuple[WallStats, WallStats | None]:
     """The host timer: each call from its start until it returns, with the device idle before it (a sync

@@ -40,7 +40,7 @@ from jaggedperf.lab.doctor.evidence import (
     sync_wait_us,
 )
 from jaggedperf.lab.doctor.probes import CompileStats, GuardCost
-from jaggedperf.lab.result import OK, UNSTABLE, Result, Stability, WallStats
+from jaggedperf.lab.result import OK, UNSTABLE, Result
 
 METHOD = ("when the parts leave more than the tolerance of Δ unattributed, the eager and compiled calls (kept warm, "
           "not compiled again) are timed again in rounds — wall loop then host timer, eager then compiled — and the "
@@ -68,16 +68,6 @@ class Calls:
         self.eager = self.compiled = None
         if device.type == "cuda":
             torch.cuda.empty_cache()
-
-
-@dataclass
-class Timing:
-    """One call's wall loop and host-timer loop, measured one right after the other."""
-
-    wall: WallStats
-    stability: Stability
-    host_call: WallStats
-    sync_wait: WallStats | None
 
 
 @dataclass
@@ -191,14 +181,12 @@ def _round(number: int, eager: Result, compiled: Result, calls: Calls, options: 
     return _Round(number, e, c, delta, residual, ok, unsettles)
 
 
-def _measure(call: Callable[[], object], options: runner.Options) -> Timing:
-    wall, stability = timing.measure_wall(call, options.device, warmup=options.warmup, iters=options.iters,
-                                          policy=options.stability)
-    host, wait = timing.host_and_wait_stats(call, options.device, iters=options.iters)
-    return Timing(wall, stability, host, wait)
+def _measure(call: Callable[[], object], options: runner.Options) -> timing.WallAndHost:
+    return timing.measure_wall_and_host(call, options.device, warmup=options.warmup, iters=options.iters,
+                                        policy=options.stability)
 
 
-def _with(result: Result, t: Timing) -> Result:
+def _with(result: Result, t: timing.WallAndHost) -> Result:
     """A copy of ``result`` with ``t``'s timings, and what ``runner.time_call`` derives from them (host − device,
     the host–wall gap, the stability judged with the device samples, the status)."""
     stability = timing.finish_stability(t.stability, t.wall, result.device_time)
