@@ -255,8 +255,19 @@ def fresh_child(path: str) -> None:
     leaf = values.detach().clone().requires_grad_()
     grad = torch.randn(batch.B, batch.M, device=DEVICE)
     rec: dict = {"device": str(DEVICE)}
+
+    def forward_backward() -> None:
+        jaggedperf.jagged_mean(leaf, offsets, max_seqlen=hint).backward(grad)
+
+    def step() -> tuple[float, float]:  # one fwd + bwd from a cleared gradient, synced: (its start, its wall µs)
+        leaf.grad = None
+        t = time.perf_counter()
+        forward_backward()
+        sync()
+        return t, (time.perf_counter() - t) * 1e6
+
     for name, fn in (("forward", lambda: jaggedperf.jagged_mean(values, offsets, max_seqlen=hint)),
-                     ("forward_backward", lambda: jaggedperf.jagged_mean(leaf, offsets, max_seqlen=hint).backward(grad))):
+                     ("forward_backward", forward_backward)):
         t = time.perf_counter()
         fn()
         sync()
@@ -265,12 +276,9 @@ def fresh_child(path: str) -> None:
     start = time.perf_counter()
     limit_s = 25 if DEVICE.type == "cuda" else 2  # the native build takes 10-20 s
     while time.perf_counter() - start < limit_s and len(timeline) < 200_000:
-        leaf.grad = None
-        t = time.perf_counter()
-        jaggedperf.jagged_mean(leaf, offsets, max_seqlen=hint).backward(grad)
-        sync()
+        t, us = step()
         at, status = t - start, native.state()["status"]
-        timeline.append((at, (time.perf_counter() - t) * 1e6, status))
+        timeline.append((at, us, status))
         if status not in ("building", "not loaded") and "settled_at_s" not in rec:
             rec["settled_at_s"], rec["settled_status"] = at, status  # ready, or off/failed: the path stays so
         if at > rec.get("settled_at_s", 1e9) + 2:  # two seconds of calls after it settled
@@ -287,11 +295,7 @@ def fresh_child(path: str) -> None:
     try:
         walls, start = [], time.perf_counter()
         while time.perf_counter() - start < 2 and len(walls) < 20_000:
-            leaf.grad = None
-            t = time.perf_counter()
-            jaggedperf.jagged_mean(leaf, offsets, max_seqlen=hint).backward(grad)
-            sync()
-            walls.append((time.perf_counter() - t) * 1e6)
+            walls.append(step()[1])
     finally:
         launch.force_tier(None)
     rec["fb_wall_us_python_tier_after_build"] = {"tier": python_tier, "median_us": float(np.median(walls)),
