@@ -33,7 +33,7 @@ def sum_padded_evidence():
     return ev, verdicts.diagnose(ev)
 
 
-def test_parts_add_up_to_the_measured_delta(sum_padded_evidence):
+def test_parts_add_up_to_the_measured_delta(sum_padded_evidence, record_property):
     ev, d = sum_padded_evidence
     assert ev.eager.status == OK and ev.compiled.status == OK, (ev.eager.reason, ev.compiled.reason)
     assert ev.host.device_time, ev.host.reason
@@ -45,6 +45,12 @@ def test_parts_add_up_to_the_measured_delta(sum_padded_evidence):
              f"reconcile: {r.rounds} rounds (residuals {', '.join(f'{x:+.1f}' for x in r.residuals_us)} µs, "
              f"kept {r.kept_round}), residual {r.residual_before_us:+.1f} µs of Δ {r.delta_before_us:+.1f} before, "
              f"{r.residual_after_us:+.1f} µs of Δ {r.delta_after_us:+.1f} after; {r.reason}")
+    # the same figures as junit properties on every run, passed or not: how often the reconcile is needed
+    for name, value in [("delta_us", d.delta_us), ("eager_wall_us", d.eager_wall_us),
+                        ("compiled_wall_us", d.compiled_wall_us), ("residual_us", d.residual_us),
+                        *((f"part {p.key} us", p.us) for p in d.contributions),
+                        ("reconcile", again)]:
+        record_property(name, round(value, 2) if isinstance(value, float) else value)
     assert d.available and d.sums_ok, (f"Δ {d.delta_us} µs (eager {d.eager_wall_us}, compiled {d.compiled_wall_us}); "
                                        f"parts {parts}; residual {d.residual_us} µs; refused: {d.refused}; {d.reason}; "
                                        f"{again}")
