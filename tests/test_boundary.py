@@ -15,8 +15,8 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import jaggedperf
 import jaggedperf.impls.jagged_mean  # noqa: F401  (registers the jagged_mean implementations)
-from jaggedperf.boundary import (BoundaryFallbackWarning, BoundaryFunction, BoundaryModule, _flatten, _Parts,
-                                 _split_args)
+from jaggedperf.boundary import BoundaryFallbackWarning, BoundaryFunction, BoundaryModule
+from jaggedperf.boundary.crossing import Parts, flatten, split_args
 from jaggedperf.impls.registry import get_implementation
 
 NJT = torch.nested._internal.nested_tensor.NestedTensor
@@ -48,29 +48,29 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
 
 def test_split_reads_components_without_copies():
     nt, values = make_njt(4, 5, min_len=2)
-    (parts,), kwargs, reason = _split_args((nt,), {}, mark=True)
+    (parts,), kwargs, reason = split_args((nt,), {}, mark=True)
     assert reason is None and kwargs == {}
-    assert isinstance(parts, _Parts)
+    assert isinstance(parts, Parts)
     assert parts.values is nt._values and parts.offsets is nt._offsets
     # the NJT's own cached (max_seqlen, 0) tensor: nothing allocated; min_seqlen does not cross
     assert parts.min_seqlen is None
     assert parts.max_seqlen is nt._metadata_cache["max_seqlen"]
     for t in (parts.values, parts.offsets, parts.max_seqlen):
         assert 0 in t._dynamo_weak_dynamic_indices  # ragged dims cross marked dynamic
-    (no_cache,), _, _ = _split_args((torch.nested.nested_tensor_from_jagged(nt._values, nt._offsets),), {}, mark=False)
+    (no_cache,), _, _ = split_args((torch.nested.nested_tensor_from_jagged(nt._values, nt._offsets),), {}, mark=False)
     assert no_cache.min_seqlen is None and no_cache.max_seqlen is None
 
 
 def test_positional_arguments_cross_flat():
     nt, _ = make_njt(4, 5, min_len=2)
     plain = torch.randn(2)
-    layout, flat, reason = _flatten((nt, plain, 3), mark=True)
+    layout, flat, reason = flatten((nt, plain, 3), mark=True)
     assert reason is None and layout == ("n", "a", "a")
     assert flat[0] is nt._values and flat[1] is nt._offsets and flat[2] is nt._metadata_cache["max_seqlen"]
     assert flat[3] is plain and flat[4] == 3
     no_max = torch.nested.nested_tensor_from_jagged(nt._values, nt._offsets)
-    assert _flatten((no_max,), mark=False)[0] == ("v",)
-    assert _flatten(([nt],), mark=False) is None  # a container: the pytree path
+    assert flatten((no_max,), mark=False)[0] == ("v",)
+    assert flatten(([nt],), mark=False) is None  # a container: the pytree path
 
 
 @pytest.mark.parametrize("name", ["sum_padded", "nanmean_padded", "njt_mean", "unbind_mean"])
@@ -111,7 +111,7 @@ def test_gradients_reach_the_leaf_values_as_in_eager(fn):
 def test_no_grad_crosses_values_without_autograd():
     nt, _ = make_njt(4, 5, requires_grad=True)
     with torch.no_grad():
-        (parts,), _, _ = _split_args((nt,), {}, mark=False)
+        (parts,), _, _ = split_args((nt,), {}, mark=False)
         assert parts.values is nt._values  # the attribute, not the dispatching accessor
         out = jaggedperf.compile(lambda x: x.values().sum(0), backend="aot_eager")(nt)
     assert not out.requires_grad
