@@ -222,8 +222,24 @@ def test_njt_with_holes_falls_back_with_one_warning():
         for _ in range(3):
             nt = torch.nested.nested_tensor_from_jagged(values, offsets, lengths)
             got = compiled(nt)
-    assert len([w for w in record if issubclass(w.category, BoundaryFallbackWarning)]) == 1
+    warned = [w for w in record if issubclass(w.category, BoundaryFallbackWarning)]
+    assert len(warned) == 1
+    assert warned[0].filename == __file__  # the user's call, not the boundary's frames
     assert_close(got, double_sum(nt))
+
+
+def test_a_module_falling_back_warns_at_the_users_call():
+    class Double(torch.nn.Module):
+        def forward(self, nt):
+            return (nt * 2).sum()
+
+    nt = torch.nested.nested_tensor_from_jagged(torch.randn(10, 3), torch.tensor([0, 4, 7, 10]),
+                                                torch.tensor([2, 3, 1]))
+    compiled = jaggedperf.compile(Double(), backend="aot_eager")
+    with pytest.warns(BoundaryFallbackWarning, match="lengths") as record:
+        compiled(nt)
+    warned = [w for w in record if issubclass(w.category, BoundaryFallbackWarning)]
+    assert len(warned) == 1 and warned[0].filename == __file__
 
 
 def test_transposed_njt_falls_back_and_its_njt_output_passes_through():
@@ -251,7 +267,8 @@ def test_compile_failure_on_components_falls_back_once():
         for i in range(3):
             nt, _ = make_njt(4, 5, seed=i, min_len=2)
             assert_close(compiled(nt), fn(nt))
-    assert len([w for w in record if issubclass(w.category, BoundaryFallbackWarning)]) == 1
+    warned = [w for w in record if issubclass(w.category, BoundaryFallbackWarning)]
+    assert len(warned) == 1 and warned[0].filename == __file__  # after a failed compile: the user's line too
     assert compiled.broken is not None
 
 

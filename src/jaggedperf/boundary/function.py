@@ -6,6 +6,8 @@ The invariants are the package's docstring's; how an NJT crosses is ``crossing``
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import warnings
 from typing import Any, Callable
 
@@ -15,6 +17,9 @@ from jaggedperf.boundary.crossing import flatten, join_output, make_flat_region,
 
 __all__ = ["BoundaryFallbackWarning", "BoundaryFunction", "BoundaryModule", "compile"]
 
+# Frames from these files are the boundary's own or nn.Module's dispatch to a BoundaryModule's forward, never the
+# user's call (``_caller_stacklevel``).
+_NOT_THE_CALLER = (os.path.dirname(os.path.abspath(__file__)) + os.sep, torch.nn.modules.module.__file__)
 # flatten's result not taken yet (None is one of its results: an argument that needs the pytree walk).
 _UNFLATTENED = object()
 # Bound once: the common call checks its result's type with it.
@@ -162,7 +167,17 @@ class BoundaryFunction:
         self._warned.add(reason)
         name = getattr(self.fn, "__name__", type(self.fn).__name__)
         warnings.warn(f"jaggedperf.compile({name}): falling back to torch.compile: {reason}",
-                      BoundaryFallbackWarning, stacklevel=4)
+                      BoundaryFallbackWarning, stacklevel=_caller_stacklevel())
+
+
+def _caller_stacklevel() -> int:
+    """``warnings.warn``'s stacklevel, called from ``_warn``, that names the first frame outside this package (and
+    nn.Module's call machinery): the user's call, whichever path (flat, pytree, retry, module) led to the warning, so
+    the warning points at their line."""
+    frame, level = sys._getframe(1), 1  # the frame of _warn, the function that calls warnings.warn
+    while frame is not None and frame.f_code.co_filename.startswith(_NOT_THE_CALLER):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _data_dependent(err: Exception) -> bool:
