@@ -1,4 +1,5 @@
-"""float64 references on the GPU for the GPU tests (index_add over segment ids: not the kernels' method)."""
+"""float64 references on the GPU for the GPU tests (index_add over segment ids: not the kernels' method), and
+how the tests hand their measured numbers to the junit XML."""
 
 import sys
 from pathlib import Path
@@ -52,6 +53,13 @@ def check(out, values, offsets, *, mean, empty_zero=False, what="output"):
     ref = gpu_reference(values, offsets, mean=mean, empty_zero=empty_zero)
     scale = gpu_reference(values, offsets, mean=mean, empty_zero=True, absolute=True)
     assert_matches(out, ref, values.dtype, scale=scale, what=what)  # compared on the device
+
+
+def record(record_property, **numbers) -> None:
+    """Each measured number into the junit XML (``--junitxml``), xfailed tests included: floats to 3 decimals,
+    anything else as it is."""
+    for name, value in numbers.items():
+        record_property(name, round(value, 3) if isinstance(value, float) else value)
 
 
 # For tests of the doctor's attribution, not of the host's quiet. On the shared H200 host the compiled NJT

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_checks import check, expand_reference  # noqa: E402
+from gpu_checks import check, expand_reference, record  # noqa: E402
 
 import jaggedperf  # noqa: E402
 from jaggedperf.impls.jagged_mean import must_move_bytes  # noqa: E402
@@ -58,12 +58,6 @@ def copy_gbps(record_testsuite_property):
     gbps = timing.copy_bandwidth_gbps(CUDA)
     record_testsuite_property("copy_gbps", round(gbps, 1))
     return gbps
-
-
-def record(record_property, **numbers) -> None:
-    """Each measured number into the junit XML (``--junitxml``), xfailed tests included."""
-    for name, value in numbers.items():
-        record_property(name, round(value, 3))
 
 
 def kernel_us(fn) -> float:

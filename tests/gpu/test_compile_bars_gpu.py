@@ -19,7 +19,7 @@ import torch
 from torch._dynamo.utils import counters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_checks import check  # noqa: E402
+from gpu_checks import check, record  # noqa: E402
 
 import jaggedperf  # noqa: E402
 from jaggedperf.impls.registry import get_implementation  # noqa: E402
@@ -33,11 +33,6 @@ pytestmark = [pytest.mark.gpu, pytest.mark.bars]
 CUDA = torch.device("cuda")
 SEED_MODE = "max-autotune-no-cudagraphs"
 SEED_NJT_IMPLS = ("nanmean_padded", "sum_padded", "njt_mean")
-
-
-def record(record_property, **numbers) -> None:
-    for name, value in numbers.items():
-        record_property(name, round(value, 3) if isinstance(value, float) else value)
 
 
 def round_walls_us(fns: dict, rounds: int, alternate: bool = False) -> dict:
@@ -132,17 +127,16 @@ def test_our_njt_through_the_boundary_near_our_plain_compiled_and_one_kernel(cas
     timed = lab_rounds.run({"njt boundary": lambda: through(*njt_args), "plain compiled": lambda: compiled(*ours_args)},
                            CUDA, rounds=11, quiet=11, deadline_s=30.0)
     ratio, judged = lab_rounds.median_ratio(timed, "njt boundary", "plain compiled", min_quiet=6)
+    every_ratio = timed.ratios("njt boundary", "plain compiled")  # every round's, in order, for the record
     quiet_walls = {name: statistics.median(timed.walls(name, quiet_only=True) or timed.walls(name))
                    for name in ("njt boundary", "plain compiled")}
     n_kernels = kernels(lambda: through(*njt_args)).kernels_per_call
     record(record_property, **{f"{k} wall_us": v for k, v in quiet_walls.items()}, kernels=n_kernels, ratio=ratio,
            rounds=len(timed.rounds), quiet_rounds=len(timed.quiet), host_probe_reference_us=timed.reference_us,
-           ratio_all_rounds=statistics.median(timed.ratios("njt boundary", "plain compiled")),
-           round_ratios=" ".join(f"{r:.3f}" for r in timed.ratios("njt boundary", "plain compiled")),
+           ratio_all_rounds=statistics.median(every_ratio), round_ratios=" ".join(f"{r:.3f}" for r in every_ratio),
            round_probes_us=" ".join(f"{r.probe_us:.2f}" for r in timed.rounds),
            round_plain_us=" ".join(f"{w:.1f}" for w in timed.walls("plain compiled")))
-    rounds_said = ", ".join(f"{r.walls_us['njt boundary'] / r.walls_us['plain compiled']:.3f} at probe {r.probe_us:.2f}"
-                            for r in timed.rounds)
+    rounds_said = ", ".join(f"{x:.3f} at probe {r.probe_us:.2f}" for x, r in zip(every_ratio, timed.rounds))
     assert len(timed.quiet) >= 6, (f"host never quiet: {len(timed.quiet)} of {len(timed.rounds)} rounds within "
                                    f"{timed.slack:.0%} of the fastest probe ({timed.reference_us:.2f} µs) in 30 s; "
                                    f"rounds: {rounds_said}")

@@ -14,7 +14,7 @@ from jaggedperf.lab.doctor import attribution, gather, verdicts
 from jaggedperf.lab.result import OK
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_checks import NOISY_HOST  # noqa: E402
+from gpu_checks import NOISY_HOST, record  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timed]  # the doctor's attribution is measured
 
@@ -46,11 +46,8 @@ def test_parts_add_up_to_the_measured_delta(sum_padded_evidence, record_property
              f"kept {r.kept_round}), residual {r.residual_before_us:+.1f} µs of Δ {r.delta_before_us:+.1f} before, "
              f"{r.residual_after_us:+.1f} µs of Δ {r.delta_after_us:+.1f} after; {r.reason}")
     # the same figures as junit properties on every run, passed or not: how often the reconcile is needed
-    for name, value in [("delta_us", d.delta_us), ("eager_wall_us", d.eager_wall_us),
-                        ("compiled_wall_us", d.compiled_wall_us), ("residual_us", d.residual_us),
-                        *((f"part {p.key} us", p.us) for p in d.contributions),
-                        ("reconcile", again)]:
-        record_property(name, round(value, 2) if isinstance(value, float) else value)
+    record(record_property, delta_us=d.delta_us, eager_wall_us=d.eager_wall_us, compiled_wall_us=d.compiled_wall_us,
+           residual_us=d.residual_us, **{f"part {p.key} us": p.us for p in d.contributions}, reconcile=again)
     assert d.available and d.sums_ok, (f"Δ {d.delta_us} µs (eager {d.eager_wall_us}, compiled {d.compiled_wall_us}); "
                                        f"parts {parts}; residual {d.residual_us} µs; refused: {d.refused}; {d.reason}; "
                                        f"{again}")
