@@ -223,14 +223,19 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for kind in ("forward", "step") if built.grad is not None else ("forward",):
                 cells.append(time_cell(workload, case, kind, ways, built, device, args.rounds))
+                data = _write(args, dtype, device, start, checks, cells)  # after each cell: a cut run keeps its cells
+    sys.stdout.write(markdown(_write(args, dtype, device, start, checks, cells)))
+    return 0
+
+
+def _write(args, dtype, device, start: float, checks: list, cells: list) -> dict:
     data = {"mode": args.mode, "dtype": str(dtype).removeprefix("torch."), "rounds": args.rounds,
             "environment": _environment(device, time.perf_counter() - start),
             "checks": [asdict(c) for c in checks], "cells": [asdict(c) for c in cells]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(data, indent=1))
     args.out.with_suffix(".md").write_text(markdown(data))
-    sys.stdout.write(markdown(data))
-    return 0
+    return data
 
 
 def _environment(device, seconds: float) -> dict:
