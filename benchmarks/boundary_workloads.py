@@ -18,154 +18,20 @@ import argparse
 import json
 import logging
 import platform
-import statistics
 import subprocess
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-import jaggedperf
 from jaggedperf.inputs import Case, make_batch
-from jaggedperf.lab import njt_workloads, rounds
+from jaggedperf.lab import njt_workloads
+from jaggedperf.lab.njt_workloads import case_name as _case_name, check, time_cell
 
 SEED_CASES = (Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75))
-WAYS = ("eager", "torch.compile", "jaggedperf.compile")
-
-
-@dataclass
-class Cell:
-    workload: str
-    case: str
-    kind: str  # "forward" or "step"
-    medians_us: dict[str, float]
-    p20_us: dict[str, float]
-    p80_us: dict[str, float]
-    ratio_jp_tc: float  # median within-round jaggedperf.compile / torch.compile
-    ratio_jp_tc_p20: float
-    ratio_jp_tc_p80: float
-    ratio_tc_eager: float
-    rounds: int
-    quiet_rounds: int
-    walls_us: dict[str, list[float]]
-    probes_us: list[float]
-
-
-@dataclass
-class Check:
-    workload: str
-    case: str
-    graphs: dict[str, int]  # Dynamo's graphs over the first call and three batches of other lengths (training too)
-    fell_back: str | None
-    errors: dict[str, str]
-    max_rel_error: dict[str, float]
-
-
-def _rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    a = a.values() if a.is_nested else a
-    b = b.values() if b.is_nested else b
-    a, b = a.double(), b.double()
-    return float((a - b).norm() / b.norm().clamp_min(1e-30))
-
-
-def _ways(fn, mode: str) -> dict[str, Callable]:
-    kwargs = {} if mode == "default" else {"mode": mode}
-    return {"eager": fn, "torch.compile": torch.compile(fn, dynamic=True, **kwargs),
-            "jaggedperf.compile": jaggedperf.compile(fn, **kwargs)}
-
-
-def _step(call: Callable, built: njt_workloads.Built) -> Callable[[], object]:
-    def step():
-        out = call(built.x)
-        out.backward(built.grad)
-        for leaf in built.leaves:
-            leaf.grad = None
-
-    return step
-
-
-def _forward(call: Callable, built: njt_workloads.Built) -> Callable[[], object]:
-    def forward():
-        with torch.no_grad():
-            return call(built.x)
-
-    return forward
-
-
-def _other_batches(call: Callable, workload: njt_workloads.Workload, case: Case, device, dtype) -> None:
-    for seed in range(1, 4):  # three more batches of the case: other lengths, other B-row lengths, same shape class
-        other = make_batch(Case(case.B, case.M, case.seqlen, case.sparsity, seed=seed), device)
-        with torch.no_grad():
-            call(workload.build(other, dtype).x)
-
-
-def check(workload, case: Case, device, dtype, mode: str) -> tuple[Check, dict[str, Callable], njt_workloads.Built]:
-    """Each way's outputs (and a training step's gradients) against eager mode's; the graphs over other batches."""
-    torch._dynamo.reset()
-    built = workload.build(make_batch(case, device), dtype)
-    ways = _ways(built.fn, mode)
-    errors, rel, graphs = {}, {}, {}
-    with torch.no_grad():
-        reference = built.fn(built.x)
-    grads_ref = None
-    if built.grad is not None:
-        _run_backward(built.fn, built)
-        grads_ref = [leaf.grad.clone() for leaf in built.leaves]
-        for leaf in built.leaves:
-            leaf.grad = None
-    for name, call in ways.items():
-        try:
-            graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-            with torch.no_grad():
-                out = call(built.x)
-            rel[name] = _rel_error(out, reference)
-            if grads_ref is not None:
-                _run_backward(call, built)
-                for leaf, ref in zip(built.leaves, grads_ref):
-                    rel[name] = max(rel[name], _rel_error(leaf.grad, ref))
-                    leaf.grad = None
-            if name != "eager":
-                _other_batches(call, workload, case, device, dtype)
-                graphs[name] = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before
-        except Exception as err:  # noqa: BLE001 (recorded: the cell is not timed)
-            errors[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
-    jp = ways["jaggedperf.compile"]
-    fell_back = getattr(getattr(jp, "boundary", jp), "last_fallback", None)
-    return Check(workload.name, _case_name(case), graphs, fell_back, errors, rel), ways, built
-
-
-def _run_backward(call, built) -> None:
-    call(built.x).backward(built.grad)
-
-
-def time_cell(workload, case, kind: str, ways: dict[str, Callable], built, device, n_rounds: int) -> Cell:
-    make = _forward if kind == "forward" else _step
-    fns = {name: make(call, built) for name, call in ways.items()}
-    for fn in fns.values():  # compiled (and the backward graph) before the first round
-        for _ in range(3):
-            fn()
-    result = rounds.run(fns, device, rounds=n_rounds)
-    walls = {name: result.walls(name) for name in fns}
-    ratios = sorted(result.ratios("jaggedperf.compile", "torch.compile"))
-    return Cell(workload.name, _case_name(case), kind,
-                {n: statistics.median(w) for n, w in walls.items()},
-                {n: _q(w, 0.2) for n, w in walls.items()}, {n: _q(w, 0.8) for n, w in walls.items()},
-                statistics.median(ratios), _q(ratios, 0.2), _q(ratios, 0.8),
-                statistics.median(result.ratios("torch.compile", "eager")), len(result.rounds), len(result.quiet),
-                walls, [r.probe_us for r in result.rounds])
-
-
-def _q(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
-
-
-def _case_name(case: Case) -> str:
-    return f"B{case.B}-M{case.M}-L{case.seqlen}-s{case.sparsity}"
 
 
 def markdown(data: dict) -> str:
