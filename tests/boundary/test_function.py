@@ -392,14 +392,21 @@ def test_decorator_form_and_non_callable():
         jaggedperf.compile(3)
 
 
-def test_a_function_returning_its_inputs_compiles_no_graph():
-    # the region's rebuild of an NJT nobody uses is all its graph holds: not compiled (torch.compile compiles none)
+def test_a_function_returning_its_inputs_compiles_no_graph_and_then_passes_through():
+    # the region's rebuild of an NJT nobody uses is all its graph holds: not compiled (torch.compile compiles none
+    # either), and the signature's later calls go to torch.compile(fn), whose call costs less than the region's
     counter = CompileCounterWithBackend("aot_eager")
     compiled = jaggedperf.compile(lambda nt, scale: (nt, scale), backend=counter)
     nt, _ = make_njt(4, 5, min_len=1)
-    for _ in range(2):
-        out, scale = compiled(nt, 2.0)
-        assert out is nt and scale == 2.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)  # not a failure: no warning
+        for _ in range(3):
+            out, scale = compiled(nt, 2.0)
+            assert out is nt and scale == 2.0
     assert counter.frame_count == 0
+    assert list(compiled.pass_through) == [(None, ("jmx", "a"))] and compiled.last_fallback is None
     (region,) = compiled.regions.values()
     assert region(*jaggedperf.boundary.crossing.flatten((nt, 2.0), {}, mark=True).flat)[0].index == 0
+    doubled = jaggedperf.compile(lambda nt: nt * 2, backend="aot_eager")
+    doubled(nt), doubled(nt)
+    assert not doubled.pass_through  # a region that computes keeps the components

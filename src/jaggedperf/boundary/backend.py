@@ -5,7 +5,10 @@ constructor is pure). A function that returns its NJT arguments, or only reads t
 graph whose every operation is such a rebuild: ``torch.compile`` on the same function compiles none and costs a
 guard check a call, while calling the compiled graph costs the compiled runtime's wrappers (tens of µs on a CPU
 host). ``SkipEmpty`` hands such a graph back as its FX code (a Python function returning the inputs it returns)
-and every other graph, untouched, to the backend ``torch.compile`` would have used.
+and every other graph, untouched, to the backend ``torch.compile`` would have used. A region whose graphs all compute
+nothing has nothing to gain from the boundary: ``BoundaryFunction`` then passes that signature's calls to
+``torch.compile(fn)``, which compiles no graph for them and guards its NJTs for less than the region's calling
+convention costs (four dynamic sizes a call).
 
 The backend is rebuilt as ``torch.compile`` builds it (its inductor wrapper with ``mode``/``options``, or its
 wrapper of any other backend): private classes of torch since 2.0. Where they are missing or take other arguments,
@@ -36,12 +39,19 @@ class SkipEmpty:
     def __init__(self, inner: Callable) -> None:
         self.inner = inner
         self.compiler_name = getattr(inner, "compiler_name", "jaggedperf_boundary")
-        self.skipped = 0  # graphs handed back without a compile (for the tests)
+        self.skipped = 0  # graphs handed back without a compile
+        self.compiled = 0  # graphs handed to the inner backend
+
+    @property
+    def computes_nothing(self) -> bool:
+        """Every graph so far only rebuilt unused NJTs (and at least one was seen)."""
+        return self.skipped > 0 and self.compiled == 0
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
         if _only_unused_rebuilds(gm):
             self.skipped += 1
             return gm.forward
+        self.compiled += 1
         return self.inner(gm, example_inputs, **kwargs)
 
     def __getattr__(self, name: str) -> Any:  # get_compiler_config, dynamic, ...: the inner backend's
@@ -71,16 +81,16 @@ def _only_unused_rebuilds(gm: torch.fx.GraphModule) -> bool:
     return True
 
 
-def compile_region(region: Callable, compile_kwargs: dict[str, Any]) -> Callable:
+def compile_region(region: Callable, compile_kwargs: dict[str, Any]) -> tuple[Callable, SkipEmpty | None]:
     """``torch.compile(region, **compile_kwargs)`` with the backend ``torch.compile`` would build wrapped in
-    ``SkipEmpty``; plain ``torch.compile`` where that backend cannot be rebuilt here."""
+    ``SkipEmpty``, and that wrapper; plain ``torch.compile`` and None where that backend cannot be rebuilt here."""
     kwargs = dict(compile_kwargs)
     backend = kwargs.pop("backend", "inductor")
     mode = kwargs.pop("mode", None)
     options = kwargs.pop("options", None)
     if (mode is not None and options is not None) or (isinstance(options, dict)
                                                       and ({"guard_filter_fn", "use_aoti"} & set(options))):
-        return torch.compile(region, **compile_kwargs)  # torch.compile's own checks and options
+        return torch.compile(region, **compile_kwargs), None  # torch.compile's own checks and options
     if mode is None and options is None:
         mode = "default"
     try:
@@ -89,5 +99,6 @@ def compile_region(region: Callable, compile_kwargs: dict[str, Any]) -> Callable
         else:
             inner = torch._TorchCompileWrapper(backend, mode, options, kwargs.get("dynamic"))
     except (AttributeError, TypeError):
-        return torch.compile(region, **compile_kwargs)
-    return torch.compile(region, backend=SkipEmpty(inner), **kwargs)
+        return torch.compile(region, **compile_kwargs), None
+    backend = SkipEmpty(inner)
+    return torch.compile(region, backend=backend, **kwargs), backend

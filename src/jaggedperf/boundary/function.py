@@ -45,6 +45,8 @@ class BoundaryFunction:
         fallbacks: the signatures whose calls go to ``torch.compile(fn)``, each with its reason: a compile or run on
             the components failed where ``torch.compile(fn)`` did not. Each is decided once, on its first failure.
         last_fallback: why the latest call went to ``torch.compile(fn)``, or None when it crossed as components.
+        pass_through: the signatures whose region computes nothing (``fn`` returns its arguments or constants): their
+            calls go to ``torch.compile(fn)``, silently, which compiles no graph for them either and costs less.
         dynamo_config: the Dynamo settings the regions are compiled and called under: empty, or
             ``_DATA_DEPENDENT`` once the function needed them.
     """
@@ -57,6 +59,8 @@ class BoundaryFunction:
         self._name = "jaggedperf_boundary_" + "".join(c if c.isalnum() else "_" for c in name)
         self.regions: dict[tuple, Callable] = {}
         self.fallbacks: dict[tuple, str] = {}
+        self.pass_through: set[tuple] = set()
+        self._backends: dict[tuple, Any] = {}
         self.last_fallback: str | None = None
         self.dynamo_config: dict[str, Any] = {}
         self._fallback: Callable | None = None
@@ -69,6 +73,9 @@ class BoundaryFunction:
         key = crossing.key
         if crossing.reason is not None or (self.fallbacks and key in self.fallbacks):
             return self._fall_back(crossing.reason or self.fallbacks[key], args, kwargs)
+        if self.pass_through and key in self.pass_through:
+            self.last_fallback = None
+            return self.fallback()(*args, **kwargs)
         region = self.regions.get(key) or self._region(crossing)
         try:
             out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
@@ -76,13 +83,21 @@ class BoundaryFunction:
         except Exception as err:  # noqa: BLE001 (whatever fails on the components is torch.compile(fn)'s to answer)
             return self._after_error(err, crossing, args, kwargs)
         self.last_fallback = None
+        backend = self._backends.get(key)
+        if backend is not None and (backend.computes_nothing or backend.compiled):
+            if backend.compiled == 0:
+                self.pass_through.add(key)
+            del self._backends[key]  # decided after the first compile: never looked at again
         return result
 
     def _region(self, crossing: Crossing) -> Callable:
         codes = "".join(c[0] for c in crossing.layout)
         name = f"{self._name}_{codes}_{len(self.regions)}"
-        region = self.regions[crossing.key] = compile_region(
-            make_region(self.fn, name, crossing.spec, crossing.layout), self.compile_kwargs)
+        region, backend = compile_region(make_region(self.fn, name, crossing.spec, crossing.layout),
+                                          self.compile_kwargs)
+        self.regions[crossing.key] = region
+        if backend is not None:
+            self._backends[crossing.key] = backend
         return region
 
     def _call_patched(self, region: Callable, crossing: Crossing) -> Any:
@@ -97,7 +112,7 @@ class BoundaryFunction:
             # New regions (new code objects: Dynamo's state from the failed compile stays with the old ones, and a
             # retry on them fails on symbols that state left pending), under the settings.
             self.dynamo_config = dict(_DATA_DEPENDENT)
-            self.regions = {}
+            self.regions, self._backends = {}, {}
             self._name += "_dd"
             try:
                 region = self._region(crossing)
