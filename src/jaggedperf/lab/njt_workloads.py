@@ -161,6 +161,7 @@ class Cell:
     ratio_jp_tc_p20: float
     ratio_jp_tc_p80: float
     ratio_tc_eager: float
+    ratio_floor_tc: float | None  # the boundary's floor (its region on pre-split parts) / torch.compile; None: none
     rounds: int
     quiet_rounds: int
     walls_us: dict[str, list[float]]
@@ -263,6 +264,9 @@ def time_cell(workload: Workload, case: Case, kind: str, ways: dict[str, Callabl
     (forward, backward of the fixed output gradient, gradients reset)."""
     make = forward if kind == "forward" else step
     fns = {name: make(call, built) for name, call in ways.items()}
+    boundary = getattr(ways["jaggedperf.compile"], "boundary", ways["jaggedperf.compile"])
+    if not boundary.fallbacks and not boundary.pass_through and boundary.regions:
+        fns["floor"] = region_step(ways["jaggedperf.compile"], built, kind)  # the boundary's own floor, beside
     for fn in fns.values():  # compiled (and the backward graph) before the first round
         for _ in range(3):
             fn()
@@ -273,7 +277,9 @@ def time_cell(workload: Workload, case: Case, kind: str, ways: dict[str, Callabl
                 {n: statistics.median(w) for n, w in walls.items()},
                 {n: _q(w, 0.2) for n, w in walls.items()}, {n: _q(w, 0.8) for n, w in walls.items()},
                 statistics.median(ratios), _q(ratios, 0.2), _q(ratios, 0.8),
-                statistics.median(result.ratios("torch.compile", "eager")), len(result.rounds), len(result.quiet),
+                statistics.median(result.ratios("torch.compile", "eager")),
+                statistics.median(result.ratios("floor", "torch.compile")) if "floor" in fns else None,
+                len(result.rounds), len(result.quiet),
                 walls, [r.probe_us for r in result.rounds])
 
 
