@@ -61,7 +61,7 @@ def sweep_plugin():
     meets an implementation that hangs."""
     import sys
 
-    yield "lab.sweep_plugin"
-    module = sys.modules.pop("lab.sweep_plugin", None)
+    yield "helpers.sweep_plugin"
+    module = sys.modules.pop("helpers.sweep_plugin", None)
     if module is not None:
         module.unregister()

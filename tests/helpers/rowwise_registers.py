@@ -3,8 +3,8 @@ installed Triton's compiler and its ``cuobjdump``), and the programs an SM that 
 
 Run as a script (TRITON_INTERPRET unset): prints one JSON object, ``{"kernel/dtype/tile": [registers, programs an
 SM], ...}``. Used by test_rowwise_registers.py: a kernel's registers are the most that any of its branches needs, so
-a pass compiled into a kernel where it never runs still costs every program its occupancy (benchmarks/NOTES.md,
-session 14).
+a pass compiled into a kernel where it never runs still costs every program its occupancy
+(docs/performance.md, the model's point 9).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 import triton
-from aot_compile import compile_one
+from helpers.aot_compile import compile_one
 
 from jaggedperf.ops.layer_norm import kernels as ln
 from jaggedperf.ops.layer_norm.plan import parts_tile

@@ -1,4 +1,4 @@
-"""The bad-offsets property (issue 17), run inside a subprocess by test_offsets_property.py and by the GPU
+"""The bad-offsets property, run inside a subprocess by test_offsets_property.py and by the GPU
 tests: any offsets, valid or not, through every entry point, give the float64 reference or one of our
 documented errors, and never crash. Each example is written to stderr before it runs, so that a crash
 names the example that caused it."""
@@ -9,7 +9,7 @@ import sys
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ops_reference import assert_matches, reference_expand, reference_reduce
+from helpers.reference import assert_matches, reference_expand, reference_reduce
 
 import jaggedperf
 from jaggedperf.ops.reduce import op

@@ -1,4 +1,4 @@
-"""A plugin for the sweep's tests (``--plugin lab.sweep_plugin``): implementations of jagged_mean that hang,
+"""A plugin for the sweep's tests (``--plugin helpers.sweep_plugin``): implementations of jagged_mean that hang,
 kill their process, raise, break their device, change their inputs, fail until told not to, or are merely slow. Importing it registers them; ``unregister`` takes them out."""
 
 import os

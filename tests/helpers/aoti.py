@@ -1,4 +1,4 @@
-"""torch.export + AOTInductor round trip of a module calling our ops, in a fresh interpreter (issue 15, item 5).
+"""torch.export + AOTInductor round trip of a module calling our ops, in a fresh interpreter.
 
 On the H200 machine (torch 2.11) AOTInductor packages died with SIGSEGV at load or run, a module made of
 torch ops only as well, on the CPU and on CUDA. So the package of our module is built and run in a
@@ -10,7 +10,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from ops_isolated import run_isolated
+from helpers.isolated import run_isolated
 
 BODY = """
 import os, tempfile
@@ -58,7 +58,7 @@ def aoti_round_trip(device: str) -> dict:
     """
     # On CUDA the torch-only twin is built beside ours rather than after it: where ours dies (the H200 machine) the
     # twin's verdict is always needed, and two package builds in a row made this the GPU suite's longest test
-    # (benchmarks/NOTES.md, session 18); on the CPU the twin runs only after ours died (a second build beside it
+    # (~176 s); on the CPU the twin runs only after ours died (a second build beside it
     # would only slow a 2-core machine).
     twin = _BESIDE.submit(_round_trip, "torch-only", device) if device == "cuda" else None
     try:
