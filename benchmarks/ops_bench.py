@@ -246,7 +246,7 @@ def main() -> int:
             floor = _floor_us(_nbytes_must(values, offsets), copy_gbps)
             ref = _reference(values, offsets, mean=True)
             # the default's tile with 1/2/4 warps, one program per group and looping programs (2, 8, 16 per SM)
-            # (run 11: 8 tiles per segment slower everywhere; run 16: half-width column blocks no better)
+            # (8 tiles per segment were slower everywhere; half-width column blocks no better)
             sms = testing.sm_count(values.device)
             variants = {dataclasses.replace(base, num_warps=w, programs=p) for w in (1, 2, 4)
                         for p in (0, 2 * sms, 8 * sms, 16 * sms) if p == 0 or p < -(-B // base.group)}
@@ -486,7 +486,7 @@ def _empty_cache():
 
 def _graph_time(fn, rep=100):
     """Device time of fn (µs): the lab's CUDA-graph replay under do_bench (L2 flushed before each replay)."""
-    from jaggedperf.lab import timing
+    from jaggedperf.lab import harness
 
     for _ in range(3):  # compile, verify the fast path, settle
         fn()
@@ -495,13 +495,7 @@ def _graph_time(fn, rep=100):
         ms = _bench(fn)
         return {"median_us": ms[0] * 1e3, "p20_us": ms[1] * 1e3, "p80_us": ms[2] * 1e3, "method": "cpu-wall",
                 "l2_flushed": False}
-    graph = timing.capture_graph(fn, torch.device(DEVICE))
-    if graph is None:
-        raise RuntimeError("the call could not be captured in a CUDA graph")
-    t = timing.replay_device_time(graph.replay, rep_ms=rep)
-    del graph
-    return {"median_us": t.median_us, "p20_us": t.p20_us, "p80_us": t.p80_us, "method": t.method,
-            "l2_flushed": t.l2_flushed}
+    return harness.device_time(fn, torch.device(DEVICE), rep_ms=rep, profiler_fallback=False)
 
 
 def _kernel_time(fn, calls=30):
