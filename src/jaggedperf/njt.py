@@ -17,7 +17,7 @@ try:  # the jagged NestedTensor's class (a private module: without it, callers t
 except ImportError:  # pragma: no cover
     JAGGED_CLASS = ()
 
-__all__ = ["JAGGED_CLASS", "wrap"]
+__all__ = ["JAGGED_CLASS", "cached_seqlen", "wrap"]
 
 
 def wrap(values: torch.Tensor, offsets: torch.Tensor, metadata_cache: dict | None = None) -> torch.Tensor:
@@ -41,3 +41,18 @@ def wrap(values: torch.Tensor, offsets: torch.Tensor, metadata_cache: dict | Non
         raise RuntimeError("this torch has no jagged NestedTensor class (torch.nested._internal.nested_tensor)")
     with torch._C.DisableTorchFunctionSubclass():
         return JAGGED_CLASS(values, offsets, _metadata_cache=metadata_cache or {})
+
+
+def cached_seqlen(nt: torch.Tensor, which: str):
+    """The NJT's cached ``"min"`` or ``"max"`` seqlen: a host int eagerly (no sync), a SymInt while traced, or None
+    where it caches none (or ``nt`` is no NJT: private API, and None is always safe).
+
+    Read as the size of the NJT's cached ``(n, 0)`` tensor, never through its ``_maybe_*_seqlen`` properties: Dynamo
+    evaluates a property of an NJT made inside the compiled code on its example value and cannot wrap the SymInt
+    it returns (a graph break), where the cached tensor is one of the NJT's traced inner tensors.
+    """
+    cached = getattr(nt, f"_{which}_seqlen_tensor", None)
+    if not isinstance(cached, torch.Tensor):
+        return None
+    value = cached.shape[0]
+    return value if type(value) is int or isinstance(value, torch.SymInt) else None
