@@ -15,6 +15,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from helpers import scripts
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,12 +96,7 @@ def test_torch_version_floor(version, usable):
 
 
 def _setup_module():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import setup_env
-    finally:
-        sys.path.pop(0)
-    return setup_env
+    return scripts.load("scripts/setup_env.py")
 
 
 def test_an_optional_requirement_that_cannot_be_had_is_skipped_once_with_a_notice(tmp_path, monkeypatch, capsys):

@@ -2,8 +2,8 @@
 
 An NJT's construction goes through its ``__torch_function__`` / ``__torch_dispatch__``: ``nested_tensor_from_jagged``
 is a dispatched view op, and the constructor itself (torch 2.11) marks its dims dynamic through ``dim()`` calls that
-its ``__torch_function__`` routes. On a small eager call that host work costs more than the kernel (the figures, by
-torch version: ``benchmarks/NOTES.md``, session 13). ``wrap`` is the cheapest form: the constructor with the NJT's
+its ``__torch_function__`` routes. On a small eager call that host work costs more than the kernel (~105 µs for
+the constructor under torch 2.11, ~25 under 2.13, on the CPU). ``wrap`` is the cheapest form: the constructor with the NJT's
 ``__torch_function__`` off. It records no autograd edge: callers use it eagerly, where no gradient flows into the
 values, and the public op otherwise.
 """
