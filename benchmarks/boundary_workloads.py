@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from jaggedperf.inputs import Case, make_batch
+from jaggedperf.inputs import Case
 from jaggedperf.lab import njt_workloads
-from jaggedperf.lab.njt_workloads import case_name as _case_name, check, time_cell
+from jaggedperf.lab.njt_workloads import check, time_cell
 
 SEED_CASES = (Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75))
 
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for kind in ("forward", "step") if built.grad is not None else ("forward",):
                 cells.append(time_cell(workload, case, kind, ways, built, device, args.rounds))
-                data = _write(args, dtype, device, start, checks, cells)  # after each cell: a cut run keeps its cells
+                _write(args, dtype, device, start, checks, cells)  # after each cell: a cut run keeps its cells
     sys.stdout.write(markdown(_write(args, dtype, device, start, checks, cells)))
     return 0
 

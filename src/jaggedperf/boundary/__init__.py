@@ -2,7 +2,7 @@
 
 A compiled function that takes a jagged NestedTensor (NJT) pays, on every call, Dynamo's guards on the NJT and the
 compiled runtime's subclass handling: ~250-300 µs a call on an H200 host under torch 2.11, less from torch 2.13
-(``docs/performance.md``, "The boundary"). The same computation compiled on the NJT's components costs what any
+(``docs/performance.md``, the model, 6-7). The same computation compiled on the NJT's components costs what any
 dense compiled call costs. ``compile`` makes that the default for any function or module:
 
 - outside (``crossing``), each NJT argument, anywhere in the args/kwargs pytree, crosses as its values, its offsets

@@ -4,7 +4,7 @@ Where autograd must flow (grad mode on and the tensor requires grad), an NJT inp
 ``Unwrap`` and an NJT output is rebuilt by ``Join``. Both are one node each with a backward that builds or reads
 the gradient by attribute access, where the NJT's own differentiable accessors (``nt.values()``,
 ``torch._nested_view_from_jagged``) go through its ``__torch_dispatch__`` on the way there and back (several times
-the host cost: ``docs/performance.md``, "The boundary").
+the host cost: ``docs/performance.md``, the model, 7).
 
 Invariants:
 - ``Unwrap``'s output aliases the NJT's values (a ``detach``: same storage, no copy) and is not the NJT's own
