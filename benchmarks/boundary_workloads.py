@@ -76,11 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", default=",".join(w.name for w in njt_workloads.WORKLOADS))
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--cases", default="seed", help="'seed' or B,M,seqlen,sparsity[;...]")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch on the CPU (the lab's default: "
+                        "host-bound calls timed, not a contest of thread pools on a shared machine)")
     parser.add_argument("--out", required=True, type=Path, help="the output stem (.json and .md are written)")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     logging.disable(logging.CRITICAL)
     device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.float16 if device.type == "cuda" else torch.float32)
     cases = SEED_CASES if args.cases == "seed" else tuple(
         Case(int(b), int(m), int(s), float(p)) for b, m, s, p in (c.split(",") for c in args.cases.split(";")))
