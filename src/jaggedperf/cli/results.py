@@ -27,6 +27,7 @@ from jaggedperf.lab.results.compare import (
     MIN_REL,
     NOT_COMPARED,
     REGRESSION,
+    UNSTABLE_VERDICT,
     VERDICTS,
     Change,
     compare,
@@ -134,9 +135,12 @@ def _compare(args) -> int:
     if result.has_regression:
         console.print(f"[bold red]{len(result.regressions)} regression(s)[/bold red]")
         return EXIT_REGRESSION if args.fail_on_regression else 0
-    compared = sum(c.verdict != NOT_COMPARED for c in result.cells)
-    if args.fail_on_regression and not compared:  # a gate that saw nothing must not pass
-        why = (f"{len(result.cells)} cells are in both, none measured in both" if result.cells
+    # judged: a verdict drawn from both sides' timings (an unstable cell's figures are shown, never judged)
+    judged = sum(c.verdict not in (NOT_COMPARED, UNSTABLE_VERDICT) for c in result.cells)
+    if args.fail_on_regression and not judged:  # a gate that saw nothing must not pass
+        unstable = counts[UNSTABLE_VERDICT]
+        why = (f"{len(result.cells)} cells are in both, {unstable} of them unstable on a side and none judged"
+               if unstable else f"{len(result.cells)} cells are in both, none measured in both" if result.cells
                else "no cell is in both")
         raise _CommandError(f"--fail-on-regression: nothing could be compared ({why}: {args.a}, {args.b})")
     return 0
