@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import TYPE_CHECKING
 
-import torch
-
+from jaggedperf.cli._defaults import DEFAULT_BYTE_LIMIT, DEFAULT_SEED, DISTRIBUTIONS, METRICS
 from jaggedperf.cli._names import choice
-from jaggedperf.inputs import DEFAULT_SEED, DISTRIBUTIONS, Case, canonical_dtype
-from jaggedperf.lab import grid, stats
-from jaggedperf.lab.grid import SEED_CASES  # noqa: F401  (the seed's shapes, for repro)
+from jaggedperf.lab import stats
 from jaggedperf.lab.plugins import PLUGINS_ENV
-from jaggedperf.lab.results.tables import METRICS
-from jaggedperf.lab.results.atomic import check_writable
-from jaggedperf.lab.runner import DEFAULT_BYTE_LIMIT, Options
+
+if TYPE_CHECKING:  # imported where used: building the parsers imports no torch (``_defaults``)
+    import torch
+
+    from jaggedperf.inputs import Case
+    from jaggedperf.lab.runner import Options
 
 SEED_IMPLEMENTATIONS = ("unbind_mean", "nanmean_padded", "sum_padded")
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
@@ -110,12 +111,39 @@ def axis(parse):
     return parse_arg
 
 
+def _int_values(text: str) -> list:
+    from jaggedperf.lab import grid
+
+    return grid.int_values(text)
+
+
+def _float_values(text: str) -> list:
+    from jaggedperf.lab import grid
+
+    return grid.float_values(text)
+
+
+def _canonical_dtype(text: str) -> str:
+    from jaggedperf.inputs import canonical_dtype
+
+    return canonical_dtype(text)
+
+
+class _Presets:
+    """``grid.PRESETS``' names, read when a flag is parsed (a preset added to it is taken), not when the parser is built."""
+
+    def __iter__(self):
+        from jaggedperf.lab import grid
+
+        return iter(grid.PRESETS)
+
+
 # One type object per kind of value: the grammar test compares types by identity.
-INT_AXIS, FLOAT_AXIS = axis(grid.int_values), axis(grid.float_values)
-DTYPES = _each(canonical_dtype)
+INT_AXIS, FLOAT_AXIS = axis(_int_values), axis(_float_values)
+DTYPES = _each(_canonical_dtype)
 DISTRIBUTION_NAMES = _each(choice("distribution", DISTRIBUTIONS))
 METRIC_NAMES = _each(choice("metric", METRICS))
-PRESET = choice("preset", grid.PRESETS)  # read when parsing: a preset added to grid.PRESETS is taken
+PRESET = choice("preset", _Presets())
 NAMES = comma_list
 
 
@@ -181,7 +209,7 @@ def add_dtype_argument(g) -> None:
 
 def canonical_dtype_arg(text: str) -> str:
     try:
-        return canonical_dtype(text)
+        return _canonical_dtype(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -193,6 +221,8 @@ def cases_from_args(args: argparse.Namespace, preset: str | None = None) -> list
     Raises:
         ValueError: an axis missing, or a value out of range.
     """
+    from jaggedperf.lab import grid
+
     axes = {name: getattr(args, name, None) for name in grid.AXES}
     return grid.expand(getattr(args, "preset", None) or preset, **axes)
 
@@ -279,9 +309,11 @@ def add_timeout_argument(g, *, default, default_text: str, more: str = "") -> No
 
 def add_json_argument(g, what: str, *, required: bool = False, hidden: tuple[str, ...] = (),
                       metavar: str = "PATH") -> None:
-    """``--json PATH``: the results file a command writes (``what`` it holds), with old ``hidden`` spellings."""
-    g.add_argument("--json", metavar=metavar, required=required and not hidden,
-                   help=f"JSON output: {what}")
+    """``--json PATH``: the results file a command writes (``what`` it holds), with old ``hidden`` spellings; a
+    ``required`` one is shown required in the usage line even with its old spellings (one of them must be given)."""
+    if required and hidden:
+        g = g.add_mutually_exclusive_group(required=True)
+    g.add_argument("--json", metavar=metavar, required=required and not hidden, help=f"JSON output: {what}")
     if hidden:
         g.add_argument(*hidden, dest="json", metavar=metavar, help=argparse.SUPPRESS)
 
@@ -370,6 +402,8 @@ def print_error(err, problem) -> None:
 def unwritable(*paths) -> str | None:
     """Why one of the output ``paths`` (None: not asked for) cannot be written, or None; checked before a
     command measures anything, so that its results are not lost at the end (``atomic.check_writable``)."""
+    from jaggedperf.lab.results.atomic import check_writable
+
     for path in paths:
         if path is None:
             continue
@@ -383,6 +417,8 @@ def unwritable(*paths) -> str | None:
 
 def device_from_args(args: argparse.Namespace) -> torch.device | None:
     """``--device`` as a torch.device (None: the best present); exits when it asks for CUDA and there is none."""
+    import torch
+
     device = torch.device(args.device) if args.device else None
     if device is not None and device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("jaggedperf: error: --device cuda, but no CUDA GPU is available")
@@ -391,7 +427,7 @@ def device_from_args(args: argparse.Namespace) -> torch.device | None:
 
 def options_from_args(args: argparse.Namespace) -> Options:
     """The measurement flags as ``Options``, every ``ByDevice`` default resolved for the device the cells run on."""
-    from jaggedperf.lab.runner import default_device
+    from jaggedperf.lab.runner import Options, default_device
 
     device = device_from_args(args)
     resolve_device_defaults(args, (device or default_device()).type)
@@ -401,3 +437,12 @@ def options_from_args(args: argparse.Namespace) -> Options:
     if device is not None:
         opts.device = device
     return apply_stability_arguments(args, opts)
+
+
+def __getattr__(name: str):
+    # SEED_CASES (the seed's shapes, for repro and the tests) from its owner, when asked for
+    if name == "SEED_CASES":
+        from jaggedperf.lab.grid import SEED_CASES
+
+        return SEED_CASES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

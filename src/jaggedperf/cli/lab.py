@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import functools
 import time
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -32,14 +33,24 @@ from jaggedperf.cli._args import (
     unwritable,
 )
 from jaggedperf.cli._names import Selection, select
-from jaggedperf.impls.registry import OPS, get_op, implementation_names
 from jaggedperf.lab import modes as modes_mod
-from jaggedperf.lab import budget, runner, sweep
 from jaggedperf.lab.plugins import PluginError
-from jaggedperf.lab.result import RunRecord
-from jaggedperf.lab.results import tables
-from jaggedperf.lab.results.atomic import csv_text, write_csv, write_json
-from jaggedperf.lab.results.markdown import load_text
+
+if TYPE_CHECKING:
+    from jaggedperf.lab.result import RunRecord
+
+# The modules that measure and render import torch: each handler imports them when it runs, so that building the
+# parsers (``--help``) does not (``jaggedperf.cli``). ``lab.runner`` and the like still resolve, for the tests.
+_LAZY = {"runner": "jaggedperf.lab.runner", "sweep": "jaggedperf.lab.sweep", "budget": "jaggedperf.lab.budget",
+         "tables": "jaggedperf.lab.results.tables"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(_LAZY[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 OP = "jagged_mean"
 # repro's modes: the seed's finding (its compiled mode slower than eager) and the remedy in the same torch mode.
@@ -97,6 +108,8 @@ def default_implementations(op: str) -> list[str]:
     Raises:
         KeyError: an unknown op.
     """
+    from jaggedperf.impls.registry import implementation_names
+
     names = implementation_names(op)
     if op != OP:
         return names
@@ -127,7 +140,12 @@ def _boundary_mode(modes: list[str], compiled_mode: str | None) -> str | None:
     return twin if twin in modes else None
 
 
-def execute(args, make_cases, *, default_impls=implementation_names, default_modes=()) -> int:
+def execute(args, make_cases, *, default_impls=None, default_modes=()) -> int:
+    from jaggedperf.impls.registry import implementation_names
+    from jaggedperf.lab import budget, runner, sweep
+    from jaggedperf.lab.results.atomic import csv_text, write_csv, write_json
+
+    default_impls = default_impls or implementation_names
     out, err = console(), Console(stderr=True)
     try:
         chosen = select(args, default_impls=default_impls, default_modes=default_modes)
@@ -206,6 +224,8 @@ def interrupted_line(finished: int, total: int, json_path: str | None) -> str:
 
 
 def _print_tables(out: Console, record: RunRecord, chosen: Selection) -> None:
+    from jaggedperf.lab.results import tables
+
     compiled_mode = _compiled_mode(chosen.modes)
     boundary_mode = _boundary_mode(chosen.modes, compiled_mode)
     if compiled_mode:
@@ -223,6 +243,8 @@ def _print_tables(out: Console, record: RunRecord, chosen: Selection) -> None:
 
 def show(out: Console, table: Table) -> None:
     """Print ``table`` within the console's width (``tables.fit_width``), saying what was shortened or left out."""
+    from jaggedperf.lab.results import tables
+
     fitted = tables.fit_width(table, out.width)
     out.print(fitted.table)
     notes = ([tables.LEGEND] if fitted.shortened else []) + (
@@ -238,12 +260,16 @@ def console() -> Console:
     return c if c.is_terminal else Console(width=max(c.width, 160))
 
 
-def run_with_progress(cells, options, console: Console, save_to: str | None = None, run=runner.run,
+def run_with_progress(cells, options, console: Console, save_to: str | None = None, run=None,
                       done: list | None = None) -> RunRecord:
     """``run`` (``runner.run``, ``sweep.run_isolated``, ``budget.run_case_by_case``) with a progress bar on a terminal
     and one line per finished cell everywhere (a log too: a run of minutes is never silent); with ``save_to``, the
     JSON is rewritten (atomically) after every cell; ``done`` (when given) gets each finished cell, for a caller
     interrupted."""
+    from jaggedperf.lab import runner
+    from jaggedperf.lab.results.atomic import write_json
+
+    run = run or runner.run
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn()]
     start = time.monotonic()
@@ -269,6 +295,8 @@ def run_with_progress(cells, options, console: Console, save_to: str | None = No
 
 def cell_line(result, finished: int, total: int, elapsed_s: float) -> str:
     """``[3/30 0:41] nanmean_padded · eager · B512-M64-L100-s0.1: 22.7 ms, first call 0.0 s``: one finished cell."""
+    from jaggedperf.lab.results import tables
+
     minutes, seconds = divmod(int(elapsed_s), 60)
     what = tables.cell_summary(result)
     return f"[{finished}/{total} {minutes}:{seconds:02d}] {result.implementation} · {result.mode} · " \
@@ -276,6 +304,8 @@ def cell_line(result, finished: int, total: int, elapsed_s: float) -> str:
 
 
 def _footer(console: Console, record: RunRecord) -> None:
+    from jaggedperf.lab.results.markdown import load_text
+
     env = record.environment
     where = env.get("gpu") or f"CPU ({env.get('cpu_count')} cores)"
     copy = f", copy bandwidth {record.copy_gbps:.0f} GB/s" if record.copy_gbps else ""
@@ -283,12 +313,15 @@ def _footer(console: Console, record: RunRecord) -> None:
                   f"commit {str(env.get('git_commit'))[:12]}", markup=False, highlight=False)
     load = env.get("load")
     # the threads the cells ran with (each result records its own; a worker's differ from this process's)
-    threads = sorted({r.threads for r in record.results if r.threads is not None}) or [env.get("threads", "?")]
+    threads = sorted({r.threads for r in getattr(record, "results", ()) if r.threads is not None}) \
+        or [env.get("threads", "?")]  # (the doctor's record has no results: its environment's count)
     console.print(f"{'/'.join(map(str, threads))} CPU thread(s) a cell; {load_text(load) if load else 'load not recorded'}",
                   markup=False, highlight=False)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from jaggedperf.impls.registry import OPS, get_op
+
     out, err = console(), Console(stderr=True)
     try:
         chosen = select(args, default_modes=modes_mod.MODES)
