@@ -64,14 +64,15 @@ def test_readme_blocks_are_what_the_committed_results_give():
 
 def test_readme_figures_rewrites_a_drifted_block_and_only_its_blocks():
     figures = _readme_figures()
-    drifted = README.replace("| sum_padded | 0.155 |", "| sum_padded | 0.100 |")
+    drifted = README.replace("| sum_padded | 0.155†‡ |", "| sum_padded | 0.100 |")
     assert drifted != README
     record = figures.seed_record()
     assert figures.render(drifted, figures.blocks(record)) == README
-    empty = figures.render("<!-- repro:begin -->\n<!-- repro:end -->\n<!-- doctor:begin -->\n<!-- doctor:end -->\n",
-                           figures.blocks(record))
-    assert "| jaggedperf_njt | 0.172 |" in empty and "- `sum_padded`: slower by" in empty
-    with pytest.raises(ValueError, match="no <!-- repro:begin -->"):
+    empty = figures.render("".join(f"<!-- {name}:begin -->\n<!-- {name}:end -->\n" for name in
+                                   ("headline", "repro", "doctor")), figures.blocks(record))
+    assert "| jaggedperf_njt | 0.172†‡ |" in empty and "- `sum_padded`†‡: slower by" in empty
+    assert "| B512-M64-L100-s0.1 | jaggedperf_njt | 0.021†‡ | 0.587†‡ (0.04×) | 0.131† (0.16×) |" in empty
+    with pytest.raises(ValueError, match="no <!-- headline:begin -->"):
         figures.render("no markers", figures.blocks(record))
 
 
@@ -88,5 +89,37 @@ def test_readme_doctor_verdicts_are_diagnosed_again_by_todays_code(monkeypatch):
     from jaggedperf.lab.doctor import verdicts
 
     monkeypatch.setattr(verdicts, "verdict", lambda e, delta, parts: f"reworded: {delta:+.0f} µs")
-    block = figures.doctor_block(figures.DOCTOR)
-    assert "- `sum_padded`: reworded: +101 µs" in block and "slower by" not in block
+    block = figures.doctor_block(figures.DOCTOR, set())
+    assert "- `sum_padded`†: reworded: +101 µs" in block and "slower by" not in block
+
+
+def test_every_figure_the_readme_tables_show_is_stable_and_agreed_or_marked():
+    """Each table's figures come from a committed results file; a figure shown without a mark was judged stable by its
+    run (the headline's: by today's stats, from its samples) and agrees, within the spreads, with every other table
+    showing the same cell."""
+    figures = _readme_figures()
+    record = figures.seed_record()
+    cells = figures.shown(record)
+    assert {c.table for c in cells} == {"headline", "repro", "doctor"}
+    disagree = figures.disagreeing(cells)
+    for path in (figures.HEADLINE, *figures.SEED_TABLES, figures.DOCTOR):
+        assert (ROOT / path).is_file() and str(path) in README
+    for c in cells:
+        mark = figures.marks(c, disagree)
+        if not mark:
+            assert c.stable is True, c
+            assert all(figures.agree(c, o) for o in cells if o.key == c.key), c
+        assert f"{c.median_ms:.3f}{mark}" in README or c.table == "doctor", c  # the doctor's figures are in µs prose
+
+
+def test_two_figures_agree_when_their_spreads_overlap():
+    figures = _readme_figures()
+
+    def fig(median, p20=None, p80=None, table="a"):
+        return figures.Shown(table, "i", "eager", "c", median, p20, p80, True)
+
+    assert figures.agree(fig(0.127, 0.122, 0.138), fig(0.135, 0.130, 0.150, "b"))
+    assert not figures.agree(fig(0.021, 0.019, 0.027), fig(0.040, table="b"))  # the headline vs the repro table
+    assert figures.agree(fig(1.00), fig(1.08)) and not figures.agree(fig(1.00), fig(1.2))  # no spreads: within 10%
+    a, b = fig(0.021, 0.019, 0.027), fig(0.040, table="b")
+    assert figures.disagreeing([a, b]) == {a, b} and figures.marks(a, {a}) == "‡"
