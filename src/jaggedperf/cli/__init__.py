@@ -44,14 +44,6 @@ def version_text() -> str:
     return f"jaggedperf {ours} (torch {torch_version}, triton {triton_version}, Python {platform.python_version()})"
 
 
-def _quiet_torch_noise() -> None:
-    """torch logs a few warnings on every compile that say nothing about the measurement."""
-    import logging
-
-    for name in ("torch.fx._symbolic_trace",):
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """``parser.parse_args(argv)``, except that a flag the command does not know is refused by that command's parser:
     its usage line, not the top level's, is what helps (``jaggedperf run --itres``)."""
@@ -67,7 +59,6 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         args = parse(build_parser(), argv)
-        _quiet_torch_noise()
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:  # a command that measures says itself what it kept; this is before or after that
         print("interrupted: nothing was being measured; outputs are written whole or not at all", file=sys.stderr)
