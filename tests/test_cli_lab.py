@@ -168,7 +168,7 @@ def test_repro_caps_a_cell_by_device_unless_told(monkeypatch):
     assert timeout_from_args(default, "cuda") == lab.REPRO_GPU_CELL_TIMEOUT_S
     assert timeout_from_args(default, "cpu") == lab.REPRO_CPU_CELL_TIMEOUT_S
     assert sorted(resolve_device_defaults(default, "cpu")) == ["attempts", "iters", "timeout", "warmup"]
-    assert (default.warmup, default.iters, default.attempts) == (5, 20, 2)
+    assert (default.warmup, default.iters, default.attempts) == (3, 15, 2)
     on_gpu = parser.parse_args(["repro"])
     assert resolve_device_defaults(on_gpu, "cuda") == [] and (on_gpu.warmup, on_gpu.iters) == (50, 200)
     given = parser.parse_args(["repro", "--iters", "200"])

@@ -28,7 +28,7 @@ def test_repro_on_the_cpu_finishes_in_minutes_and_says_what_it_cut(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert took <= REPRO_CPU_LIMIT_S, f"repro took {took:.0f} s on the CPU (limit {REPRO_CPU_LIMIT_S} s)"
     err = done.stderr
-    assert "On the CPU, so that this finishes in minutes: 5 warm-up and 20 timed calls" in err
+    assert "On the CPU, so that this finishes in minutes: 3 warm-up and 15 timed calls" in err
     assert "under a 30 s budget" in err
     assert all(f"[{k}/30 " in err for k in range(1, 31))  # one line as each cell finishes
     results = json.loads(out.read_text())["results"]

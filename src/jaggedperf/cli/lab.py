@@ -1,7 +1,9 @@
-"""repro | run | list: plan cells, run them with a progress bar, print the tables, write JSON/CSV.
+"""repro | run | list: plan cells, run them with a progress line per cell, print the tables, write JSON/CSV.
 
 repro and run run their cells in this process, or, with ``--timeout``, through the sweep's engine
-(``sweep.run_isolated``): one worker process per GPU (one on the CPU), each cell under the timeout.
+(``sweep.run_isolated``): one worker process per GPU (one on the CPU), each cell under the timeout, case by case
+(``lab.budget``: a cell cut at one case is not tried at the next). repro's defaults depend on the device
+(``REPRO_DEFAULTS``): on the CPU fewer calls and a compile budget, under which only compiled cells run in a worker.
 Everything before and after the running is shared."""
 
 from __future__ import annotations
@@ -58,13 +60,14 @@ REPRO_MODES = (modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE, modes_mod.boundary
 # unbind_mean's compiled cells compile one mean per sequence, B = 512 unrolled, for minutes (on the CPU 64 s in
 # torch.compile, over 600 s through jaggedperf.compile, which compiles it again with unbacked lengths). repro caps a
 # cell, compile included, so that the one command finishes, and marks a cut cell with the budget it passed.
-# On a GPU the cap is the seed's row's: large enough for torch.compile's unbind_mean (~60 s on the H200 host).
+# On a GPU the cap is sized for the seed's first row: torch.compile's unbind_mean compiled within 60 s in an earlier
+# H200 run and was cut at 60 s in the latest; 240 s leaves it room (not yet measured there).
 REPRO_GPU_CELL_TIMEOUT_S = 240.0
 # On the CPU, the seed's method (50 + 200 calls of 30 cells, compiles uncapped) took over 30 minutes: fewer calls, and
 # a budget meant to cut only unbind_mean's compiles: the others' cold compiles took 3-10 s on a 2-core machine with
 # other work on it, over 20 s only at a load of 7 (three test suites beside it).
 REPRO_CPU_CELL_TIMEOUT_S = 30.0
-REPRO_CPU_WARMUP, REPRO_CPU_ITERS, REPRO_CPU_ATTEMPTS = 5, 20, 2
+REPRO_CPU_WARMUP, REPRO_CPU_ITERS, REPRO_CPU_ATTEMPTS = 3, 15, 2
 REPRO_DEFAULTS = {"warmup": ByDevice(50, REPRO_CPU_WARMUP), "iters": ByDevice(200, REPRO_CPU_ITERS),
                   "attempts": ByDevice(3, REPRO_CPU_ATTEMPTS),
                   "timeout": ByDevice(REPRO_GPU_CELL_TIMEOUT_S, REPRO_CPU_CELL_TIMEOUT_S)}
