@@ -62,6 +62,7 @@ class Heatmap:
     left_out: Counter  # status -> cells that failed (not ok, not unstable) that this figure would have used
     unmeasured: int = 0  # ok cells without device time (ours_vs_best_device only)
     unstable: int = 0  # cells drawn hatched: a cell the value needs is unstable
+    not_cases: int = 0  # seqlen × sparsity positions that are no case of the run (the seed's two shapes: 2 of 4)
 
     @property
     def bars(self) -> bool:
@@ -135,7 +136,9 @@ def heatmap_data(record: RunRecord) -> list[Heatmap]:
             if missing:
                 left_out["not in the file"] += missing
             n_unstable = int(sum(p.unstable_mask().sum() for p in panels))
-            out.append(Heatmap("speedup", shape, mode, seqlens, sparsities, panels, left_out, unstable=n_unstable))
+            positions = {(r.case.seqlen, r.case.sparsity) for r in rs}
+            out.append(Heatmap("speedup", shape, mode, seqlens, sparsities, panels, left_out, unstable=n_unstable,
+                               not_cases=len(seqlens) * len(sparsities) - len(positions)))
         ours = [r for r in rs if r.implementation == OURS]
         if not ours or all(r.implementation == OURS for r in rs):
             continue
