@@ -8,14 +8,33 @@ source "$(dirname "$0")/setup-env.sh" test
 if ! python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   export TRITON_INTERPRET=1
 fi
+# Inductor's on-disk caches, fresh for this run: they key a graph by its operators' names, not by our operators'
+# source, so a cache another checkout (or an older commit) wrote would serve its graphs of our ops to this one.
+if [ -z "${TORCHINDUCTOR_CACHE_DIR:-}" ]; then
+  TORCHINDUCTOR_CACHE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/jaggedperf-inductor.XXXXXX")
+  export TORCHINDUCTOR_CACHE_DIR
+  trap 'rm -rf "$TORCHINDUCTOR_CACHE_DIR"' EXIT
+fi
 set +e
-# pytest exits 5 when it collected no tests (e.g. `-m gpu` on a machine without one): not a failure.
-run_pytest() { python -m pytest -q "$@"; local rc=$?; [ "$rc" -eq 5 ] && rc=0; return "$rc"; }
+summaries=$(mktemp "${TMPDIR:-/tmp}/jaggedperf-tests.XXXXXX")
+# pytest exits 5 when it collected no tests (e.g. `-m gpu` on a machine without one): not a failure. Each pass's
+# summary line is kept for the closing line.
+run_pytest() {
+  python -m pytest -q "$@" | tee >(tail -n 1 >> "$summaries")
+  local rc=${PIPESTATUS[0]}; [ "$rc" -eq 5 ] && rc=0; return "$rc"
+}
 cores=$(nproc 2>/dev/null || echo 1)
 if [ "$cores" -ge 8 ]; then workers=$(( cores / 2 < 8 ? cores / 2 : 8 )); else workers=$cores; fi
 if [ "$cores" -ge 2 ] && python -c 'import xdist' 2>/dev/null && [[ " $* " != *" -n "* ]]; then
+  start=$SECONDS
   JAGGEDPERF_TIMED_TESTS=defer run_pytest -n "$workers" "$@"; rc_parallel=$?
   JAGGEDPERF_TIMED_TESTS=only run_pytest "$@"; rc_timed=$?
+  sleep 0.2  # the summaries' tail processes finish writing
+  # the closing line: the whole run's totals (each pass's own line counts only its half, and "deselected" the other)
+  python "$(dirname "$0")/test_totals.py" "$summaries" $(( SECONDS - start ))
+  rm -f "$summaries"
   exit $(( rc_parallel != 0 ? rc_parallel : rc_timed ))
 fi
-run_pytest "$@"
+run_pytest "$@"; rc=$?
+rm -f "$summaries"
+exit "$rc"

@@ -123,8 +123,8 @@ def test_run_with_a_timeout_records_a_hanging_cell_as_timed_out_and_goes_on(tmp_
                             ("test_hangs", "eager", "B8-M3-L20-s0.3", "error", "timed out after 3 s"),
                             ("sum_padded", "eager", "B8-M3-L20-s0.3", "ok", None)]  # the cell after it ran too
     captured = capsys.readouterr()
-    assert "• error: test_hangs · eager · B8-M3-L20-s0.3: timed out after 3 s" in captured.out
-    assert _table_rows(captured.out, 9)[1] == ("B8-M3-L20-s0.3", "test_hangs", "eager", "error")
+    assert "• timed out: test_hangs · eager · B8-M3-L20-s0.3: timed out after 3 s" in captured.out
+    assert _table_rows(captured.out, 9)[1] == ("B8-M3-L20-s0.3", "test_hangs", "eager", "timed out")
     assert "timed out after 3 s; starting a fresh worker" in " ".join(captured.err.split())
     assert (tmp_path / "r.csv").read_text().count("timed out after 3 s") == 1
     assert multiprocessing.active_children() == []  # its workers stopped or killed
@@ -155,17 +155,24 @@ def test_timeout_must_be_a_positive_number_of_seconds(capsys, command, value):
     assert exc.value.code == 2 and "positive number of seconds" in capsys.readouterr().err
 
 
-def test_repro_caps_a_cell_on_a_gpu_only_unless_told(monkeypatch):
-    """On a GPU max-autotune compiles unbind_mean for minutes: repro's cells run in a worker under
-    REPRO_GPU_CELL_TIMEOUT_S there; on the CPU in this process; ``--timeout none`` or S overrides both."""
+def test_repro_caps_a_cell_by_device_unless_told(monkeypatch):
+    """unbind_mean compiles for minutes: repro's cells run in a worker under REPRO_GPU_CELL_TIMEOUT_S on a GPU, its
+    compiled cells under REPRO_CPU_CELL_TIMEOUT_S on the CPU, with fewer calls there; ``--timeout none`` or S
+    overrides both; ``run`` keeps its own defaults everywhere."""
     from jaggedperf.cli import lab
-    from jaggedperf.cli._args import timeout_from_args
+    from jaggedperf.cli._args import resolve_device_defaults, timeout_from_args
     from jaggedperf.cli import build_parser
 
     parser = build_parser()
     default = parser.parse_args(["repro"])
     assert timeout_from_args(default, "cuda") == lab.REPRO_GPU_CELL_TIMEOUT_S
-    assert timeout_from_args(default, "cpu") is None
+    assert timeout_from_args(default, "cpu") == lab.REPRO_CPU_CELL_TIMEOUT_S
+    assert sorted(resolve_device_defaults(default, "cpu")) == ["attempts", "iters", "timeout", "warmup"]
+    assert (default.warmup, default.iters, default.attempts) == (3, 15, 2)
+    on_gpu = parser.parse_args(["repro"])
+    assert resolve_device_defaults(on_gpu, "cuda") == [] and (on_gpu.warmup, on_gpu.iters) == (50, 200)
+    given = parser.parse_args(["repro", "--iters", "200"])
+    assert "iters" not in resolve_device_defaults(given, "cpu") and given.iters == 200
     assert timeout_from_args(parser.parse_args(["repro", "--timeout", "none"]), "cuda") is None
     assert timeout_from_args(parser.parse_args(["repro", "--timeout", "7"]), "cpu") == 7.0
     run_default = parser.parse_args(["run", *SMALL])

@@ -154,6 +154,41 @@ def test_fail_on_regression_fails_when_nothing_could_be_compared(tmp_path, recor
     assert f"{len(failing)} cells are in both, none measured in both" in capsys.readouterr().err
 
 
+def test_fail_on_regression_fails_when_every_cell_is_unstable(tmp_path, record, capsys):
+    a = tmp_path / "a.json"
+    unstable = [replace(r, status="unstable") for r in record.results if r.case.dtype != "bfloat16"]
+    write_json(a, RunRecord(record.environment, unstable))
+    assert main(["compare", str(a), str(a)]) == 0  # not a gate: shows the unstable cells and passes
+    capsys.readouterr()
+    assert main(["compare", str(a), str(a), "--fail-on-regression"]) == 2
+    err = capsys.readouterr().err
+    assert f"{len(unstable)} cells are in both, {len(unstable)} of them unstable on a side and none judged" in err
+
+
+def test_compressed_results_files_are_read_by_every_command(tmp_path, small, capsys):
+    import gzip
+
+    import jaggedperf
+
+    plain = sweep_file(tmp_path / "sweep.jsonl", small)
+    packed = tmp_path / "sweep.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert len(jaggedperf.load(packed).rows()) == len(small.results)
+    assert main(["report", str(packed), "-o", str(tmp_path / "r.md"), "--no-plots"]) == 0
+    assert main(["compare", str(plain), str(packed)]) == 0
+    assert main(["plot", str(packed)]) == 0
+    assert (tmp_path / "sweep-plots").is_dir()  # named after the file it holds
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(gzip.compress(b"{}")[:12])
+    assert main(["report", str(broken), "-o", str(tmp_path / "b.md")]) == 2
+    assert "gzip-compressed, but cannot be decompressed" in capsys.readouterr().err
+    with pytest.raises(jaggedperf.lab.results.store.ResultsFileError, match="not a text file"):
+        (tmp_path / "binary").write_bytes(b"\xff\xfe")
+        jaggedperf.load(tmp_path / "binary")
+    with pytest.raises(jaggedperf.lab.results.store.ResultsFileError, match="gzip-compressed; results are appended"):
+        append_result(packed, small.results[0])
+
+
 @pytest.mark.parametrize("field,value", [("wall", {"median_ms": "fast"}), ("rel_error", "big"), ("kernel_names", 3),
                                          ("extra", [])])
 def test_a_wrongly_typed_field_is_one_clean_error_line(tmp_path, small, capsys, field, value):

@@ -130,7 +130,7 @@ def test_a_second_sweep_on_the_same_out_is_refused_naming_the_holder(tmp_path, c
         assert main(args) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"jaggedperf: error: another sweep (pid {holder.pid} on ")
-        assert f"is writing to {out} (it holds {out}.lock); wait for it to end, or give another --out" in err
+        assert f"is writing to {out} (it holds {out}.lock); wait for it to end, or give another --json" in err
         assert not out.exists()
     finally:
         holder.kill()
@@ -190,7 +190,7 @@ def test_a_resume_with_other_settings_is_refused_listing_them_unless_accepted(tm
     err = capsys.readouterr().err
     assert err == (f"jaggedperf: error: {out} was measured with other settings than these: iters: 2 in the file, "
                    "3 now; dynamic: null in the file, true now (--accept-settings to add to it anyway, or give "
-                   "another --out)\n")
+                   "another --json)\n")
     assert out.read_text() == before
     assert main([*args, "--seqlen", "10", "--warmup", "1", "--iters", "3", "--plan"]) == 0  # nothing to run: no check
     assert main([*grown, "--accept-settings"]) == 0

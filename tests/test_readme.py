@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from jaggedperf.lab.results import readme
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
@@ -46,7 +48,7 @@ def test_quickstart_runs_as_written(command):
 
 
 SCRIPT = "benchmarks/readme_figures.py"
-READ = ("seed-table-shape1.json", "seed-table-shape2.json", "doctor-seed.json.gz")  # what the script reads
+READ = ("seed-table-shape1.json", "seed-table-shape2.json", "doctor-seed.json.gz", "boundary-seed.json")  # read
 
 
 def _scratch_tree(tmp_path: Path, readme: str) -> Path:
@@ -73,7 +75,7 @@ def test_readme_blocks_are_what_the_committed_results_give():
 
 def test_readme_figures_rewrites_a_drifted_block_and_only_its_blocks_and_draws_the_figure(tmp_path):
     pytest.importorskip("matplotlib")
-    drifted = README.replace("| sum_padded | 0.155 |", "| sum_padded | 0.100 |")
+    drifted = README.replace("| sum_padded | 0.155†‡ |", "| sum_padded | 0.100 |")
     assert drifted != README
     tree = _scratch_tree(tmp_path, drifted)
     done = _run_script(tree)
@@ -83,17 +85,59 @@ def test_readme_figures_rewrites_a_drifted_block_and_only_its_blocks_and_draws_t
     assert (tree / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_readme_figures_render_every_block_from_the_committed_results():
+    drifted = README.replace("| sum_padded | 0.155†‡ |", "| sum_padded | 0.100 |")
+    assert drifted != README
+    record = readme.seed_record(ROOT)
+    assert readme.render(drifted, readme.blocks(ROOT, record)) == README
+    empty = readme.render("".join(f"<!-- {name}:begin -->\n<!-- {name}:end -->\n" for name in
+                                  ("headline", "repro", "doctor")), readme.blocks(ROOT, record))
+    assert "| jaggedperf_njt | 0.172†‡ |" in empty and "- `sum_padded`†‡: slower by" in empty
+    assert "| B512-M64-L100-s0.1 | jaggedperf_njt | 0.021†‡ | 0.587†‡ (0.04×) | 0.131† (0.16×) |" in empty
+    with pytest.raises(ValueError, match="no <!-- headline:begin -->"):
+        readme.render("no markers", readme.blocks(ROOT, record))
+
+
 def test_readme_figures_refuses_a_readme_without_its_markers(tmp_path):
     done = _run_script(_scratch_tree(tmp_path, "no markers\n"), "--check")
-    assert done.returncode != 0 and "no <!-- repro:begin -->" in done.stderr
+    assert done.returncode == 2 and "has no <!-- headline:begin -->" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
-def test_readme_doctor_verdicts_are_what_todays_code_diagnoses_from_the_recorded_evidence():
+def test_readme_doctor_verdicts_are_what_todays_code_diagnoses_from_the_recorded_evidence(monkeypatch):
     """The doctor block is the recorded evidence diagnosed by today's verdicts (``doctor --from``)."""
-    from jaggedperf.lab.doctor import saved, verdicts
+    from jaggedperf.lab.doctor import verdicts
 
-    record = verdicts.diagnose_run(saved.load_evidence(ROOT / "benchmarks" / "results" / "h200" / "doctor-seed.json.gz"))
-    first = record.diagnoses[0].case_label
-    wanted = [f"- `{d.implementation}`: {d.verdict}" for d in record.diagnoses if d.case_label == first]
-    block = [line for line in _block("doctor").splitlines() if line.startswith("- `")]
-    assert block == wanted
+    monkeypatch.setattr(verdicts, "verdict", lambda e, delta, parts: f"reworded: {delta:+.0f} µs")
+    block = readme.doctor_block(ROOT, readme.DOCTOR, set())
+    assert "- `sum_padded`†: reworded: +101 µs" in block and "slower by" not in block
+
+
+def test_every_figure_the_readme_tables_show_is_stable_and_agreed_or_marked():
+    """Each table's figures come from a committed results file; a figure shown without a mark was judged stable by its
+    run (the headline's: by today's stats, from its samples) and agrees, within the spreads, with every other table
+    showing the same cell."""
+    record = readme.seed_record(ROOT)
+    cells = readme.shown(ROOT, record)
+    assert {c.table for c in cells} == {"headline", "repro", "doctor"}
+    disagree = readme.disagreeing(cells)
+    for path in (readme.HEADLINE, *readme.SEED_TABLES, readme.DOCTOR):
+        assert (ROOT / path).is_file() and str(path) in README
+    for c in cells:
+        mark = readme.marks(c, disagree)
+        if not mark:
+            assert c.stable is True, c
+            assert all(readme.agree(c, o) for o in cells if o.key == c.key), c
+        assert f"{c.median_ms:.3f}{mark}" in README or c.table == "doctor", c  # the doctor's figures are in µs prose
+
+
+def test_two_figures_agree_when_their_spreads_overlap():
+
+    def fig(median, p20=None, p80=None, table="a"):
+        return readme.Shown(table, "i", "eager", "c", median, p20, p80, True)
+
+    assert readme.agree(fig(0.127, 0.122, 0.138), fig(0.135, 0.130, 0.150, "b"))
+    assert not readme.agree(fig(0.021, 0.019, 0.027), fig(0.040, table="b"))  # the headline vs the repro table
+    assert readme.agree(fig(1.00), fig(1.08)) and not readme.agree(fig(1.00), fig(1.2))  # no spreads: within 10%
+    a, b = fig(0.021, 0.019, 0.027), fig(0.040, table="b")
+    assert readme.disagreeing([a, b]) == {a, b} and readme.marks(a, {a}) == "‡"

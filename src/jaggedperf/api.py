@@ -271,7 +271,7 @@ def measure(fn: Callable, *args, name: str | None = None, modes: str | Iterable[
 
 def load(path: str | os.PathLike) -> Results:
     """Any results file: a run's JSON document, a sweep's JSON lines, or a doctor's JSON (its cells' eager,
-    compiled, plain-twin, boundary and CUDA-graph results).
+    compiled, plain-twin, boundary and CUDA-graph results); plain or gzip-compressed (``.json.gz``, ``.jsonl.gz``).
 
     Args:
         path: the file.
@@ -283,16 +283,14 @@ def load(path: str | os.PathLike) -> Results:
         jaggedperf.lab.results.store.ResultsFileError: the file cannot be read as results.
     """
     from jaggedperf.lab.result import Result, RunRecord
-    from jaggedperf.lab.results.store import ResultsFileError, read_results
+    from jaggedperf.lab.results.store import ResultsFileError, read_results, read_text
 
     path = Path(path)
-    try:
-        head = path.read_text(encoding="utf-8")[:1 << 16]
-    except OSError:
-        head = ""
+    text = read_text(path)  # plain or gzip-compressed; a ResultsFileError names what is wrong
+    head = text[:1 << 16]
     if '"cells"' in head and '"evidence"' in head:
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            doc = json.loads(text)
             results = [Result.from_dict(d) for cell in doc["cells"] for d in _doctor_results(cell["evidence"])]
         except (ValueError, KeyError, TypeError) as exc:
             raise ResultsFileError(f"{path}: not a doctor results file ({exc})") from None

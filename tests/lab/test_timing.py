@@ -154,14 +154,34 @@ def test_a_steady_load_is_caught_by_watching_the_machine(monkeypatch):
     monkeypatch.setattr(timing.torch, "get_num_threads", lambda: 1)  # the runner's default for CPU cells
     seen = iter([1.9, 1.95, 0.3])  # other processes' CPUs during each attempt: busy, busy, then quiet
     monkeypatch.setattr(timing.CpuLoad, "other_cpus", lambda self, window=0.0: next(seen))
-    wall, st = timing.measure_wall(lambda: None, CPU, warmup=0, iters=50, policy=stats.Policy(attempts=3))
+    strict = stats.Policy(attempts=3, load_effect=False)  # the load alone counts
+    wall, st = timing.measure_wall(lambda: None, CPU, warmup=0, iters=50, policy=strict)
     assert st.stable and st.attempts == 3 and st.other_cpu == 0.3 and st.contended is None
     assert [h["contended"] for h in st.history] == [True, True, False]
     seen = iter([1.9, 1.8])
-    wall, st = timing.measure_wall(lambda: None, CPU, warmup=0, iters=50, policy=stats.Policy(attempts=2))
+    wall, st = timing.measure_wall(lambda: None, CPU, warmup=0, iters=50, policy=stats.Policy(attempts=2,
+                                                                                               load_effect=False))
     assert not st.stable and st.contended.startswith("CPU contended: other processes kept 1.80 of 2 CPUs busy")
     assert st.reasons == [st.contended, "after 2 attempts"] and st.iqr_rel < 0.1
     assert stats.contended(1.9, 2, 1, stats.Policy(cpu_slack=None)) is None  # judged only when asked
     # a busy loop on the other vCPU of a 2-vCPU machine: half its spare CPU plus the slack is all it may use
     assert stats.contended(1.0, 2, 1, stats.Policy()) is not None and stats.contended(0.7, 2, 1, stats.Policy()) is None
     assert stats.contended(0.3, 16, 1, stats.Policy()) is None and stats.contended(7.8, 16, 1, stats.Policy())
+
+
+def test_a_busy_machine_counts_where_it_slowed_the_host_probe(monkeypatch):
+    # the default rule: a loaded attempt is judged by its effect, a fixed host probe against its fastest here
+    monkeypatch.setattr(timing, "clock", FakeClock(steady(1.0)))
+    monkeypatch.setattr(timing, "machine_cpus", lambda: 2)
+    monkeypatch.setattr(timing.torch, "get_num_threads", lambda: 1)
+    monkeypatch.setattr(timing.CpuLoad, "other_cpus", lambda self, window=0.0: 1.7)  # always busy
+    monkeypatch.setattr(timing, "_fastest_probe_us", None)
+    probes = iter([2.0, 2.0, 2.1, 2.1])  # the first level, then 5% slower: the load left this core alone
+    monkeypatch.setattr(timing, "host_speed_us", lambda: next(probes))
+    wall, st = timing.measure_wall(lambda: None, CPU, warmup=0, iters=50, policy=stats.Policy(attempts=3))
+    assert st.stable and st.attempts == 1 and st.contended is None and st.other_cpu == 1.7
+    assert st.history[0]["probe_slowdown"] == pytest.approx(0.05)
+    probes = iter([3.0] * 6)  # 50% slower than its fastest (2.0) on every attempt: the load slowed this core
+    wall, st = timing.measure_wall(lambda: None, CPU, warmup=0, iters=50, policy=stats.Policy(attempts=3))
+    assert not st.stable and st.attempts == 3
+    assert "a fixed host probe ran 50% slower than its fastest" in st.contended and "quieter machine" in st.contended

@@ -25,39 +25,40 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def version_text() -> str:
-    """``jaggedperf X (torch Y, triton Z, Python W)``: the versions a bug report needs."""
+    """``jaggedperf X (torch Y, triton Z, Python W)``: the versions a bug report needs, from the installed packages'
+    metadata (importing torch to ask would cost seconds of every ``--help``)."""
     import platform
     from importlib import metadata
 
-    import torch
+    def installed(name: str, missing: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return missing
 
-    try:
-        ours = metadata.version("jaggedperf")
-    except metadata.PackageNotFoundError:  # run from a source tree without pip install
-        ours = "(not installed: from source)"
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "none"
-    return f"jaggedperf {ours} (torch {torch.__version__}, triton {triton_version}, Python {platform.python_version()})"
+    ours = installed("jaggedperf", "(not installed: from source)")  # a source tree without pip install
+    torch_version = installed("torch", "none")
+    triton_version = installed("triton", "none")
+    if triton_version == "none":  # some CUDA builds of torch ship Triton as pytorch-triton
+        triton_version = installed("pytorch-triton", "none")
+    return f"jaggedperf {ours} (torch {torch_version}, triton {triton_version}, Python {platform.python_version()})"
 
 
-def _quiet_torch_noise() -> None:
-    """torch logs a few warnings on every compile that say nothing about the measurement."""
-    import logging
-
-    for name in ("torch.fx._symbolic_trace",):
-        logging.getLogger(name).setLevel(logging.ERROR)
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, except that a flag the command does not know is refused by that command's parser:
+    its usage line, not the top level's, is what helps (``jaggedperf run --itres``)."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     from jaggedperf.cli._args import EXIT_INTERRUPTED
 
     try:
-        args = build_parser().parse_args(argv)
-        _quiet_torch_noise()
+        args = parse(build_parser(), argv)
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:  # a command that measures says itself what it kept; this is before or after that
         print("interrupted: nothing was being measured; outputs are written whole or not at all", file=sys.stderr)

@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import TYPE_CHECKING
 
-import torch
-
+from jaggedperf.cli._defaults import DEFAULT_BYTE_LIMIT, DEFAULT_SEED, DISTRIBUTIONS, METRICS
 from jaggedperf.cli._names import choice
-from jaggedperf.inputs import DEFAULT_SEED, DISTRIBUTIONS, Case, canonical_dtype
-from jaggedperf.lab import grid, stats
-from jaggedperf.lab.grid import SEED_CASES  # noqa: F401  (the seed's shapes, for repro)
+from jaggedperf.lab import stats
 from jaggedperf.lab.plugins import PLUGINS_ENV
-from jaggedperf.lab.results.tables import METRICS
-from jaggedperf.lab.results.atomic import check_writable
-from jaggedperf.lab.runner import DEFAULT_BYTE_LIMIT, Options
+
+if TYPE_CHECKING:  # imported where used: building the parsers imports no torch (``_defaults``)
+    import torch
+
+    from jaggedperf.inputs import Case
+    from jaggedperf.lab.runner import Options
 
 SEED_IMPLEMENTATIONS = ("unbind_mean", "nanmean_padded", "sum_padded")
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
@@ -110,12 +111,39 @@ def axis(parse):
     return parse_arg
 
 
+def _int_values(text: str) -> list:
+    from jaggedperf.lab import grid
+
+    return grid.int_values(text)
+
+
+def _float_values(text: str) -> list:
+    from jaggedperf.lab import grid
+
+    return grid.float_values(text)
+
+
+def _canonical_dtype(text: str) -> str:
+    from jaggedperf.inputs import canonical_dtype
+
+    return canonical_dtype(text)
+
+
+class _Presets:
+    """``grid.PRESETS``' names, read when a flag is parsed (a preset added to it is taken), not when the parser is built."""
+
+    def __iter__(self):
+        from jaggedperf.lab import grid
+
+        return iter(grid.PRESETS)
+
+
 # One type object per kind of value: the grammar test compares types by identity.
-INT_AXIS, FLOAT_AXIS = axis(grid.int_values), axis(grid.float_values)
-DTYPES = _each(canonical_dtype)
+INT_AXIS, FLOAT_AXIS = axis(_int_values), axis(_float_values)
+DTYPES = _each(_canonical_dtype)
 DISTRIBUTION_NAMES = _each(choice("distribution", DISTRIBUTIONS))
 METRIC_NAMES = _each(choice("metric", METRICS))
-PRESET = choice("preset", grid.PRESETS)  # read when parsing: a preset added to grid.PRESETS is taken
+PRESET = choice("preset", _Presets())
 NAMES = comma_list
 
 
@@ -181,7 +209,7 @@ def add_dtype_argument(g) -> None:
 
 def canonical_dtype_arg(text: str) -> str:
     try:
-        return canonical_dtype(text)
+        return _canonical_dtype(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -193,6 +221,8 @@ def cases_from_args(args: argparse.Namespace, preset: str | None = None) -> list
     Raises:
         ValueError: an axis missing, or a value out of range.
     """
+    from jaggedperf.lab import grid
+
     axes = {name: getattr(args, name, None) for name in grid.AXES}
     return grid.expand(getattr(args, "preset", None) or preset, **axes)
 
@@ -217,35 +247,57 @@ def seconds_or_none(text: str) -> float | None:
     return None if text.strip().lower() == "none" else positive_seconds(text)
 
 
-class _DeviceDefault:
-    """Unset --timeout on a command whose default depends on the device (repro's, on a GPU). Not a string:
-    argparse would pass a string default through the option's type."""
+class ByDevice:
+    """A flag's default that depends on where the cells run (repro's: the seed's method on a GPU, a shorter one on the
+    CPU, where the seed's 200 calls of 30 cells and minutes-long compiles would take half an hour). Not a string:
+    argparse would pass a string default through the option's type. ``resolve_device_defaults`` replaces it."""
+
+    def __init__(self, gpu, cpu):
+        self.gpu, self.cpu = gpu, cpu
+
+    def on(self, device_type: str):
+        return self.gpu if device_type == "cuda" else self.cpu
 
     def __repr__(self) -> str:
-        return "device-default"
+        return f"{self.gpu!r} on a GPU, {self.cpu!r} on the CPU"
 
 
-DEVICE_DEFAULT = _DeviceDefault()
-
-
-def add_run_arguments(p: argparse.ArgumentParser, *, gpu_timeout_s: float | None = None) -> None:
+def add_run_arguments(p: argparse.ArgumentParser, *, by_device: dict[str, ByDevice] | None = None) -> None:
     """The measurement, isolation and output arguments of repro and run.
 
     Args:
-        gpu_timeout_s: the default cell timeout when the cells run on a GPU (None: no timeout anywhere).
+        by_device: defaults that depend on the device, by dest (``warmup``, ``iters``, ``timeout``: seconds, or None
+            for no timeout); the rest as ``add_timing_arguments``. A timeout runs the cells in worker processes.
     """
-    add_measurement_arguments(p)
-    default = (f"{gpu_timeout_s:g} s on a GPU, where a cell runs in a worker process; on the CPU no timeout, "
-               "every cell in this process" if gpu_timeout_s is not None
-               else "no timeout, every cell in this process")
-    add_timeout_argument(p.add_argument_group("isolation"), default=DEVICE_DEFAULT if gpu_timeout_s is not None else None,
+    by_device = by_device or {}
+    add_measurement_arguments(p, by_device=by_device)
+    timeout = by_device.get("timeout")
+    default = ("no timeout, every cell in this process" if timeout is None else
+               f"{_seconds_text(timeout.gpu)} on a GPU, {_seconds_text(timeout.cpu)} on the CPU, each cell in a worker "
+               "process")
+    add_timeout_argument(p.add_argument_group("isolation"), default=timeout,
                          more="given, the cells run in worker processes (one per GPU, or one on the CPU), as sweep's do",
                          default_text=default)
-    p.set_defaults(gpu_timeout_s=gpu_timeout_s)
     g = p.add_argument_group("output")
     add_json_argument(g, "write every raw number and the environment, rewritten as each cell finishes")
     g.add_argument("--csv", nargs="?", const="-", metavar="PATH",
                    help="results as CSV, one row per cell; without PATH (or -), to stdout in place of the tables")
+
+
+def _seconds_text(value) -> str:
+    return "no timeout" if value is None else f"{value:g} s"
+
+
+def resolve_device_defaults(args: argparse.Namespace, device_type: str) -> list[str]:
+    """Replace every ``ByDevice`` default in ``args`` by its value on ``device_type``; the dests that took a CPU value
+    other than the GPU's (what a run on the CPU should say it shrank)."""
+    changed = []
+    for dest, value in vars(args).items():
+        if isinstance(value, ByDevice):
+            setattr(args, dest, value.on(device_type))
+            if device_type != "cuda" and value.cpu != value.gpu:
+                changed.append(dest)
+    return changed
 
 
 def add_timeout_argument(g, *, default, default_text: str, more: str = "") -> None:
@@ -257,9 +309,11 @@ def add_timeout_argument(g, *, default, default_text: str, more: str = "") -> No
 
 def add_json_argument(g, what: str, *, required: bool = False, hidden: tuple[str, ...] = (),
                       metavar: str = "PATH") -> None:
-    """``--json PATH``: the results file a command writes (``what`` it holds), with old ``hidden`` spellings."""
-    g.add_argument("--json", metavar=metavar, required=required and not hidden,
-                   help=f"JSON output: {what}")
+    """``--json PATH``: the results file a command writes (``what`` it holds), with old ``hidden`` spellings; a
+    ``required`` one is shown required in the usage line even with its old spellings (one of them must be given)."""
+    if required and hidden:
+        g = g.add_mutually_exclusive_group(required=True)
+    g.add_argument("--json", metavar=metavar, required=required and not hidden, help=f"JSON output: {what}")
     if hidden:
         g.add_argument(*hidden, dest="json", metavar=metavar, help=argparse.SUPPRESS)
 
@@ -271,28 +325,30 @@ def add_flush_argument(g, *, default: bool, why: str) -> None:
 
 def timeout_from_args(args: argparse.Namespace, device_type: str) -> float | None:
     """The cell timeout in seconds that ``--timeout`` asked for on ``device_type``, or None for no timeout."""
-    if args.timeout is DEVICE_DEFAULT:
-        return args.gpu_timeout_s if device_type == "cuda" else None
-    return args.timeout
+    return args.timeout.on(device_type) if isinstance(args.timeout, ByDevice) else args.timeout
 
 
-def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
-    """How each cell is measured (read back by ``options_from_args``)."""
+def add_measurement_arguments(p: argparse.ArgumentParser, *, by_device: dict | None = None) -> None:
+    """How each cell is measured (read back by ``options_from_args``); ``by_device`` as ``add_timing_arguments``."""
     g = p.add_argument_group("measurement")
-    add_timing_arguments(g)
+    add_timing_arguments(g, by_device=by_device)
     add_flush_argument(g, default=True, why="the device time of a cold cache, as do_bench")
     g.add_argument("--no-device-time", action="store_true", help="wall time only (no graph replay, no profiler)")
-    add_stability_arguments(g)
+    add_stability_arguments(g, by_device=by_device)
 
 
-def add_timing_arguments(g) -> None:
+def add_timing_arguments(g, *, by_device: dict | None = None) -> None:
     """Device, warm-up, timed calls and byte limit: what every measuring command (run, repro, doctor, sweep)
-    takes alike."""
+    takes alike. ``by_device``: ``ByDevice`` defaults for ``warmup`` and ``iters`` (the seed's, 50 and 200, on a GPU)."""
+    by_device = by_device or {}
     g.add_argument("--device", choices=["cuda", "cpu"], help="where the cells run (default: cuda when a GPU is "
                                                                "present, else cpu)")
-    g.add_argument("--warmup", type=non_negative_int, default=50, help="warm-up calls before timing (default: 50, "
-                                                                         "the seed's)")
-    g.add_argument("--iters", type=positive_int, default=200, help="timed calls (default: 200, the seed's)")
+    warmup, iters = by_device.get("warmup"), by_device.get("iters")
+    g.add_argument("--warmup", type=non_negative_int, default=warmup or 50,
+                   help="warm-up calls before timing (default: 50, the seed's" +
+                        (f", on a GPU; {warmup.cpu} on the CPU)" if warmup else ")"))
+    g.add_argument("--iters", type=positive_int, default=iters or 200,
+                   help="timed calls (default: 200, the seed's" + (f", on a GPU; {iters.cpu} on the CPU)" if iters else ")"))
     g.add_argument("--byte-limit", type=byte_size, default=DEFAULT_BYTE_LIMIT,
                    help="skip a cell whose largest tensor passes this (default: 8GB)")
     g.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
@@ -302,8 +358,13 @@ def positive_fraction(text: str) -> float:
     return _positive_float(text, "a positive fraction (e.g. 0.1 for 10%)")
 
 
-def add_stability_arguments(g) -> None:
-    """CPU threads and when a cell is measured again, then marked unstable (read by ``apply_stability_arguments``)."""
+CPU_LOAD_RULES = ("effect", "share", "ignore")  # how a busy machine counts (--cpu-load; stats.Policy.load_effect)
+
+
+def add_stability_arguments(g, *, by_device: dict | None = None) -> None:
+    """CPU threads and when a cell is measured again, then marked unstable (read by ``apply_stability_arguments``);
+    ``by_device``: a ``ByDevice`` default for ``attempts``."""
+    attempts = (by_device or {}).get("attempts")
     g.add_argument("--threads", type=positive_int, default=1, metavar="N",
                    help="torch's CPU threads for CPU cells, recorded in every result (default: 1)")
     policy = stats.Policy()
@@ -312,14 +373,22 @@ def add_stability_arguments(g) -> None:
     g.add_argument("--max-drift", type=positive_fraction, default=policy.max_drift_rel, metavar="F",
                    help="... or whose first and last thirds' medians differ by more than F of the median "
                         f"(default: {policy.max_drift_rel:g})")
-    g.add_argument("--attempts", type=positive_int, default=policy.attempts, metavar="N",
-                   help=f"measurements of a cell at most before it is marked unstable (default: {policy.attempts})")
+    g.add_argument("--attempts", type=positive_int, default=attempts or policy.attempts, metavar="N",
+                   help=f"measurements of a cell at most before it is marked unstable (default: {policy.attempts}"
+                        + (f", on a GPU; {attempts.cpu} on the CPU)" if attempts else ")"))
+    g.add_argument("--cpu-load", choices=CPU_LOAD_RULES, default="effect",
+                   help="when other processes keep the CPUs busy while a cell is timed: effect: the cell is measured "
+                        "again, then marked unstable, only where a fixed host probe ran more than --max-iqr slower than "
+                        "its fastest (the load slowed this core); share: wherever the load passed half the spare CPUs; "
+                        "ignore: recorded, never judged (default: effect)")
 
 
 def apply_stability_arguments(args: argparse.Namespace, opts: Options) -> Options:
     """``opts`` with the threads and stability policy of ``add_stability_arguments``' flags."""
     opts.threads = args.threads
-    opts.stability = stats.Policy(args.max_iqr, args.max_drift, args.attempts)
+    rule = getattr(args, "cpu_load", "effect")
+    opts.stability = stats.Policy(args.max_iqr, args.max_drift, args.attempts,
+                                  cpu_slack=None if rule == "ignore" else stats.CPU_SLACK, load_effect=rule == "effect")
     return opts
 
 
@@ -333,6 +402,8 @@ def print_error(err, problem) -> None:
 def unwritable(*paths) -> str | None:
     """Why one of the output ``paths`` (None: not asked for) cannot be written, or None; checked before a
     command measures anything, so that its results are not lost at the end (``atomic.check_writable``)."""
+    from jaggedperf.lab.results.atomic import check_writable
+
     for path in paths:
         if path is None:
             continue
@@ -346,6 +417,8 @@ def unwritable(*paths) -> str | None:
 
 def device_from_args(args: argparse.Namespace) -> torch.device | None:
     """``--device`` as a torch.device (None: the best present); exits when it asks for CUDA and there is none."""
+    import torch
+
     device = torch.device(args.device) if args.device else None
     if device is not None and device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("jaggedperf: error: --device cuda, but no CUDA GPU is available")
@@ -353,10 +426,23 @@ def device_from_args(args: argparse.Namespace) -> torch.device | None:
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
+    """The measurement flags as ``Options``, every ``ByDevice`` default resolved for the device the cells run on."""
+    from jaggedperf.lab.runner import Options, default_device
+
     device = device_from_args(args)
+    resolve_device_defaults(args, (device or default_device()).type)
     opts = Options(warmup=args.warmup, iters=args.iters, byte_limit=args.byte_limit,
                    flush_l2=args.flush_l2, device_time=not args.no_device_time,
                    dynamic=True if args.dynamic else None)
     if device is not None:
         opts.device = device
     return apply_stability_arguments(args, opts)
+
+
+def __getattr__(name: str):
+    # SEED_CASES (the seed's shapes, for repro and the tests) from its owner, when asked for
+    if name == "SEED_CASES":
+        from jaggedperf.lab.grid import SEED_CASES
+
+        return SEED_CASES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,10 +9,9 @@ import argparse
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from jaggedperf.impls.registry import get_op, implementation_names
+from jaggedperf.cli._defaults import METRICS
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab.plugins import import_plugins, plugin_names
-from jaggedperf.lab.results.tables import METRICS
 from jaggedperf.names import unknown_message
 
 
@@ -61,7 +60,13 @@ class Selection:
     plugins: tuple[str, ...] = ()
 
 
-def select(args: argparse.Namespace, *, default_impls=implementation_names, default_modes: Sequence[str] = (),
+def _implementation_names(op: str) -> list[str]:
+    from jaggedperf.impls.registry import implementation_names
+
+    return implementation_names(op)
+
+
+def select(args: argparse.Namespace, *, default_impls=_implementation_names, default_modes: Sequence[str] = (),
            allowed_modes: Sequence[str] = modes_mod.MODES) -> Selection:
     """Import the plugins (``--plugin``, ``$JAGGEDPERF_PLUGINS``), then check the names the command was given.
 
@@ -78,7 +83,7 @@ def select(args: argparse.Namespace, *, default_impls=implementation_names, defa
     """
     plugins = tuple(plugin_names(getattr(args, "plugin", None) or ()))
     import_plugins(plugins)
-    from jaggedperf.impls.registry import OPS
+    from jaggedperf.impls.registry import OPS, get_op, implementation_names  # after the plugins: they may add ops
 
     op = check_names("op", [args.op], sorted(OPS))[0]
     valid_impls = implementation_names(op)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -28,17 +29,28 @@ from jaggedperf.cli._args import (
     unwritable,
 )
 from jaggedperf.cli._names import select
+from jaggedperf.cli._defaults import DOCTOR_COMPILE_BUDGET_S
 from jaggedperf.cli.lab import _footer, console
-from jaggedperf.impls.registry import implementation_names
-from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
-from jaggedperf.lab.doctor import attribution, evidence, gather, saved, verdicts
-from jaggedperf.lab.env import environment
 from jaggedperf.lab.plugins import PluginError
-from jaggedperf.lab.result import OK, TIMED
-from jaggedperf.lab.results.atomic import write_json
-from jaggedperf.lab.results.store import ResultsFileError
-from jaggedperf.lab.runner import Options
+
+if TYPE_CHECKING:
+    from jaggedperf.inputs import Case
+
+
+def _imports() -> None:
+    """Import what the handlers measure and render with (torch among it) into this module's globals, once: building
+    the parsers (``--help``) must not import it (``jaggedperf.cli``); every handler calls this first."""
+    global implementation_names, attribution, evidence, gather, saved, verdicts, environment, OK, TIMED, write_json
+    global ResultsFileError, Options
+    from jaggedperf.impls.registry import implementation_names
+    from jaggedperf.lab.doctor import attribution, evidence, gather, saved, verdicts
+    from jaggedperf.lab.env import environment
+    from jaggedperf.lab.result import OK, TIMED
+    from jaggedperf.lab.results.atomic import write_json
+    from jaggedperf.lab.results.store import ResultsFileError
+    from jaggedperf.lab.runner import Options
+
 
 OP = "jagged_mean"
 CASE_FLAGS = ("B", "M", "seqlen", "sparsity")
@@ -66,10 +78,10 @@ def register(sub) -> None:
     add_flush_argument(g, default=False, why="as in the wall loop, so that host = wall − device compares like with "
                                             "like")
     g.add_argument("--no-cudagraphs", action="store_true", help="skip the CUDA-graph comparison (saves two cells)")
-    g.add_argument("--compile-budget", type=float, default=gather.DEFAULT_COMPILE_BUDGET_S, metavar="S",
+    g.add_argument("--compile-budget", type=float, default=DOCTOR_COMPILE_BUDGET_S, metavar="S",
                    help="when a compiled cell takes longer than S seconds to compile, skip its extra compiles "
                         "(plain twin, boundary, CUDA-graph counterpart); a negative S means no limit "
-                        f"(default: {gather.DEFAULT_COMPILE_BUDGET_S:g})")
+                        f"(default: {DOCTOR_COMPILE_BUDGET_S:g})")
     add_stability_arguments(g)
     g = p.add_argument_group("output")
     add_json_argument(g, "every piece of evidence, the diagnoses and the environment, rewritten as each cell finishes")
@@ -87,6 +99,7 @@ def doctor_implementations(op: str) -> list[str]:
     Raises:
         KeyError: an unknown op.
     """
+    _imports()
     names = implementation_names(op)
     return list(SEED_IMPLEMENTATIONS) if op == OP else names
 
@@ -103,6 +116,7 @@ def doctor_cases(args: argparse.Namespace) -> list[Case]:
 
 
 def doctor_options(args: argparse.Namespace) -> Options:
+    _imports()
     device = device_from_args(args)
     opts = Options(warmup=args.warmup, iters=args.iters, byte_limit=args.byte_limit, flush_l2=args.flush_l2,
                    profile_calls=args.profile_calls, dynamic=True if args.dynamic else None, trace_dir=args.trace_dir)
@@ -112,6 +126,7 @@ def doctor_options(args: argparse.Namespace) -> Options:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    _imports()
     out, err = console(), Console(stderr=True)
     if args.from_json:
         return rediagnose(args, out, err)

@@ -1,13 +1,17 @@
-"""repro | run | list: plan cells, run them with a progress bar, print the tables, write JSON/CSV.
+"""repro | run | list: plan cells, run them with a progress line per cell, print the tables, write JSON/CSV.
 
 repro and run run their cells in this process, or, with ``--timeout``, through the sweep's engine
-(``sweep.run_isolated``): one worker process per GPU (one on the CPU), each cell under the timeout.
+(``sweep.run_isolated``): one worker process per GPU (one on the CPU), each cell under the timeout, case by case
+(``lab.budget``: a cell cut at one case is not tried at the next). repro's defaults depend on the device
+(``REPRO_DEFAULTS``): on the CPU fewer calls and a compile budget, under which only compiled cells run in a worker.
 Everything before and after the running is shared."""
 
 from __future__ import annotations
 
 import argparse
 import functools
+import time
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,6 +20,7 @@ from rich.table import Table
 
 from jaggedperf.cli._args import (
     EXIT_INTERRUPTED,
+    ByDevice,
     SEED_IMPLEMENTATIONS,
     add_case_arguments,
     add_dtype_argument,
@@ -30,21 +35,42 @@ from jaggedperf.cli._args import (
     unwritable,
 )
 from jaggedperf.cli._names import Selection, select
-from jaggedperf.impls.registry import OPS, get_op, implementation_names
 from jaggedperf.lab import modes as modes_mod
-from jaggedperf.lab import runner, sweep
 from jaggedperf.lab.plugins import PluginError
-from jaggedperf.lab.result import RunRecord
-from jaggedperf.lab.results import tables
-from jaggedperf.lab.results.atomic import csv_text, write_csv, write_json
-from jaggedperf.lab.results.markdown import load_text
+
+if TYPE_CHECKING:
+    from jaggedperf.lab.result import RunRecord
+
+# The modules that measure and render import torch: each handler imports them when it runs, so that building the
+# parsers (``--help``) does not (``jaggedperf.cli``). ``lab.runner`` and the like still resolve, for the tests.
+_LAZY = {"runner": "jaggedperf.lab.runner", "sweep": "jaggedperf.lab.sweep", "budget": "jaggedperf.lab.budget",
+         "tables": "jaggedperf.lab.results.tables"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(_LAZY[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 OP = "jagged_mean"
 # repro's modes: the seed's finding (its compiled mode slower than eager) and the remedy in the same torch mode.
 REPRO_MODES = (modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE, modes_mod.boundary_twin(modes_mod.SEED_COMPILED_MODE))
-# On a GPU, max-autotune compiles unbind_mean's B unrolled means for minutes: repro caps a cell (compile
-# included) so that the one command finishes, and records the cell as timed out with its limit.
-REPRO_GPU_CELL_TIMEOUT_S = 60.0
+# unbind_mean's compiled cells compile one mean per sequence, B = 512 unrolled, for minutes (on the CPU 64 s in
+# torch.compile, over 600 s through jaggedperf.compile, which compiles it again with unbacked lengths). repro caps a
+# cell, compile included, so that the one command finishes, and marks a cut cell with the budget it passed.
+# On a GPU the cap is sized for the seed's first row: torch.compile's unbind_mean compiled within 60 s in an earlier
+# H200 run and was cut at 60 s in the latest; 240 s leaves it room (not yet measured there).
+REPRO_GPU_CELL_TIMEOUT_S = 240.0
+# On the CPU, the seed's method (50 + 200 calls of 30 cells, compiles uncapped) took over 30 minutes: fewer calls, and
+# a budget meant to cut only unbind_mean's compiles: the others' cold compiles took 3-10 s on a 2-core machine with
+# other work on it, over 20 s only at a load of 7 (three test suites beside it).
+REPRO_CPU_CELL_TIMEOUT_S = 30.0
+REPRO_CPU_WARMUP, REPRO_CPU_ITERS, REPRO_CPU_ATTEMPTS = 3, 15, 2
+REPRO_DEFAULTS = {"warmup": ByDevice(50, REPRO_CPU_WARMUP), "iters": ByDevice(200, REPRO_CPU_ITERS),
+                  "attempts": ByDevice(3, REPRO_CPU_ATTEMPTS),
+                  "timeout": ByDevice(REPRO_GPU_CELL_TIMEOUT_S, REPRO_CPU_CELL_TIMEOUT_S)}
 
 
 def register(sub) -> None:
@@ -59,7 +85,7 @@ def register(sub) -> None:
     add_plugin_argument(p)
     add_dtype_argument(p.add_argument_group("cases (the seed's two shapes)"))
     add_table_arguments(p)
-    add_run_arguments(p, gpu_timeout_s=REPRO_GPU_CELL_TIMEOUT_S)
+    add_run_arguments(p, by_device=REPRO_DEFAULTS)
     p.set_defaults(handler=cmd_repro)
 
     p = sub.add_parser("run", help="run any cells: implementations × modes × cases",
@@ -85,6 +111,8 @@ def default_implementations(op: str) -> list[str]:
     Raises:
         KeyError: an unknown op.
     """
+    from jaggedperf.impls.registry import implementation_names
+
     names = implementation_names(op)
     if op != OP:
         return names
@@ -115,18 +143,29 @@ def _boundary_mode(modes: list[str], compiled_mode: str | None) -> str | None:
     return twin if twin in modes else None
 
 
-def execute(args, make_cases, *, default_impls=implementation_names, default_modes=()) -> int:
+def execute(args, make_cases, *, default_impls=None, default_modes=()) -> int:
+    from jaggedperf.impls.registry import implementation_names
+    from jaggedperf.lab import budget, runner, sweep
+    from jaggedperf.lab.results.atomic import csv_text, write_csv, write_json
+
+    default_impls = default_impls or implementation_names
     out, err = console(), Console(stderr=True)
     try:
         chosen = select(args, default_impls=default_impls, default_modes=default_modes)
         cells = runner.plan(chosen.op, make_cases(), chosen.impls, chosen.modes)
+        by_device = {dest for dest, value in vars(args).items() if isinstance(value, ByDevice)}
         options = options_from_args(args)
         timeout_s = timeout_from_args(args, options.device.type)
         run = runner.run
         if timeout_s is not None:
-            run = functools.partial(sweep.run_isolated, slots=sweep.worker_slots("all", args.device),
-                                    settings=sweep.Settings(timeout_s=timeout_s, plugins=chosen.plugins),
-                                    on_note=lambda note: err.print(f"[yellow]{escape(note)}[/yellow]", highlight=False))
+            isolated = functools.partial(sweep.run_isolated, slots=sweep.worker_slots("all", args.device),
+                                         settings=sweep.Settings(timeout_s=timeout_s, plugins=chosen.plugins),
+                                         on_note=lambda note: err.print(f"[yellow]{escape(note)}[/yellow]",
+                                                                        highlight=False))
+            # repro's own CPU budget is a compile budget: only compiled cells need a worker that can be killed
+            compile_budget = "timeout" in by_device and options.device.type == "cpu"
+            run = functools.partial(budget.run_case_by_case, isolated=isolated,
+                                    here=runner.run if compile_budget else None, isolate=_compiles)
     except (PluginError, KeyError, ValueError) as exc:
         print_error(err, exc)
         return 2
@@ -138,6 +177,8 @@ def execute(args, make_cases, *, default_impls=implementation_names, default_mod
     if options.device.type == "cpu":
         err.print("[yellow]No CUDA GPU in use: running on the CPU. The seed's table was measured on a GPU; "
                   "CPU numbers show the method, not the GPU finding.[/yellow]")
+        if by_device:
+            err.print(escape(cpu_defaults_note(options, timeout_s, by_device)), style="yellow", highlight=False)
     done: list = []
     try:
         record = run_with_progress(cells, options, err, save_to=args.json, run=run, done=done)
@@ -160,6 +201,24 @@ def execute(args, make_cases, *, default_impls=implementation_names, default_mod
     return 0
 
 
+def _compiles(cell) -> bool:
+    return modes_mod.is_compiled(cell.mode)
+
+
+def cpu_defaults_note(options, timeout_s: float | None, shrunk: set[str]) -> str:
+    """What a command whose defaults depend on the device (repro) shrank on the CPU, why, and how to undo it."""
+    parts = []
+    if {"warmup", "iters", "attempts"} & shrunk:
+        parts.append(f"{options.warmup} warm-up and {options.iters} timed calls a cell, measured at most "
+                     f"{options.stability.attempts} times (the seed's method, 50 and 200, and 3 attempts: --warmup 50 "
+                     "--iters 200 --attempts 3)")
+    if "timeout" in shrunk and timeout_s is not None:
+        parts.append(f"each compiled cell under a {timeout_s:g} s budget, compile included: a compile that passes it is "
+                     f"cut and shown as `cut > {timeout_s:g} s`, and not tried at the next shape (--timeout none waits "
+                     "for it)")
+    return "On the CPU, so that this finishes in minutes: " + "; ".join(parts) + "."
+
+
 def interrupted_line(finished: int, total: int, json_path: str | None) -> str:
     """The one line a run ends with on Ctrl-C: what was kept, and how to go on."""
     kept = (f"kept in {json_path}" if json_path else "not kept (--json PATH keeps each cell as it finishes)")
@@ -168,6 +227,8 @@ def interrupted_line(finished: int, total: int, json_path: str | None) -> str:
 
 
 def _print_tables(out: Console, record: RunRecord, chosen: Selection) -> None:
+    from jaggedperf.lab.results import tables
+
     compiled_mode = _compiled_mode(chosen.modes)
     boundary_mode = _boundary_mode(chosen.modes, compiled_mode)
     if compiled_mode:
@@ -185,6 +246,8 @@ def _print_tables(out: Console, record: RunRecord, chosen: Selection) -> None:
 
 def show(out: Console, table: Table) -> None:
     """Print ``table`` within the console's width (``tables.fit_width``), saying what was shortened or left out."""
+    from jaggedperf.lab.results import tables
+
     fitted = tables.fit_width(table, out.width)
     out.print(fitted.table)
     notes = ([tables.LEGEND] if fitted.shortened else []) + (
@@ -200,40 +263,68 @@ def console() -> Console:
     return c if c.is_terminal else Console(width=max(c.width, 160))
 
 
-def run_with_progress(cells, options, console: Console, save_to: str | None = None, run=runner.run,
+def run_with_progress(cells, options, console: Console, save_to: str | None = None, run=None,
                       done: list | None = None) -> RunRecord:
-    """``run`` (``runner.run`` or ``sweep.run_isolated``) with a progress bar; with ``save_to``, the JSON is rewritten
-    (atomically) after every cell; ``done`` (when given) gets each finished cell, for a caller interrupted."""
+    """``run`` (``runner.run``, ``sweep.run_isolated``, ``budget.run_case_by_case``) with a progress bar on a terminal
+    and one line per finished cell everywhere (a log too: a run of minutes is never silent); with ``save_to``, the
+    JSON is rewritten (atomically) after every cell; ``done`` (when given) gets each finished cell, for a caller
+    interrupted."""
+    from jaggedperf.lab import runner
+    from jaggedperf.lab.results.atomic import write_json
+
+    run = run or runner.run
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn()]
+    start = time.monotonic()
     with Progress(*columns, console=console, transient=True, disable=len(cells) < 2) as progress:
         task = progress.add_task("cells", total=len(cells))
+        finished = [0]
 
         def on_start(cell):
             progress.update(task, description=f"{cell.implementation} · {cell.mode} · {cell.case.label}")
 
-        def on_result(cell, record):
+        def on_result(result, record):
             progress.advance(task)
+            finished[0] += 1
+            progress.console.print(cell_line(result, finished[0], len(cells), time.monotonic() - start),
+                                   markup=False, highlight=False, soft_wrap=True)
             if done is not None:
-                done.append(cell)
+                done.append(result)
             if save_to:
                 write_json(save_to, record)
 
         return run(cells, options, on_start=on_start, on_result=on_result)
 
 
+def cell_line(result, finished: int, total: int, elapsed_s: float) -> str:
+    """``[3/30 0:41] nanmean_padded · eager · B512-M64-L100-s0.1: 22.7 ms, first call 0.0 s``: one finished cell."""
+    from jaggedperf.lab.results import tables
+
+    minutes, seconds = divmod(int(elapsed_s), 60)
+    what = tables.cell_summary(result)
+    return f"[{finished}/{total} {minutes}:{seconds:02d}] {result.implementation} · {result.mode} · " \
+           f"{result.case.label}: {what}"
+
+
 def _footer(console: Console, record: RunRecord) -> None:
+    from jaggedperf.lab.results.markdown import load_text
+
     env = record.environment
     where = env.get("gpu") or f"CPU ({env.get('cpu_count')} cores)"
     copy = f", copy bandwidth {record.copy_gbps:.0f} GB/s" if record.copy_gbps else ""
     console.print(f"{where}, torch {env.get('torch')}, triton {env.get('triton')}, CUDA {env.get('cuda')}{copy}; "
                   f"commit {str(env.get('git_commit'))[:12]}", markup=False, highlight=False)
     load = env.get("load")
-    console.print(f"{env.get('threads', '?')} CPU thread(s); {load_text(load) if load else 'load not recorded'}",
+    # the threads the cells ran with (each result records its own; a worker's differ from this process's)
+    threads = sorted({r.threads for r in getattr(record, "results", ()) if r.threads is not None}) \
+        or [env.get("threads", "?")]  # (the doctor's record has no results: its environment's count)
+    console.print(f"{'/'.join(map(str, threads))} CPU thread(s) a cell; {load_text(load) if load else 'load not recorded'}",
                   markup=False, highlight=False)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from jaggedperf.impls.registry import OPS, get_op
+
     out, err = console(), Console(stderr=True)
     try:
         chosen = select(args, default_modes=modes_mod.MODES)

@@ -18,25 +18,30 @@ from rich.table import Table
 from rich.text import Text
 
 from jaggedperf.cli._args import add_json_argument
-from jaggedperf.lab.results.atomic import write_text_atomic
-from jaggedperf.lab.results.compare import (
-    BROKEN,
-    FIXED,
-    IMPROVEMENT,
-    K,
-    MIN_REL,
-    NOT_COMPARED,
-    REGRESSION,
-    VERDICTS,
-    Change,
-    compare,
-)
-from jaggedperf.lab.results.report import plots_dir, write_report
-from jaggedperf.lab.results.store import ResultsFileError, read_results
+from jaggedperf.cli._defaults import COMPARE_K as K
+from jaggedperf.cli._defaults import COMPARE_MIN_REL as MIN_REL
 
 EXIT_REGRESSION = 1
 EXIT_ERROR = 2
-_STYLE = {REGRESSION: "bold red", BROKEN: "bold red", IMPROVEMENT: "green", FIXED: "green", NOT_COMPARED: "dim"}
+
+
+class ResultsFileError(Exception):
+    """Stands for ``jaggedperf.lab.results.store.ResultsFileError`` until ``_imports`` binds it (no handler catches
+    before then)."""
+
+
+def _imports() -> None:
+    """Import what the handlers read, compare and draw with (torch among it) into this module's globals, once:
+    building the parsers (``--help``) must not import it (``jaggedperf.cli``); every handler calls this first."""
+    global write_text_atomic, BROKEN, FIXED, IMPROVEMENT, NOT_COMPARED, REGRESSION, UNSTABLE_VERDICT, VERDICTS, Change
+    global compare, plots_dir, write_report, ResultsFileError, read_results, _STYLE
+    from jaggedperf.lab.results.atomic import write_text_atomic
+    from jaggedperf.lab.results.compare import (BROKEN, FIXED, IMPROVEMENT, NOT_COMPARED, REGRESSION, UNSTABLE_VERDICT,
+                                                VERDICTS, Change, compare)
+    from jaggedperf.lab.results.report import plots_dir, write_report
+    from jaggedperf.lab.results.store import ResultsFileError, read_results
+
+    _STYLE = {REGRESSION: "bold red", BROKEN: "bold red", IMPROVEMENT: "green", FIXED: "green", NOT_COMPARED: "dim"}
 
 
 def register(sub) -> None:
@@ -134,9 +139,12 @@ def _compare(args) -> int:
     if result.has_regression:
         console.print(f"[bold red]{len(result.regressions)} regression(s)[/bold red]")
         return EXIT_REGRESSION if args.fail_on_regression else 0
-    compared = sum(c.verdict != NOT_COMPARED for c in result.cells)
-    if args.fail_on_regression and not compared:  # a gate that saw nothing must not pass
-        why = (f"{len(result.cells)} cells are in both, none measured in both" if result.cells
+    # judged: a verdict drawn from both sides' timings (an unstable cell's figures are shown, never judged)
+    judged = sum(c.verdict not in (NOT_COMPARED, UNSTABLE_VERDICT) for c in result.cells)
+    if args.fail_on_regression and not judged:  # a gate that saw nothing must not pass
+        unstable = counts[UNSTABLE_VERDICT]
+        why = (f"{len(result.cells)} cells are in both, {unstable} of them unstable on a side and none judged"
+               if unstable else f"{len(result.cells)} cells are in both, none measured in both" if result.cells
                else "no cell is in both")
         raise _CommandError(f"--fail-on-regression: nothing could be compared ({why}: {args.a}, {args.b})")
     return 0
@@ -168,6 +176,7 @@ def _clean_errors(handler):
 
     @functools.wraps(handler)
     def run(args) -> int:
+        _imports()
         try:
             return handler(args)
         except (ResultsFileError, _CommandError) as err:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -25,15 +26,29 @@ from jaggedperf.cli._args import (
     print_error,
     unwritable,
 )
+from jaggedperf.cli._defaults import SWEEP_TIMEOUT_S
 from jaggedperf.cli._names import select
 from jaggedperf.cli.lab import console
-from jaggedperf.lab import sweep
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab.plugins import PluginError
-from jaggedperf.lab.result import SKIPPED
-from jaggedperf.lab.results.store import ResultsFileError
-from jaggedperf.lab.results.tables import problems
-from jaggedperf.lab.results.views import status_counts
+
+if TYPE_CHECKING:
+    from jaggedperf.lab import sweep
+
+
+class ResultsFileError(Exception):
+    """Stands for ``jaggedperf.lab.results.store.ResultsFileError`` until ``_imports`` binds it."""
+
+
+def _imports() -> None:
+    """Import what the handler runs and reports with (torch among it) into this module's globals, once: building the
+    parsers (``--help``) must not import it (``jaggedperf.cli``); the handler calls this first."""
+    global sweep, SKIPPED, ResultsFileError, problems, status_counts
+    from jaggedperf.lab import sweep
+    from jaggedperf.lab.result import SKIPPED
+    from jaggedperf.lab.results.store import ResultsFileError
+    from jaggedperf.lab.results.tables import problems
+    from jaggedperf.lab.results.views import status_counts
 
 SHOWN_PROBLEMS = 10
 
@@ -49,7 +64,7 @@ def register(sub) -> None:
                "(e.g. --seqlen 100:1000:100 5000 --sparsity 0.1:0.9:0.1). With --preset, an axis given "
                "explicitly replaces the preset's.")
     add_json_argument(p, "the results (JSON lines), appended to as each cell finishes; required",
-                      hidden=("--out",), metavar="RESULTS.jsonl")
+                      required=True, hidden=("--out",), metavar="RESULTS.jsonl")
     add_names_arguments(p, impls_default="all", modes_default="eager and the seed's compiled mode")
     p.set_defaults(modes=[modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE])
     p.add_argument("--plan", action="store_true", help="print how many cells would run, and run nothing")
@@ -62,7 +77,7 @@ def register(sub) -> None:
     add_case_arguments(p)
     g = p.add_argument_group("workers")
     g.add_argument("--gpus", type=_gpus, default="all", metavar="N|all", help="GPUs to use, one worker each (default all)")
-    add_timeout_argument(g, default=sweep.DEFAULT_TIMEOUT_S, default_text=f"{sweep.DEFAULT_TIMEOUT_S:g}")
+    add_timeout_argument(g, default=SWEEP_TIMEOUT_S, default_text=f"{SWEEP_TIMEOUT_S:g}")
     add_plugin_argument(g)
     _add_elsewhere_arguments(g)
     add_measurement_arguments(p)
@@ -78,6 +93,7 @@ def _gpus(text: str) -> int | str:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    _imports()
     out, err = console(), Console(stderr=True)
     if args.json is None:
         print_error(err, "give --json RESULTS.jsonl: the file the results are appended to")

@@ -10,17 +10,21 @@ Two compiled families share torch.compile's four modes:
   implementation that takes plain tensors it compiles what ``compile:<torch mode>`` compiles.
 
 A mode of either family with CUDA graphs (``reduce-overhead``, ``max-autotune``) needs CUDA.
+
+The names and their checks import no torch (the CLI's parsers and ``--help`` are built from them before torch
+loads); what builds or compiles a call imports it there.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
-
-from jaggedperf.boundary import BoundaryFunction
-from jaggedperf.boundary import compile as jagged_compile
 from jaggedperf.names import unknown_message
+
+if TYPE_CHECKING:
+    import torch
+
+    from jaggedperf.boundary import BoundaryFunction
 
 EAGER = "eager"
 GRAPH = "graph"
@@ -115,6 +119,13 @@ def disable_compile_caches() -> None:
     torch._functorch.config.enable_autograd_cache = False
 
 
+def jagged_compile(fn: Callable, **options) -> BoundaryFunction:
+    """``jaggedperf.compile(fn, **options)``, imported when first called (a seam the tests replace)."""
+    from jaggedperf.boundary import compile as boundary_compile
+
+    return boundary_compile(fn, **options)
+
+
 def compile_fn(fn: Callable, mode: str, *, dynamic: bool | None = None) -> Callable:
     """``fn`` compiled for a compiled mode, from a reset compiler state (no cache carried between cells).
 
@@ -129,6 +140,8 @@ def compile_fn(fn: Callable, mode: str, *, dynamic: bool | None = None) -> Calla
     Raises:
         ValueError: ``mode`` is not compiled.
     """
+    import torch
+
     options = {"mode": torch_mode(mode), "dynamic": dynamic}
     torch._dynamo.reset()
     if is_boundary(mode):
@@ -202,6 +215,8 @@ def boundary_fallback(call: Callable) -> str | None:
 
 def _graph_callable(fn: Callable, args: tuple, device: torch.device) -> Callable[[], torch.Tensor]:
     """Capture on first call (after warm-up on a side stream); later calls replay."""
+    import torch
+
     state: dict = {}
 
     def call():

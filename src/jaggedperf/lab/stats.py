@@ -21,7 +21,12 @@ by 0.5 µs, the events' resolution, is not unstable).
 
 A steady load slows every call alike and shows in neither test, so the machine is watched too: an
 attempt during which other processes kept more than half the CPUs the cell does not need busy
-(``contended``; read from ``/proc`` by ``env.CpuLoad``) is unstable as well.
+(``contended``; read from ``/proc`` by ``env.CpuLoad``) is suspect. By default (``Policy.load_effect``) the load's
+effect is then measured rather than assumed: a fixed host probe (``timing.host_speed_us``) timed right after the
+attempt is compared with the fastest it has run in this process, and the attempt counts as contended only when the
+probe ran more than ``max_iqr_rel`` slower (a laptop with a browser open still gets a number where the load left its
+core alone; one busy loop on an SMT sibling, which doubled a cell's time with tight samples, slows the probe too).
+``load_effect=False`` is the stricter rule: the load alone makes the attempt unstable.
 
 Fewer than ``MIN_SAMPLES_TO_JUDGE`` samples are not judged (an IQR of three calls says nothing): the
 judgement says so (``judged=False``) and does not call them unstable.
@@ -157,6 +162,7 @@ class Policy:
     cpu_slack: float | None = CPU_SLACK  # contended when other processes' CPUs > share·(CPUs − threads) + this;
     #                                      None: not judged (load is still recorded)
     max_other_share: float = MAX_OTHER_SHARE  # ... of the CPUs the cell does not need
+    load_effect: bool = True  # a loaded attempt is contended only where the host probe slowed past max_iqr_rel
     load_window_s: float = LOAD_WINDOW_S  # watch other processes' CPU use at least this long per attempt
     floor_us: float = FLOOR_US  # spreads and drifts under this many µs never count (timer resolution, µs jitter)
 

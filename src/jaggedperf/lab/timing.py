@@ -113,14 +113,23 @@ def measure_wall(fn: Callable[[], object], device: torch.device, *, warmup: int 
     window = policy.load_window_s if judge_load else 0.0
     kept = None
     history = []
+    if judge_load and policy.load_effect and _fastest_probe_us is None:
+        probe_slowdown()  # the first level to judge a loaded attempt's probe by
     for attempt in range(policy.attempts):
         load = CpuLoad.start()
         times = wall_samples(fn, device, warmup=warmup, iters=iters)
         other = load.other_cpus(window)
         judged = stats.stability(times, policy, what="wall", to_us=1e3)
         busy = stats.contended(other, cpus, threads, policy) if judge_load else None
+        slowed = None
+        if busy is not None and policy.load_effect:  # the load's effect on this core, measured
+            slowed = probe_slowdown()
+            busy = None if slowed <= policy.max_iqr_rel else (
+                f"{busy}, and a fixed host probe ran {slowed:.0%} slower than its fastest in this process (more than "
+                f"{policy.max_iqr_rel:.0%}): the load slowed this cell's core; a clean number needs a quieter machine")
         history.append({"median_ms": float(statistics.median(times)), "iqr_rel": judged.iqr_rel,
-                        "drift_rel": judged.drift_rel, "other_cpu": other, "contended": busy is not None})
+                        "drift_rel": judged.drift_rel, "other_cpu": other, "contended": busy is not None,
+                        **({"probe_slowdown": slowed} if slowed is not None else {})})
         # the least bad attempt: uncontended first, then the smallest excess over the thresholds, then the quietest
         rank = (busy is not None, stats.badness(judged, policy), other if busy is not None and other else 0.0)
         if kept is None or rank < kept[3]:
@@ -157,6 +166,20 @@ def host_speed_us(calls: int = HOST_SPEED_CALLS) -> float:
             torch.add(x, y)
         times.append((time.perf_counter() - start) / block * 1e6)
     return statistics.median(times)
+
+
+_fastest_probe_us: float | None = None  # the host probe's fastest in this process: the quiet level it is judged by
+
+
+def probe_slowdown() -> float:
+    """How much slower the host probe (``host_speed_us``) runs now than the fastest it has run in this process, as
+    a fraction (0.0 when this is the fastest): the effect a busy machine has on this core just now. Measured twice
+    (the faster kept: one probe can land on a scheduler hiccup), ~2 ms."""
+    global _fastest_probe_us
+    now = min(host_speed_us(), host_speed_us())
+    if _fastest_probe_us is None or now < _fastest_probe_us:
+        _fastest_probe_us = now
+    return now / _fastest_probe_us - 1.0
 
 
 def host_wall_gap(host: WallStats | None, wait: WallStats | None, wall: WallStats | None) -> float | None:

@@ -12,13 +12,16 @@ from collections.abc import Callable
 from typing import Literal
 
 import torch
+from torch._functorch.utils import enable_single_level_autograd_function
+from torch.autograd import forward_ad
 
-from jaggedperf.checks import check_offsets
+from jaggedperf.checks import (CPU_OPERATOR_DTYPES, SUPPORTED_DTYPES, check_layout, check_max_seqlen,
+                               check_offsets_span)
 from jaggedperf.njt import JAGGED_CLASS, cached_seqlen, wrap
 
 from jaggedperf.ops.launch.body import fast_eager, run_in_operator
 from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
-from jaggedperf.ops.reduce.api import _inputs, _is_nested
+from jaggedperf.ops.reduce.api import _inputs, _is_nested, _transformed
 from jaggedperf.ops.config import next_pow2, sm_count
 from jaggedperf.ops.tiles import WIDE, TileBudget, TileConfig, hint_of, tile_config
 
@@ -46,7 +49,8 @@ def call(values, offsets, name: str, *, max_seqlen, validate, plan: Callable[...
     """
     nested = values if _is_nested(values) else None
     values, offsets, max_seqlen = _inputs(values, offsets, name, max_seqlen, validate)
-    if fast_eager(values, offsets):
+    # forward-mode AD and torch.func need the operator: its autograd kernel carries their tangents
+    if fast_eager(values, offsets) and not _transformed():
         planned = plan(values, offsets, *params, max_seqlen=max_seqlen)
         run_in_operator(planned.launches, values, offsets)
         out = planned.out
@@ -223,28 +227,138 @@ def split_workspace(n_segments, parts: int, fields: int, device) -> torch.Tensor
     return torch.empty((sym_max(n_segments, 1) * parts * fields,), dtype=torch.float32, device=device)
 
 
-def segment_ids(offsets: torch.Tensor, n_rows) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's segment, and the lengths (the CPU kernels' gather/scatter index).
+def segment_ids(offsets: torch.Tensor, n_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's segment, and the lengths (the CPU kernels' gather/scatter index), after checking the offsets.
 
-    Eagerly the offsets are checked first (no sync on the CPU, as for the reductions): with invalid
-    offsets ``repeat_interleave(output_size=)`` would write out of bounds. Traced (torch.compile, fake or
-    functional tensors: not a plain ``torch.Tensor``), there are no values to read.
+    The check is unconditional (no sync on the CPU, a pass over B + 1 ints, as for the reductions): with invalid
+    offsets ``repeat_interleave(output_size=)`` would write out of bounds. The CPU kernels that call this run on
+    real tensors only: eagerly, or inside the opaque operators (``cpu_operator``) that compiled code calls.
 
     Args:
-        offsets: (B + 1,) offsets.
-        n_rows: N = offsets[-1] (the output size: no sync, traceable).
+        offsets: (B + 1,) offsets, layout checked.
+        n_rows: N, the rows they must span.
 
     Returns:
         (segment of each row (N,) int64, lengths (B,) int64).
 
     Raises:
-        ValueError: invalid offsets (eagerly), with jaggedperf.checks' messages.
+        ValueError: invalid offsets, with jaggedperf.checks' messages.
     """
-    if type(offsets) is torch.Tensor and isinstance(n_rows, int) and not torch.compiler.is_compiling():
-        check_offsets(torch.empty((n_rows, 0), device="meta"), offsets)
+    check_offsets_span(offsets, n_rows, "values.shape[0]")
     lengths = (offsets[1:] - offsets[:-1]).to(torch.int64)
     ids = torch.arange(lengths.shape[0], device=offsets.device)
     return torch.repeat_interleave(ids, lengths, output_size=n_rows), lengths
+
+
+def check_operator(values, offsets, max_seqlen, name: str, grad=None) -> None:
+    """An operator body's metadata checks (no sync, traceable): the public functions' checks and messages.
+
+    Args:
+        values: (N, M) (the backward's saved tensor: x or y); offsets: (B + 1,).
+        max_seqlen: as for the public functions.
+        name: the operator's name in messages.
+        grad: the backward's (N, M) gradient, or None.
+
+    Raises:
+        TypeError, ValueError: as ``jaggedperf.checks``.
+    """
+    check_layout(values, offsets, dtypes=operator_dtypes(values))
+    check_max_seqlen(max_seqlen, name)
+    if grad is not None:
+        if not isinstance(grad, torch.Tensor):
+            raise TypeError(f"{name}: grad must be a torch.Tensor; got {type(grad).__name__}")
+        if tuple(grad.shape) != tuple(values.shape) or grad.device != values.device:
+            raise ValueError(f"{name}: grad must match values' shape {tuple(values.shape)} and device "
+                             f"{values.device}; got {tuple(grad.shape)} on {grad.device}")
+
+
+def operator_dtypes(tensor) -> tuple:
+    """The dtypes an operator takes: the public ones on CUDA; float64 too elsewhere (gradcheck on the CPU)."""
+    return SUPPORTED_DTYPES if isinstance(tensor, torch.Tensor) and tensor.device.type == "cuda" \
+        else CPU_OPERATOR_DTYPES
+
+
+class _SelfAdjoint(torch.autograd.Function):
+    """One row-wise operator call with its backward and jvp: both are the Jacobian applied to a vector, since the
+    Jacobians of softmax (diag(y) − y yᵀ per column) and of the layer norm without affine (rstd · (I − 11ᵀ/n −
+    x̂x̂ᵀ/n) per segment) are symmetric. Inputs: (the family's ``Adjoint``, keyset, *the operator's args)."""
+
+    @staticmethod
+    def forward(adjoint, keyset, *args):
+        return _below_autograd(adjoint.name, keyset, args)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        adjoint, _, *args = inputs
+        saved = adjoint.saved(args, output)
+        ctx.adjoint, ctx.rest = adjoint, tuple(args[2:])
+        ctx.save_for_backward(*saved)
+        ctx.save_for_forward(*saved)
+
+    @staticmethod
+    def backward(ctx, grad):
+        back = ctx.adjoint.jacobian(ctx.saved_tensors, grad.contiguous(), ctx.rest)
+        return (None, None, back, None) + (None,) * len(ctx.rest)
+
+    @staticmethod
+    def jvp(ctx, _adjoint, _keyset, tangent, *_):
+        if tangent is None:
+            return None
+        return ctx.adjoint.jacobian(ctx.saved_tensors, tangent.contiguous(), ctx.rest)
+
+
+# _SelfAdjoint's apply at this level, past Function.apply's functorch redirect (as jaggedperf.ops.reduce.autograd's
+# _Linear: the kernel runs inside the dispatcher's autograd key, where torch.func has already unwrapped its tensors)
+_APPLY = super(torch.autograd.Function, _SelfAdjoint).apply
+
+
+def _below_autograd(name: str, keyset, args):
+    with torch._C._AutoDispatchBelowAutograd():
+        return getattr(torch.ops.jaggedperf, name).default.redispatch(keyset & torch._C._after_autograd_keyset, *args)
+
+
+class Adjoint:
+    """A row-wise operator's autograd, reverse and forward mode, from its symmetric Jacobian.
+
+    Why not ``register_autograd`` alone: its generated kernel runs the op below autograd when no input requires
+    grad, which is the case for forward-mode AD's dual tensors (``torch.func.jvp``, ``forward_ad``): the tangent was
+    dropped, read as zeros (a silent wrong answer). The kernel registered here for the CPU and CUDA autograd keys
+    goes through ``_SelfAdjoint`` when an input requires grad or a forward-mode level is open; the generated one,
+    with the same backward, stays for other devices.
+
+    Args:
+        name: the operator (``torch.ops.jaggedperf.<name>``).
+        saved: ``saved(args, output)`` → the tensors the Jacobian needs.
+        jacobian: ``jacobian(saved tensors, (N, M) vector, args after (values, offsets))`` → J · vector.
+    """
+
+    def __init__(self, name: str, saved: Callable, jacobian: Callable):
+        self.name, self.saved, self.jacobian = name, saved, jacobian
+
+    def register(self, operator, library: torch.library.Library) -> None:
+        """Register the autograd kernels of ``operator`` (its ``triton_op``) in ``library`` (kept alive by the caller)."""
+
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(*self.saved(inputs, output))
+            ctx.rest = tuple(inputs[2:])
+
+        def backward(ctx, grad):
+            return (self.jacobian(ctx.saved_tensors, grad.contiguous(), ctx.rest), None) + (None,) * len(ctx.rest)
+
+        operator.register_autograd(backward, setup_context=setup_context)
+
+        def autograd_kernel(keyset, *args):
+            first = args[0]
+            if (first.requires_grad and torch.is_grad_enabled()) or forward_ad._current_level >= 0:
+                if torch._C._are_functorch_transforms_active():
+                    with enable_single_level_autograd_function():
+                        return _APPLY(self, keyset, *args)
+                return _APPLY(self, keyset, *args)
+            return _below_autograd(self.name, keyset, args)
+
+        autograd_kernel.__name__ = f"{self.name}_autograd"
+        for key in ("AutogradCPU", "AutogradCUDA"):
+            library.impl(self.name, autograd_kernel, key, with_keyset=True)
 
 
 def acc_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -62,6 +62,7 @@ class Heatmap:
     left_out: Counter  # status -> cells that failed (not ok, not unstable) that this figure would have used
     unmeasured: int = 0  # ok cells without device time (ours_vs_best_device only)
     unstable: int = 0  # cells drawn hatched: a cell the value needs is unstable
+    not_cases: int = 0  # seqlen × sparsity positions that are no case of the run (the seed's two shapes: 2 of 4)
 
     @property
     def bars(self) -> bool:
@@ -127,8 +128,17 @@ def heatmap_data(record: RunRecord) -> list[Heatmap]:
                 mine = [r for r in in_mode if r.implementation == impl]
                 panels.append(Panel(impl, grid(mine, speedup), shaky(mine, True)))
             left_out = Counter(r.status for r in rs if r.mode in (EAGER, mode) and r.status not in (OK, UNSTABLE))
+            # a panel's implementation × case with no result in this mode (a cut compile a file never recorded) is an
+            # empty cell of the figure too: counted, so that its note never says "all cells ok" over a gap
+            measured = {(r.implementation, r.case) for r in in_mode}
+            missing = sum(1 for impl in {r.implementation for r in in_mode} for case in {r.case for r in rs}
+                          if (impl, case) not in measured)
+            if missing:
+                left_out["not in the file"] += missing
             n_unstable = int(sum(p.unstable_mask().sum() for p in panels))
-            out.append(Heatmap("speedup", shape, mode, seqlens, sparsities, panels, left_out, unstable=n_unstable))
+            positions = {(r.case.seqlen, r.case.sparsity) for r in rs}
+            out.append(Heatmap("speedup", shape, mode, seqlens, sparsities, panels, left_out, unstable=n_unstable,
+                               not_cases=len(seqlens) * len(sparsities) - len(positions)))
         ours = [r for r in rs if r.implementation == OURS]
         if not ours or all(r.implementation == OURS for r in rs):
             continue

@@ -199,6 +199,10 @@ def _heatmap_note(h: Heatmap) -> str:
     if h.unstable:
         shaky = f"{h.unstable} cell{'s' if h.unstable != 1 else ''} unstable (hatched: timing never settled, no value)"
         note = f"{note}; {shaky}" if note else shaky
+    if h.not_cases:
+        gaps = (f"{h.not_cases} of {len(h.seqlens) * len(h.sparsities)} seqlen × sparsity positions a panel are no "
+                "case of this run (—)")
+        note = f"{note}; {gaps}" if note else gaps
     return note or "all cells ok"
 
 

@@ -25,12 +25,13 @@ def plots_dir(path: Path) -> Path:
     """Where the figures of ``path`` (a results file or a report) go: a folder beside it, ``<stem>-plots``.
 
     Args:
-        path: the results file or the report.
+        path: the results file or the report (a compressed one's stem is that of the file it holds).
 
     Returns:
         ``path``'s folder / ``<stem>-plots``.
     """
-    return path.parent / f"{path.stem}-plots"
+    stem = Path(path.stem).stem if path.suffix == ".gz" else path.stem
+    return path.parent / f"{stem}-plots"
 
 
 def write_report(record: RunRecord, out: Path, *, plots: bool = True, figures_dir: Path | None = None,

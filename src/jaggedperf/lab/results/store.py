@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gzip
 import json
 import os
 import types
 import typing
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -117,17 +119,37 @@ def finished_keys(path: str | os.PathLike) -> tuple[set[tuple], list[str]]:
     return {r.key for r in record.results}, warnings
 
 
-def _read_text(path: Path) -> str:
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A results file's text, plain or gzip-compressed (the committed ``*.jsonl.gz``/``*.json.gz``: recognised
+    by their first bytes, whatever the name).
+
+    Raises:
+        ResultsFileError: missing, a directory, unreadable, not gzip data past its magic, or not UTF-8 text.
+    """
+    path = Path(path)
     try:
-        return path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ResultsFileError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise ResultsFileError(f"{path}: is a directory, not a results file") from None
-    except UnicodeDecodeError as err:
-        raise ResultsFileError(f"{path}: not a text file (byte {err.start} is not UTF-8)") from None
     except OSError as err:
         raise ResultsFileError(f"{path}: cannot read ({err.strerror or err})") from None
+    if raw[:2] == GZIP_MAGIC:
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as err:
+            raise ResultsFileError(f"{path}: gzip-compressed, but cannot be decompressed ({err})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ResultsFileError(f"{path}: not a text file (byte {err.start} is not UTF-8)") from None
+
+
+_read_text = read_text
 
 
 def _read_lines(path: Path, text: str) -> tuple[RunRecord, list[str]]:
@@ -385,6 +407,11 @@ def _append_line(path: Path, obj: dict) -> None:
     line = (json.dumps(obj) + "\n").encode("utf-8")  # serialise first: a failure here leaves the file as it was
     path.parent.mkdir(parents=True, exist_ok=True)
     created = not path.exists()
+    if not created:
+        with open(path, "rb") as f:
+            if f.read(2) == GZIP_MAGIC:  # plain lines after gzip data would make the file unreadable
+                raise ResultsFileError(f"{path}: gzip-compressed; results are appended to a plain JSON-lines file "
+                                       "(decompress it, or write to another --json)")
     with open(path, "ab") as f:
         _end_on_a_line_boundary(path, f)
         f.write(line)

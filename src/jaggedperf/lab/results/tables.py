@@ -12,8 +12,9 @@ from typing import Sequence
 from rich import box
 from rich.table import Table
 
+from jaggedperf.lab.budget import cut_after_s, timed_out
 from jaggedperf.lab.modes import EAGER
-from jaggedperf.lab.result import OK, TIMED, UNSTABLE, Result
+from jaggedperf.lab.result import OK, SKIPPED, TIMED, UNSTABLE, Result
 
 
 def _fmt(value: float | None, spec: str, missing: str = "—") -> str:
@@ -59,12 +60,23 @@ def _us(value: float | None) -> str:
     return f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
 
 
+def status_text(r: Result) -> str:
+    """A cell's status as a table shows it: "timed out" for an error that is a cut at the time budget (``docs/columns.md``)."""
+    return "timed out" if timed_out(r) else r.status
+
+
 def _wall_cell(r: Result | None) -> str:
-    """A cell's wall median in µs; ``unstable`` beside it when its timing never settled; else its status."""
+    """A cell's wall median in µs; ``unstable`` beside it when its timing never settled; a cut cell's budget
+    (``cut > 20 s``: its compile passed it, so it was never timed); "not tried" after such a cut; else its status."""
     if r is None:
         return "—"
+    cut = cut_after_s(r)
+    if cut is not None:
+        return f"cut > {cut:g} s"
+    if r.status == SKIPPED and (r.reason or "").startswith("not tried"):
+        return "not tried"
     if r.status not in TIMED or r.wall is None:
-        return r.status
+        return status_text(r)
     text = _us(r.wall.median_ms * 1e3)
     return text if r.status == OK else f"{text} ({UNSTABLE})"
 
@@ -121,10 +133,26 @@ def seed_table(results: list[Result], compiled_mode: str, title: str | None = No
             _fmt(compiled.device_time.median_us if compiled and compiled.device_time else None, ".1f"),
             _fmt(compiled.host_us if compiled else None, ".1f"),
             f"{_fmt(eager.kernels_per_call if eager else None, '.0f')}→{_fmt(compiled.kernels_per_call if compiled else None, '.0f')}",
-            _fmt(compiled.compile_s if compiled else None, ".1f"),
+            _compile_cell(compiled),
         ]
         table.add_row(*cells, style=_speedup_style(speedup))
     return keep_names_whole(table)
+
+
+def cell_summary(r: Result) -> str:
+    """One finished cell in a few words: its wall median (ms) and first call, or its status and why."""
+    if r.status in TIMED and r.wall is not None:
+        text = f"{r.wall.median_ms:.3f} ms" + ("" if r.status == OK else f" ({UNSTABLE})")
+        return text + (f", first call {r.compile_s:.1f} s" if r.compile_s is not None else "")
+    return f"{status_text(r)}: {r.reason}" if r.reason else status_text(r)
+
+
+def _compile_cell(r: Result | None) -> str:
+    """The first call's seconds; for a cell cut at its budget, the bound it passed (``> 20``)."""
+    if r is None:
+        return "—"
+    cut = cut_after_s(r)
+    return f"> {cut:g}" if cut is not None else _fmt(r.compile_s, ".1f")
 
 
 # tritonbench's --metrics names (and ours) -> the columns of ``cells_table`` they show. The case, implementation,
@@ -173,8 +201,8 @@ def cells_table(results: list[Result], title: str = "every cell", metrics: Seque
             _fmt(r.kernels_per_call, ".1f"),
             _fmt(r.gbps, ".0f"),
             _fmt(r.pct_of_copy, ".0f"),
-            _fmt(r.compile_s, ".2f"),
-            r.status,
+            f"> {cut_after_s(r):g}" if timed_out(r) and cut_after_s(r) is not None else _fmt(r.compile_s, ".2f"),
+            status_text(r),
         ]))
     keep = [i for i, name in enumerate(columns)
             if name in always or (name in shown and (name == "wall µs" or any(row[i] != "—" for _, row in rows)))]
@@ -281,7 +309,8 @@ def baseline_table(results: list[Result], baseline: str) -> Table:
 
 def problems(results: list[Result]) -> list[str]:
     """One line per cell that is not ok, with its reason (unstable ones say why their timing never settled)."""
-    return [f"{r.status}: {r.implementation} · {r.mode} · {r.case.label}: {r.reason}" for r in results if r.status != OK]
+    return [f"{status_text(r)}: {r.implementation} · {r.mode} · {r.case.label}: {r.reason}" for r in results
+            if r.status != OK]
 
 
 def findings(results: list[Result], compiled_mode: str, boundary_mode: str | None = None) -> list[str]:

@@ -80,7 +80,7 @@ def _acquire(path: Path, out: str | os.PathLike) -> int:
             holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "pid unknown"
             os.close(fd)
             raise SweepLocked(f"another sweep ({holder}) is writing to {os.fspath(out)} (it holds {path}); "
-                              "wait for it to end, or give another --out") from None
+                              "wait for it to end, or give another --json") from None
         try:
             current = os.stat(path).st_ino
         except FileNotFoundError:

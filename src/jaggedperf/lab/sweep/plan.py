@@ -95,7 +95,7 @@ def plan_sweep(out: str | os.PathLike, op: str, cases: Iterable[Case], implement
             if plan.settings_changes and not accept_settings:
                 raise SettingsChanged(f"{out} was measured with other settings than these: "
                                       f"{'; '.join(plan.settings_changes)} (--accept-settings to add to it anyway, "
-                                      "or give another --out)")
+                                      "or give another --json)")
     return plan
 
 

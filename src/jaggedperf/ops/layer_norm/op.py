@@ -1,9 +1,12 @@
 """The operators ``jaggedperf::jagged_layer_norm`` and ``jagged_layer_norm_backward`` as ``triton_op``s, the
-forward's autograd, and the pure-torch CPU kernels.
+forward's autograd (reverse and forward mode), and the pure-torch CPU kernels.
 
-As ``jaggedperf.ops.softmax.op``: CUDA launches the planned kernel (``wrap_triton`` when traced, the fast
-tiers eagerly), anything else runs the CPU kernel; outputs are allocated inside the op. The backward
-operator has no autograd of its own: no double backward.
+As ``jaggedperf.ops.softmax.op``: a body checks its inputs' metadata, then CUDA launches the planned kernel
+(``wrap_triton`` when traced, the fast tiers eagerly) and anything else calls the CPU kernel as an operator
+opaque to torch.compile (``jaggedperf::_layer_norm_torch``, ``_layer_norm_backward_torch``), which checks the
+offsets' values first, always (traced, the pure-torch kernel returned finite values for invalid offsets, and
+Inductor failed to generate its fp64 scatter under ``dynamic=True``). Outputs are allocated inside the op.
+The backward operator has no autograd of its own: no double backward.
 """
 
 from __future__ import annotations
@@ -15,14 +18,15 @@ from torch.library import triton_op
 
 from jaggedperf.ops.launch.body import run_in_operator
 from jaggedperf.ops.layer_norm.plan import plan_layer_norm, plan_layer_norm_backward
-from jaggedperf.ops.rowwise import acc_dtype, segment_ids
+from jaggedperf.ops.rowwise import Adjoint, acc_dtype, check_operator, segment_ids
 
 
 @triton_op("jaggedperf::jagged_layer_norm", mutates_args=())
 def _jagged_layer_norm_op(values: torch.Tensor, offsets: torch.Tensor, eps: float,
                           max_seqlen: Optional[int] = None) -> torch.Tensor:
-    if values.device.type != "cuda":  # CPU (also what torch.compile traces on the CPU)
-        return layer_norm_cpu(values, offsets, eps)
+    check_operator(values, offsets, max_seqlen, "jagged_layer_norm")
+    if values.device.type != "cuda":  # the CPU, meta, ...: opaque to torch.compile, offsets checked
+        return torch.ops.jaggedperf._layer_norm_torch(values, offsets, eps)
     plan = plan_layer_norm(values, offsets, eps, max_seqlen=max_seqlen)
     run_in_operator(plan.launches, values, offsets)
     return plan.out
@@ -32,30 +36,26 @@ def _jagged_layer_norm_op(values: torch.Tensor, offsets: torch.Tensor, eps: floa
 def _jagged_layer_norm_backward_op(values: torch.Tensor, grad: torch.Tensor, offsets: torch.Tensor, eps: float,
                                    max_seqlen: Optional[int] = None) -> torch.Tensor:
     """(N, M) x, (N, M) the output's gradient → (N, M) grad_values (the statistics recomputed from x)."""
+    check_operator(values, offsets, max_seqlen, "jagged_layer_norm_backward", grad=grad)
     if values.device.type != "cuda":
-        return layer_norm_backward_cpu(values, grad, offsets, eps)
+        return torch.ops.jaggedperf._layer_norm_backward_torch(values, grad, offsets, eps)
     plan = plan_layer_norm_backward(values, grad, offsets, eps, max_seqlen=max_seqlen)
     run_in_operator(plan.launches, values, offsets, grad)
     return plan.out
 
 
-def _save(ctx, inputs, output):  # inputs: (values, offsets, eps[, max_seqlen])
-    ctx.save_for_backward(inputs[0], inputs[1])
-    ctx.eps = inputs[2]
-    ctx.max_seqlen = inputs[3] if len(inputs) > 3 else None
+def _jacobian(saved, vector, rest):
+    # J·v = rstd · (v − mean(v) − x̂ · mean(v · x̂)) per segment: the backward's formula (J is symmetric)
+    values, offsets = saved
+    return torch.ops.jaggedperf.jagged_layer_norm_backward(values, vector, offsets, *rest)
 
 
-def _backward(ctx, grad):
-    values, offsets = ctx.saved_tensors
-    back = torch.ops.jaggedperf.jagged_layer_norm_backward(values, grad.contiguous(), offsets, ctx.eps,
-                                                           ctx.max_seqlen)
-    return back, None, None, None
+_LIB = torch.library.Library("jaggedperf", "FRAGMENT")  # kept alive: the registrations live as long as it does
+Adjoint("jagged_layer_norm", saved=lambda args, out: (args[0], args[1]), jacobian=_jacobian).register(
+    _jagged_layer_norm_op, _LIB)
 
 
-_jagged_layer_norm_op.register_autograd(_backward, setup_context=_save)
-
-
-# CPU kernels (pure torch: eager CPU dispatch, and what torch.compile traces on the CPU)
+# CPU kernels (pure torch: eager CPU dispatch, and the opaque operators compiled CPU code calls)
 
 def _normalised(values, offsets, eps):
     # x̂ = (x − mean) · rstd per segment (two-pass variance), with the row → segment index and rstd per row
@@ -77,7 +77,7 @@ def layer_norm_cpu(values: torch.Tensor, offsets: torch.Tensor, eps: float) -> t
     """Each segment normalised over its len × M elements, no affine, in fp32 (float64 stays float64).
 
     Args:
-        values: (N, M); offsets: (B + 1,) valid; eps: added to the variance.
+        values: (N, M); offsets: (B + 1,), layout checked; eps: added to the variance.
 
     Returns:
         (N, M) in values' dtype.
@@ -89,7 +89,7 @@ def layer_norm_backward_cpu(values: torch.Tensor, grad: torch.Tensor, offsets: t
     """The layer norm's backward: rstd · (g − mean(g) − x̂ · mean(g · x̂)) per segment.
 
     Args:
-        values: (N, M) x; grad: (N, M); offsets: (B + 1,) valid; eps: as in the forward.
+        values: (N, M) x; grad: (N, M); offsets: (B + 1,), layout checked; eps: as in the forward.
 
     Returns:
         (N, M) in x's dtype.
@@ -104,11 +104,38 @@ def layer_norm_backward_cpu(values: torch.Tensor, grad: torch.Tensor, offsets: t
     return (rstd * (centred - xhat * mean_gx)).to(values.dtype)
 
 
+@torch.library.custom_op("jaggedperf::_layer_norm_torch", mutates_args=())
+def layer_norm_torch(values: torch.Tensor, offsets: torch.Tensor, eps: float) -> torch.Tensor:
+    """``layer_norm_cpu`` as an operator opaque to torch.compile (see the module's docstring)."""
+    return layer_norm_cpu(values, offsets, eps)
+
+
+@layer_norm_torch.register_fake
+def _layer_norm_torch_fake(values, offsets, eps):
+    return torch.empty_like(values, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("jaggedperf::_layer_norm_backward_torch", mutates_args=())
+def layer_norm_backward_torch(values: torch.Tensor, grad: torch.Tensor, offsets: torch.Tensor,
+                              eps: float) -> torch.Tensor:
+    """``layer_norm_backward_cpu`` as an operator opaque to torch.compile."""
+    return layer_norm_backward_cpu(values, grad, offsets, eps)
+
+
+@layer_norm_backward_torch.register_fake
+def _layer_norm_backward_torch_fake(values, grad, offsets, eps):
+    return torch.empty_like(values, memory_format=torch.contiguous_format)
+
+
+# Eager CPU calls run the checked kernels directly (one dispatch, not two).
+
 @_jagged_layer_norm_op.register_kernel("cpu")
 def _jagged_layer_norm_cpu(values, offsets, eps, max_seqlen=None):
+    check_operator(values, offsets, max_seqlen, "jagged_layer_norm")
     return layer_norm_cpu(values, offsets, eps)
 
 
 @_jagged_layer_norm_backward_op.register_kernel("cpu")
 def _jagged_layer_norm_backward_cpu(values, grad, offsets, eps, max_seqlen=None):
+    check_operator(values, offsets, max_seqlen, "jagged_layer_norm_backward", grad=grad)
     return layer_norm_backward_cpu(values, grad, offsets, eps)

@@ -1,10 +1,13 @@
 """The operators ``jaggedperf::jagged_softmax`` and ``jagged_softmax_backward`` as ``triton_op``s, the
-forward's autograd, and the pure-torch CPU kernels.
+forward's autograd (reverse and forward mode), and the pure-torch CPU kernels.
 
-A body branches on device: CUDA launches the planned kernel (``wrap_triton`` when traced, the fast tiers
-eagerly: ``jaggedperf.ops.launch.body``); anything else runs the CPU kernel (traceable, so torch.compile
-works on the CPU too). Outputs are allocated inside the op (by ``plan``), never passed in. The backward
-operator has no autograd of its own: no double backward.
+A body checks its inputs' metadata (the public function's checks and messages), then branches on device:
+CUDA launches the planned kernel (``wrap_triton`` when traced, the fast tiers eagerly:
+``jaggedperf.ops.launch.body``); anything else calls the CPU kernel as an operator opaque to torch.compile
+(``jaggedperf::_softmax_torch``, ``_softmax_backward_torch``), which checks the offsets' values first, always:
+traced, the pure-torch kernel could not read them (compiled code returned a finite answer for invalid
+offsets), and Inductor's scatter loops for it are slower than the eager kernel. Outputs are allocated inside
+the op (by ``plan``), never passed in. The backward operator has no autograd of its own: no double backward.
 """
 
 from __future__ import annotations
@@ -15,14 +18,15 @@ import torch
 from torch.library import triton_op
 
 from jaggedperf.ops.launch.body import run_in_operator
-from jaggedperf.ops.rowwise import acc_dtype, segment_ids
+from jaggedperf.ops.rowwise import Adjoint, acc_dtype, check_operator, segment_ids
 from jaggedperf.ops.softmax.plan import plan_softmax, plan_softmax_backward
 
 
 @triton_op("jaggedperf::jagged_softmax", mutates_args=())
 def _jagged_softmax_op(values: torch.Tensor, offsets: torch.Tensor, max_seqlen: Optional[int] = None) -> torch.Tensor:
-    if values.device.type != "cuda":  # CPU (also what torch.compile traces on the CPU)
-        return softmax_cpu(values, offsets)
+    check_operator(values, offsets, max_seqlen, "jagged_softmax")
+    if values.device.type != "cuda":  # the CPU, meta, ...: opaque to torch.compile, offsets checked
+        return torch.ops.jaggedperf._softmax_torch(values, offsets)
     plan = plan_softmax(values, offsets, max_seqlen=max_seqlen)
     run_in_operator(plan.launches, values, offsets)
     return plan.out
@@ -32,36 +36,37 @@ def _jagged_softmax_op(values: torch.Tensor, offsets: torch.Tensor, max_seqlen: 
 def _jagged_softmax_backward_op(out: torch.Tensor, grad: torch.Tensor, offsets: torch.Tensor,
                                 max_seqlen: Optional[int] = None) -> torch.Tensor:
     """(N, M) y, (N, M) its gradient → (N, M) grad_values = y · (grad − Σ_rows grad·y) per segment and column."""
+    check_operator(out, offsets, max_seqlen, "jagged_softmax_backward", grad=grad)
     if out.device.type != "cuda":
-        return softmax_backward_cpu(out, grad, offsets)
+        return torch.ops.jaggedperf._softmax_backward_torch(out, grad, offsets)
     plan = plan_softmax_backward(out, grad, offsets, max_seqlen=max_seqlen)
     run_in_operator(plan.launches, out, offsets, grad)
     return plan.out
 
 
-def _save(ctx, inputs, output):  # inputs: (values, offsets[, max_seqlen])
-    ctx.save_for_backward(output, inputs[1])
-    ctx.max_seqlen = inputs[2] if len(inputs) > 2 else None
+def _jacobian(saved, vector, rest):
+    # J·v = y · (v − Σ_rows v·y) per segment and column: the backward's formula (J is symmetric)
+    out, offsets = saved
+    return torch.ops.jaggedperf.jagged_softmax_backward(out, vector, offsets, *rest)
 
 
-def _backward(ctx, grad):
-    out, offsets = ctx.saved_tensors
-    return torch.ops.jaggedperf.jagged_softmax_backward(out, grad.contiguous(), offsets, ctx.max_seqlen), None, None
+_LIB = torch.library.Library("jaggedperf", "FRAGMENT")  # kept alive: the registrations live as long as it does
+Adjoint("jagged_softmax", saved=lambda args, out: (out, args[1]), jacobian=_jacobian).register(_jagged_softmax_op, _LIB)
 
 
-_jagged_softmax_op.register_autograd(_backward, setup_context=_save)
-
-
-# CPU kernels (pure torch: eager CPU dispatch, and what torch.compile traces on the CPU)
+# CPU kernels (pure torch: eager CPU dispatch, and the opaque operators compiled CPU code calls)
 
 def softmax_cpu(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """The softmax of each segment's rows, per column, in fp32 (float64 stays float64).
 
     Args:
-        values: (N, M); offsets: (B + 1,) valid.
+        values: (N, M); offsets: (B + 1,), layout checked.
 
     Returns:
         (N, M) in values' dtype. A column of −inf gives NaN, as torch.softmax does.
+
+    Raises:
+        ValueError: invalid offsets.
     """
     n_rows, n_cols = values.shape
     seg, lengths = segment_ids(offsets, n_rows)
@@ -78,10 +83,13 @@ def softmax_backward_cpu(out: torch.Tensor, grad: torch.Tensor, offsets: torch.T
     """The softmax's backward: y · (grad − Σ_rows grad·y) per segment and column.
 
     Args:
-        out: (N, M) y; grad: (N, M); offsets: (B + 1,) valid.
+        out: (N, M) y; grad: (N, M); offsets: (B + 1,), layout checked.
 
     Returns:
         (N, M) in y's dtype.
+
+    Raises:
+        ValueError: invalid offsets.
     """
     n_rows, n_cols = out.shape
     seg, lengths = segment_ids(offsets, n_rows)
@@ -91,11 +99,37 @@ def softmax_backward_cpu(out: torch.Tensor, grad: torch.Tensor, offsets: torch.T
     return (y * (g - dots.index_select(0, seg))).to(out.dtype)
 
 
+@torch.library.custom_op("jaggedperf::_softmax_torch", mutates_args=())
+def softmax_torch(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """``softmax_cpu`` as an operator opaque to torch.compile (see the module's docstring)."""
+    return softmax_cpu(values, offsets)
+
+
+@softmax_torch.register_fake
+def _softmax_torch_fake(values, offsets):
+    return torch.empty_like(values, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("jaggedperf::_softmax_backward_torch", mutates_args=())
+def softmax_backward_torch(out: torch.Tensor, grad: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """``softmax_backward_cpu`` as an operator opaque to torch.compile."""
+    return softmax_backward_cpu(out, grad, offsets)
+
+
+@softmax_backward_torch.register_fake
+def _softmax_backward_torch_fake(out, grad, offsets):
+    return torch.empty_like(out, memory_format=torch.contiguous_format)
+
+
+# Eager CPU calls run the checked kernels directly (one dispatch, not two).
+
 @_jagged_softmax_op.register_kernel("cpu")
 def _jagged_softmax_cpu(values, offsets, max_seqlen=None):
+    check_operator(values, offsets, max_seqlen, "jagged_softmax")
     return softmax_cpu(values, offsets)
 
 
 @_jagged_softmax_backward_op.register_kernel("cpu")
 def _jagged_softmax_backward_cpu(out, grad, offsets, max_seqlen=None):
+    check_operator(out, offsets, max_seqlen, "jagged_softmax_backward", grad=grad)
     return softmax_backward_cpu(out, grad, offsets)
