@@ -21,7 +21,8 @@ import pytest
 pytest.importorskip("triton")
 
 SCRIPT = Path(__file__).with_name("inductor_analysis.py")
-PATHS = ("chunks", "rowblock", "segments", "segments-loop", "expand-chunks", "expand-segments")
+PATHS = ("chunks", "rowblock", "segments", "segments-loop", "merge", "merge-tiny", "expand-chunks", "expand-segments",
+         "expand-merge")
 
 
 @pytest.fixture(scope="module")
