@@ -47,7 +47,8 @@ import torch
 import jaggedperf
 import jaggedperf.impls.jagged_mean  # noqa: F401  (registers jagged_mean's implementations)
 from jaggedperf.batch import JaggedBatch
-from jaggedperf.boundary.crossing import flatten, join_output
+from jaggedperf.boundary.crossing import flatten
+from jaggedperf.boundary.joining import join_output
 from jaggedperf.impls.registry import Implementation, get_implementation, get_op
 from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab.correctness import check_output
@@ -216,20 +217,21 @@ def overhead(device: torch.device, mode: str, calls: int, rounds: int) -> Overhe
     ours, theirs, twin = jaggedperf.compile(trivial, mode=mode), torch.compile(trivial, mode=mode), torch.compile(plain, mode=mode)
     ours_njt, theirs_njt = jaggedperf.compile(trivial_njt, mode=mode), torch.compile(trivial_njt, mode=mode)
     out, njt_out = ours(nt), ours_njt(nt)  # compiles each one's flat region (positional arguments)
-    layout, flat, _ = flatten((nt,), mark=True)
-    region, njt_region = ours.flat_regions[layout], ours_njt.flat_regions[layout]
+    crossing = flatten((nt,), {}, mark=True)
+    flat = crossing.flat
+    region, njt_region = ours.regions[crossing.key], ours_njt.regions[crossing.key]
     out, njt_out = region(*flat), njt_region(*flat)
     probes: dict[str, Callable[[], object]] = {
         "jaggedperf.compile(trivial)(nt)": lambda: ours(nt),
         "its compiled region, called directly on pre-split parts": lambda: region(*flat),
-        "split: NJT -> parts (one NJT arg)": lambda: flatten((nt,), mark=True),
-        "join: dense output (pass-through)": lambda: join_output(out),
+        "split: NJT -> parts (one NJT arg)": lambda: flatten((nt,), {}, mark=True),
+        "join: dense output (pass-through)": lambda: join_output(out, crossing),
         "torch.compile(trivial)(nt)": lambda: theirs(nt),
         "torch.compile(plain values + 1)(values, offsets)": lambda: twin(batch.values, batch.offsets),
         "eager trivial(nt)": lambda: trivial(nt),
         "jaggedperf.compile(nt * 2)(nt)": lambda: ours_njt(nt),
         "its compiled region (nt * 2), directly": lambda: njt_region(*flat),
-        "join: NJT output -> NJT": lambda: join_output(njt_out),
+        "join: NJT output -> NJT": lambda: join_output(njt_out, crossing),
         "torch.compile(nt * 2)(nt)": lambda: theirs_njt(nt),
     }
     samples: dict[str, list[float]] = {k: [] for k in probes}

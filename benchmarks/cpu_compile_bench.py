@@ -1,4 +1,4 @@
-"""Is a compiled function around our op on the CPU as fast as the eager op? (issue 15, item 4)
+"""Is a compiled function around our op on the CPU as fast as the eager op?
 
 At each seed shape, with one CPU thread and with the default threads: the wall time per call of
 ``jaggedperf.jagged_mean(values, offsets, max_seqlen=...)`` eager, under ``torch.compile`` (default
@@ -16,11 +16,9 @@ Writes DIR/cpu_compile_bench.json (every sample, the environment) and DIR/cpu_co
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
@@ -28,6 +26,7 @@ import torch
 
 import jaggedperf
 from jaggedperf.inputs import Case, make_batch
+from jaggedperf.lab import harness
 
 CASES = (Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75))
 BAR = 1.2
@@ -52,12 +51,12 @@ def main() -> int:
         for case in CASES:
             rows.append(measure(case, threads, args.rounds, args.calls, args.warmup))
     torch.set_num_threads(default_threads)
+    facts = harness.meta()
     report = {"torch": torch.__version__, "python": platform.python_version(), "cpu": platform.processor(),
               "cpu_count": os.cpu_count(), "default_threads": default_threads, "load": os.getloadavg(),
-              "commit": _commit(), "rounds": args.rounds, "calls": args.calls, "warmup": args.warmup,
-              "bar": BAR, "rows": rows}
-    (args.out / "cpu_compile_bench.json").write_text(json.dumps(report, indent=1))
-    (args.out / "cpu_compile_bench.md").write_text(markdown(report))
+              "commit": (facts.get("git_commit") or "unknown")[:7], "rounds": args.rounds, "calls": args.calls,
+              "warmup": args.warmup, "bar": BAR, "rows": rows, "meta": facts}
+    harness.write_summary(args.out, "cpu_compile_bench", report, markdown(report))
     return 0
 
 
@@ -116,14 +115,6 @@ def markdown(report: dict) -> str:
                      f"{rr['compile:default']:.2f} / {rr['compile:dynamic']:.2f} | "
                      f"{first['compile:default']:.1f} / {first['compile:dynamic']:.1f} |")
     return "\n".join(lines) + "\n"
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-    except OSError:
-        return "unknown"
 
 
 if __name__ == "__main__":

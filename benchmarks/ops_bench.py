@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""GPU benchmark of jaggedperf.ops (jagged_sum / jagged_mean): one run on the H200 answers
+"""How close are jagged_sum / jagged_mean to the bandwidth floor, and what does an eager call cost? (the ops benchmark)
+One run on the GPU answers
 
 1. copy bandwidth (large device-to-device copy, bytes read + written, triton.testing.do_bench);
 2. per bar shape: correctness vs float64 first, then device time by CUDA-graph replay with L2
@@ -10,7 +11,8 @@
    the normal JIT path, the operator through torch.ops, and torch.segment_reduce;
 5. which launch path was active, torch/triton/CUDA/GPU versions.
 
-Run:  PYTHONPATH=src python3 benchmarks/ops_bench.py --out $OUT/ops_bench.json
+Run:  PYTHONPATH=src python3 benchmarks/ops_bench.py --out $OUT/ops.json --markdown $OUT/ops.md
+      python3 benchmarks/ops_bench.py --from benchmarks/results/h200/ops.json --markdown ops.md   (tables only)
 Each section records its own error and the run goes on; the JSON holds every raw number; a short
 table is printed last. Budget: < 6 minutes (the config grid stops itself at --grid-seconds).
 """
@@ -61,7 +63,16 @@ def main() -> int:
                         help="config grid over every shape in fp32, or over the two largest in bf16")
     parser.add_argument("--quick", action="store_true", help="fewer shapes and configs (smoke run)")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on the CPU: exercises the script only")
+    parser.add_argument("--markdown", help="also write the tables as Markdown here (ops.md)")
+    parser.add_argument("--title", default="jaggedperf ops on the H200", help="the Markdown's title")
+    parser.add_argument("--from", dest="from_json", help="no run: the Markdown of this ops_bench JSON (--markdown)")
     args = parser.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            run = json.load(f)
+        with open(args.markdown or "/dev/stdout", "w") as f:
+            f.write(render(run, args.title))
+        return 0
     global DEVICE
     if args.cpu_smoke:
         DEVICE, args.quick = "cpu", True
@@ -84,6 +95,9 @@ def main() -> int:
     if not torch.cuda.is_available() and DEVICE == "cuda":
         log("no CUDA device: nothing to measure")
         _write(args.out)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(render(RESULTS, args.title))
         return 1
     if DEVICE == "cuda":
         meta["gpu"] = torch.cuda.get_device_name()
@@ -127,7 +141,7 @@ def main() -> int:
         n = 1 << 28 if DEVICE == "cuda" else 1 << 20  # 1 GiB of fp32
         x = torch.randn(n, device=DEVICE)
         y = torch.empty_like(x)
-        ms = _bench(lambda: y.copy_(x), warmup=25, rep=200)
+        ms = _bench(lambda: y.copy_(x), warmup=25, rep=200)  # noqa: F821 - run before the del
         nbytes = 2 * x.numel() * x.element_size()
         RESULTS["copy"] = {"bytes": nbytes, "median_us": ms[0] * 1e3, "p20_us": ms[1] * 1e3, "p80_us": ms[2] * 1e3,
                            "gbps": nbytes / (ms[0] * 1e-3) / 1e9}
@@ -232,7 +246,7 @@ def main() -> int:
             floor = _floor_us(_nbytes_must(values, offsets), copy_gbps)
             ref = _reference(values, offsets, mean=True)
             # the default's tile with 1/2/4 warps, one program per group and looping programs (2, 8, 16 per SM)
-            # (run 11: 8 tiles per segment slower everywhere; run 16: half-width column blocks no better)
+            # (8 tiles per segment were slower everywhere; half-width column blocks no better)
             sms = testing.sm_count(values.device)
             variants = {dataclasses.replace(base, num_warps=w, programs=p) for w in (1, 2, 4)
                         for p in (0, 2 * sms, 8 * sms, 16 * sms) if p == 0 or p < -(-B // base.group)}
@@ -472,7 +486,7 @@ def _empty_cache():
 
 def _graph_time(fn, rep=100):
     """Device time of fn (µs): the lab's CUDA-graph replay under do_bench (L2 flushed before each replay)."""
-    from jaggedperf.lab import timing
+    from jaggedperf.lab import harness
 
     for _ in range(3):  # compile, verify the fast path, settle
         fn()
@@ -481,13 +495,7 @@ def _graph_time(fn, rep=100):
         ms = _bench(fn)
         return {"median_us": ms[0] * 1e3, "p20_us": ms[1] * 1e3, "p80_us": ms[2] * 1e3, "method": "cpu-wall",
                 "l2_flushed": False}
-    graph = timing.capture_graph(fn, torch.device(DEVICE))
-    if graph is None:
-        raise RuntimeError("the call could not be captured in a CUDA graph")
-    t = timing.replay_device_time(graph.replay, rep_ms=rep)
-    del graph
-    return {"median_us": t.median_us, "p20_us": t.p20_us, "p80_us": t.p80_us, "method": t.method,
-            "l2_flushed": t.l2_flushed}
+    return harness.device_time(fn, torch.device(DEVICE), rep_ms=rep, profiler_fallback=False)
 
 
 def _kernel_time(fn, calls=30):
@@ -513,6 +521,96 @@ def _wall(fn, warmup=50, calls=200):
 
 def _us(device):
     return f"{device['median_us']:.1f}" if isinstance(device, dict) else "-"
+
+
+# --- the Markdown tables (ops.md) ------------------------------------------------------------------
+
+
+def _md_us(d) -> str:
+    return f"{d['median_us']:.1f}" if isinstance(d, dict) else "—"
+
+
+def _spread(d) -> str:
+    return f"{d['median_us']:.1f} ({d['p20_us']:.1f}–{d['p80_us']:.1f})" if isinstance(d, dict) else "—"
+
+
+def _ratio(d, floor) -> str:
+    return f"{d['median_us'] / floor:.2f}" if isinstance(d, dict) and floor else "—"
+
+
+def render(run: dict, title: str) -> str:
+    meta = run["meta"]
+    copy = (run.get("copy") or {}).get("gbps")
+    lines = [f"# {title}", "",
+             f"Command: `{meta.get('command')}`.",
+             f"torch {meta.get('torch')}, triton {meta.get('triton')}, {meta.get('gpu')}, copy bandwidth "
+             f"{copy:.0f} GB/s (read + write).",
+             "Device time: CUDA-graph replay, L2 flushed before each replay, median (p20–p80), µs. Floor = bytes that "
+             "must move (values + offsets read once, output written once) / that copy bandwidth. Every row was "
+             "first checked against float64 (relative error ≤ 1e-5 fp32, ≤ 1e-2 bf16).",
+             *([f"A one-element kernel under the same method takes {run['null_kernel']['median_us']:.1f} µs "
+                "(what the measurement costs with no work)."] if isinstance(run.get("null_kernel"), dict) else []),
+             "",
+             "`no max_seqlen`: the balanced two-launch path (what `torch.compile` runs when no max_seqlen is passed). `max_seqlen given`: the "
+             "eager call with the batch's max_seqlen (the whole-segments kernel where `segments_config` picks it: "
+             "the seed shapes, and at 65536×16 and 32768×64 its looping form; elsewhere the same path as the first column). `dense sum`: "
+             "`values.sum(0)`, a dense reduction that reads the same bytes: what a read of this size costs here.",
+             *(["", "`kernels`: the same call's kernel durations summed (torch.profiler, L2 flushed before each call, "
+                "median): the device time without the replay's own launch."]
+               if any("kernels" in r for r in run.get("forward", [])) else []),
+             "",
+             "| case | dtype | floor | no max_seqlen | × floor | kernels | max_seqlen given | × floor | kernels | "
+             "dense sum | segment_reduce |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in run.get("forward", []):
+        lines.append(
+            f"| {r['case']} | {r['dtype']} | {r['floor_us']:.1f} | {_spread(r.get('device'))} | "
+            f"{_ratio(r.get('device'), r['floor_us'])} | {_md_us(r.get('kernels'))} | {_md_us(r.get('device_hinted'))} | "
+            f"{_ratio(r.get('device_hinted'), r['floor_us'])} | {_md_us(r.get('kernels_hinted'))} | "
+            f"{_md_us(r.get('dense_sum_device'))} | {_md_us(r.get('segment_reduce_device'))} |")
+    if run.get("backward"):
+        lines += ["", "Backward (`jagged_expand`, mean, fp32): floor = grad read + offsets + grad_values written. Graph "
+                  "replay and kernel sums as above; `max_seqlen`: what autograd passes when the forward had it.", "",
+                  "| case | floor | graph | × floor | kernels | × floor | max_seqlen: graph | kernels | × floor |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for b in run["backward"]:
+            f = b["floor_us"]
+            lines.append(f"| {b['case']} | {f:.1f} | {_md_us(b.get('device'))} | {_ratio(b.get('device'), f)} | "
+                         f"{_md_us(b.get('kernels'))} | {_ratio(b.get('kernels'), f)} | {_md_us(b.get('device_hinted'))} | "
+                         f"{_md_us(b.get('kernels_hinted'))} | {_ratio(b.get('kernels_hinted'), f)} |")
+    seg = [r for r in run.get("segments_grid", []) if isinstance(r.get("device"), dict)]
+    if seg:
+        lines += ["", "Whole-segments kernel, configs tried (fp32):", "",
+                  "| case | group | block_l | block_m | warps | looping programs | µs | × floor | default |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for r in seg:
+            c = r["config"]
+            lines.append(f"| {r['case']} | {c['group']} | {c['block_l']} | {c['block_m']} | {c['num_warps']} | "
+                         f"{c.get('programs') or '—'} | "
+                         f"{r['device']['median_us']:.1f} | {r['ratio_to_floor']:.2f} | {'yes' if r.get('bucket') else ''} |")
+    if run.get("grid_best"):
+        lines += ["", f"Config grid ({run.get('grid_dtype', 'fp32')}; one field at a time around the bucket):", "",
+                  "| case | dtype | bucket µs | best µs | best config |", "|---|---|---:|---:|---|"]
+        for g in run["grid_best"]:
+            keys = ("block_l", "block_m", "num_warps", "programs_per_sm", "min_chunk_rows")
+            best = ", ".join(f"{k}={g['best'][k]}" for k in keys)
+            bucket_us = f"{g['bucket_us']:.1f}" if g.get("bucket_us") else "—"
+            lines.append(f"| {g['case']} | {g.get('dtype', 'fp32')} | {bucket_us} | {g['best_us']:.1f} | {best} |")
+    if run.get("host"):
+        lines += ["", "Wall per call (seed method: 50 warm-up, 200 calls, sync after each; median µs; L2 warm):", "",
+                  "| case | jagged_mean | jagged_mean(max_seqlen=…) | jagged_mean(nt) | torch.ops.jaggedperf.jagged_mean | "
+                  "torch.segment_reduce | device µs |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for h in run["host"]:
+            w = h["wall_us"]
+            lines.append(f"| {h['case']} | {_md_us(w.get('fast_path'))} | {_md_us(w.get('fast_path_hinted'))} | "
+                         f"{_md_us(w.get('nested_tensor'))} | {_md_us(w.get('op_torch_ops'))} | {_md_us(w.get('segment_reduce'))} | "
+                         f"{h.get('device_us', 0):.1f} |")
+    path = run.get("launch_path") or {}
+    lines += ["", f"Eager launch path: {path.get('tier')} (verified: {path.get('verified_tier')}; dropped: "
+              f"{', '.join(path.get('dropped') or []) or 'none'}).", ""]
+    if run.get("errors"):
+        lines += [f"Sections that failed: {', '.join(run['errors'])}.", ""]
+    return "\n".join(lines)
 
 
 def _write(path):

@@ -1,4 +1,4 @@
-"""Issue 18's loaded-machine proof: are the lab's numbers trustworthy when the machine is not quiet?
+"""The loaded-machine proof: are the lab's numbers trustworthy when the machine is not quiet?
 
 The same small CPU grid (jagged_mean, eager, 3 implementations × 4 cases) is run twice through
 ``jaggedperf.bench``: first on the machine as quiet as it gets (the script waits up to ``QUIET_WAIT_S`` for
@@ -33,6 +33,7 @@ from pathlib import Path
 
 import jaggedperf
 from jaggedperf import Case
+from jaggedperf.lab import harness
 
 IMPLEMENTATIONS = ["sum_padded", "segment_reduce", "unbind_mean"]
 CASES = [Case(64, 32, L, s) for L in (64, 256) for s in (0.2, 0.7)]
@@ -121,7 +122,7 @@ def main(out: Path, loops: int) -> int:
                 f"while each cell was timed {spread} (of {load.get('cpus')})")
 
     lines = [
-        "# Loaded-machine proof (issue 18)", "",
+        "# Loaded-machine proof", "",
         f"Grid: jagged_mean, eager, {', '.join(IMPLEMENTATIONS)} × {', '.join(c.label for c in CASES)}; "
         f"{SETTINGS['iters']} timed calls, up to {SETTINGS['attempts']} attempts, {SETTINGS['threads']} thread; "
         f"CPU ({os.cpu_count()} cores), torch {quiet.environment.get('torch')}.", "",
@@ -145,7 +146,9 @@ def main(out: Path, loops: int) -> int:
             lines.append(f"- {c.implementation} {c.case.label}: B/A {c.wall.ratio:.3f} "
                          f"[{c.wall.low:.3f}–{c.wall.high:.3f}] → {c.verdict}" + (f" ({c.note})" if c.note else ""))
     lines += ["", "Checks: " + ("all hold." if not failures else "FAILED: " + "; ".join(failures)), ""]
-    (out / "summary.md").write_text("\n".join(lines))
+    facts = harness.meta()
+    lines.append(f"Command: `{facts.get('command')}` at commit `{facts.get('git_commit')}`.")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 1 if failures else 0
 

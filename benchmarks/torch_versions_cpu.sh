@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue #21's CPU proof: the seed's table (a subset: the seed's two shapes, nanmean_padded and sum_padded,
-# eager and compile:max-autotune-no-cudagraphs) through `sweep --torch`, then the doctor's NJT-overhead
-# split, under each torch version, on the CPU. Run from the repository root (the environments are made,
+# Does a newer torch stop paying the NJT guard cost? The seed's table (a subset: the seed's two shapes,
+# nanmean_padded and sum_padded, eager and compile:max-autotune-no-cudagraphs) through `sweep --torch`, then the
+# doctor's NJT-overhead split, under each torch version, on the CPU. Run from the repository root (the environments are made,
 # or taken from the cache, by the sweep):
 #   PYTHON=.venv/bin/python bash benchmarks/torch_versions_cpu.sh 2.11.0,2.13.0,2.15.0
 # (PYTHON: a Python with the project's requirements; STAGES=sweep or STAGES=doctor runs one part.)

@@ -44,7 +44,7 @@ def main(folder: str) -> int:
     doctor = [row for p in sorted(res.glob("doctor-*.json")) for row in doctor_rows(p)]
     (res / "summary.json").write_text(json.dumps({"seed_table": seed, "doctor": doctor}, indent=1) + "\n")
     lines = ["# Torch versions on the CPU: the seed's shapes", "",
-             f"Command and load: `run.txt`. Machine: 2 shared cores (noisy; load recorded per step).", ""]
+             "Command and load: `run.txt`. Machine: 2 shared cores (noisy; load recorded per step).", ""]
     if seed:
         lines += ["## The seed's table (wall median µs, p20–p80; speedup = eager / compiled)", ""]
         lines += (res / "seed.torch-versions.md").read_text().split("\n")[4:]

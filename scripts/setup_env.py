@@ -42,7 +42,9 @@ EXTRAS = {
 # Best effort, per extra: installed where pip can get them (a machine with network: CI), else skipped with one
 # notice (the offline GPU box); the tests that need them skip without them. Tried once per environment
 # (OPTIONAL_MARK lists what was tried), so an offline machine does not wait on pip at every run.
-OPTIONAL = {"test": {"ray": "ray>=2.40"}}  # sweep --ray's tests (tests/lab/test_sweep_ray.py)
+# sweep --ray's tests (tests/lab/test_sweep_ray.py); PyTorch's NJT OpInfo database, which imports expecttest
+# (tests/boundary/test_conformance.py, which CI requires)
+OPTIONAL = {"test": {"ray": "ray>=2.40", "expecttest": "expecttest>=0.2"}}
 OPTIONAL_MARK = "jaggedperf-optional-tried.txt"
 LINK_NAME = "jaggedperf-src.pth"
 HOST_LINK_NAME = "jaggedperf-host-site.pth"

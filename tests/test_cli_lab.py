@@ -304,7 +304,7 @@ def test_tables_at_80_columns_keep_every_name_whole_and_distinct():
     from jaggedperf.lab.results import tables
     from dataclasses import replace
 
-    from lab.fake_results import make_results
+    from helpers.fake_results import make_results
 
     assert len({tables.short_mode(m) for m in modes.MODES}) == len(modes.MODES)
     results = [replace(r, implementation="jaggedperf_njt") if r.implementation == "njt_mean" else r

@@ -11,7 +11,7 @@ from jaggedperf.cli import main
 from jaggedperf.lab.result import RunRecord
 from jaggedperf.lab.results.atomic import write_json
 from jaggedperf.lab.results.store import append_result, write_environment_header
-from lab.fake_results import make_record, scaled
+from helpers.fake_results import make_record, scaled
 
 
 @pytest.fixture(scope="module")

@@ -119,10 +119,10 @@ def test_an_unwritable_out_is_refused_before_any_worker_starts(tmp_path, capsys,
 
 
 def test_a_second_sweep_on_the_same_out_is_refused_naming_the_holder(tmp_path, capsys):
-    from lab.test_sweep import _hold_in_another_process
+    from helpers.isolated import hold_in_another_process
 
     out = tmp_path / "r.jsonl"
-    holder = _hold_in_another_process(out)
+    holder = hold_in_another_process(out)
     try:
         args = ["sweep", "--out", str(out), *TINY, "--impls", "segment_reduce", "--modes", "eager"]
         assert main([*args, "--plan"]) == 0  # reading is not writing
@@ -144,7 +144,7 @@ def test_a_second_sweep_on_the_same_out_is_refused_naming_the_holder(tmp_path, c
 
 def test_retry_failed_reruns_exactly_the_failed_cells_and_the_latest_result_is_read_back(tmp_path, capsys,
                                                                                          monkeypatch, sweep_plugin):
-    from lab.sweep_plugin import FLAKY, FLAKY_ENV
+    from helpers.sweep_plugin import FLAKY, FLAKY_ENV
 
     out = tmp_path / "r.jsonl"
     args = ["sweep", "--out", str(out), *TINY, "--impls", f"segment_reduce,{FLAKY}", "--modes", "eager",

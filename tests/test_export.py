@@ -1,19 +1,15 @@
-"""torch.export of a module calling our ops, and its AOTInductor package on the CPU (issue 15, item 5).
+"""torch.export of a module calling our ops, and its AOTInductor package on the CPU.
 
 One export here and one AOTInductor compile in a subprocess (~40 s). On the CPU the package calls our opaque pure-torch
 kernel (``jaggedperf::_reduce_torch``) through AOTInductor's proxy executor, which needs jaggedperf
 imported in the loading process (it is, here); the kernel checks the offsets there too.
 """
 
-import sys
-from pathlib import Path
 
 import torch
 
 import jaggedperf
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ops"))
-from aoti_check import aoti_round_trip  # noqa: E402
+from helpers.aoti import aoti_round_trip
 
 
 class SumAndMean(torch.nn.Module):
@@ -30,13 +26,13 @@ def test_export_and_aot_inductor_package_match_eager():
     targets = {str(node.target) for node in exported.graph.nodes if node.op == "call_function"}
     assert {"jaggedperf.jagged_sum.default", "jaggedperf.jagged_mean.default"} <= targets  # kept as our operators
     torch.testing.assert_close(exported.module()(values, offsets), eager, rtol=0, atol=0)
-    result = aoti_round_trip("cpu")  # in a fresh interpreter: see tests/ops/aoti_check.py
+    result = aoti_round_trip("cpu")  # in a fresh interpreter: see tests/helpers/aoti.py
     assert result["max_error"] == 0
     assert "offsets must be non-decreasing; offsets[3]=6 < offsets[2]=9" in result["bad_offsets_error"]
 
 
 def _fake_round_trips(monkeypatch, ours_dies: bool, twin_dies: bool) -> list:
-    import aoti_check
+    from helpers import aoti as aoti_check
 
     ran = []
 

@@ -15,6 +15,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from helpers import scripts
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,12 +96,7 @@ def test_torch_version_floor(version, usable):
 
 
 def _setup_module():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import setup_env
-    finally:
-        sys.path.pop(0)
-    return setup_env
+    return scripts.load("scripts/setup_env.py")
 
 
 def test_an_optional_requirement_that_cannot_be_had_is_skipped_once_with_a_notice(tmp_path, monkeypatch, capsys):
@@ -118,7 +114,9 @@ def test_an_optional_requirement_that_cannot_be_had_is_skipped_once_with_a_notic
     assert setup_env.install_optional(python, tmp_path, {"json": "json-is-stdlib"}) == []  # importable: nothing to do
 
 
-def test_the_test_extra_asks_for_ray_as_optional_only():
+def test_the_test_extra_asks_for_ray_and_expecttest_as_optional_only():
+    # optional: the offline GPU box has neither; their tests skip there (CI, which has the network, requires both)
     setup_env = _setup_module()
-    assert setup_env.optional_for("test") == {"ray": "ray>=2.40"} and "ray" not in setup_env.requirements_for("test")
+    assert setup_env.optional_for("test") == {"ray": "ray>=2.40", "expecttest": "expecttest>=0.2"}
+    assert not {"ray", "expecttest"} & set(setup_env.requirements_for("test"))
     assert setup_env.optional_for("plot") == {} and setup_env.optional_for(None) == {}

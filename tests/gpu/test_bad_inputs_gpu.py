@@ -1,4 +1,4 @@
-"""Issue 17 on CUDA: invalid offsets never crash the kernels nor make them access out of bounds (the
+"""Bad inputs on CUDA: invalid offsets never crash the kernels nor make them access out of bounds (the
 property of tests/ops/offsets_property.py, in a subprocess; a small sample under compute-sanitizer's
 memcheck where it is installed), the operators take non-contiguous values, validate=True under
 torch.compile asserts on the device, forward-mode AD passes the fast paths by, and our messages for
@@ -9,18 +9,14 @@ Run on the GPU machine: ``PYTHONPATH=src python -m pytest -q -m gpu tests/gpu/te
 
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 from torch.autograd import forward_ad
+from helpers.gpu import check, expand_reference
+from helpers.isolated import run_isolated
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
-from gpu_checks import check, expand_reference  # noqa: E402
-from ops_isolated import run_isolated  # noqa: E402
-
-import jaggedperf  # noqa: E402
+import jaggedperf
 
 pytestmark = pytest.mark.gpu
 OPS = torch.ops.jaggedperf
@@ -30,7 +26,7 @@ OPS = torch.ops.jaggedperf
 def test_any_offsets_through_the_cuda_kernels_never_crash(native):
     # valid offsets give the reference, invalid ones an output of the right shape; never a crash or a CUDA error
     tally = run_isolated("""
-        import offsets_property
+        from helpers import offsets_property
         jaggedperf.ops.prepare_native_launch()
         result = offsets_property.run(300, "cuda")
         result["native"] = jaggedperf.ops.launch_path()["native"]["status"]
@@ -43,10 +39,10 @@ def test_invalid_offsets_under_memcheck_access_nothing_out_of_bounds(tmp_path):
     import os
     import subprocess
 
-    from ops_isolated import SRC, TESTS
+    from helpers.isolated import SRC, TESTS
 
     script = tmp_path / "memcheck_sample.py"
-    script.write_text("import offsets_property\nprint(offsets_property.run(40, 'cuda', seed=1))\n")
+    script.write_text("from helpers import offsets_property\nprint(offsets_property.run(40, 'cuda', seed=1))\n")
     env = {**os.environ, "JAGGEDPERF_NATIVE": "0", "PYTHONPATH": os.pathsep.join([SRC, TESTS])}
     done = subprocess.run(["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "99", sys.executable,
                            str(script)], capture_output=True, text=True, env=env, timeout=1800)

@@ -1,4 +1,4 @@
-"""Issue #3's benchmark bars, measured on the GPU the suite runs on (they were set for the H200).
+"""The reductions' benchmark bars, measured on the GPU the suite runs on (they were set for the H200).
 
 - Device time: the profiler's kernel sums with L2 flushed between calls, median of 30 calls
   (``lab.timing.profile_kernels``); floor = the bytes that must move / the copy bandwidth measured in the
@@ -16,22 +16,18 @@ Run on the GPU machine: ``PYTHONPATH=src python -m pytest -v -m bars tests/gpu -
 
 import dataclasses
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers.gpu import check, expand_reference, record
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_checks import check, expand_reference, record  # noqa: E402
-
-import jaggedperf  # noqa: E402
-from jaggedperf.impls.jagged_mean import must_move_bytes  # noqa: E402
-from jaggedperf.impls.registry import get_implementation  # noqa: E402
-from jaggedperf.inputs import Case, make_batch  # noqa: E402
-from jaggedperf.lab import timing  # noqa: E402
-from jaggedperf.lab.grid import SEED_CASES  # noqa: E402
-from jaggedperf.ops.launch import native as native_launch  # noqa: E402
+import jaggedperf
+from jaggedperf.impls.jagged_mean import must_move_bytes
+from jaggedperf.impls.registry import get_implementation
+from jaggedperf.inputs import Case, make_batch
+from jaggedperf.lab import timing
+from jaggedperf.lab.grid import SEED_CASES
+from jaggedperf.ops.launch import native as native_launch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.bars]
 
@@ -41,14 +37,14 @@ BAR1_CASES = [Case(1024, 256, 1000, 0.5), Case(4096, 512, 512, 0.2), Case(256, 6
               Case(4096, 128, 32768, 0.0, "heavy"), Case(8, 4096, 4000, 0.0, "fixed"), TINY_ROWS]
 LARGEST_TWO = [Case(4096, 512, 512, 0.2), Case(4096, 128, 32768, 0.0, "heavy")]  # by bytes moved
 
-BELOW_PLAIN_READ = ("H200, runs 21 and 26: 63.5 µs = 1.31× the floor; a plain streaming read of the same bytes "
+BELOW_PLAIN_READ = ("H200 (benchmarks/results/h200/gpu-suite.json): 63.5 µs = 1.31× the floor; a plain streaming read of the same bytes "
                     "takes 1.09-1.11× (53.1-53.8 µs), and 1.13× after one dependent load (as the offsets must be "
                     "read before the rows)")
-SEED_DEVICE = ("H200, runs 21 and 26: 6.05 / 9.73 µs against floor + 3 = 5.51 / 7.28 µs; a plain read of the "
+SEED_DEVICE = ("H200 (benchmarks/results/h200/gpu-suite.json): 5.9-6.1 / 9.7-9.8 µs against floor + 3 = 5.51 / 7.28 µs; a plain read of the "
                "bytes after one dependent load (as the offsets must be read first) takes 5.47 / 8.22 µs")
-SEED_BACKWARD = ("H200, run 31: 4.1 / 5.9 µs, 1.63 / 1.38× the floor; a plain write of the same bytes after one "
-                 "dependent load takes 1.38 / 1.18× (run 27), against the bar's 1.2×")
-COMPILED = ("H200, runs 12, 14 and 33: torch.compile's own per-call cost (a compiled `offsets + 1`: 41-60 µs) "
+SEED_BACKWARD = ("H200 (benchmarks/results/h200/gpu-suite.json): 4.0-4.1 / 5.9 µs, 1.63 / 1.38× the floor; a plain write of the same bytes after one "
+                 "dependent load takes 1.38 / 1.18×, against the bar's 1.2×")
+COMPILED = ("H200 (benchmarks/results/h200/gpu-suite.json): torch.compile's own per-call cost (a compiled `offsets + 1`: 41-60 µs) "
             "exceeds the whole eager call at the seed shapes (16-18 µs on the native launch path); compiled is "
             "also slower on the large shapes (0.64-0.97×)")
 
@@ -89,7 +85,7 @@ def checked_batch(case):
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=BELOW_PLAIN_READ))
                                   if c == TINY_ROWS else c for c in BAR1_CASES], ids=lambda c: c.label)
-def test_bar1_forward_within_10_percent_of_the_floor(case, copy_gbps, record_property):
+def test_forward_within_10_percent_of_the_floor(case, copy_gbps, record_property):
     batch = checked_batch(case)
     us, floor = kernel_us(mean_of(batch)), floor_us(must_move_bytes(batch), copy_gbps)
     record(record_property, device_us=us, floor_us=floor, ratio=us / floor)
@@ -98,14 +94,14 @@ def test_bar1_forward_within_10_percent_of_the_floor(case, copy_gbps, record_pro
 
 @pytest.mark.xfail(strict=True, reason=SEED_DEVICE)
 @pytest.mark.parametrize("case", SEED_CASES, ids=lambda c: c.label)
-def test_bar2_seed_shapes_within_3_us_of_the_floor(case, copy_gbps, record_property):
+def test_seed_shapes_within_3_us_of_the_floor(case, copy_gbps, record_property):
     batch = checked_batch(case)
     us, floor = kernel_us(mean_of(batch)), floor_us(must_move_bytes(batch), copy_gbps)
     record(record_property, device_us=us, floor_us=floor, ratio=us / floor)
     assert us <= floor + 3.0, f"{us:.2f} µs against floor {floor:.2f} µs + 3"
 
 
-def test_bar3_seed_shapes_wall_below_segment_reduce_and_sum_padded(record_property):
+def test_seed_shapes_wall_below_segment_reduce_and_sum_padded(record_property):
     native = native_launch.ensure()  # our eager call takes the native launch path once it is built
     record_property("native_launch", f"{native['status']} {native['reason']}".strip())
     failures = []
@@ -126,7 +122,7 @@ def test_bar3_seed_shapes_wall_below_segment_reduce_and_sum_padded(record_proper
 
 
 @pytest.mark.xfail(strict=True, reason=COMPILED)
-def test_bar4_compiled_never_slower_than_eager(record_property):
+def test_compiled_never_slower_than_eager(record_property):
     def fn(values, offsets, max_seqlen):
         return jaggedperf.jagged_mean(values, offsets, max_seqlen=max_seqlen)
 
@@ -145,7 +141,7 @@ def test_bar4_compiled_never_slower_than_eager(record_property):
 
 
 @pytest.mark.parametrize("case", LARGEST_TWO, ids=lambda c: c.label)
-def test_bar5_bf16_within_60_percent_of_fp32(case, record_property):
+def test_bf16_within_60_percent_of_fp32(case, record_property):
     fp32, bf16 = checked_batch(case), checked_batch(dataclasses.replace(case, dtype="bfloat16"))
     t32, t16 = kernel_us(mean_of(fp32)), kernel_us(mean_of(bf16))
     record(record_property, fp32_us=t32, bf16_us=t16, ratio=t16 / t32)
@@ -154,7 +150,7 @@ def test_bar5_bf16_within_60_percent_of_fp32(case, record_property):
 
 @pytest.mark.parametrize("case", [*[pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=SEED_BACKWARD))
                                     for c in SEED_CASES], *BAR1_CASES], ids=lambda c: c.label)
-def test_bar5_backward_within_20_percent_of_its_floor(case, copy_gbps, record_property):
+def test_backward_within_20_percent_of_its_floor(case, copy_gbps, record_property):
     # what autograd runs for jagged_mean's backward: grad (B, M) / length, broadcast to every row (with max_seqlen)
     batch = make_batch(case, CUDA)
     values, offsets = batch.values.requires_grad_(), batch.offsets

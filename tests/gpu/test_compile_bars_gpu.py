@@ -1,4 +1,4 @@
-"""The torch.compile issue's bars (#15), measured on the GPU the suite runs on (set for the H200).
+"""The torch.compile bars, measured on the GPU the suite runs on (set for the H200).
 
 - Wall per call: the seed's method (``lab.timing.wall_stats``: 50 warm-up calls, 200 timed, sync after
   each), median of three interleaved rounds, so that each ratio compares numbers taken side by side.
@@ -6,29 +6,27 @@
 - Every compiled output is checked against float64 before it is timed.
 
 A bar measured not to hold is a strict xfail naming the limit measured; every measured number goes into
-the junit XML (``--junitxml``) as a property of its test (``benchmarks/bars_report.py`` renders it).
+the junit XML (``--junitxml``) as a property of its test (``python -m jaggedperf.lab.junit --bars`` renders it).
 """
 
 import functools
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from torch._dynamo.utils import counters
+from helpers.gpu import check, record
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_checks import check, record  # noqa: E402
+import jaggedperf
+from jaggedperf.impls.registry import get_implementation
+from jaggedperf.inputs import Case, make_batch
+from jaggedperf.lab import modes, timing
+from jaggedperf.lab import rounds as lab_rounds
+from jaggedperf.lab.grid import SEED_CASES
 
-import jaggedperf  # noqa: E402
-from jaggedperf.impls.registry import get_implementation  # noqa: E402
-from jaggedperf.inputs import Case, make_batch  # noqa: E402
-from jaggedperf.lab import modes, timing  # noqa: E402
-from jaggedperf.lab import rounds as lab_rounds  # noqa: E402
-from jaggedperf.lab.grid import SEED_CASES  # noqa: E402
-
-pytestmark = [pytest.mark.gpu, pytest.mark.bars]
+# The bars (``bars``: timed, run alone after the untimed tests) and, untimed beside them, what counts rather than times:
+# CUDA-graph skips and launches, graphs compiled.
+pytestmark = pytest.mark.gpu
 
 CUDA = torch.device("cuda")
 SEED_MODE = "max-autotune-no-cudagraphs"
@@ -57,11 +55,10 @@ def checked_batch(case):
 
 
 BOUNDARY_HOST = (
-    "H200, runs 41, 42, 70 and 73: through the boundary the compiled call's host time is up to 1.24-1.46x the "
-    "plain twin's at the worst cell (run 42: 0.99-1.31x over the six cells, 57-77 µs against 47-61; run 70, with the "
-    "wrapper's common call inline: 0.95-1.24x, 67-81 µs against 54-85; run 73: 0.90-1.46x, 60-109 µs against "
-    "49-83): the boundary adds ~10-30 µs a call over a static twin, its wrapper's Python (~1-2 µs, session 16's "
-    "count), dynamic sizes and the NJT rebuilt inside with its guards (benchmarks/NOTES.md, sessions 15-17)")
+    "H200 (benchmarks/results/h200/gpu-suite.json and earlier runs): through the boundary the compiled call's host "
+    "time is up to 1.24-1.46x the plain twin's at the worst cell (0.90-1.46x over the six cells, 57-109 µs against "
+    "47-85): the boundary adds ~10-30 µs a call over a static twin, its wrapper's Python (~1-2 µs), dynamic sizes "
+    "and the NJT rebuilt inside with its guards (docs/performance.md, the model's point 7)")
 @functools.lru_cache(maxsize=None)
 def boundary_cell(name: str, case: Case) -> dict:
     """Wall and host µs per call of a seed NJT implementation eager, through jaggedperf.compile, and its
@@ -83,6 +80,7 @@ def boundary_cell(name: str, case: Case) -> dict:
     return {"wall": wall, "host": {k: wall[k] - device[k] for k in calls}}
 
 
+@pytest.mark.bars
 @pytest.mark.parametrize("case", SEED_CASES, ids=lambda c: c.label)
 @pytest.mark.parametrize("name", SEED_NJT_IMPLS)
 def test_boundary_compiled_faster_than_eager(name, case, record_property):
@@ -92,6 +90,7 @@ def test_boundary_compiled_faster_than_eager(name, case, record_property):
     assert wall["boundary"] < wall["eager"], f"boundary {wall['boundary']:.1f} µs, eager {wall['eager']:.1f} µs"
 
 
+@pytest.mark.bars
 @pytest.mark.xfail(strict=True, reason=BOUNDARY_HOST)
 def test_boundary_host_within_15_percent_of_plain_compiled(record_property):
     """At every seed cell the compiled NJT call's host time through the boundary is within 1.15× that of the
@@ -108,6 +107,7 @@ def test_boundary_host_within_15_percent_of_plain_compiled(record_property):
     assert ratios[worst] <= 1.15, f"worst cell {worst}: {ratios[worst]:.2f}x"
 
 
+@pytest.mark.bars
 @pytest.mark.parametrize("case", SEED_CASES, ids=lambda c: c.label)
 def test_our_njt_through_the_boundary_near_our_plain_compiled_and_one_kernel(case, record_property):
     batch = checked_batch(case)
@@ -120,8 +120,8 @@ def test_our_njt_through_the_boundary_near_our_plain_compiled_and_one_kernel(cas
     # The boundary's extra sits near this bar's 20% of the call, and the shared host's speed moves by more than that
     # between rounds: the ratio is taken within each round, the two calls back to back in alternating order, and
     # judged by its median over the rounds. A slowed host stretches the boundary's extra (dynamic sizes: Python
-    # work) more than the twin's call, so the ratio itself moves with the host's speed (benchmarks/NOTES.md,
-    # session 19): the median is taken over quiet rounds (``lab.rounds``: the host probe beside the round at the
+    # work) more than the twin's call, so the ratio itself moves with the host's speed
+    # (docs/decisions/quiet-rounds.md): the median is taken over quiet rounds (``lab.rounds``: the host probe beside the round at the
     # level of the fastest this process has seen), measuring on for up to 30 s until 11 are quiet; with fewer than 6
     # quiet rounds by then the host was never quiet and the bar is not judged held.
     timed = lab_rounds.run({"njt boundary": lambda: through(*njt_args), "plain compiled": lambda: compiled(*ours_args)},
@@ -186,11 +186,12 @@ def test_our_op_under_reduce_overhead_replays_graphs_without_skips(case, with_ma
 
 
 REDUCE_OVERHEAD_FLOOR = (
-    "H200, run 41: our op under reduce-overhead 163 / 113 µs a call at the seed shapes (graphs replayed, no skip) "
+    "H200: our op under reduce-overhead 163 / 113 µs a call at the seed shapes (graphs replayed, no skip) "
     "against 21 / 16 µs for eager captured in a CUDA graph; reduce-overhead's own per-call cost on the same "
     "inputs (a function doing `values[:1] + offsets[:1, None]`) is 147 / 103 µs, 7x the graph-mode call")
 
 
+@pytest.mark.bars
 @pytest.mark.xfail(strict=True, reason=REDUCE_OVERHEAD_FLOOR)
 @pytest.mark.parametrize("case", SEED_CASES, ids=lambda c: c.label)
 def test_our_op_under_reduce_overhead_within_10_percent_of_graph_mode(case, record_property):
@@ -242,12 +243,13 @@ MODEL_MODES = ["eager", "compile:default", "compile:max-autotune-no-cudagraphs",
 
 
 MODEL_DENSE = (
-    "H200, run 41: rec_block with our op on (values, offsets): eager 143 / 121 µs at the seed shapes, the best "
+    "H200: rec_block with our op on (values, offsets): eager 143 / 121 µs at the seed shapes, the best "
     "compiled mode 167 / 239 µs (0.86 / 0.51x): the eager block is already ~7 kernels and our op's native call, "
     "and torch.compile's own per-call cost (41-60 µs for a compiled `offsets + 1`, 103-147 µs under "
     "reduce-overhead) is more than fusing the MLP saves. With the NJT (jaggedperf_njt) the bar holds: 2.7 / 4.2x")
 
 
+@pytest.mark.bars
 @pytest.mark.parametrize("implementation", [pytest.param("jaggedperf", marks=pytest.mark.xfail(strict=True,
                                                                                              reason=MODEL_DENSE)),
                                             "jaggedperf_njt"])

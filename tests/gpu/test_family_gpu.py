@@ -1,4 +1,4 @@
-"""jagged_softmax / jagged_layer_norm on the GPU (issue 20): forward and backward against float64 at large and
+"""jagged_softmax / jagged_layer_norm on the GPU: forward and backward against float64 at large and
 awkward shapes in every dtype, with max_seqlen known (one tile a sequence) and unknown or understated (the
 looping passes), the operator equal to the fast path bitwise, determinism, torch.compile (fullgraph, dynamic,
 no recompile), CUDA-graph capture, NJT in and out.
@@ -9,22 +9,17 @@ against a loop over torch.softmax / torch.layer_norm).
 Run on the GPU machine: ``PYTHONPATH=src python -m pytest -q -m gpu tests/gpu/test_family_gpu.py``.
 """
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers.gpu import FAMILY_SHAPES
+from helpers.family import EPS, FAMILIES, RTOL, assert_close, make, run_backward
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_checks import FAMILY_SHAPES  # noqa: E402
-from test_softmax_layer_norm import EPS, FAMILIES, RTOL, assert_close, make, run_backward  # noqa: E402
-
-import jaggedperf  # noqa: E402
-from jaggedperf.inputs import Case, make_batch  # noqa: E402
-from jaggedperf.ops.tiles import TileConfig  # noqa: E402
-from jaggedperf.ops.layer_norm.op import layer_norm_backward_cpu, layer_norm_cpu  # noqa: E402
-from jaggedperf.ops.softmax.op import softmax_backward_cpu, softmax_cpu  # noqa: E402
+import jaggedperf
+from jaggedperf.inputs import Case, make_batch
+from jaggedperf.ops.tiles import TileConfig
+from jaggedperf.ops.layer_norm.op import layer_norm_backward_cpu, layer_norm_cpu
+from jaggedperf.ops.softmax.op import softmax_backward_cpu, softmax_cpu
 
 pytestmark = pytest.mark.gpu
 

@@ -1,4 +1,4 @@
-"""Our Helion contenders on the GPU (issue 20): registered where helion imports, each equal to its op's float64
+"""Our Helion contenders on the GPU: registered where helion imports, each equal to its op's float64
 reference (the lab's correctness gate) at the seed shapes and awkward ones, every dtype, and capturable in a CUDA
 graph (the lab's device-time method). Skipped where helion is not installed or does not import
 (helion 1.5.1 needs a newer torch than 2.11).
@@ -6,8 +6,6 @@ graph (the lab's device-time method). Skipped where helion is not installed or d
 Run on the GPU machine: ``PYTHONPATH=src python -m pytest -q -m gpu tests/gpu/test_helion_gpu.py``.
 """
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,13 +15,11 @@ try:
 except ImportError as exc:  # installed but not importable with this torch (helion 1.5.1 under torch 2.11)
     pytest.skip(f"helion does not import here: {exc}", allow_module_level=True)
 
-from jaggedperf.impls import helion_contenders  # noqa: E402
-from jaggedperf.impls.registry import get_implementation, get_op  # noqa: E402
-from jaggedperf.inputs import Case  # noqa: E402
-from jaggedperf.lab import correctness, timing  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_checks import FAMILY_SHAPES  # noqa: E402
+from jaggedperf.impls import helion_contenders
+from jaggedperf.impls.registry import get_implementation, get_op
+from jaggedperf.inputs import Case
+from jaggedperf.lab import correctness, timing
+from helpers.gpu import FAMILY_SHAPES
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")

@@ -1,8 +1,6 @@
 """The lab's remedy on the GPU (run on the GPU machine: pytest -m gpu tests/gpu/test_model_gpu.py):
 jagged-compile:<torch mode> cells, the doctor's recommendation, and the rec_block model in every mode."""
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,9 +9,7 @@ from jaggedperf.inputs import Case
 from jaggedperf.lab import modes, runner, stats, timing
 from jaggedperf.lab.doctor import attribution, gather, verdicts
 from jaggedperf.lab.result import OK, TIMED
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_checks import NOISY_HOST  # noqa: E402
+from helpers.gpu import NOISY_HOST
 
 pytestmark = pytest.mark.gpu
 
@@ -23,7 +19,7 @@ BOUNDARY = modes.boundary_twin(modes.SEED_COMPILED_MODE)
 
 def options() -> runner.Options:
     # five attempts, as the doctor advises on a noisy host: the NJT calls' host-bound walls spread 10-14%
-    # (IQR / median) on the shared H200 host in run 43, past the lab's 10% in three attempts
+    # (IQR / median) on the shared H200 host, past the lab's 10% in three attempts
     opts = runner.Options(device=torch.device("cuda"), warmup=20, iters=100)
     opts.stability = stats.Policy(attempts=5)
     return opts
@@ -69,7 +65,7 @@ def test_rec_block_runs_correctly_in_every_mode_family_at_the_seed_shape(mode):
     cells = runner.plan("rec_block", [SEED], ["sum_padded", "segment_reduce", "jaggedperf", "jaggedperf_njt"],
                         [mode])
     # one measurement a cell, whatever the host's load: whether the timing settled is the timed tests' business
-    # (beside nine other test workers a mode took ~60 s in runs 70-71, where an unstable or contended cell is
+    # (beside nine other test workers a mode took ~60 s, where an unstable or contended cell is
     # measured up to three times)
     record = runner.run(cells, runner.Options(device=torch.device("cuda"), warmup=5, iters=20,
                                               stability=stats.Policy(attempts=1, cpu_slack=None)))

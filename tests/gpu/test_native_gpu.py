@@ -8,21 +8,17 @@ and other devices stay on the Python path.
 Run on the GPU machine: ``PYTHONPATH=src python -m pytest -q -m gpu tests/gpu``.
 """
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers.gpu import check
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_checks import check  # noqa: E402
-
-import jaggedperf  # noqa: E402
-from jaggedperf.inputs import Case, make_batch  # noqa: E402
-from jaggedperf.ops import launch, testing  # noqa: E402
-from jaggedperf.ops.launch import native as native_launch  # noqa: E402
-from jaggedperf.ops.launch.layout import FEW_SEGMENTS, GridKind  # noqa: E402
-from jaggedperf.ops.reduce import plan  # noqa: E402
+import jaggedperf
+from jaggedperf.inputs import Case, make_batch
+from jaggedperf.ops import launch, testing
+from jaggedperf.ops.launch import native as native_launch
+from jaggedperf.ops.launch.layout import FEW_SEGMENTS, GridKind
+from jaggedperf.ops.reduce import plan
 
 pytestmark = pytest.mark.gpu
 
@@ -171,7 +167,7 @@ def test_captured_in_a_cuda_graph_and_replayed_on_new_values():
 
 
 def test_autograd_forward_takes_it_inside_the_eager_function():
-    # issue #16: an eager call requiring grad runs api.EagerReduce, whose forward (grad off) the native path serves
+    # an eager call requiring grad runs api.EagerReduce, whose forward (grad off) the native path serves
     batch = make_batch(CASES[0], "cuda")
     longest = batch.max_seqlen
     jaggedperf.jagged_mean(batch.values, batch.offsets, max_seqlen=longest)
@@ -207,7 +203,7 @@ BACKWARD = [Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75), Case(65536, 16, 6
 @pytest.mark.parametrize("case", BACKWARD, ids=lambda c: c.label)
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
 def test_backward_served_natively_and_equal_to_the_python_path(case, dtype, hinted):
-    # issue #16: api.EagerReduce's backward asks the native path first; the first call of a key runs the Python
+    # api.EagerReduce's backward asks the native path first; the first call of a key runs the Python
     # path's launch and registers it (checked bitwise), the next is served: every backward plan (whole segments,
     # spread over tiles (GRID_Z) when a segment is alone in its program and long, the chunks), every dtype, int32
     # offsets, M = 1, a broadcast gradient (out.sum()'s)

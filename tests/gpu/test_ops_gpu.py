@@ -5,20 +5,16 @@ capture, torch.compile (fullgraph, dynamic, no recompile), backward, and values.
 Run on the GPU machine: ``PYTHONPATH=src python -m pytest -q -m gpu tests/gpu``.
 """
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers.gpu import assert_matches, check, expand_reference, gpu_reference
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_checks import assert_matches, check, expand_reference, gpu_reference  # noqa: E402
-
-import jaggedperf  # noqa: E402
-from jaggedperf.inputs import Case, make_batch  # noqa: E402
-from jaggedperf.ops import launch  # noqa: E402
-from jaggedperf.ops.launch import native  # noqa: E402
-from jaggedperf.ops.reduce import kernels, plan  # noqa: E402
+import jaggedperf
+from jaggedperf.inputs import Case, make_batch
+from jaggedperf.ops import launch
+from jaggedperf.ops.launch import native
+from jaggedperf.ops.reduce import kernels, plan
 
 pytestmark = pytest.mark.gpu
 
@@ -308,12 +304,11 @@ def test_more_than_2_pow_31_elements():
     torch.cuda.empty_cache()
 
 
-# torch.export + AOTInductor on CUDA (issue 15, item 5): see tests/ops/aoti_check.py.
+# torch.export + AOTInductor on CUDA: see tests/helpers/aoti.py.
 
 
 def test_aot_inductor_package_on_cuda_matches_eager():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
-    from aoti_check import aoti_round_trip
+    from helpers.aoti import aoti_round_trip
 
     result = aoti_round_trip("cuda")
     assert result["max_error"] <= 1e-5

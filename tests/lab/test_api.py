@@ -11,7 +11,7 @@ from jaggedperf.api import COLUMNS, SAMPLE_COLUMNS, Results
 from jaggedperf.impls.registry import get_op
 from jaggedperf.lab import timing
 from jaggedperf.lab.result import OK, UNSTABLE
-from lab.fake_clock import FakeClock, drifting, steady
+from helpers.fake_clock import FakeClock, drifting, steady
 
 SMALL = Case(16, 4, 30, 0.3)
 
@@ -79,7 +79,7 @@ def test_load_reads_what_save_wrote_in_either_form_and_a_doctor_file(tmp_path, s
         assert back.rows() == res.rows() and back.sample_rows() == res.sample_rows()
     assert res.compare(back).counts()["same"] == 1
     from jaggedperf.lab.doctor import verdicts
-    from lab.test_doctor import make_evidence
+    from helpers.evidence import make_evidence
 
     ev = make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), boundary=(60, 6))
     doc = verdicts.DoctorRecord({"torch": "x"}, None, [ev], [verdicts.diagnose(ev)])

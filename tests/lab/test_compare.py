@@ -14,7 +14,7 @@ from jaggedperf.lab.results.compare import (
     judge,
 )
 from jaggedperf.lab.result import ERROR, OK, DeviceTime, RunRecord, WallStats
-from lab.fake_results import make_record, scaled
+from helpers.fake_results import make_record, scaled
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_faster_beyond_spread_is_an_improvement(a):
 
 def test_wall_noise_hides_a_change_that_steady_device_time_shows(a):
     r = next(r for r in a.results if r.status == OK)
-    w, d = r.wall, r.device_time
+    w = r.wall
     noisy = WallStats(w.mean_ms, w.median_ms * 0.2, w.median_ms, w.min_ms, w.max_ms, w.n)
     ra = replace(r, wall=noisy, device_time=DeviceTime(100.0, 99.5, 100.5, "graph", True))
     rb = replace(r, wall=replace(noisy, median_ms=w.median_ms * 1.2),

@@ -13,76 +13,10 @@ from jaggedperf.inputs import Case, make_batch
 from jaggedperf.impls.registry import get_op
 from jaggedperf.lab import input_size, modes, runner, stats
 from jaggedperf.lab.doctor import attribution, evidence, gather, probes, verdicts
-from jaggedperf.lab.result import ERROR, OK, SKIPPED, UNSTABLE, DeviceTime, Result, WallStats
+from jaggedperf.lab.result import ERROR, OK, SKIPPED, UNSTABLE
+from helpers.evidence import MODE, TINY, make_evidence, result as _result
 
 CPU = torch.device("cpu")
-SEED = Case(512, 64, 100, 0.1)
-MODE = modes.SEED_COMPILED_MODE
-
-
-# --- hand-built evidence -------------------------------------------------------------------------
-
-
-def _result(mode, wall_us, device_us=None, kernels=None, compile_s=None, status=OK, form=None):
-    r = Result("jagged_mean", "sum_padded", mode, SEED, "cuda" if device_us is not None else "cpu", status=status)
-    if status == OK:
-        r.wall = WallStats(wall_us / 1e3, 0.0, wall_us / 1e3, wall_us / 1e3, wall_us / 1e3, 200)
-    else:
-        r.reason = "boom"
-    if device_us is not None:
-        r.device_time = DeviceTime(device_us, device_us, device_us, "graph", False)
-        r.host_us = wall_us - device_us
-    r.kernels_per_call = kernels
-    r.compile_s = compile_s
-    if form:
-        r.extra["input_form"] = form
-    return r
-
-
-def _guards(us, count):
-    return probes.GuardCost(True, None, "test", "f", 1, 0, count, {}, us)
-
-
-def make_evidence(*, eager, compiled, plain=None, njt_guard_us=None, plain_guard_us=None, compile_s=5.0,
-                  takes="njt", eager_kernels=4, compiled_kernels=1, boundary=None, host_calls=None, waits=None):
-    """eager/compiled/plain/boundary: (wall µs, device µs or None); boundary: the jagged-compile twin's;
-    host_calls: the host timer's (eager, compiled, plain) µs, or None for evidence without it; waits: the same
-    loop's (eager, compiled) waits at the sync (CUDA), or None for evidence without them."""
-    wall_only = eager[1] is None
-    e = _result("eager", eager[0], eager[1], None if wall_only else eager_kernels, 0.001)
-    c = _result(MODE, compiled[0], compiled[1], None if wall_only else compiled_kernels, compile_s)
-    p = _result(MODE, plain[0], plain[1], None if wall_only else 1, 1.0, form="plain") if plain else None
-    g = _guards(njt_guard_us, 33) if njt_guard_us is not None else probes.GuardCost(False, "not measured")
-    pg = _guards(plain_guard_us, 21) if plain_guard_us is not None else None
-    host = evidence.HostOverhead(not wall_only, "needs CUDA" if wall_only else None, "test",
-                                 evidence.host_us(e, wall_only=wall_only), evidence.host_us(c, wall_only=wall_only),
-                                 g, probes.CompileStats(True, graphs=1, graph_breaks=0, recompiles=0))
-    if host_calls is not None:
-        for r, us in zip((e, c, p), host_calls):
-            if r is not None and us is not None:
-                r.host_call = WallStats(us / 1e3, 0.0, us / 1e3, us / 1e3, us / 1e3, 200)
-        host.eager_call_us, host.compiled_call_us = host_calls[0], host_calls[1]
-    if waits is not None:
-        for r, us in zip((e, c), waits):
-            r.sync_wait = WallStats(us / 1e3, 0.0, us / 1e3, us / 1e3, us / 1e3, 200)
-        host.eager_wait_us, host.compiled_wait_us = waits
-    if plain:
-        form = evidence.InputForm(True, None, "test", p, evidence.host_us(p, wall_only=wall_only), pg,
-                                  probes.CompileStats(True))
-        form.plain_call_us = host_calls[2] if host_calls is not None else None
-    else:
-        form = evidence.InputForm(False, "not applicable: the implementation already takes (values, offsets)", "")
-    kernels = evidence.Kernels(False, "needs CUDA", "test")
-    graphs = evidence.CudaGraphs(False, "needs CUDA", "test", MODE, "compile:max-autotune")
-    pad = evidence.padding_model(512, 64, 100, 46000, 4)
-    twin = modes.boundary_twin(MODE)
-    if boundary:
-        b = evidence.Boundary(True, None, "test", twin, modes.torch_mode(MODE),
-                              _result(twin, boundary[0], boundary[1], None if wall_only else 1, 4.0))
-    else:
-        b = evidence.Boundary(False, "not measured", "test")
-    return evidence.Evidence("jagged_mean", "sum_padded", MODE, SEED, "cuda", takes, e, c, host, form, kernels, pad,
-                             graphs, evidence.compile_cost(e, c), boundary=b)
 
 
 def _assert_residual_is_what_the_parts_leave(d: verdicts.Diagnosis):
@@ -424,9 +358,6 @@ def test_gather_refuses_a_mode_that_is_not_compiled():
 # --- CLI -----------------------------------------------------------------------------------------
 
 
-TINY = ["--B", "8", "--M", "4", "--seqlen", "20", "--sparsity", "0.5", "--impls", "sum_padded", "--warmup", "1",
-        "--iters", "5", "--device", "cpu"]
-
 
 def test_cli_doctor_records_a_case_over_the_byte_limit_as_skipped(tmp_path, capsys):
     path = tmp_path / "doctor.json"
@@ -610,7 +541,7 @@ def test_evidence_without_the_host_timer_says_its_residual_checks_nothing():
 
 def test_run_and_doctor_agree_on_the_same_cell_within_their_spreads(monkeypatch):
     from jaggedperf.lab import timing
-    from lab.fake_clock import FakeClock, steady
+    from helpers.fake_clock import FakeClock, steady
 
     # every timed call, in run and in doctor alike, takes 300 µs ± 5%: the same cell must read the same
     monkeypatch.setattr(timing, "clock", FakeClock(steady(0.3, jitter=0.05)))

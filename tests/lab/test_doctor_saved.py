@@ -19,10 +19,10 @@ from jaggedperf.lab import runner
 from jaggedperf.lab.doctor import evidence, gather, probes, saved, verdicts
 from jaggedperf.lab.results.store import ResultsFileError
 from jaggedperf.lab.results.typed import IncompatibleData, from_data
-from lab.test_doctor import TINY, make_evidence
+from helpers.evidence import TINY, make_evidence
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN3 = ROOT / "benchmarks/results/h200/doctor-seed.json.gz"  # written before host timers, boundary, stage timings
+SEED_DOCTOR = ROOT / "benchmarks/results/h200/doctor-seed.json.gz"  # written before host timers, boundary, stage timings
 
 
 def _round_trip(run: evidence.EvidenceRun, tmp_path, *, gz: bool = False) -> evidence.EvidenceRun:
@@ -69,9 +69,9 @@ def test_evidence_gathered_on_the_cpu_round_trips(tmp_path):
     assert verdicts.diagnose(back.evidence[0]) == verdicts.diagnose(ev)
 
 
-def test_run_3s_evidence_loads_with_defaults_and_gives_the_verdicts_it_recorded():
-    recorded = json.loads(gzip.decompress(RUN3.read_bytes()))
-    run = saved.load_evidence(RUN3)
+def test_the_published_seed_evidence_loads_with_defaults_and_gives_the_verdicts_it_recorded():
+    recorded = json.loads(gzip.decompress(SEED_DOCTOR.read_bytes()))
+    run = saved.load_evidence(SEED_DOCTOR)
     assert len(run.evidence) == len(recorded["cells"]) == 6 and run.copy_gbps == recorded["copy_gbps"]
     for ev, cell in zip(run.evidence, recorded["cells"]):
         assert "boundary" not in cell["evidence"] and not ev.boundary.available  # a default: measured since

@@ -1,4 +1,4 @@
-"""The jagged family in the lab (issue 20): jagged_sum, jagged_softmax and jagged_layer_norm registered with
+"""The jagged family in the lab: jagged_sum, jagged_softmax and jagged_layer_norm registered with
 tritonbench's torch contenders and ours, each equal to its op's float64 reference on the CPU, and the
 command line running them."""
 
@@ -9,7 +9,7 @@ from jaggedperf.batch import JaggedBatch
 from jaggedperf.cli import main
 from jaggedperf.impls.registry import get_op
 from jaggedperf.inputs import Case
-from jaggedperf.lab import correctness, runner
+from jaggedperf.lab import correctness
 
 CPU = torch.device("cpu")
 FAMILY = {

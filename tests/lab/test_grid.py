@@ -121,7 +121,7 @@ def test_byte_limit_filter_drops_the_largest_tritonbench_cases_quickly():
     assert max(c.B for c, _ in too_large) == 2**21
 
 
-def test_kernels_preset_covers_issue_16s_classes():
+def test_kernels_preset_covers_the_kernel_classes():
     classes = grid.kernel_classes()
     cases = grid.expand("kernels")
     assert [c for cs in classes.values() for c in cs] == cases  # every case in one class, in the preset's order

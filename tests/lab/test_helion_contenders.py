@@ -1,4 +1,4 @@
-"""The helion contenders (issue 20): registered only where helion is installed and CUDA is present, else each
+"""The helion contenders: registered only where helion is installed and CUDA is present, else each
 op says why; and our Helion kernels equal to each op's float64 reference, run on the CPU through Triton's
 interpreter (``TRITON_INTERPRET=1``; skipped without helion or the interpreter)."""
 

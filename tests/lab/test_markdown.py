@@ -4,7 +4,7 @@ import pytest
 
 from jaggedperf.lab.results.markdown import render_report
 from jaggedperf.lab.result import OK, RunRecord
-from lab.fake_results import ENVIRONMENT, MODES, make_record
+from helpers.fake_results import ENVIRONMENT, MODES, make_record
 
 
 @pytest.fixture(scope="module")

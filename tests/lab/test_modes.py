@@ -36,7 +36,10 @@ def test_jagged_compile_builds_through_the_boundary_with_the_torch_mode_and_dyna
     call = modes.build(lambda nt: nt.values().sum(), (torch.nested.nested_tensor_from_jagged(
         torch.ones(5, 2), torch.tensor([0, 2, 5])),), "jagged-compile:max-autotune-no-cudagraphs", CPU, dynamic=True)
     assert float(call()) == 10.0
-    assert seen == {"mode": "max-autotune-no-cudagraphs", "dynamic": True}
+    assert call.compiled.compile_kwargs == {"mode": "max-autotune-no-cudagraphs", "dynamic": True}
+    # the regions' backend is the one torch.compile builds for that mode (inside the boundary's wrapper)
+    assert seen["dynamic"] is True and "mode" not in seen
+    assert seen["backend"].inner.config.get("max_autotune") is True
     compiled = modes.compile_fn(lambda x: x, "jagged-compile:default")
     assert isinstance(compiled, BoundaryFunction)
 
@@ -56,10 +59,12 @@ def test_a_jagged_compile_default_cell_of_sum_padded_runs_and_is_correct():
 
 
 def test_a_jagged_compile_cell_whose_boundary_fell_back_is_an_error_not_a_torch_compile_timing(monkeypatch):
-    def broken(fn, **kwargs):  # a boundary whose compile on the components failed: every call falls back
-        boundary = BoundaryFunction(fn, {"backend": "eager"})
-        boundary.broken = "compiling on the NJT's components failed (test)"
-        return boundary
+    class Broken(BoundaryFunction):  # a boundary whose compile on the components failed: every call falls back
+        def __call__(self, *args, **kwargs):
+            return self._fall_back("compiling on the NJT's components failed (test)", args, kwargs)
+
+    def broken(fn, **kwargs):
+        return Broken(fn, {"backend": "eager"})
 
     monkeypatch.setattr(modes, "jagged_compile", broken)
     cell = runner.Cell("jagged_mean", "sum_padded", "jagged-compile:default", Case(4, 2, 6, 0.3))

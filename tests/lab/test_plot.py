@@ -8,7 +8,7 @@ import pytest
 from jaggedperf.lab.result import ERROR, OK, DeviceTime, RunRecord, WallStats
 from jaggedperf.lab.results.figures import heatmap_data, latency_data, roofline_data
 from jaggedperf.lab.results.plot import latency, roofline, speedup_heatmaps
-from lab.fake_results import IMPLEMENTATIONS, MODES, SEQLENS, SPARSITIES, cases, make_record, make_result
+from helpers.fake_results import IMPLEMENTATIONS, MODES, SEQLENS, SPARSITIES, cases, make_record, make_result
 
 
 @pytest.fixture(scope="module")

@@ -302,7 +302,7 @@ import json  # noqa: E402
 
 from jaggedperf.lab import stats, timing  # noqa: E402
 from jaggedperf.lab.result import UNSTABLE, DeviceTime, Result, WallStats, recompute  # noqa: E402
-from lab.fake_clock import FakeClock, drifting, noisy, steady  # noqa: E402
+from helpers.fake_clock import FakeClock, drifting, noisy, steady  # noqa: E402
 
 
 def test_a_cell_whose_timing_never_settles_is_unstable_with_its_figures(monkeypatch):

@@ -15,7 +15,7 @@ from jaggedperf.lab.results.store import (
     read_results,
     write_environment_header,
 )
-from lab.fake_results import ENVIRONMENT, make_record
+from helpers.fake_results import ENVIRONMENT, make_record
 
 
 @pytest.fixture(scope="module")

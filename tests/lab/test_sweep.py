@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.isolated import hold_in_another_process
 import torch
 
 from jaggedperf.inputs import Case
@@ -230,7 +231,7 @@ def test_another_backend_runs_the_sweep_through_the_same_scheduler(tmp_path):
 
 def test_hang_exit_raise_and_a_broken_device_are_recorded_and_the_other_cells_finish(tmp_path, sweep_plugin):
     import_plugins([sweep_plugin])  # by name, as --plugin does
-    from lab.sweep_plugin import EXITS, HANGS, POISONS, RAISES
+    from helpers.sweep_plugin import EXITS, HANGS, POISONS, RAISES
 
     out = tmp_path / "r.jsonl"
     cores = sorted(os.sched_getaffinity(0))[:2] if hasattr(os, "sched_getaffinity") else []
@@ -337,7 +338,7 @@ def test_killing_the_sweep_keeps_finished_lines_leaves_no_orphans_and_resumes(tm
 def test_a_worker_records_an_implementation_that_changes_its_inputs_and_measures_the_next_on_the_real_batch(
         tmp_path, sweep_plugin):
     import_plugins([sweep_plugin])
-    from lab.sweep_plugin import MUTATES
+    from helpers.sweep_plugin import MUTATES
 
     out = tmp_path / "r.jsonl"
     p = plan(out, [C1], ["segment_reduce", MUTATES, "sum_padded"], ["eager"])
@@ -350,22 +351,11 @@ def test_a_worker_records_an_implementation_that_changes_its_inputs_and_measures
 # --- one sweep per results file -------------------------------------------------------------------
 
 
-def _hold_in_another_process(out):
-    """A process that holds ``out``'s lock until killed (as a sweep would); returns it once it holds it."""
-    code = ("import sys; from jaggedperf.lab.sweep.lock import hold; h = hold(sys.argv[1]); h.__enter__(); "
-            "print('held', flush=True); sys.stdin.read()")
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    proc = subprocess.Popen([sys.executable, "-c", code, str(out)], env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline() == "held\n"
-    return proc
-
-
 def test_a_second_sweep_on_the_same_file_is_refused_with_the_holders_pid_until_the_holder_dies(tmp_path):
     from jaggedperf.lab.sweep import lock
 
     out = tmp_path / "r.jsonl"
-    holder = _hold_in_another_process(out)
+    holder = hold_in_another_process(out)
     try:
         with pytest.raises(sweep.SweepLocked, match=rf"another sweep \(pid {holder.pid} on .*\) is writing to {out}"):
             with lock.hold(out):
@@ -393,7 +383,7 @@ def test_the_lock_file_goes_when_the_sweep_ends(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.memory  # beside nine test workers its workers' 2 GB copy probes ran out (run 53); they fall back to 256 MiB since
+@pytest.mark.memory  # beside nine test workers its workers' 2 GB copy probes ran out; they fall back to 256 MiB since
 def test_every_gpu_gets_its_own_worker_that_sees_only_it(tmp_path):
     n = torch.cuda.device_count()
     slots = sweep.worker_slots()  # every GPU of this host
@@ -420,7 +410,7 @@ def test_every_gpu_gets_its_own_worker_that_sees_only_it(tmp_path):
 @pytest.mark.gpu
 def test_faults_on_a_gpu_worker(tmp_path, sweep_plugin):
     import_plugins([sweep_plugin])
-    from lab.sweep_plugin import DEVICE_ASSERT, EXITS, HANGS
+    from helpers.sweep_plugin import DEVICE_ASSERT, EXITS, HANGS
 
     p = sweep.plan_sweep(tmp_path / "r.jsonl", "jagged_mean", [C1], [HANGS, EXITS, DEVICE_ASSERT, "segment_reduce"],
                          ["eager"], byte_limit=runner.DEFAULT_BYTE_LIMIT, device="cuda")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from jaggedperf.inputs import Case
-from jaggedperf.lab import runner, sweep
+from jaggedperf.lab import runner
 from jaggedperf.lab.result import OK
 from jaggedperf.lab.results import store
 from jaggedperf.lab.sweep import envs

@@ -97,7 +97,7 @@ def test_a_killed_actor_loses_its_cell_in_flight_the_rest_finish_and_a_retry_fin
     from jaggedperf.lab.sweep import ray_backend
 
     import_plugins([sweep_plugin])
-    from lab.sweep_plugin import SLOW
+    from helpers.sweep_plugin import SLOW
 
     out = tmp_path / "r.jsonl"
     slots = ray_backend.ray_slots(cluster, "cpu", workers=2)
@@ -134,7 +134,7 @@ def test_an_actor_lost_with_its_node_has_its_cells_in_flight_requeued_not_record
     from jaggedperf.lab.sweep import ray_backend
 
     import_plugins([sweep_plugin])
-    from lab.sweep_plugin import SLOW
+    from helpers.sweep_plugin import SLOW
 
     # A node that leaves is seen as its actors' deaths with the node no longer alive; here the actor is killed
     # and the node's departure simulated on that one handle (a second node cannot be taken away on 2 cores).

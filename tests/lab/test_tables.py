@@ -9,7 +9,7 @@ from jaggedperf.lab.results import tables
 from jaggedperf.lab.results.figures import heatmap_data
 from jaggedperf.lab.results.markdown import render_report
 from jaggedperf.lab.results.views import mode_rank
-from lab.fake_results import ALL_MODES, make_record
+from helpers.fake_results import ALL_MODES, make_record
 
 SEED = "compile:max-autotune-no-cudagraphs"
 BOUNDARY = "jagged-compile:max-autotune-no-cudagraphs"
@@ -42,7 +42,7 @@ def test_seed_table_puts_the_boundary_wall_and_speedup_beside_the_seeds(record):
 
 def test_findings_say_what_the_boundary_measured_where_the_seeds_mode_is_slower(record):
     lines = tables.findings(record.results, SEED, BOUNDARY)
-    assert lines and all(f"slower than eager" in line and f"; {BOUNDARY}: " in line for line in lines)
+    assert lines and all("slower than eager" in line and f"; {BOUNDARY}: " in line for line in lines)
     assert all(BOUNDARY not in line for line in tables.findings(record.results, SEED))
 
 

@@ -78,7 +78,7 @@ def test_uncapturable_call_returns_none():
 # --- samples, stability and re-measurement, on a scripted clock ---------------------------------
 
 from jaggedperf.lab import stats  # noqa: E402
-from lab.fake_clock import FakeClock, drifting, noisy, steady, with_outliers  # noqa: E402
+from helpers.fake_clock import FakeClock, drifting, noisy, steady, with_outliers  # noqa: E402
 
 CPU = torch.device("cpu")
 

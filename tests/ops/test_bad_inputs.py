@@ -1,12 +1,12 @@
-"""Issue 17: no crash and no silent wrong answer on any entry point (the public functions and
+"""Bad inputs: no crash and no silent wrong answer on any entry point (the public functions and
 ``torch.ops.jaggedperf.*``), one test per item. Crash-prone calls run in a subprocess, so that a crash
 fails the test instead of killing pytest."""
 
 import pytest
 import torch
-from ops_env import needs_interpreter
-from ops_isolated import error_text, run_isolated
-from ops_reference import assert_matches, lengths_to_offsets, reference_expand, reference_reduce
+from helpers.interpret import needs_interpreter
+from helpers.isolated import error_text, run_isolated
+from helpers.reference import assert_matches, lengths_to_offsets, reference_expand, reference_reduce
 from torch.autograd import forward_ad
 
 import jaggedperf
@@ -18,7 +18,7 @@ OPS = torch.ops.jaggedperf
 
 # 1. unchecked bad offsets on the CPU: an error, never a crash
 
-def test_item1_bad_offsets_on_the_cpu_raise_instead_of_crashing():
+def test_bad_offsets_on_the_cpu_raise_instead_of_crashing():
     result = run_isolated("""
         OPS = torch.ops.jaggedperf
         calls = {
@@ -79,12 +79,12 @@ OPERATOR_ERRORS = [
 
 
 @pytest.mark.parametrize("name,call,exc,match", OPERATOR_ERRORS, ids=[e[0] for e in OPERATOR_ERRORS])
-def test_item2_operators_check_like_the_public_functions(name, call, exc, match):
+def test_operators_check_like_the_public_functions(name, call, exc, match):
     with pytest.raises(exc, match=match):
         call()
 
 
-def test_item2_operator_checks_are_traced_too():
+def test_operator_checks_are_traced_too():
     # metadata checks in the body: torch.compile (fake tensors) raises the same error
     f = torch.compile(lambda v, o: OPS.jagged_sum(v, o), backend="aot_eager", fullgraph=True)
     with pytest.raises(Exception) as caught:
@@ -96,7 +96,7 @@ def test_item2_operator_checks_are_traced_too():
 
 @needs_interpreter
 @pytest.mark.parametrize("max_seqlen", [None, 4], ids=["chunks", "segments"])
-def test_item3_triton_branch_takes_any_strides(max_seqlen):
+def test_triton_branch_takes_any_strides(max_seqlen):
     lengths = [2, 0, 4, 1]
     offsets = lengths_to_offsets(lengths)
     values = torch.randn(7, 10)[:, ::2]  # (7, 5), stride 10
@@ -123,7 +123,7 @@ def no_compile_caches():
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-def test_item4_validate_under_compile_asserts_in_the_graph(dynamic, no_compile_caches, monkeypatch):
+def test_validate_under_compile_asserts_in_the_graph(dynamic, no_compile_caches, monkeypatch):
     validated = torch.compile(lambda v, o: jaggedperf.jagged_sum(v, o, validate=True), fullgraph=True, dynamic=dynamic)
     torch.testing.assert_close(validated(V, O), reference_reduce(V, O, mean=False).float())
     # the opaque CPU kernel checks too: the graph's assert must come first to show it is there
@@ -137,7 +137,7 @@ def test_item4_validate_under_compile_asserts_in_the_graph(dynamic, no_compile_c
         by_env(V, torch.tensor([1, 3, 6]))
 
 
-def test_item4_assert_offsets_async_checks_each_rule():
+def test_assert_offsets_async_checks_each_rule():
     good = lengths_to_offsets([0, 2, 4])
     checks.assert_offsets_async(V, good)
     checks.assert_offsets_async(torch.randn(0, 3), torch.zeros(1, dtype=torch.int32))
@@ -158,7 +158,7 @@ FORWARD_CASES = {
 
 
 @pytest.mark.parametrize("name", list(FORWARD_CASES))
-def test_item5_forward_mode_ad_carries_the_tangent(name):
+def test_forward_mode_ad_carries_the_tangent(name):
     fn, mean, empty_zero = FORWARD_CASES[name]
     offsets = lengths_to_offsets([2, 0, 4, 1])
     primal, tangent = torch.randn(7, 3), torch.randn(7, 3)
@@ -171,7 +171,7 @@ def test_item5_forward_mode_ad_carries_the_tangent(name):
         torch.testing.assert_close(forward_ad.unpack_dual(dual_out).tangent, ref)
 
 
-def test_item5_expand_forward_mode_and_jacobians_agree():
+def test_expand_forward_mode_and_jacobians_agree():
     offsets = lengths_to_offsets([2, 0, 4])
     grad, tangent = torch.randn(3, 2, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64)
     _, jvp = torch.func.jvp(lambda g: OPS.jagged_expand(g, offsets, 6, True), (grad,), (tangent,))
@@ -184,7 +184,7 @@ def test_item5_expand_forward_mode_and_jacobians_agree():
 
 # 6. our message for each of the unclear errors
 
-def test_item6_max_seqlen_past_int64_and_through_the_operator():
+def test_max_seqlen_past_int64_and_through_the_operator():
     with pytest.raises(ValueError, match="max_seqlen must be None or an int in \\[0, 2\\*\\*63 - 1\\]; got 2361183241434822606848"):
         jaggedperf.jagged_sum(V, O, max_seqlen=2**71)
     with pytest.raises(ValueError, match="max_seqlen must be None or an int"):
@@ -192,7 +192,7 @@ def test_item6_max_seqlen_past_int64_and_through_the_operator():
 
 
 @pytest.mark.parametrize("fullgraph", [False, True], ids=["graph-breaks", "fullgraph"])
-def test_item6_negative_max_seqlen_under_dynamic_compile(fullgraph, no_compile_caches):
+def test_negative_max_seqlen_under_dynamic_compile(fullgraph, no_compile_caches):
     f = torch.compile(lambda v, o, m: jaggedperf.jagged_sum(v, o, max_seqlen=m), dynamic=True, fullgraph=fullgraph)
     f(V, O, 5)  # max_seqlen is a SymInt from here on
     with pytest.raises(Exception) as caught:
@@ -200,7 +200,7 @@ def test_item6_negative_max_seqlen_under_dynamic_compile(fullgraph, no_compile_c
     assert "jagged_sum: max_seqlen must be None or an int in [0, 2**63 - 1]; got -1" in error_text(caught.value)
 
 
-def test_item6_nested_tensor_whose_offsets_do_not_span_its_values():
+def test_nested_tensor_whose_offsets_do_not_span_its_values():
     nt = torch.nested.nested_tensor_from_jagged(torch.randn(10, 3), torch.tensor([0, 2, 6]))
     with pytest.raises(ValueError, match="offsets\\[-1\\] must equal values.shape\\[0\\]=10; got 6"):
         jaggedperf.jagged_sum(nt)
@@ -210,7 +210,7 @@ def test_item6_nested_tensor_whose_offsets_do_not_span_its_values():
 
 @pytest.mark.parametrize("raw,on", [("1", True), ("true", True), ("YES", True), (" On ", True), ("0", False),
                                     ("false", False), ("No", False), ("off", False), ("", False)])
-def test_item7_validate_switch_values(raw, on, monkeypatch):
+def test_validate_switch_values(raw, on, monkeypatch):
     monkeypatch.setenv("JAGGEDPERF_VALIDATE", raw)
     assert checks.validation_requested(None) is on
     assert checks.validation_requested(None) is on  # the parsed value is cached per raw value
@@ -218,7 +218,7 @@ def test_item7_validate_switch_values(raw, on, monkeypatch):
 
 
 @pytest.mark.parametrize("raw", ["2", "maybe", "enable"])
-def test_item7_anything_else_is_an_error(raw, monkeypatch):
+def test_anything_else_is_an_error(raw, monkeypatch):
     monkeypatch.setenv("JAGGEDPERF_VALIDATE", raw)
     with pytest.raises(ValueError, match=f"JAGGEDPERF_VALIDATE='{raw}' is not a switch"):
         jaggedperf.jagged_sum(V, O)

@@ -4,8 +4,8 @@ create_graph, calls the differentiable operator. Against the float64 reference."
 
 import pytest
 import torch
-from ops_env import needs_interpreter
-from ops_reference import assert_matches, lengths_to_offsets, reference_expand, reference_reduce
+from helpers.interpret import needs_interpreter
+from helpers.reference import assert_matches, lengths_to_offsets, reference_expand, reference_reduce
 
 import jaggedperf
 from jaggedperf.ops.reduce import api

@@ -11,24 +11,19 @@ without ``TRITON_INTERPRET`` (the interpreter's kernels have no TTIR).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from helpers.isolated import run_script
 
 pytest.importorskip("triton")
 
-SCRIPT = Path(__file__).with_name("inductor_analysis.py")
 PATHS = ("chunks", "rowblock", "segments", "segments-loop", "merge", "merge-tiny", "expand-chunks", "expand-segments",
          "expand-merge")
 
 
 @pytest.fixture(scope="module")
 def analysis() -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=600)
+    done = run_script("inductor_analysis.py", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ops_env import needs_interpreter
-from test_softmax_layer_norm import (CASES, EPS, IDS, _backward_tolerance, assert_close, make, reference,
+from helpers.interpret import needs_interpreter
+from helpers.family import (CASES, EPS, IDS, backward_tolerance, assert_close, make, reference,
                                      reference_backward)
 
 from jaggedperf.ops import testing
@@ -42,7 +42,7 @@ def test_split_forward_and_backward_match_float64(lengths, M, dtype, offsets_dty
     assert_close(forward(values, offsets, parts, cfg), ref, dtype)
     grad = torch.randn(values.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
     assert_close(backward(values, offsets, grad, parts, cfg), reference_backward("layer_norm", values, offsets, grad),
-                 dtype, what="grad_values", **_backward_tolerance(dtype))  # the one-program kernel's bound
+                 dtype, what="grad_values", **backward_tolerance(dtype))  # the one-program kernel's bound
 
 
 def test_more_parts_than_tiles_leave_empty_parts_that_change_nothing():

@@ -1,4 +1,4 @@
-"""The merge-path kernels compiled for sm_90 by the installed Triton, no GPU (``merge_compile.py``): what the H200
+"""The merge-path kernels compiled for sm_90 by the installed Triton, no GPU (``helpers/merge_compile.py``): what the H200
 needs of their code, checked in CPU CI.
 
 - 128-bit global loads (stores for the backward): M is a compile-time value, so a row's address is a known multiple
@@ -13,25 +13,17 @@ needs of their code, checked in CPU CI.
 """
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-from test_aot_compile import _nvidia_backend
+from helpers.interpret import nvidia_backend
+from helpers.isolated import run_script
 
 
 @pytest.fixture(scope="module")
 def compiled() -> dict:
-    if not _nvidia_backend():
+    if not nvidia_backend():
         pytest.skip("triton without its nvidia backend")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    here = Path(__file__).resolve().parent
-    env["PYTHONPATH"] = os.pathsep.join([str(here.parents[1] / "src"), str(here), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, str(here / "merge_compile.py")], env=env, capture_output=True, text=True,
-                         timeout=900)
+    run = run_script("merge_compile.py", timeout=900)
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ops_env import INTERP_EXAMPLES, needs_interpreter
-from ops_reference import assert_matches, reference_reduce
+from helpers.interpret import INTERP_EXAMPLES, needs_interpreter
+from helpers.reference import assert_matches, reference_reduce
 
 import jaggedperf
 from jaggedperf.ops import testing

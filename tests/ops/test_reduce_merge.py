@@ -6,9 +6,9 @@ combined over several programs), outputs and workspace poisoned so an unwritten 
 
 import pytest
 import torch
-from ops_env import needs_interpreter
-from ops_reference import assert_matches, lengths_to_offsets, reference_expand
-from test_reduce import CASES, IDS, expected, make
+from helpers.interpret import needs_interpreter
+from helpers.reduce_cases import CASES, IDS, expected, make
+from helpers.reference import assert_matches, lengths_to_offsets, reference_expand
 
 from jaggedperf.ops import testing
 from jaggedperf.ops.config import MergeConfig

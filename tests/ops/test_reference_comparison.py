@@ -4,8 +4,8 @@ whole: every chunk checked, and a failure named by its row in the whole tensor."
 import pytest
 import torch
 
-import ops_reference
-from ops_reference import assert_matches
+from helpers import reference as ops_reference
+from helpers.reference import assert_matches
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from ops_reference import assert_matches, lengths_to_offsets, reference_reduce
+from helpers.reference import assert_matches, lengths_to_offsets, reference_reduce
 from torch._dynamo.testing import CompileCounter, CompileCounterWithBackend
 
 import jaggedperf

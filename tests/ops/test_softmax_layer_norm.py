@@ -5,123 +5,19 @@ poisoned with NaN so an unwritten element fails; opcheck, gradcheck, torch.compi
 
 from __future__ import annotations
 
+import pytest
 import torch
-from ops_reference import DTYPE_NAMES, lengths_to_offsets
+from helpers.family import (BF16, CASES, EPS, FAMILIES, FP32, IDS, assert_close, backward_tolerance,
+                            make, reference, reference_backward, run_backward, run_forward)
+from helpers.interpret import INTERPRET as INTERPRETING
+from helpers.interpret import needs_interpreter
+from helpers.reference import lengths_to_offsets
 
 from jaggedperf.ops import testing
 from jaggedperf.ops.layer_norm.plan import plan_layer_norm, plan_layer_norm_backward, split_parts
 from jaggedperf.ops.softmax.plan import plan_softmax, plan_softmax_backward
 
-FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
-FAMILIES = ("softmax", "layer_norm")
-EPS = 1e-5
-# per element: |out − ref| <= RTOL·|ref| + ATOL (the output's own rounding dominates for 16-bit types; fp32
-# statistics add ~1e-7 relative to the segment's scale)
-RTOL = {FP32: 1e-5, BF16: 1e-2, FP16: 2e-3, torch.float64: 1e-12}
-ATOL = {FP32: 2e-6, BF16: 2e-5, FP16: 2e-5, torch.float64: 1e-12}
-
-# (lengths, M, dtype, offsets dtype, note)
-CASES = [
-    ([], 3, FP32, torch.int64, "none"),
-    ([7], 1, FP32, torch.int64, "one"),
-    ([0], 3, FP16, torch.int32, "one"),
-    ([4, 0, 5], 129, BF16, torch.int64, ""),
-    ([4, 0, 5], 129, FP32, torch.int32, ""),
-    ([0, 0, 3, 1, 0, 0], 3, FP16, torch.int64, "lead-trail"),
-    ([0, 0, 23, 0, 0], 3, FP32, torch.int64, "one-holds-all"),
-    ([1, 30, 2, 0, 9, 1, 1, 12], 16, BF16, torch.int32, "long"),
-    ([2, 70, 1, 0], 64, FP16, torch.int64, "long"),
-    ([3, 5, 2], 300, FP32, torch.int64, "two-col-blocks"),
-]
-
-
-def case_id(lengths, M, dtype, offsets_dtype, note) -> str:
-    parts = [f"B{len(lengths)}", f"M{M}", DTYPE_NAMES[dtype]]
-    if any(n == 0 for n in lengths):
-        parts.append("empty")
-    if offsets_dtype == torch.int32:
-        parts.append("i32")
-    return "-".join(parts + ([note] if note else []))
-
-
-IDS = [case_id(*case) for case in CASES]
-
-
-def make(lengths, M, dtype, offsets_dtype=torch.int64, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    offsets = lengths_to_offsets(lengths, offsets_dtype)
-    return torch.randn(int(offsets[-1]), M, generator=gen).to(dtype), offsets
-
-
-def reference(family: str, values, offsets, eps: float = EPS) -> torch.Tensor:
-    """(N, M) float64: torch.softmax(dim=0) or torch.layer_norm(t, t.shape) of each sequence t."""
-    v = values.detach().to("cpu", torch.float64)
-    o = [int(x) for x in offsets]
-    out = torch.zeros_like(v)
-    for a, b in zip(o[:-1], o[1:]):
-        if b > a:
-            seg = v[a:b]
-            out[a:b] = torch.softmax(seg, dim=0) if family == "softmax" else torch.layer_norm(seg, seg.shape, eps=eps)
-    return out
-
-
-def reference_backward(family: str, values, offsets, grad) -> torch.Tensor:
-    """(N, M) float64: the gradient of ``reference`` w.r.t. values, given the output's gradient."""
-    v = values.detach().to(torch.float64).requires_grad_(True)
-    out = reference_graph(family, v, offsets)
-    (dv,) = torch.autograd.grad(out, v, grad.to(torch.float64), allow_unused=True)
-    return torch.zeros_like(v) if dv is None else dv
-
-
-def reference_graph(family: str, v, offsets):
-    o = [int(x) for x in offsets]
-    parts = [torch.softmax(v[a:b], dim=0) if family == "softmax" else torch.layer_norm(v[a:b], v[a:b].shape, eps=EPS)
-             for a, b in zip(o[:-1], o[1:]) if b > a]
-    return torch.cat(parts) if parts else v * 0
-
-
-def assert_close(out, ref, dtype, what="output", rtol=None, atol=None):
-    """``out`` has ``dtype`` and ref's shape; NaN exactly where ref has it; the rest within RTOL/ATOL."""
-    assert out.dtype == dtype, f"{what}: dtype {out.dtype}, expected {dtype}"
-    assert tuple(out.shape) == tuple(ref.shape), f"{what}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
-    got = out.detach().to("cpu", torch.float64)
-    assert torch.equal(torch.isnan(got), torch.isnan(ref)), f"{what}: NaN where the reference has none, or not"
-    finite = ~torch.isnan(ref)
-    bound = (RTOL[dtype] if rtol is None else rtol) * ref.abs() + (ATOL[dtype] if atol is None else atol)
-    bad = finite & ~((got - ref).abs() <= bound)
-    assert not bool(bad.any()), (f"{what}: {int(bad.sum())} elements off, first at {torch.nonzero(bad)[0].tolist()}:"
-                                 f" got {got[bad][0].item()!r}, expected {ref[bad][0].item()!r}")
-
-
-def run_forward(family: str, values, offsets, *, cfg=None, max_seqlen=None, eps: float = EPS,
-                per_element: bool | None = None) -> torch.Tensor:
-    """The family's forward kernel through the JIT, its output poisoned with NaN first (per_element: softmax's)."""
-    if family == "softmax":
-        planned = plan_softmax(values, offsets, max_seqlen=max_seqlen, cfg=cfg, per_element=per_element)
-    else:
-        planned = plan_layer_norm(values, offsets, eps, max_seqlen=max_seqlen, cfg=cfg)
-    planned.out.fill_(float("nan"))
-    testing.run_direct(planned.launches)
-    return planned.out
-
-
-def run_backward(family: str, values, offsets, grad, *, cfg=None, max_seqlen=None) -> torch.Tensor:
-    """The family's backward kernel through the JIT (softmax: from its forward's output), output poisoned."""
-    if family == "softmax":
-        planned = plan_softmax_backward(run_forward(family, values, offsets, cfg=cfg), grad, offsets,
-                                        max_seqlen=max_seqlen, cfg=cfg)
-    else:
-        planned = plan_layer_norm_backward(values, grad, offsets, EPS, max_seqlen=max_seqlen, cfg=cfg)
-    planned.out.fill_(float("nan"))
-    testing.run_direct(planned.launches)
-    return planned.out
-
-
 # --- the kernels and the CPU operators against the references --------------------------------
-
-import pytest  # noqa: E402
-from ops_env import INTERPRET as INTERPRETING  # noqa: E402
-from ops_env import needs_interpreter  # noqa: E402
 
 import jaggedperf  # noqa: E402
 from jaggedperf.ops.tiles import LEAN, TileConfig, tile_config  # noqa: E402
@@ -151,11 +47,6 @@ def test_triton_forward_matches_reference(family, tile, lengths, M, dtype, offse
     assert_close(out, reference(family, values, offsets), dtype, what=f"{family} {tile}")
 
 
-def _backward_tolerance(dtype):
-    # the gradient is a difference of O(1) terms: its 16-bit rounding is relative to those, not to the result
-    return {} if dtype == FP32 else {"atol": 2 * RTOL[dtype]}
-
-
 @needs_interpreter
 @pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,note", CASES[1::2], ids=IDS[1::2])
 @pytest.mark.parametrize("tile", ["auto", "l4-m4", "understated"])
@@ -165,7 +56,7 @@ def test_triton_backward_matches_reference(family, tile, lengths, M, dtype, offs
     grad = torch.randn(values.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
     out = run_backward(family, values, offsets, grad, **TILES[tile])
     assert_close(out, reference_backward(family, values, offsets, grad), dtype, what=f"{family} backward {tile}",
-                 **_backward_tolerance(dtype))
+                 **backward_tolerance(dtype))
 
 
 @pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,note", CASES[1::2], ids=IDS[1::2])
@@ -176,7 +67,7 @@ def test_cpu_backward_matches_reference(family, lengths, M, dtype, offsets_dtype
     v = values.clone().requires_grad_(True)
     PUBLIC[family](v, offsets).backward(grad)
     assert_close(v.grad, reference_backward(family, values, offsets, grad), dtype, what=f"{family} grad",
-                 **_backward_tolerance(dtype))
+                 **backward_tolerance(dtype))
 
 
 @pytest.mark.parametrize("where", ["cpu", pytest.param("interp", marks=needs_interpreter),

@@ -13,9 +13,9 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers.isolated import pythonpath
 
 PATHS = ("softmax", "softmax_backward", "layer_norm", "layer_norm_backward")
 SPLIT_PATHS = ("softmax_parts", "layer_norm_parts", "layer_norm_backward_parts")  # several launches each (routed below the SM count)
@@ -41,7 +41,7 @@ def _plans(values, offsets, grad, cfg):
 
 def main() -> None:
     import torch
-    from inductor_analysis import analyse
+    from helpers.inductor_analysis import analyse
 
     from jaggedperf.ops.tiles import TileConfig
 
@@ -58,7 +58,7 @@ def main() -> None:
 def analysis() -> dict:
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *sys.path])
+    env["PYTHONPATH"] = pythonpath(env)
     done = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

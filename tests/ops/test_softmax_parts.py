@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ops_env import needs_interpreter
-from test_softmax_layer_norm import CASES, FP32, IDS, assert_close, make, reference
+from helpers.interpret import needs_interpreter
+from helpers.family import CASES, FP32, IDS, assert_close, make, reference
 
 from jaggedperf.ops import testing
 from jaggedperf.ops.tiles import TileConfig

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from ops_reference import lengths_to_offsets
+from helpers.reference import lengths_to_offsets
 
 import jaggedperf
 

@@ -1,45 +1,40 @@
-"""compile: torch.compile for functions of jagged NestedTensors, with the NJT taken apart at the boundary.
+"""compile: torch.compile for functions of jagged NestedTensors, with the NJTs taken apart at the boundary.
 
-A compiled function that takes a jagged NestedTensor (NJT) pays, on every call, Dynamo's guards on
-the NJT (~30 of them, some in Python) and the compiled runtime's subclass flattening, ~250-300 µs
-per call on an H200 host under torch 2.11 (``benchmarks/NOTES.md``). The same computation compiled
-on the NJT's components costs what any dense compiled call costs. ``compile`` makes that the
-default for any function:
+A compiled function that takes a jagged NestedTensor (NJT) pays, on every call, Dynamo's guards on the NJT and the
+compiled runtime's subclass handling: ~250-300 µs a call on an H200 host under torch 2.11, less from torch 2.13
+(``docs/performance.md``, the model, 6-7). The same computation compiled on the NJT's components costs what any
+dense compiled call costs. ``compile`` makes that the default for any function or module:
 
-- outside, each NJT argument (anywhere in the args/kwargs pytree) becomes a ``Parts`` (``crossing``):
-  ``values``, ``offsets`` and its cached ``(max_seqlen, 0)`` tensor (the NJT's own metadata-cache
-  tensor, so nothing is allocated or synced), plain tensors. Positional arguments alone (the common
-  call) cross flat, one tensor per argument, so the compiled region's guards are those of the same
-  function compiled on plain tensors; kwargs and containers take the pytree path;
-- inside the compiled region each ``Parts`` is rebuilt into an NJT with
-  ``torch.nested.nested_tensor_from_jagged`` (traceable: it is a view op) and ``fn`` runs on it;
-- an NJT that ``fn`` returns leaves the compiled region as a ``Parts`` and is rebuilt outside.
+- outside (``crossing``), each NJT argument, anywhere in the args/kwargs pytree, crosses as its values, its offsets
+  and its cached min/max seqlens, described by a layout code; the same NJT object twice crosses once;
+- inside (``region``), the region torch.compile traces rebuilds each NJT with ``nested_tensor_from_jagged``, calls
+  ``fn`` on them, and takes its outputs apart into records (``parts``): an NJT into its parts, a tensor with its
+  traced ``requires_grad``, an output that is an input NJT into that input's index;
+- outside again (``joining``), the records become what ``fn`` returned eagerly: the caller's own object for an
+  input returned, an NJT over the output's offsets with its cached seqlens, a tensor with eager mode's autograd
+  state.
 
-Invariants:
-- ``values`` crosses as ``nt._values`` (an attribute read) unless grad is enabled and the NJT
-  requires grad; then as ``nt.values()``, the differentiable view, so gradients reach the user's
-  leaves as with ``torch.compile(fn)``. An NJT output that requires grad is rebuilt with the
-  differentiable view op ``torch._nested_view_from_jagged``; otherwise with the NestedTensor
-  constructor (no dispatch).
-- Unless ``dynamic=False``, the ragged dims cross marked dynamic (values dim 0, offsets dim 0, the
-  seqlen tensors' dim 0), on every call so every compile sees the same markings: B, the total length
-  and max_seqlen changing between calls do not recompile. As for any size in Dynamo (and for
-  ``torch.compile`` on the NJT itself), a max_seqlen of 0 or 1 is specialised. min_seqlen does not
-  cross: batches with empty or one-row sequences are common, and a min_seqlen moving between 0, 1
-  and ≥ 2 would compile up to three graphs where the same function on plain tensors compiles one
-  (a function that reads it inside gets it computed from the offsets, as for an NJT without it).
-- Every compiled function gets its own code object for the compiled region, so Dynamo's per-code
-  cache (and its recompile limit) is per function, as with ``torch.compile(fn)``.
-- A function that reads the lengths as Python numbers (``nt.unbind()``, ``offsets.tolist()``: the seed's
-  ``unbind_mean``) cannot be traced on components whose sizes are symbolic: Dynamo raises on the data-
-  dependent value. Such a function is compiled again, and from then on called, with Dynamo capturing
-  scalar outputs and dynamic output shapes (``_DATA_DEPENDENT``), so the lengths become unbacked symbols:
-  one graph per batch size B, whatever the lengths. Only those functions pay for the config patch (a
-  context manager per call); the others are called bare.
-- What cannot cross this way falls back to ``torch.compile(fn)`` for that call, with one
-  ``warnings.warn`` per reason per compiled function: an NJT with ``lengths`` (holes), an NJT whose
-  ragged dim is not 1, or a Dynamo/backend failure when compiling on the components (after the data-
-  dependent retry, where it applies).
+Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInfo samples among them):
+- results, gradients, ``requires_grad``, ``grad_fn`` presence and output NJTs' cached seqlens are eager mode's
+  (and torch.compile's). Where autograd must flow, an NJT crosses in and out through one autograd node each
+  (``differentiable``); an output that AOTAutograd returns detached although it aliases an input through an NJT's
+  view ops is given back its edge (``joining.repair``);
+- aliasing between NJT arguments is eager mode's (``q is k`` inside ``fn`` when the caller passed one NJT twice),
+  and an output that is an argument is that argument's object;
+- B, the total length and the seqlens do not recompile (unless ``dynamic=False``): the ragged sizes cross marked
+  dynamic, a seqlen ``n`` as the size ``n + 2`` (never 0 or 1, the sizes Dynamo specialises); a batch whose
+  min_seqlen is 0 and one whose min_seqlen is not take two graphs (the NJT built inside guards on a zero seqlen),
+  where torch.compile on the NJT takes up to three;
+- one compiled region per call signature (pytree structure and layout), each its own code object, so each guards
+  only its flat arguments, as ``fn`` compiled on plain tensors does; a graph that only rebuilds NJTs nobody uses
+  (a function returning its inputs) is not compiled at all (``backend``);
+- a function that reads the lengths as Python numbers (``nt.unbind()``, ``offsets.tolist()``: the seed's
+  ``unbind_mean``) cannot be traced on symbolic components: it is compiled again, and from then on called, with
+  Dynamo capturing scalar outputs and dynamic output shapes, so the lengths become unbacked symbols;
+- never worse than torch.compile in outcome: a call signature whose compile or run on the components raises (after
+  that retry, where it applies) goes to ``torch.compile(fn)`` from then on, decided on its first failure, with one
+  ``BoundaryFallbackWarning`` naming the reason; an error torch.compile(fn) raises too is raised as it raises it.
+  So does an NJT that cannot cross: one with ``lengths`` (holes), or ragged in a dim other than 1.
 """
 
 from jaggedperf.boundary.function import BoundaryFallbackWarning, BoundaryFunction, BoundaryModule, compile

@@ -1,6 +1,7 @@
 """``jaggedperf.compile``'s public face: the compiled function and module, the fallback, the data-dependent retry.
 
-The invariants are the package's docstring's; how an NJT crosses is ``crossing``'s.
+The invariants are the package's docstring's; how arguments cross is ``crossing``'s, what the compiled region does
+``region``'s, how outputs come back ``joining``'s.
 """
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ from typing import Any, Callable
 
 import torch
 
-from jaggedperf.boundary.crossing import flatten, join_output, make_flat_region, make_region, split_args
+from jaggedperf.boundary.backend import compile_region
+from jaggedperf.boundary.crossing import Crossing, flatten
+from jaggedperf.boundary.joining import join_output
+from jaggedperf.boundary.region import make_region
 
 __all__ = ["BoundaryFallbackWarning", "BoundaryFunction", "BoundaryModule", "compile"]
 
 # Frames from these files are the boundary's own or nn.Module's dispatch to a BoundaryModule's forward, never the
 # user's call (``_caller_stacklevel``).
 _NOT_THE_CALLER = (os.path.dirname(os.path.abspath(__file__)) + os.sep, torch.nn.modules.module.__file__)
-# flatten's result not taken yet (None is one of its results: an argument that needs the pytree walk).
-_UNFLATTENED = object()
 # Bound once: the common call checks its result's type with it.
 _Tensor = torch.Tensor
 # Dynamo's settings under which values read from tensors (lengths, ``tolist``) become unbacked symbols
@@ -30,8 +32,7 @@ _DATA_DEPENDENT = {"capture_scalar_outputs": True, "capture_dynamic_output_shape
 
 
 class BoundaryFallbackWarning(UserWarning):
-    """A call went to ``torch.compile(fn)`` instead of compiling on the NJT's components."""
-
+    """Calls went to ``torch.compile(fn)`` instead of compiling on the NJT's components."""
 
 
 class BoundaryFunction:
@@ -39,10 +40,13 @@ class BoundaryFunction:
 
     Attributes:
         fn: the user's function (or module).
-        compile_kwargs: what is passed to ``torch.compile`` (for the region and for the fallback).
-        region: ``torch.compile`` of the region that rebuilds NJTs and calls ``fn`` (the pytree path).
-        flat_regions: one compiled region per layout of positional arguments (the flat path).
-        broken: why compiling on the components failed, once it has; every call then falls back.
+        compile_kwargs: what is passed to ``torch.compile`` (for the regions and for the fallback).
+        regions: one compiled region per call signature (the arguments' pytree structure and layout).
+        fallbacks: the signatures whose calls go to ``torch.compile(fn)``, each with its reason: a compile or run on
+            the components failed where ``torch.compile(fn)`` did not. Each is decided once, on its first failure.
+        last_fallback: why the latest call went to ``torch.compile(fn)``, or None when it crossed as components.
+        pass_through: the signatures whose region computes nothing (``fn`` returns its arguments or constants): their
+            calls go to ``torch.compile(fn)``, silently, which compiles no graph for them either and costs less.
         dynamo_config: the Dynamo settings the regions are compiled and called under: empty, or
             ``_DATA_DEPENDENT`` once the function needed them.
     """
@@ -53,91 +57,79 @@ class BoundaryFunction:
         self._mark = self.compile_kwargs.get("dynamic", None) is not False
         name = getattr(fn, "__name__", type(fn).__name__)
         self._name = "jaggedperf_boundary_" + "".join(c if c.isalnum() else "_" for c in name)
-        self.broken: str | None = None
+        self.regions: dict[tuple, Callable] = {}
+        self.fallbacks: dict[tuple, str] = {}
+        self.pass_through: set[tuple] = set()
+        self._backends: dict[tuple, Any] = {}
+        self.last_fallback: str | None = None
         self.dynamo_config: dict[str, Any] = {}
-        self._new_regions()
         self._fallback: Callable | None = None
         self._warned: set[str] = set()
         if not isinstance(fn, torch.nn.Module):
             functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if kwargs or self.broken is not None or self.dynamo_config:
-            return self._call(args, kwargs)
-        # The common call (positional NJTs, tensors, leaves), inline: one flattening pass and the compiled region
-        # called bare. Its host time is the boundary's whole cost over a plain compiled call, which is what users
-        # compare it with.
-        flat = flatten(args, self._mark)
-        if flat is None or flat[2] is not None:  # a pytree argument, or a reason to fall back: not flattened again
-            return self._call(args, kwargs, flat)
-        layout, flat_args, _ = flat
-        region = self.flat_regions.get(layout) or self._flat_region(layout)
+        crossing = flatten(args, kwargs, self._mark)
+        key = crossing.key
+        if crossing.reason is not None or (self.fallbacks and key in self.fallbacks):
+            return self._fall_back(crossing.reason or self.fallbacks[key], args, kwargs)
+        if self.pass_through and key in self.pass_through:
+            self.last_fallback = None
+            return self.fallback()(*args, **kwargs)
+        region = self.regions.get(key) or self._region(crossing)
         try:
-            out = region(*flat_args)
-        except torch._dynamo.exc.TorchDynamoException as err:
-            return self._after_error(err, args, kwargs)
-        return out if isinstance(out, _Tensor) else join_output(out)
+            out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
+            result = out if type(out) is _Tensor else join_output(out, crossing)
+        except Exception as err:  # noqa: BLE001 (whatever fails on the components is torch.compile(fn)'s to answer)
+            return self._after_error(err, crossing, args, kwargs)
+        self.last_fallback = None
+        backend = self._backends.get(key)
+        if backend is not None and (backend.computes_nothing or backend.compiled):
+            if backend.compiled == 0:
+                self.pass_through.add(key)
+            del self._backends[key]  # decided after the first compile: never looked at again
+        return result
 
-    def _call(self, args: tuple, kwargs: dict, flat: Any = _UNFLATTENED) -> Any:
-        """Any call: the flat or the pytree path, the fallback, the data-dependent settings (``flat``: the
-        arguments' ``flatten`` when the caller has it)."""
-        if self.broken is not None:
-            return self._fall_back(self.broken, args, kwargs)
-        call = self._region_call(args, kwargs, flat)
-        if isinstance(call, str):
-            return self._fall_back(call, args, kwargs)
-        try:
-            out = call() if not self.dynamo_config else self._call_patched(call)
-        except torch._dynamo.exc.TorchDynamoException as err:
-            return self._after_error(err, args, kwargs)
-        return join_output(out)
-
-    def _after_error(self, err: Exception, args: tuple, kwargs: dict) -> Any:
-        """A compile on the components failed: retry once under the data-dependent settings where they apply,
-        else fall back to ``torch.compile(fn)``."""
-        if self.dynamo_config or not _data_dependent(err):
-            return self._fall_back_after(err, args, kwargs)
-        # New regions (new code objects: Dynamo's state from the failed compile stays with the old
-        # ones, and a retry on them fails on symbols that state left pending), under the settings.
-        self.dynamo_config = dict(_DATA_DEPENDENT)
-        with torch._dynamo.config.patch(**self.dynamo_config):
-            self._new_regions("_dd")
-        try:
-            out = self._call_patched(self._region_call(args, kwargs))
-        except torch._dynamo.exc.TorchDynamoException as again:
-            return self._fall_back_after(again, args, kwargs)
-        return join_output(out)
-
-    def _new_regions(self, suffix: str = "") -> None:
-        self._name += suffix
-        self.region = torch.compile(make_region(self.fn, self._name), **self.compile_kwargs)
-        self.flat_regions: dict[tuple[str, ...], Callable] = {}
-
-    def _region_call(self, args: tuple, kwargs: dict, flat: Any = _UNFLATTENED) -> Callable[[], Any] | str:
-        """The compiled region's call on these arguments' components, or why they cannot cross (a reason);
-        ``flat``: the arguments' ``flatten``, when already taken."""
-        if flat is _UNFLATTENED:
-            flat = None if kwargs else flatten(args, self._mark)
-        if flat is not None:
-            layout, flat_args, reason = flat
-            if reason is not None:
-                return reason
-            region = self.flat_regions.get(layout) or self._flat_region(layout)
-            return lambda: region(*flat_args)
-        crossing_args, crossing_kwargs, reason = split_args(args, kwargs, self._mark)
-        if reason is not None:
-            return reason
-        return lambda: self.region(crossing_args, crossing_kwargs)
-
-    def _flat_region(self, layout: tuple[str, ...]) -> Callable:
-        region = self.flat_regions[layout] = torch.compile(
-            make_flat_region(self.fn, f"{self._name}_{''.join(layout)}", layout), **self.compile_kwargs)
+    def _region(self, crossing: Crossing) -> Callable:
+        codes = "".join(c[0] for c in crossing.layout)
+        name = f"{self._name}_{codes}_{len(self.regions)}"
+        region, backend = compile_region(make_region(self.fn, name, crossing.spec, crossing.layout),
+                                          self.compile_kwargs)
+        self.regions[crossing.key] = region
+        if backend is not None:
+            self._backends[crossing.key] = backend
         return region
 
-    def _call_patched(self, call: Callable[[], Any]) -> Any:
+    def _call_patched(self, region: Callable, crossing: Crossing) -> Any:
         # only functions that needed the data-dependent settings come here (a context manager per call)
         with torch._dynamo.config.patch(**self.dynamo_config):
-            return call()
+            return region(*crossing.flat)
+
+    def _after_error(self, err: Exception, crossing: Crossing, args: tuple, kwargs: dict) -> Any:
+        """A compile or call on the components failed: retry once under the data-dependent settings where they
+        apply, else answer as ``torch.compile(fn)`` does and, where it succeeds, send this signature there."""
+        if not self.dynamo_config and _data_dependent(err):
+            # New regions (new code objects: Dynamo's state from the failed compile stays with the old ones, and a
+            # retry on them fails on symbols that state left pending), under the settings.
+            self.dynamo_config = dict(_DATA_DEPENDENT)
+            self.regions, self._backends = {}, {}
+            self._name += "_dd"
+            try:
+                region = self._region(crossing)
+                result = join_output(self._call_patched(region, crossing), crossing)
+            except Exception as again:  # noqa: BLE001
+                err = again
+            else:
+                self.last_fallback = None
+                return result
+        # A failure that torch.compile(fn) shares is the user's (e.g. a shape mismatch met while tracing): it is
+        # raised as torch.compile raises it, and the components stay in use for this signature.
+        out = self.fallback()(*args, **kwargs)
+        reason = f"compiling on the NJT's components failed ({_describe(err)})"
+        self.fallbacks[crossing.key] = reason
+        self.last_fallback = reason
+        self._warn(reason)
+        return out
 
     def fallback(self) -> Callable:
         """``torch.compile(fn, **compile_kwargs)``, made on first use.
@@ -151,15 +143,8 @@ class BoundaryFunction:
 
     def _fall_back(self, reason: str, args: tuple, kwargs: dict) -> Any:
         self._warn(reason)
+        self.last_fallback = reason
         return self.fallback()(*args, **kwargs)
-
-    def _fall_back_after(self, err: Exception, args: tuple, kwargs: dict) -> Any:
-        # A failure that torch.compile(fn) shares is the user's error (e.g. a shape mismatch met while
-        # tracing): it is raised as torch.compile raises it, and the boundary stays in use.
-        out = self.fallback()(*args, **kwargs)
-        self.broken = f"compiling on the NJT's components failed ({_describe(err)})"
-        self._warn(self.broken)
-        return out
 
     def _warn(self, reason: str) -> None:
         if reason in self._warned:
@@ -172,8 +157,8 @@ class BoundaryFunction:
 
 def _caller_stacklevel() -> int:
     """``warnings.warn``'s stacklevel, called from ``_warn``, that names the first frame outside this package (and
-    nn.Module's call machinery): the user's call, whichever path (flat, pytree, retry, module) led to the warning, so
-    the warning points at their line."""
+    nn.Module's call machinery): the user's call, whichever path led to the warning, so the warning points at their
+    line."""
     frame, level = sys._getframe(1), 1  # the frame of _warn, the function that calls warnings.warn
     while frame is not None and frame.f_code.co_filename.startswith(_NOT_THE_CALLER):
         frame, level = frame.f_back, level + 1
@@ -242,8 +227,8 @@ def compile(fn: Callable | None = None, **torch_compile_kwargs: Any) -> Any:
     Returns:
         a :class:`BoundaryFunction` (a :class:`BoundaryModule` for a module), called like ``fn``.
         Calls that cannot cross as components (an NJT with lengths, an NJT ragged in a dim other
-        than 1, a compile failure on the components) go to ``torch.compile(fn)`` with one
-        :class:`BoundaryFallbackWarning` per reason.
+        than 1, a compile or run on the components that fails where ``torch.compile(fn)`` does not) go to
+        ``torch.compile(fn)`` with one :class:`BoundaryFallbackWarning` per reason.
 
     Raises:
         TypeError: ``fn`` is not callable.

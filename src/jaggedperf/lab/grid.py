@@ -1,5 +1,5 @@
 """Grids of cases for a sweep: axis values from lists and ranges, the presets (the seed's two shapes,
-tritonbench's default jagged sweep, issue #16's kernel classes), axes given explicitly that replace a preset's, and the byte-limit
+tritonbench's default jagged sweep, the kernel classes), axes given explicitly that replace a preset's, and the byte-limit
 filter a sweep applies before it dispatches anything.
 
 An axis value is written as a number or an inclusive range ``START:STOP[:STEP]`` (STEP defaults to 1;
@@ -67,13 +67,13 @@ def _one(case: Case, dtypes: tuple[str, ...] = ("float32",)) -> Grid:
     return Grid((case.B,), (case.M,), (case.seqlen,), (case.sparsity,), (case.distribution,), dtypes, (case.seed,))
 
 
-# The shapes of the reduction bars so far (issue #3's bars, ops_bench's looping-kernel shape, issue #16's table).
+# The shapes of the reduction bars (tests/gpu/test_bars_gpu.py, ops_bench's looping-kernel shape, the kernel bars').
 BAR_CASES = (Case(1024, 256, 1000, 0.5), Case(4096, 512, 512, 0.2), Case(256, 64, 20000, 0.5),
              Case(4096, 128, 32768, 0.0, "heavy"), Case(8, 4096, 4000, 0.0, "fixed"), Case(65536, 16, 64, 0.2),
              Case(32768, 64, 32, 0.2), Case(65536, 16, 64, 0.5))
 FP_BOTH = ("float32", "bfloat16")
 
-# Issue #16's classes of shapes, each a tuple of grids; the preset "kernels" is all of them, in this order.
+# The kernel classes of shapes, each a tuple of grids; the preset "kernels" is all of them, in this order.
 # Sizes (fp32 values): narrow 1.3 MB-1 GB; odd widths 38 MB-2.4 GB (mean length ~192 rows); power-law small
 # 11-88 MB, large 0.5-1.9 GB (5% empty); giant one segment 0.5-1 GB; empty-heavy 11-850 MB; bars up to 3.2 GB.
 KERNEL_CLASSES: dict[str, tuple[Grid, ...]] = {
@@ -106,7 +106,7 @@ PRESETS: dict[str, tuple[Grid, ...]] = {
 
 
 def kernel_classes() -> dict[str, list[Case]]:
-    """Issue #16's classes of shapes and their cases, in order; a case in two classes is kept in the first."""
+    """The kernel classes of shapes and their cases, in order; a case in two classes is kept in the first."""
     seen: set[Case] = set()
     out: dict[str, list[Case]] = {}
     for name, grids in KERNEL_CLASSES.items():

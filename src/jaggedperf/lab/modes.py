@@ -183,8 +183,8 @@ class BoundaryCall:
 
     @property
     def fell_back(self) -> str | None:
-        """Why calls went to ``torch.compile(fn)`` (a compile failure on the components), or None."""
-        return self.compiled.broken
+        """Why the latest call went to ``torch.compile(fn)`` (a compile failure on the components), or None."""
+        return self.compiled.last_fallback
 
 
 def boundary_fallback(call: Callable) -> str | None:

@@ -29,7 +29,7 @@ from jaggedperf.lab import timing
 __all__ = ["QUIET_SLACK", "Round", "Rounds", "run", "median_ratio", "fastest_probe_us"]
 
 # How far above the fastest probe a quiet round's probe may be. On the shared H200 host the probe sits at one of two
-# levels ~2x apart (1.1-1.6 µs and 2.3-4.1 µs a call: benchmarks/NOTES.md, sessions 15 and 19) and moves between them
+# levels ~2x apart (1.1-1.6 µs and 2.3-4.1 µs a call: docs/decisions/quiet-rounds.md) and moves between them
 # within seconds; half-way between them sorts a round by its level, not by the spread within a level.
 QUIET_SLACK = 0.5
 

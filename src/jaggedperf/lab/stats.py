@@ -50,7 +50,7 @@ FLOOR_US = 2.0  # CUDA events resolve about 0.5 µs; a host call's own jitter is
 CPU_SLACK = 0.25  # of a CPU: other processes may use this much beyond their share
 # Other processes may keep at most half the CPUs the cell does not need busy. Not all of them: on this
 # project's 2-vCPU CI machine one busy loop on the "spare" vCPU doubled a cell's time with tight samples
-# (benchmarks/results/cpu/stability/one-loop-spare-core-rule): vCPUs can be SMT siblings, and cores share
+# (benchmarks/results/cpu/stability/summary.md): vCPUs can be SMT siblings, and cores share
 # caches, memory bandwidth and the turbo budget.
 MAX_OTHER_SHARE = 0.5
 LOAD_WINDOW_S = 0.2

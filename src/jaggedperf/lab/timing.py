@@ -342,8 +342,8 @@ def _recover_after_failed_capture(device: torch.device) -> None:
     # A failed capture can leave the caching allocator's private pool referenced; clearing is safe.
     torch.cuda.empty_cache()
     # ... and the device's default generator registered with the dead capture (its epilogue never ran): its next
-    # draw outside a capture raises "Offset increment outside graph capture encountered unexpectedly" (torch 2.11,
-    # run 54). A clone of its state keeps the seed and offset and carries no capture.
+    # draw outside a capture raises "Offset increment outside graph capture encountered unexpectedly" (torch 2.11).
+    # A clone of its state keeps the seed and offset and carries no capture.
     generator = torch.cuda.default_generators[device.index if device.index is not None else
                                               torch.cuda.current_device()]
     try:
@@ -460,7 +460,7 @@ def copy_bandwidth_gbps(device: torch.device, nbytes: int = 1 << 30) -> float:
 
     src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
     dst = torch.empty_like(src)
-    ms = do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
+    ms = do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")  # noqa: F821 - run before the del
     del src, dst
     return 2 * nbytes / (ms * 1e-3) / 1e9
 
@@ -471,8 +471,8 @@ COPY_PROBE_BYTES = (1 << 30, 1 << 28)  # 1 GiB; 256 MiB (still 5× the H200's L2
 def measure_copy_bandwidth(device: torch.device) -> float | None:
     """``copy_bandwidth_gbps`` of ``device``, or None (not CUDA, or the measurement failed).
 
-    A GPU shared with other processes may not have the 2 GiB the probe wants (run 53: beside nine test
-    workers it had not): out of memory, the smaller probe is taken instead.
+    A GPU shared with other processes may not have the 2 GiB the probe wants (beside nine test workers
+    an H200 had not): out of memory, the smaller probe is taken instead.
     """
     if device.type != "cuda":
         return None

@@ -134,8 +134,8 @@ def _cached_bucket(n_cols: int, element_size: int) -> ReduceConfig:
 
 
 # The combine for few segments, each crossing many chunks (one segment of 2·10^6 × 64 crosses ~4,200): 256 pieces a
-# step at 8 warps, not 32 at the bucket's 1-4, took that giant from 275 to 151 µs on the H200 (run 55,
-# benchmarks/rowblock_probe.py). Not for many segments: there it cost 3 µs at the seed shape and 26 µs at 10^5
+# step at 8 warps, not 32 at the bucket's 1-4, took that giant from 275 to 151 µs on the H200 (a row-block probe,
+# since removed). Not for many segments: there it cost 3 µs at the seed shape and 26 µs at 10^5
 # segments (3,268 programs of 8 warps, each summing at most a piece or two). Its fp32 tile, pieces × BLOCK_M, stays
 # within the 256 × 64 measured (64 registers a thread at 8 warps): fewer pieces a step for wider column blocks.
 WIDE_COMBINE_PIECES = 256
@@ -297,7 +297,7 @@ class MergeConfig:
 # 4096-element tiles at 4 warps (16 rows of 256 fp32: the bytes a program of the balanced chunks' 16 × 256 tile, which
 # measured best for wide rows). Compiled for sm_90 by Triton 3.6.0 (the H200's) they take 125-168 registers a lane:
 # 12-16 one-warp programs resident an SM, 3-4 of 4 warps. Every program has the same share of units, so the grid
-# aims at one wave or less; on the H200 (docs/performance-reduce.md) fp32 rows of 32-64 columns ran 8-26% faster at
+# aims at one wave or less; on the H200 (benchmarks/results/h200/merge-path.md) fp32 rows of 32-64 columns ran 8-26% faster at
 # 8 programs an SM than at 16 (16 is 1.33 waves at 166 registers) and rows of <= 16 columns 26-35% slower at 6 than
 # at 12; a 128-segment window took the 95%-empty 10^6 × 16 batch from 105 to 95 µs and a 64-segment one the
 # 1024 × 256 rows from 224 to 167 µs (its 168 registers at 128 had made the 4 programs an SM aimed at 1.3 waves; 4096-

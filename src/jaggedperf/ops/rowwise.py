@@ -14,7 +14,7 @@ from typing import Literal
 import torch
 
 from jaggedperf.checks import check_offsets
-from jaggedperf.njt import JAGGED_CLASS, wrap
+from jaggedperf.njt import JAGGED_CLASS, cached_seqlen, wrap
 
 from jaggedperf.ops.launch.body import fast_eager, run_in_operator
 from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
@@ -68,8 +68,8 @@ def _jagged_like(nested, out: torch.Tensor, offsets: torch.Tensor):
     if (not torch.compiler.is_compiling() and type(nested) is JAGGED_CLASS
             and not (out.requires_grad and torch.is_grad_enabled())):
         return wrap(out, offsets, dict(getattr(nested, "_metadata_cache", None) or {}))
-    return torch.nested.nested_tensor_from_jagged(out, offsets, min_seqlen=_cached(nested, "_maybe_min_seqlen"),
-                                                  max_seqlen=_cached(nested, "_maybe_max_seqlen"))
+    return torch.nested.nested_tensor_from_jagged(out, offsets, min_seqlen=cached_seqlen(nested, "min"),
+                                                  max_seqlen=cached_seqlen(nested, "max"))
 
 
 def plan_rowwise(kernel, name: str, reads: tuple, offsets, params: tuple = (), *, column_blocks: bool,
@@ -221,12 +221,6 @@ def split_workspace(n_segments, parts: int, fields: int, device) -> torch.Tensor
     """fp32 per-part summaries, ``fields`` floats per (segment, part); its kernels write every slot before any reads
     it (so it is not zeroed)."""
     return torch.empty((sym_max(n_segments, 1) * parts * fields,), dtype=torch.float32, device=device)
-
-
-def _cached(nt, attribute: str):
-    # the NJT's cached seqlen (a host int eagerly, a SymInt traced), or None (private API: None is always safe)
-    value = getattr(nt, attribute, None)
-    return value if type(value) is int or isinstance(value, torch.SymInt) else None
 
 
 def segment_ids(offsets: torch.Tensor, n_rows) -> tuple[torch.Tensor, torch.Tensor]:

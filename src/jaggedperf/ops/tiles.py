@@ -47,7 +47,7 @@ class TileBudget:
 # than the SMs (rowwise.plan_rowwise) or whose longest sequence only this tile holds whole (the layer norm's backward).
 WIDE = TileBudget(8192, 8)
 # Softmax (both ways) and the layer norm's backward: 4096 elements at 4 warps. At 8192 / 8 warps they take 115-255
-# registers a thread for sm_90 (one or two programs an SM); on the H200 (run 54, benchmarks/tile_probe.py) this
+# registers a thread for sm_90 (one or two programs an SM); on the H200 (docs/performance.md) this
 # tile took softmax's forward at 65536 × 64 from 687 to 393 µs and at 1024 × 256 from 491 to 457, the layer
 # norm's backward from 836 / 1126 to 674 / 911, and was level (±1.5 µs) on the seed shapes' softmax.
 LEAN = TileBudget(4096, 4)

@@ -1,4 +1,4 @@
-"""Helion contenders (issue 20): our own Helion kernels for jagged_mean, jagged_sum, jagged_softmax and
+"""Helion contenders: our own Helion kernels for jagged_mean, jagged_sum, jagged_softmax and
 jagged_layer_norm, registered as implementation ``helion`` of each op where they can run.
 
 They are registered when the ``helion`` package is installed and a CUDA device is present; elsewhere each op

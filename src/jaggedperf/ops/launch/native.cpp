@@ -5,7 +5,7 @@
 // combine; or the balanced chunks' two); a backward's, one launch (whole segments, the merge path or chunks).
 //
 // Why: at the seed shapes the Python planning, torch.empty and Triton's launcher take more host time
-// before the kernel starts than the kernel takes on the device (benchmarks/host_probe.py measures both).
+// before the kernel starts than the kernel takes on the device (docs/performance.md, the model's point 4).
 //
 // What it trusts: nothing it has not been shown. A plan is registered by native.py only after the
 // Python path has planned the call and launched the same compiled kernel through a verified tier; the

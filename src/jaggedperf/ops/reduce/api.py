@@ -14,6 +14,7 @@ from torch.autograd import forward_ad
 from jaggedperf.checks import (INT64_MAX, assert_offsets_async, check_layout, check_max_seqlen, check_offsets,
                                validation_requested)
 from jaggedperf.njt import JAGGED_CLASS as _JAGGED_CLASS  # () without it: the public is_nested check alone
+from jaggedperf.njt import cached_seqlen
 from jaggedperf.ops.launch import eager_key, launch_all, native, plain_eager
 from jaggedperf.ops.reduce import autograd, op  # noqa: F401  (register torch.ops.jaggedperf.* and their autograd)
 from jaggedperf.ops.reduce.op import expand_triton
@@ -158,11 +159,10 @@ def _is_nested(x) -> bool:
 
 
 def _cached_max_seqlen(nt: torch.Tensor):
-    # The NJT's cached max_seqlen, or None when it has none. NJT keeps it as the length of a placeholder
-    # tensor: eagerly a host int (no sync); under torch.compile a SymInt with a hint, so compiled code takes
-    # the whole-segments kernel as eager code does (without it: the two chunked launches).
-    value = getattr(nt, "_maybe_max_seqlen", None)  # private API: no hint is always safe
-    return value if type(value) is int or isinstance(value, torch.SymInt) else None
+    # The NJT's cached max_seqlen, or None when it has none: eagerly a host int (no sync); under torch.compile a
+    # SymInt with a hint, so compiled code takes the whole-segments kernel as eager code does (without it: the two
+    # chunked launches).
+    return cached_seqlen(nt, "max")
 
 
 def _from_nested(nt: torch.Tensor, name: str):

@@ -18,7 +18,7 @@ import dataclasses
 import torch
 
 from jaggedperf.ops.config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMENT_TILES, MergeConfig, ReduceConfig,
-                                   SegmentsConfig, merge_config, reduce_config, segments_config, sm_count)
+                                   SegmentsConfig, merge_config, segments_config, sm_count)
 from jaggedperf.ops.launch.layout import FEW_SEGMENTS, GridKind, Source
 from jaggedperf.ops.launch.plan import Launch, NativeKernel, Plan, chunking, sym_max
 from jaggedperf.ops.tiles import hint_of
@@ -74,7 +74,7 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
 
 # With max_seqlen known, the whole-segments kernels size their tiles by it; where it far exceeds the mean length
 # (heavy tails, mostly empty batches) or is at most 1 (one-row tiles of many segments a program), the merge path
-# ran faster on the H200 (docs/performance-reduce.md): the 90%- and 95%-empty batches (B = 10^5, 10^6) 140 -> 65 and
+# ran faster on the H200 (benchmarks/results/h200/merge-path.md): the 90%- and 95%-empty batches (B = 10^5, 10^6) 140 -> 65 and
 # 188 -> 95 µs, power-law 16384 × 20 178 -> 51, all-ones 10^6 × 8 250 -> 52; not the power-law 4096 × 64 batch
 # (B = 4096: 23.6 against 26.0), hence the batch bound for the forward. The backward's stores gain at any B (the
 # power-law 4096 × 64: 37.8 -> 13.1).

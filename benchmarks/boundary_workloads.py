@@ -1,0 +1,133 @@
+"""Is jaggedperf.compile faster than torch.compile on NJT code as users write it, forward and in a training step?
+
+For each workload of ``jaggedperf.lab.njt_workloads`` at each case (the seed's shapes by default): eager mode,
+``torch.compile`` and ``jaggedperf.compile`` (the same ``mode``), checked against eager mode (outputs, and the
+gradients of a training step), the graphs each compiles over four batches of other lengths, then wall per call
+(the seed's method: a sync after each call) in interleaved rounds with the host probe beside each round
+(``jaggedperf.lab.rounds``): the forward under ``torch.no_grad()`` and a training step (forward, then backward
+of a fixed output gradient). Ratios are the median of within-round ratios; every round's walls are kept.
+
+    python benchmarks/boundary_workloads.py --device cuda --out benchmarks/results/h200/boundary-workloads
+
+writes ``.json`` (every round) and ``.md`` (the table) under that stem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from jaggedperf.inputs import Case
+from jaggedperf.lab import njt_workloads
+from jaggedperf.lab.njt_workloads import check, time_cell
+
+SEED_CASES = (Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75))
+
+
+def markdown(data: dict) -> str:
+    env = data["environment"]
+    lines = [f"# jaggedperf.compile against torch.compile on NJT workloads ({env['device']}, torch {env['torch']})",
+             "", f"mode `{data['mode']}`, dtype {data['dtype']}, {data['rounds']} interleaved rounds a cell (the seed's "
+             f"method each: 50 warm-up calls, 200 timed, a sync after each); commit {env['commit']}; command: "
+             f"`{env['command']}`", "",
+             "| workload | case | kind | eager µs | torch.compile µs | jaggedperf.compile µs | jp / tc (p20–p80) |"
+             " floor / tc ² | graphs tc / jp ¹ |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    checks = {(c["workload"], c["case"]): c for c in data["checks"]}
+    for c in data["cells"]:
+        m = c["medians_us"]
+        g = checks[(c["workload"], c["case"])]["graphs"]
+        lines.append(f"| {c['workload']} | {c['case']} | {c['kind']} | {m['eager']:.1f} | {m['torch.compile']:.1f} | "
+                     f"{m['jaggedperf.compile']:.1f} | **{c['ratio_jp_tc']:.2f}** ({c['ratio_jp_tc_p20']:.2f}–"
+                     f"{c['ratio_jp_tc_p80']:.2f}) | {_ratio(c['ratio_floor_tc'])} | {g.get('torch.compile', '—')} / "
+                     f"{g.get('jaggedperf.compile', '—')} |")
+    lines += ["", "¹ Dynamo's graphs over four batches (one checked, forward and backward, then three of other lengths);"
+              " jaggedperf.compile's count includes a graph it does not compile (one that only rebuilds unused NJTs).",
+              "² The boundary's floor: its compiled region called on the NJT's parts split beforehand, the region's "
+              "records taken as they come (no NJT crossing either way), in the same rounds; — where the calls went "
+              "to torch.compile (a fallback or a pass-through)."]
+    bad = [c for c in data["checks"] if c["errors"] or c["fell_back"]]
+    if bad:
+        lines += ["", "Not timed or fell back:", ""]
+        lines += [f"- {c['workload']} {c['case']}: {c['errors'] or ''} {c['fell_back'] or ''}" for c in bad]
+    lines += ["", "Largest relative error against eager mode (outputs and training-step gradients): "
+              + ", ".join(f"{c['workload']} {max(c['max_rel_error'].values(), default=0):.1e}" for c in data["checks"])]
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(r: float | None) -> str:
+    return "—" if r is None else f"{r:.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--mode", default="default")
+    parser.add_argument("--dtype", default=None, help="default: float16 on CUDA (attention's SDPA), float32 on CPU")
+    parser.add_argument("--workloads", default=",".join(w.name for w in njt_workloads.WORKLOADS))
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--cases", default="seed", help="'seed' or B,M,seqlen,sparsity[;...]")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch on the CPU (the lab's default: "
+                        "host-bound calls timed, not a contest of thread pools on a shared machine)")
+    parser.add_argument("--out", required=True, type=Path, help="the output stem (.json and .md are written)")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    logging.disable(logging.CRITICAL)
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype) if args.dtype else (torch.float16 if device.type == "cuda" else torch.float32)
+    cases = SEED_CASES if args.cases == "seed" else tuple(
+        Case(int(b), int(m), int(s), float(p)) for b, m, s, p in (c.split(",") for c in args.cases.split(";")))
+    start = time.perf_counter()
+    checks, cells = [], []
+    for name in args.workloads.split(","):
+        workload = njt_workloads.get(name)
+        if workload.needs_cuda and device.type != "cuda":
+            continue
+        for case in cases:
+            result, ways, built = check(workload, case, device, dtype, args.mode)
+            checks.append(result)
+            if result.errors:
+                continue
+            for kind in ("forward", "step") if built.grad is not None else ("forward",):
+                cells.append(time_cell(workload, case, kind, ways, built, device, args.rounds))
+                _write(args, dtype, device, start, checks, cells)  # after each cell: a cut run keeps its cells
+    sys.stdout.write(markdown(_write(args, dtype, device, start, checks, cells)))
+    return 0
+
+
+def _write(args, dtype, device, start: float, checks: list, cells: list) -> dict:
+    data = {"mode": args.mode, "dtype": str(dtype).removeprefix("torch."), "rounds": args.rounds,
+            "environment": _environment(device, time.perf_counter() - start),
+            "checks": [asdict(c) for c in checks], "cells": [asdict(c) for c in cells]}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(data, indent=1))
+    args.out.with_suffix(".md").write_text(markdown(data))
+    return data
+
+
+def _environment(device, seconds: float) -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "src"]).returncode:
+            commit += "-dirty"
+    except OSError:
+        commit = "unknown"
+    return {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+            "torch": torch.__version__, "python": platform.python_version(), "commit": commit,
+            "command": " ".join(["python"] + sys.argv), "seconds": round(seconds, 1),
+            "cpu_threads": torch.get_num_threads()}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""The regions' backend: the user's, except for a graph that only rebuilds NJTs nobody uses.
+
+The region rebuilds every NJT argument inside the graph, and Dynamo keeps an unused rebuild (it does not know the
+constructor is pure). A function that returns its NJT arguments, or only reads their cached sizes, then compiles a
+graph whose every operation is such a rebuild: ``torch.compile`` on the same function compiles none and costs a
+guard check a call, while calling the compiled graph costs the compiled runtime's wrappers (tens of µs on a CPU
+host). ``SkipEmpty`` hands such a graph back as its FX code (a Python function returning the inputs it returns)
+and every other graph, untouched, to the backend ``torch.compile`` would have used. A region whose graphs all compute
+nothing has nothing to gain from the boundary: ``BoundaryFunction`` then passes that signature's calls to
+``torch.compile(fn)``, which compiles no graph for them and guards its NJTs for less than the region's calling
+convention costs (four dynamic sizes a call).
+
+The backend is rebuilt as ``torch.compile`` builds it (its inductor wrapper with ``mode``/``options``, or its
+wrapper of any other backend): private classes of torch since 2.0. Where they are missing or take other arguments,
+the regions are compiled by ``torch.compile`` itself, and such graphs are called as any other.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["SkipEmpty", "compile_region"]
+
+
+def _rebuild_targets() -> tuple:
+    from torch.nested._internal import nested_tensor
+
+    return tuple(getattr(nested_tensor, name) for name in ("nested_view_from_values_offsets_lengths",
+                                                           "nested_view_from_values_offsets")
+                 if hasattr(nested_tensor, name))
+
+
+class SkipEmpty:
+    """A Dynamo backend: ``inner`` for every graph that computes something; an unused rebuild is not computing."""
+
+    def __init__(self, inner: Callable) -> None:
+        self.inner = inner
+        self.compiler_name = getattr(inner, "compiler_name", "jaggedperf_boundary")
+        self.skipped = 0  # graphs handed back without a compile
+        self.compiled = 0  # graphs handed to the inner backend
+
+    @property
+    def computes_nothing(self) -> bool:
+        """Every graph so far only rebuilt unused NJTs (and at least one was seen)."""
+        return self.skipped > 0 and self.compiled == 0
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
+        if _only_unused_rebuilds(gm):
+            self.skipped += 1
+            return gm.forward
+        self.compiled += 1
+        return self.inner(gm, example_inputs, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # get_compiler_config, dynamic, ...: the inner backend's
+        return getattr(self.__dict__["inner"], name)
+
+    def reset(self) -> None:
+        if hasattr(self.inner, "reset"):
+            self.inner.reset()
+
+
+def _only_unused_rebuilds(gm: torch.fx.GraphModule) -> bool:
+    """Remove the rebuilds nobody uses (and the seqlen arithmetic that fed only them) from ``gm``; True when nothing
+    else is computed: ``gm`` then only returns its inputs or constants. ``gm`` is left as it was otherwise."""
+    targets = _rebuild_targets()
+    calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+    if not calls or any(n.op != "call_function" or not (n.target in targets or n.target is operator.sub)
+                        for n in calls):
+        return False
+    if any(n.target in targets and n.users for n in calls):
+        return False
+    for node in reversed(calls):
+        if not node.users:
+            gm.graph.erase_node(node)
+    if any(n.op == "call_function" for n in gm.graph.nodes):
+        return False  # not reached: the arithmetic fed only the rebuilds
+    gm.recompile()
+    return True
+
+
+def compile_region(region: Callable, compile_kwargs: dict[str, Any]) -> tuple[Callable, SkipEmpty | None]:
+    """``torch.compile(region, **compile_kwargs)`` with the backend ``torch.compile`` would build wrapped in
+    ``SkipEmpty``, and that wrapper; plain ``torch.compile`` and None where that backend cannot be rebuilt here."""
+    kwargs = dict(compile_kwargs)
+    backend = kwargs.pop("backend", "inductor")
+    mode = kwargs.pop("mode", None)
+    options = kwargs.pop("options", None)
+    if (mode is not None and options is not None) or (isinstance(options, dict)
+                                                      and ({"guard_filter_fn", "use_aoti"} & set(options))):
+        return torch.compile(region, **compile_kwargs), None  # torch.compile's own checks and options
+    if mode is None and options is None:
+        mode = "default"
+    try:
+        if backend == "inductor":
+            inner = torch._TorchCompileInductorWrapper(mode, options, kwargs.get("dynamic"))
+        else:
+            inner = torch._TorchCompileWrapper(backend, mode, options, kwargs.get("dynamic"))
+    except (AttributeError, TypeError):
+        return torch.compile(region, **compile_kwargs), None
+    backend = SkipEmpty(inner)
+    return torch.compile(region, backend=backend, **kwargs), backend

@@ -1,0 +1,54 @@
+"""The differentiable crossings: an NJT's values out of it, and values back into an NJT, as autograd nodes.
+
+Where autograd must flow (grad mode on and the tensor requires grad), an NJT input crosses as the output of
+``Unwrap`` and an NJT output is rebuilt by ``Join``. Both are one node each with a backward that builds or reads
+the gradient by attribute access, where the NJT's own differentiable accessors (``nt.values()``,
+``torch._nested_view_from_jagged``) go through its ``__torch_dispatch__`` on the way there and back (several times
+the host cost: ``docs/performance.md``, the model, 7).
+
+Invariants:
+- ``Unwrap``'s output aliases the NJT's values (a ``detach``: same storage, no copy) and is not the NJT's own
+  values tensor, so autograd's bookkeeping never touches the NJT's inner tensor.
+- ``Unwrap``'s backward returns an NJT over the NJT's own offsets tensor and with its cached seqlens: the same
+  nested int, so the gradient has the NJT's shape and metadata and accumulates into ``nt.grad`` as eager mode's.
+- ``Join``'s backward takes the gradient NJT's values; a gradient with another layout (holes, another ragged dim)
+  is made contiguous over the output's structure first.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from jaggedperf.njt import JAGGED_CLASS, wrap
+
+__all__ = ["Join", "Unwrap"]
+
+
+class Unwrap(torch.autograd.Function):
+    """``nt -> values``, differentiable: the gradient of the values becomes an NJT gradient of ``nt``."""
+
+    @staticmethod
+    def forward(ctx, nt: torch.Tensor) -> torch.Tensor:  # noqa: D102 (autograd's protocol)
+        ctx.offsets = nt._offsets
+        ctx.cache = dict(nt._metadata_cache)
+        return nt._values.detach()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        return wrap(grad, ctx.offsets, ctx.cache)
+
+
+class Join(torch.autograd.Function):
+    """``(values, offsets, seqlen cache) -> NJT``, differentiable in ``values``."""
+
+    @staticmethod
+    def forward(ctx, values: torch.Tensor, offsets: torch.Tensor, cache: dict) -> torch.Tensor:  # noqa: D102
+        return wrap(values, offsets, cache)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple:  # noqa: D102
+        if isinstance(grad, JAGGED_CLASS):
+            if grad._lengths is not None or grad._ragged_idx != 1:
+                grad = grad.contiguous()
+            return grad._values, None, None
+        return grad, None, None  # not expected: autograd hands an NJT output an NJT gradient

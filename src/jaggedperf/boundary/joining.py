@@ -1,0 +1,88 @@
+"""The compiled region's outputs back into what ``fn`` returns in eager mode, outside the compiled code.
+
+Invariants:
+- ``Same(index)`` is the caller's own argument object (``fn`` returned its input);
+- a ``Parts`` becomes an NJT over its offsets tensor, caching the seqlens the traced NJT cached; by ``Join`` (an
+  autograd node) where its values require grad, else by the constructor alone;
+- a tensor whose ``requires_grad`` differs from the traced one is repaired (``repair``): AOTAutograd returns an
+  output that aliases an input through an NJT's view ops (``unsqueeze``, ``select``, ``narrow``, ``values()``, ...)
+  detached from the input's autograd graph, where eager mode returns a view that requires grad;
+- this runs on every call: a single-tensor result takes no pytree walk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from jaggedperf.boundary.crossing import LEAF_TYPES, Crossing
+from jaggedperf.boundary.differentiable import Join
+from jaggedperf.boundary.parts import Dense, Parts, Same
+from jaggedperf.njt import wrap
+
+__all__ = ["CrossingError", "join_output", "repair"]
+
+_RECORDS = (Dense, Parts, Same)
+_Tensor = torch.Tensor
+
+
+class CrossingError(RuntimeError):
+    """An output could not be given eager mode's autograd state: the call goes to ``torch.compile(fn)``."""
+
+
+def join_output(out: Any, crossing: Crossing) -> Any:
+    """``out`` (what the compiled region returned for this ``crossing``) as ``fn`` returns it."""
+    kind = type(out)
+    if kind is Dense:
+        return _dense(out, crossing)
+    if kind is Parts:
+        return _njt(out, crossing)
+    if kind is Same:
+        return crossing.leaves[out.index]
+    if isinstance(out, _Tensor) or kind in LEAF_TYPES:
+        return out
+    return pytree.tree_map(lambda x: join_output(x, crossing) if type(x) in _RECORDS else x, out,
+                           is_leaf=lambda x: type(x) in _RECORDS)
+
+
+def _dense(d: Dense, crossing: Crossing) -> torch.Tensor:
+    t = d.tensor
+    if t.requires_grad is not d.requires_grad:
+        return repair(t, d.requires_grad, crossing)
+    return t
+
+
+def _njt(p: Parts, crossing: Crossing) -> torch.Tensor:
+    values = p.values
+    if values.requires_grad is not p.requires_grad:
+        values = repair(values, p.requires_grad, crossing)
+    cache = {}
+    if p.min_seqlen is not None:
+        cache["min_seqlen"] = p.min_seqlen
+    if p.max_seqlen is not None:
+        cache["max_seqlen"] = p.max_seqlen
+    if values.requires_grad:
+        return Join.apply(values, p.offsets, cache)
+    return wrap(values, p.offsets, cache)
+
+
+def repair(t: torch.Tensor, requires_grad: bool, crossing: Crossing) -> torch.Tensor:
+    """``t`` with the ``requires_grad`` eager mode gives it.
+
+    An output that must require grad and does not is an alias of an input that AOTAutograd returned detached: it
+    becomes the same view (``as_strided`` over the same storage) of the crossing tensor it aliases, so its gradient
+    reaches that input. One that must not require grad is detached.
+
+    Raises:
+        CrossingError: ``t`` must require grad and aliases no crossing tensor that does.
+    """
+    if not requires_grad:
+        return t.detach()
+    storage = t.untyped_storage().data_ptr()
+    for base in crossing.flat:
+        if (isinstance(base, _Tensor) and base.requires_grad and base.dtype == t.dtype
+                and base.untyped_storage().data_ptr() == storage):
+            return base.as_strided(t.size(), t.stride(), t.storage_offset())
+    raise CrossingError("an output that requires grad in eager mode came back without it, aliasing no input")

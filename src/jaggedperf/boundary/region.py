@@ -1,0 +1,94 @@
+"""The function torch.compile traces: NJTs rebuilt from their parts, ``fn`` called on them, its outputs taken apart.
+
+Everything here runs while Dynamo traces (once per compile), never on a call of the compiled code: the loops over
+the layout unroll into the graph and the identity and ``requires_grad`` checks on ``fn``'s outputs become constants
+of the compiled code.
+
+Invariants:
+- one region (a fresh code object, named after ``fn`` and its layout) per pytree structure and layout: Dynamo
+  keeps its cache and recompile limit per code object, so each region guards only its flat arguments, as ``fn``
+  compiled on plain tensors does;
+- an argument crossing as ``"=k"`` is handed the NJT rebuilt for leaf ``k``: aliasing between NJT arguments is
+  eager mode's;
+- an output that is one of the rebuilt input NJTs leaves as ``Same(index)``; every other plain jagged NJT as
+  ``Parts``, and every other tensor as ``Dense``, each with its ``requires_grad`` as traced; an NJT with holes or
+  another ragged dim leaves as the NJT itself (the compiled runtime returns it as a subclass, as torch.compile).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Callable
+
+import torch
+import torch.utils._pytree as pytree
+
+from jaggedperf.boundary.crossing import ANY, SEQLEN_SHIFT
+from jaggedperf.boundary.parts import Dense, Parts, Same
+from jaggedperf.njt import JAGGED_CLASS as NestedTensor
+
+__all__ = ["make_region"]
+
+
+def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...]) -> Callable:
+    """The function torch.compile traces for calls of one pytree structure ``spec`` (None: positional leaves) and
+    one ``layout`` (``crossing``'s codes); it is called with a ``Crossing``'s flat list, unpacked."""
+
+    def region(*flat):
+        leaves, inputs = _rebuild(layout, flat)
+        if spec is None:
+            out = fn(*leaves)
+        else:
+            args, kwargs = pytree.tree_unflatten(leaves, spec)
+            out = fn(*args, **kwargs)
+        return _take_apart(out, inputs)
+
+    code = region.__code__.replace(co_name=name)
+    out = types.FunctionType(code, region.__globals__, name, region.__defaults__, region.__closure__)
+    out.__qualname__ = name
+    return out
+
+
+def _rebuild(layout: tuple[str, ...], flat: tuple) -> tuple[list, list]:
+    """(the leaves ``fn``'s arguments are made of, [(leaf index, rebuilt NJT)])."""
+    leaves: list = []
+    inputs: list = []
+    i = 0
+    for code in layout:
+        if code == ANY:
+            leaves.append(flat[i])
+            i += 1
+        elif code[0] == "=":
+            leaves.append(leaves[int(code[1:])])
+        else:
+            values, offsets = flat[i], flat[i + 1]
+            i += 2
+            low = high = None
+            if code[1] == "m":
+                low = flat[i].shape[0] - SEQLEN_SHIFT
+                i += 1
+            if code[2] == "x":
+                high = flat[i].shape[0] - SEQLEN_SHIFT
+                i += 1
+            nt = torch.nested.nested_tensor_from_jagged(values, offsets, min_seqlen=low, max_seqlen=high)
+            inputs.append((len(leaves), nt))
+            leaves.append(nt)
+    return leaves, inputs
+
+
+def _take_apart(out: Any, inputs: list) -> Any:
+    if isinstance(out, torch.Tensor):
+        return _record(out, inputs)
+    return pytree.tree_map_only(torch.Tensor, lambda t: _record(t, inputs), out)
+
+
+def _record(t: torch.Tensor, inputs: list) -> Any:
+    if not isinstance(t, NestedTensor):
+        return Dense(t, t.requires_grad)
+    for index, nt in inputs:
+        if t is nt:
+            return Same(index)
+    if t._lengths is not None or t._ragged_idx != 1:
+        return t
+    # the seqlens leave as the NJT's own (n, 0) tensors: Dynamo cannot return the ints read from them here
+    return Parts(t.values(), t.offsets(), t._min_seqlen_tensor, t._max_seqlen_tensor, t.requires_grad)

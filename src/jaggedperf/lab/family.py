@@ -1,0 +1,114 @@
+"""The row-wise family's benchmark row (``benchmarks/family_bench.py`` and the family's bars,
+``tests/gpu/test_family_bars_gpu.py``): every contender of jagged_softmax or jagged_layer_norm at one case,
+checked against float64 first, then timed on the device (``harness.device_time``), beside the bandwidth floor;
+Inductor's compiled padded program and our backward in the same row.
+
+The shapes: the seed's (512, 64, 100, 0.1) and (512, 64, 500, 0.75) in fp32 and bf16, and three of >= 64 MB in
+fp32 (many mid-length sequences, many short ones, a few very long ones: the looping passes).
+"""
+
+from __future__ import annotations
+
+import torch
+
+import jaggedperf
+from jaggedperf.impls.registry import get_op
+from jaggedperf.inputs import Case
+from jaggedperf.lab import harness, runner, timing
+
+OPS = ("jagged_softmax", "jagged_layer_norm")  # the default; --ops adds jagged_mean / jagged_sum (forward only)
+ROWWISE = OPS
+NOT_TORCH = ("jaggedperf", "inductor", "helion")  # contenders that are not torch eager
+SEED = [Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75)]
+LARGE = [Case(1024, 256, 1000, 0.5), Case(65536, 64, 64, 0.2), Case(8, 4096, 4000, 0.0, "fixed")]
+DEVICE = torch.device("cuda")
+EPS = 1e-5  # the lab's layer norm eps (impls.jagged_layer_norm.EPS)
+SLOW_US = 50_000  # a contender slower than this a call is recorded by one call's wall, not timed (it is no peer)
+
+
+def cells(large_dtypes: tuple[str, ...] = ("float32",)):
+    """The seed shapes in fp32 and bf16, then the large ones in ``large_dtypes`` (the bars' cells: fp32)."""
+    for case in SEED:
+        for dtype in ("float32", "bfloat16"):
+            yield Case(case.B, case.M, case.seqlen, case.sparsity, case.distribution, dtype=dtype)
+    for case in LARGE:
+        for dtype in large_dtypes:
+            yield Case(case.B, case.M, case.seqlen, case.sparsity, case.distribution, dtype=dtype)
+
+
+def padded_compiled(op: str):
+    # Inductor's program for the padded round trip on plain tensors (no NJT at the boundary)
+    from jaggedperf.impls import jagged_layer_norm, jagged_softmax
+    from jaggedperf.impls.rowwise import padded_round_trip
+
+    dense_op, padding = ((jagged_softmax._masked_softmax, float("-inf")) if op == "jagged_softmax" else
+                         (jagged_layer_norm._masked_layer_norm, 0.0))
+    return torch.compile(lambda v, o, n: padded_round_trip(v, o, n, dense_op, padding),
+                         mode="max-autotune-no-cudagraphs", dynamic=False)
+
+
+def row(op: str, case: Case, copy_gbps: float, *, skip: tuple[str, ...] = ()) -> dict:
+    """Every contender of ``op`` at ``case`` but those named in ``skip``: correctness, device time and × floor each;
+    the best torch eager contender; Helion over ours; our backward against its floor (row-wise ops)."""
+    # each case compiles Inductor's padded program anew (dynamic=False): without a reset the shared code object
+    # passes Dynamo's recompile limit after 8 shapes and then runs eager under the compiled name
+    torch._dynamo.reset()
+    spec = get_op(op)
+    batch = spec.make_batch(case, DEVICE)
+    reference = spec.reference(batch)
+    # the backward's output gradient, drawn before any capture from a private generator: a capture that fails
+    # mid-way (a contender that syncs) leaves torch 2.11's default CUDA generator registered with the dead graph,
+    # and its next draw raises "Offset increment outside graph capture"
+    grad = torch.randn(batch.values.shape, generator=torch.Generator(DEVICE).manual_seed(0), device=DEVICE,
+                       dtype=torch.float32).to(batch.values.dtype)
+    floor_us = spec.must_move_bytes(batch) / (copy_gbps * 1e3)
+    row = {"op": op, "case": case.label, "dtype": case.dtype, "values_mb": batch.values.numel() *
+           batch.values.element_size() / 1e6, "floor_us": floor_us, "contenders": {}}
+    calls = {name: (lambda impl=impl: impl.fn(*impl.prepare(batch))) for name, impl in spec.implementations.items()
+             if DEVICE.type in impl.devices and name not in skip}
+    ours = getattr(jaggedperf, op)
+    calls["jaggedperf_no_max_seqlen"] = lambda: ours(batch.values, batch.offsets)
+    if op in ROWWISE:
+        compiled = padded_compiled(op)
+        calls["inductor_padded"] = lambda: compiled(batch.values, batch.offsets, batch.padded_len)
+    for name, call in calls.items():
+        entry = row["contenders"][name] = {}
+        try:
+            ok, rel, reason = runner.check_output(call(), reference, case.dtype)
+            entry.update(ok=ok, rel_error=rel, reason=reason)
+            # one call by the seed's method (the correctness call warmed it); a slow one once more, its faster call
+            # kept: the first cells of a process may still build a fast tier (ours at a process's first cell was
+            # once taken for slow and went untimed)
+            one_call_us = timing.wall_samples(call, DEVICE, warmup=0, iters=1)[0] * 1e3 if ok else None
+            if ok and one_call_us > SLOW_US:
+                one_call_us = min(one_call_us, timing.wall_samples(call, DEVICE, warmup=0, iters=1)[0] * 1e3)
+            if ok and one_call_us > SLOW_US:  # e.g. unbind over 65536 sequences: seconds to capture or profile
+                entry["untimed_one_call_us"] = one_call_us
+            elif ok:
+                entry.update(harness.device_time(call, DEVICE))
+                entry["x_floor"] = entry["median_us"] / floor_us
+        except Exception as exc:  # noqa: BLE001 - one contender's failure never loses the rest
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+            torch.cuda.synchronize()
+    torch_eager = [c["median_us"] for n, c in row["contenders"].items()
+                   if "median_us" in c and not n.startswith(NOT_TORCH)]
+    row["best_torch_eager_us"] = min(torch_eager) if torch_eager else None
+    helion, mine = row["contenders"].get("helion", {}), row["contenders"].get("jaggedperf", {})
+    if "median_us" in helion and "median_us" in mine:
+        row["helion_over_ours"] = helion["median_us"] / mine["median_us"]
+    if op in ROWWISE:
+        row["backward"] = backward(ours, batch, grad, copy_gbps)
+    return row
+
+
+def backward(ours, batch, grad: torch.Tensor, copy_gbps: float) -> dict:
+    """Our backward's device time against its floor (read y or x and the gradient, write the values' gradient)."""
+    values = batch.values.detach().requires_grad_(True)
+    out = ours(values, batch.offsets, max_seqlen=batch.max_seqlen)
+    floor_us = 3 * out.numel() * out.element_size() / (copy_gbps * 1e3)  # read y (or x) and grad, write dx
+
+    def call():
+        torch.autograd.grad(out, values, grad, retain_graph=True)
+
+    t = harness.device_time(call, DEVICE)
+    return {**t, "floor_us": floor_us, "x_floor": t["median_us"] / floor_us}

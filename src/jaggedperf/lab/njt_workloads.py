@@ -1,0 +1,323 @@
+"""NJT functions as users write them, for timing ``jaggedperf.compile`` against ``torch.compile`` and eager mode.
+
+Each ``Workload`` builds, for one batch, a callable of NJTs and what a training step needs: the module's parameters
+or the NJT input that requires grad, and the output gradient (an NJT like the output, with its cached seqlens, as
+the compiled backward of ``torch.compile`` on an NJT requires of a tangent). The functions follow common patterns:
+PyTorch's tutorial of jagged self-attention (a packed projection, heads split by ``unflatten``/``transpose``,
+``scaled_dot_product_attention`` on NJTs), a layer norm with pointwise work and a residual, a softmax over the
+ragged dim, tritonbench's jagged mean on the NJT, and the identity (the boundary's own cost).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from jaggedperf.batch import JaggedBatch
+from jaggedperf.inputs import Case, make_batch
+from jaggedperf.lab import rounds
+
+__all__ = ["WAYS", "WORKLOADS", "Built", "Cell", "Check", "Workload", "case_name", "check", "forward", "get",
+           "region_step", "step", "time_cell"]
+
+WAYS = ("eager", "torch.compile", "jaggedperf.compile")
+
+
+class SelfAttention(torch.nn.Module):
+    """Multi-head self-attention over each sequence of an NJT: one packed q/k/v projection, SDPA, out projection."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.out = torch.nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = torch.chunk(self.qkv(x), 3, dim=-1)
+        q, k, v = (t.unflatten(-1, [self.heads, -1]).transpose(1, 2) for t in (q, k, v))
+        attended = F.scaled_dot_product_attention(q, k, v)
+        return self.out(attended.transpose(1, 2).flatten(-2))
+
+
+class NormBlock(torch.nn.Module):
+    """Layer norm, a projection, an activation, a residual: NJT in, NJT out."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.proj = torch.nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + F.gelu(self.proj(self.norm(x))) * 0.5
+
+
+def ragged_softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=1) * 2.0
+
+
+def njt_mean(x: torch.Tensor) -> torch.Tensor:
+    return torch.mean(x, dim=1)
+
+
+def identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+@dataclass(frozen=True)
+class Built:
+    """One workload on one batch."""
+
+    fn: Callable[..., torch.Tensor]  # a function or module
+    x: torch.Tensor  # the NJT it is called on
+    leaves: tuple[torch.Tensor, ...]  # what a training step's gradients reach (reset to None after each step)
+    grad: torch.Tensor | None  # the output gradient a training step backpropagates; None: no training step
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    build: Callable[[JaggedBatch, torch.dtype], Built]
+    needs_cuda: bool = False  # SDPA on NJTs has no CPU kernel
+
+
+def _njt(batch: JaggedBatch, dtype: torch.dtype, requires_grad: bool) -> torch.Tensor:
+    nt = torch.nested.nested_tensor_from_jagged(batch.values.to(dtype), batch.offsets, min_seqlen=batch.min_seqlen,
+                                                max_seqlen=batch.max_seqlen)
+    return nt.detach().requires_grad_(requires_grad)
+
+
+def _grad_like(out: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator(device=out.device).manual_seed(seed)
+    if not out.is_nested:
+        return torch.randn(out.shape, generator=gen, device=out.device, dtype=out.dtype)
+    values = torch.randn(out._values.shape, generator=gen, device=out.device, dtype=out.dtype)
+    return torch.nested.nested_tensor_from_jagged(values, out._offsets, min_seqlen=out._maybe_min_seqlen,
+                                                  max_seqlen=out._maybe_max_seqlen)
+
+
+def _module(make: Callable[[int], torch.nn.Module]) -> Callable[[JaggedBatch, torch.dtype], Built]:
+    def build(batch: JaggedBatch, dtype: torch.dtype) -> Built:
+        torch.manual_seed(0)
+        module = make(batch.M).to(device=batch.device, dtype=dtype)
+        x = _njt(batch, dtype, requires_grad=False)
+        with torch.no_grad():
+            grad = _grad_like(module(x))
+        return Built(module, x, tuple(module.parameters()), grad)
+
+    return build
+
+
+def _function(fn: Callable[[torch.Tensor], torch.Tensor], trains: bool) -> Callable[[JaggedBatch, torch.dtype], Built]:
+    def build(batch: JaggedBatch, dtype: torch.dtype) -> Built:
+        x = _njt(batch, dtype, requires_grad=trains)
+        with torch.no_grad():
+            grad = _grad_like(fn(x)) if trains else None
+        return Built(fn, x, (x,) if trains else (), grad)
+
+    return build
+
+
+WORKLOADS = (
+    Workload("attention", "self-attention over each sequence (PyTorch's NJT tutorial): projection, SDPA on NJTs",
+             _module(lambda width: SelfAttention(width, heads=4)), needs_cuda=True),
+    Workload("norm_block", "layer norm, projection, GELU, residual: NJT in, NJT out", _module(NormBlock)),
+    Workload("ragged_softmax", "softmax over each sequence (the ragged dim), NJT out; the input trains",
+             _function(ragged_softmax, trains=True)),
+    Workload("njt_mean", "tritonbench's jagged mean on the NJT (torch.mean over the ragged dim)",
+             _function(njt_mean, trains=False)),
+    Workload("identity", "returns its NJT argument: the boundary's own cost", _function(identity, trains=False)),
+)
+
+
+def get(name: str) -> Workload:
+    """The workload of that name.
+
+    Raises:
+        KeyError: no such workload (the message lists them).
+    """
+    for w in WORKLOADS:
+        if w.name == name:
+            return w
+    raise KeyError(f"no workload {name!r}; known: {', '.join(w.name for w in WORKLOADS)}")
+
+
+# --- checking and timing -------------------------------------------------------------------------------
+
+
+@dataclass
+class Cell:
+    workload: str
+    case: str
+    kind: str  # "forward" or "step"
+    medians_us: dict[str, float]
+    p20_us: dict[str, float]
+    p80_us: dict[str, float]
+    ratio_jp_tc: float  # median within-round jaggedperf.compile / torch.compile
+    ratio_jp_tc_p20: float
+    ratio_jp_tc_p80: float
+    ratio_tc_eager: float
+    ratio_floor_tc: float | None  # the boundary's floor (its region on pre-split parts) / torch.compile; None: none
+    rounds: int
+    quiet_rounds: int
+    walls_us: dict[str, list[float]]
+    probes_us: list[float]
+
+
+@dataclass
+class Check:
+    workload: str
+    case: str
+    graphs: dict[str, int]  # Dynamo's graphs over the first call and three batches of other lengths (training too)
+    fell_back: str | None
+    errors: dict[str, str]
+    max_rel_error: dict[str, float]
+
+
+def _rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    a = a.values() if a.is_nested else a
+    b = b.values() if b.is_nested else b
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def _ways(fn, mode: str) -> dict[str, Callable]:
+    import jaggedperf  # the package's face (the lab sits below it)
+
+    kwargs = {} if mode == "default" else {"mode": mode}
+    return {"eager": fn, "torch.compile": torch.compile(fn, dynamic=True, **kwargs),
+            "jaggedperf.compile": jaggedperf.compile(fn, **kwargs)}
+
+
+def step(call: Callable, built: Built) -> Callable[[], object]:
+    def step():
+        out = call(built.x)
+        out.backward(built.grad)
+        for leaf in built.leaves:
+            leaf.grad = None
+
+    return step
+
+
+def forward(call: Callable, built: Built) -> Callable[[], object]:
+    def forward():
+        with torch.no_grad():
+            return call(built.x)
+
+    return forward
+
+
+def _other_batches(call: Callable, workload: Workload, case: Case, device, dtype) -> None:
+    for seed in range(1, 4):  # three more batches of the case: other lengths, other B-row lengths, same shape class
+        other = make_batch(Case(case.B, case.M, case.seqlen, case.sparsity, seed=seed), device)
+        with torch.no_grad():
+            call(workload.build(other, dtype).x)
+
+
+def check(workload: Workload, case: Case, device: torch.device, dtype: torch.dtype,
+          mode: str) -> tuple[Check, dict[str, Callable], Built]:
+    """Each way's outputs (and a training step's gradients) against eager mode's; the graphs over other batches."""
+    torch._dynamo.reset()
+    built = workload.build(make_batch(case, device), dtype)
+    ways = _ways(built.fn, mode)
+    errors, rel, graphs = {}, {}, {}
+    with torch.no_grad():
+        reference = built.fn(built.x)
+    grads_ref = None
+    if built.grad is not None:
+        _run_backward(built.fn, built)
+        grads_ref = [leaf.grad.clone() for leaf in built.leaves]
+        for leaf in built.leaves:
+            leaf.grad = None
+    for name, call in ways.items():
+        try:
+            graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+            with torch.no_grad():
+                out = call(built.x)
+            rel[name] = _rel_error(out, reference)
+            if grads_ref is not None:
+                _run_backward(call, built)
+                for leaf, ref in zip(built.leaves, grads_ref):
+                    rel[name] = max(rel[name], _rel_error(leaf.grad, ref))
+                    leaf.grad = None
+            if name != "eager":
+                _other_batches(call, workload, case, device, dtype)
+                graphs[name] = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before
+        except Exception as err:  # noqa: BLE001 (recorded: the cell is not timed)
+            errors[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+    jp = ways["jaggedperf.compile"]
+    fell_back = getattr(getattr(jp, "boundary", jp), "last_fallback", None)
+    return Check(workload.name, case_name(case), graphs, fell_back, errors, rel), ways, built
+
+
+def _run_backward(call, built) -> None:
+    call(built.x).backward(built.grad)
+
+
+def time_cell(workload: Workload, case: Case, kind: str, ways: dict[str, Callable], built: Built,
+              device: torch.device, n_rounds: int) -> Cell:
+    """Wall per call of each way in ``n_rounds`` interleaved rounds: ``kind`` "forward" (under no_grad) or "step"
+    (forward, backward of the fixed output gradient, gradients reset)."""
+    make = forward if kind == "forward" else step
+    fns = {name: make(call, built) for name, call in ways.items()}
+    boundary = getattr(ways["jaggedperf.compile"], "boundary", ways["jaggedperf.compile"])
+    if not boundary.fallbacks and not boundary.pass_through and boundary.regions:
+        fns["floor"] = region_step(ways["jaggedperf.compile"], built, kind)  # the boundary's own floor, beside
+    for fn in fns.values():  # compiled (and the backward graph) before the first round
+        for _ in range(3):
+            fn()
+    result = rounds.run(fns, device, rounds=n_rounds)
+    walls = {name: result.walls(name) for name in fns}
+    ratios = sorted(result.ratios("jaggedperf.compile", "torch.compile"))
+    return Cell(workload.name, case_name(case), kind,
+                {n: statistics.median(w) for n, w in walls.items()},
+                {n: _q(w, 0.2) for n, w in walls.items()}, {n: _q(w, 0.8) for n, w in walls.items()},
+                statistics.median(ratios), _q(ratios, 0.2), _q(ratios, 0.8),
+                statistics.median(result.ratios("torch.compile", "eager")),
+                statistics.median(result.ratios("floor", "torch.compile")) if "floor" in fns else None,
+                len(result.rounds), len(result.quiet),
+                walls, [r.probe_us for r in result.rounds])
+
+
+def _q(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
+
+
+def case_name(case: Case) -> str:
+    return f"B{case.B}-M{case.M}-L{case.seqlen}-s{case.sparsity}"
+
+
+def region_step(compiled: Callable, built: Built, kind: str) -> Callable[[], object]:
+    """The floor of any boundary for ``compiled`` (a ``jaggedperf.compile`` of ``built.fn``, called once): its
+    compiled region on the NJT's parts, split once beforehand (a values leaf of their own where the NJT trains), with
+    the region's own output taken as it comes (no NJT rebuilt): ``kind`` "forward" or "step" as ``time_cell``'s."""
+    from jaggedperf.boundary.crossing import flatten
+    from jaggedperf.boundary.parts import Dense, Parts
+
+    boundary = getattr(compiled, "boundary", compiled)
+    x = built.x
+    if x.requires_grad:
+        x = torch.nested.nested_tensor_from_jagged(x._values.detach().requires_grad_(), x._offsets,
+                                                   min_seqlen=x._maybe_min_seqlen, max_seqlen=x._maybe_max_seqlen)
+    crossing = flatten((x,), {}, mark=True)
+    region = boundary.regions[crossing.key]
+    grad = built.grad._values if built.grad is not None and built.grad.is_nested else built.grad
+    leaves = (crossing.flat[0],) if built.x.requires_grad else built.leaves
+
+    def forward():
+        with torch.no_grad():
+            return region(*crossing.flat)
+
+    def step():
+        out = region(*crossing.flat)
+        tensor = out.values if isinstance(out, Parts) else out.tensor if isinstance(out, Dense) else out
+        tensor.backward(grad)
+        for leaf in leaves:
+            leaf.grad = None
+
+    return forward if kind == "forward" else step

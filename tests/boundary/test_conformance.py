@@ -1,0 +1,75 @@
+"""jaggedperf.compile against torch.compile on PyTorch's own NJT OpInfo samples (``jaggedperf.lab.conformance``).
+
+PyTorch's NJT compile tests run every sample of its NJT OpInfo database through ``torch.compile(fullgraph=True,
+backend="aot_eager_decomp_partition")``, forward and backward; here each op's first sample runs eagerly, through
+torch.compile and through jaggedperf.compile, and no sample may come out ``differs`` (another value, gradient,
+requires_grad, grad_fn presence or cached seqlen than eager mode where torch.compile gives eager mode's, or a raise
+where torch.compile does not). Backward samples for ops with autograd, forward samples for the rest; a subset
+under Inductor. Every sample: ``benchmarks/boundary_conformance.py``.
+
+The database imports expecttest (a test dependency of PyTorch's): without it these tests skip, except in CI, which
+must run them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from jaggedperf.lab import conformance
+
+try:
+    from torch.testing._internal.opinfo.definitions.nested import njt_op_db
+except ImportError as err:  # no expecttest: the offline GPU box
+    njt_op_db, MISSING = [], f"PyTorch's NJT OpInfo database is not importable ({err})"
+else:
+    MISSING = None
+
+# Ops whose first sample also runs under Inductor: the families a jagged model is made of.
+INDUCTOR_OPS = ("add", "mul", "sin", "nn.functional.relu", "nn.functional.gelu", "softmax", "log_softmax",
+                "nn.functional.layer_norm", "nn.functional.linear", "sum", "mean", "matmul", "unsqueeze", "chunk",
+                "where")
+
+
+def _cases() -> list:
+    if MISSING is not None:
+        return [pytest.param(None, False, marks=pytest.mark.skipif(not os.environ.get("CI"), reason=MISSING))]
+    return [pytest.param(op.full_name, op.supports_autograd, id=op.full_name) for op in njt_op_db]
+
+
+def _first_sample(name: str, requires_grad: bool):
+    for op, sample, sample_name in conformance.samples(requires_grad, ops=lambda n: n == name):
+        return op, sample, sample_name
+    return None
+
+
+def _check(name: str, requires_grad: bool, backend: str) -> conformance.SampleResult | None:
+    if MISSING is not None:
+        pytest.fail(f"CI must run PyTorch's NJT samples: {MISSING}")
+    found = _first_sample(name, requires_grad) or (_first_sample(name, False) if requires_grad else None)
+    if found is None:
+        pytest.skip(f"the database has no NJT sample of {name}")
+    result = conformance.run_sample(*found, backend=backend)
+    assert result.outcome != conformance.DIFFERS, f"{result.sample}: {result.detail}"
+    assert result.outcome in conformance.OUTCOMES
+    return result
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name, autograd", _cases())
+def test_opinfo_sample_has_torch_compiles_outcome(name, autograd):
+    _check(name, autograd, "aot_eager_decomp_partition")
+
+
+@pytest.mark.parametrize("name", INDUCTOR_OPS)
+def test_opinfo_sample_has_torch_compiles_outcome_under_inductor(name):
+    if MISSING is not None and not os.environ.get("CI"):
+        pytest.skip(MISSING)
+    _check(name, True, "inductor")

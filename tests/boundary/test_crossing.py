@@ -1,0 +1,81 @@
+"""How arguments cross: layouts, the flat list, the seqlen tensors, the differentiable path only where needed."""
+
+from __future__ import annotations
+
+import torch
+
+from jaggedperf.boundary.crossing import SEQLEN_SHIFT, flatten, seqlen_tensor
+from jaggedperf.boundary.differentiable import Join, Unwrap
+from tests.boundary.njts import make_njt
+
+
+def test_positional_njts_cross_as_their_own_tensors_with_shifted_seqlens():
+    nt, _ = make_njt(4, 5, min_len=2)
+    plain = torch.randn(2)
+    crossing = flatten((nt, plain, 3), {}, mark=True)
+    assert crossing.reason is None and crossing.spec is None
+    assert crossing.layout == ("jmx", "a", "a")
+    values, offsets, low, high, *rest = crossing.flat
+    assert values is nt._values and offsets is nt._offsets  # attributes: nothing copied or dispatched
+    assert (low.shape, high.shape) == ((2 + SEQLEN_SHIFT, 0), (5 + SEQLEN_SHIFT, 0))
+    assert rest[0] is plain and rest[1] == 3
+    for t in (values, offsets, low, high):
+        assert 0 in t._dynamo_weak_dynamic_indices  # ragged sizes cross marked dynamic
+    assert seqlen_tensor(5) is high  # one tensor per value, shared between calls
+
+
+def test_each_cached_seqlen_has_its_code():
+    for cache, code in [("minmax", "jmx"), ("max", "j-x"), ("min", "jm-"), ("", "j--")]:
+        nt, _ = make_njt(3, 4, cache=cache)
+        crossing = flatten((nt,), {}, mark=False)
+        assert crossing.layout == (code,) and len(crossing.flat) == 2 + len(cache) // 3
+
+
+def test_the_same_njt_twice_crosses_once():
+    nt, _ = make_njt(3, 4)
+    other, _ = make_njt(3, 4, seed=1)
+    crossing = flatten((nt, other, nt, nt), {}, mark=False)
+    assert crossing.layout == ("jmx", "jmx", "=0", "=0")
+    assert len(crossing.flat) == 8
+
+
+def test_containers_and_keywords_take_the_pytree_path_with_aliases_across_it():
+    nt, _ = make_njt(3, 4)
+    crossing = flatten(([nt, 2],), {"again": nt, "scale": 0.5}, mark=False)
+    assert crossing.spec is not None and crossing.key[0] == crossing.spec
+    assert crossing.layout == ("jmx", "a", "=0", "a")
+    assert crossing.leaves[0] is nt
+
+
+def test_values_cross_with_an_autograd_edge_only_where_grad_must_flow():
+    nt, _ = make_njt(4, 5, requires_grad=True)
+    crossing = flatten((nt,), {}, mark=False)
+    values = crossing.flat[0]
+    assert values is not nt._values and values.requires_grad and type(values.grad_fn).__name__ == "UnwrapBackward"
+    assert values.data_ptr() == nt._values.data_ptr()  # an alias, no copy
+    with torch.no_grad():
+        assert flatten((nt,), {}, mark=False).flat[0] is nt._values
+    frozen, _ = make_njt(4, 5)
+    assert flatten((frozen,), {}, mark=False).flat[0] is frozen._values
+
+
+def test_njts_that_cannot_cross_give_a_reason():
+    values, offsets = torch.randn(10, 3), torch.tensor([0, 4, 7, 10])
+    holes = torch.nested.nested_tensor_from_jagged(values, offsets, torch.tensor([2, 3, 1]))
+    assert "lengths (holes)" in flatten((holes,), {}, mark=False).reason
+    nt, _ = make_njt(3, 4, min_len=1)
+    assert "ragged dim is 2" in flatten((nt.transpose(1, 2),), {}, mark=False).reason
+
+
+def test_unwrap_and_join_carry_gradients_both_ways():
+    nt, _ = make_njt(4, 5, min_len=1, requires_grad=True)
+    values = Unwrap.apply(nt)
+    (values * 3).sum().backward()
+    assert isinstance(nt.grad, torch.Tensor) and nt.grad._offsets is nt._offsets
+    torch.testing.assert_close(nt.grad.values(), torch.full_like(nt._values, 3.0))
+
+    leaf = torch.randn(nt._values.shape, requires_grad=True)
+    out = Join.apply(leaf * 2, nt._offsets, {})
+    assert out.is_nested and out.requires_grad and out._offsets is nt._offsets
+    out.values().sum().backward()
+    torch.testing.assert_close(leaf.grad, torch.full_like(leaf, 2.0))

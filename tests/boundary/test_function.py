@@ -1,0 +1,412 @@
+"""jaggedperf.compile's behaviour: same results, gradients, aliasing and seqlens as eager mode and torch.compile,
+fewer graphs, and a fallback to torch.compile(fn) decided once per signature where the components fail.
+
+Compiles are few and small (CI stays fast): most tests use the ``aot_eager`` backend, which runs Dynamo and
+AOTAutograd (where the NJT handling lives) without Inductor's code generation.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._dynamo.testing import CompileCounterWithBackend
+
+import jaggedperf
+import jaggedperf.impls.jagged_mean  # noqa: F401  (registers the jagged_mean implementations)
+from jaggedperf.boundary import BoundaryFallbackWarning, BoundaryFunction, BoundaryModule
+from jaggedperf.impls.registry import get_implementation
+from tests.boundary.njts import NJT, assert_close, make_njt, seqlens
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def fallbacks(record) -> list:
+    return [w for w in record if issubclass(w.category, BoundaryFallbackWarning)]
+
+
+@pytest.mark.parametrize("name", ["sum_padded", "nanmean_padded", "njt_mean", "unbind_mean"])
+def test_seed_implementations_match_eager_and_torch_compile(name):
+    impl = get_implementation("jagged_mean", name)
+    extra = (7,) if impl.pads else ()
+    ours, theirs = jaggedperf.compile(impl.fn), torch.compile(impl.fn)
+    for seed, (B, max_len) in enumerate([(5, 6), (9, 4)]):
+        nt, _ = make_njt(B, max_len, seed=seed)
+        got = ours(nt, *extra)
+        assert_close(got, impl.fn(nt, *extra))
+        assert_close(got, theirs(nt, *extra))
+
+
+VIEWS = {
+    "unsqueeze": lambda nt: nt.unsqueeze(-1),
+    "select": lambda nt: nt.select(2, 1),
+    "narrow": lambda nt: nt.narrow(2, 0, 2),
+    "values": lambda nt: nt.values(),
+    "view_values": lambda nt: nt.values().view(-1),
+    "identity": lambda nt: nt,
+    "unflatten": lambda nt: nt.unflatten(-1, (2, 2)),
+}
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "aot_eager_decomp_partition"])
+@pytest.mark.parametrize("name", list(VIEWS))
+def test_view_outputs_keep_eager_modes_gradients(name, backend):
+    # AOTAutograd returns an output that aliases an input through an NJT's view ops detached from the autograd
+    # graph: the boundary gives it back its edge, so training through it updates what eager mode updates. Where
+    # torch.compile(fn) raises (select and narrow's backward on an NJT caching its seqlens), the boundary may raise
+    # too, never return something else.
+    fn = VIEWS[name]
+    nt, _ = make_njt(4, 5, M=4, min_len=1, requires_grad=True)
+    expected = fn(nt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)
+        try:
+            got = jaggedperf.compile(fn, backend=backend)(nt)
+        except Exception:  # noqa: BLE001
+            got = None
+    if got is None:
+        torch._dynamo.reset()  # a compile of fn that failed leaves Dynamo's state for fn's code behind
+        with pytest.raises(Exception):  # noqa: B017
+            torch.compile(fn, backend=backend, dynamic=True)(nt)
+        return
+    assert got.requires_grad and (got.grad_fn is not None or got is nt)
+    assert_close(got, expected)
+    weights = torch.randn(expected.values().shape if expected.is_nested else expected.shape)
+    grads = []
+    for out in (expected, got):
+        try:
+            (out.values() if out.is_nested else out).mul(weights).sum().backward()
+        except (RuntimeError, ValueError):  # narrow's and select's NJT backward raise in eager mode
+            grads.append(None)
+        else:
+            grads.append(nt.grad.values().clone())
+        nt.grad = None
+    if grads[0] is None and grads[1] is not None:
+        # ours may compute the gradient eager mode cannot (as_strided's backward), never another one: a view's
+        # gradient is the output's gradient written through the same view into zeros
+        grads[0] = torch.zeros_like(nt._values)
+        view = fn(torch.nested.nested_tensor_from_jagged(grads[0], nt._offsets))
+        (view.values() if view.is_nested else view).copy_(weights)
+    if grads[1] is not None:
+        assert_close(grads[1], grads[0])
+
+
+def test_returning_an_argument_returns_that_very_object():
+    nt, _ = make_njt(4, 5, requires_grad=True)
+    other = torch.randn(3)
+    a, b, c = jaggedperf.compile(lambda x, y: (x, y, x * 2), backend="aot_eager")(nt, other)
+    assert a is nt and b is other and c.requires_grad
+
+
+def test_aliased_arguments_stay_aliased_inside():
+    def attention_like(query, key, value):
+        if query is key and key is value:  # the tutorial's MultiHeadAttention branches on this
+            return query * 3
+        return query + key + value
+
+    nt, _ = make_njt(4, 5)
+    other = nt * 2  # the same ragged structure (offsets), another NJT
+    compiled = jaggedperf.compile(attention_like, backend="aot_eager")
+    assert_close(compiled(nt, nt, nt), nt * 3)
+    assert_close(compiled(nt, nt, other), attention_like(nt, nt, other))
+
+
+@pytest.mark.parametrize("cache", ["minmax", "max", "min", ""])
+def test_output_njts_cache_the_seqlens_eager_mode_caches(cache):
+    def fn(nt):
+        return nt.sin() * 2, nt.cos()
+
+    nt, _ = make_njt(5, 6, min_len=2, cache=cache)
+    got, eager = jaggedperf.compile(fn, backend="aot_eager")(nt), fn(nt)
+    theirs = torch.compile(fn, backend="aot_eager", dynamic=True)(nt)
+    for out, ref, tc in zip(got, eager, theirs):
+        assert seqlens(out) == seqlens(ref) == seqlens(tc)
+        assert out._offsets is nt._offsets  # the input's ragged dim: outputs combine with it
+        assert_close(out, ref)
+
+
+def test_reading_min_seqlen_inside_works_and_compiles_no_more_graphs_than_torch_compile():
+    def scale_by_min(nt):
+        return nt * nt._get_min_seqlen() + nt._get_max_seqlen()
+
+    ours, theirs = CompileCounterWithBackend("aot_eager"), CompileCounterWithBackend("aot_eager")
+    a, b = jaggedperf.compile(scale_by_min, backend=ours), torch.compile(scale_by_min, backend=theirs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)
+        for i, min_len in enumerate([0, 2, 1, 3, 0]):
+            nt, _ = make_njt(4 + i, 6 + i, seed=i, min_len=min_len)
+            expected = scale_by_min(nt)
+            assert_close(a(nt), expected)
+            assert_close(b(nt), expected)
+    assert ours.frame_count <= theirs.frame_count, (ours.frame_count, theirs.frame_count)
+
+
+def test_no_recompile_across_b_total_and_max_seqlen_and_one_more_only_for_empty_sequences():
+    def mean_plus(nt, bias):
+        # to_padded_tensor pads to the NJT's max_seqlen: the graph depends on it
+        return nt.to_padded_tensor(0.0).sum(dim=1) / nt.offsets().diff().clamp(min=1).unsqueeze(1) + bias
+
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = jaggedperf.compile(mean_plus, backend=counter)
+    shapes = set()
+    for i in range(22):
+        # min_seqlen moves between 0, 1 and more, max_seqlen between 3 and 15: a graph for min_seqlen 0 and one
+        # for the rest (building the NJT inside guards on a seqlen of 0); torch.compile on the NJT takes more
+        B, max_len = 3 + (i * 5) % 17, 3 + (i * 7) % 13
+        nt, _ = make_njt(B, max_len, seed=i, min_len=i % 3)
+        shapes.add((B, nt._values.shape[0], max_len))
+        bias = torch.randn(3)
+        assert_close(compiled(nt, bias), mean_plus(nt, bias))
+    assert len(shapes) == 22
+    assert counter.frame_count == 2
+
+
+def test_torch_compile_on_the_njt_recompiles_where_the_boundary_does_not():
+    def fn(nt):
+        return nt.mean(dim=1)
+
+    theirs, ours = CompileCounterWithBackend("aot_eager"), CompileCounterWithBackend("aot_eager")
+    a, b = torch.compile(fn, backend=theirs), jaggedperf.compile(fn, backend=ours)
+    for i in range(3):
+        nt, _ = make_njt(4 + i, 5, seed=i, min_len=1)
+        a(nt), b(nt)
+    assert (theirs.frame_count, ours.frame_count) == (2, 1)
+
+
+def test_gradients_reach_leaf_njts_and_module_parameters():
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(3, 4)
+
+        def forward(self, nt, scale):
+            return torch.softmax(self.proj(nt), dim=1) * scale
+
+    torch.manual_seed(0)
+    block = Block()
+    compiled = jaggedperf.compile(block, backend="aot_eager")
+    assert isinstance(compiled, BoundaryModule)
+    assert compiled.proj is block.proj and list(compiled.parameters()) == list(block.parameters())
+    nt, _ = make_njt(5, 4, min_len=1, requires_grad=True)
+    grads = []
+    for run in (block, compiled):
+        out = run(nt, 0.5)
+        assert out.is_nested and out.requires_grad
+        (out.values() ** 2).sum().backward()
+        grads.append((nt.grad.values().clone(), block.proj.weight.grad.clone()))
+        nt.grad, block.proj.weight.grad, block.proj.bias.grad = None, None, None
+    for got, expected in zip(grads[1], grads[0]):
+        assert_close(got, expected)
+
+
+def test_no_grad_calls_cross_without_autograd():
+    nt, _ = make_njt(4, 5, requires_grad=True)
+    with torch.no_grad():
+        out = jaggedperf.compile(lambda x: x.values().sum(0), backend="aot_eager")(nt)
+    assert not out.requires_grad and out.grad_fn is None
+
+
+def test_a_function_reading_the_lengths_compiles_once_per_batch_size_without_falling_back():
+    # The seed's unbind_mean reads every length (nt.unbind()): on symbolic components Dynamo fails on the
+    # data-dependent values, so the boundary compiles it again with them as unbacked symbols; then the lengths
+    # change freely and only a new B (the number of unrolled means) compiles a graph.
+    impl = get_implementation("jagged_mean", "unbind_mean")
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = jaggedperf.compile(impl.fn, backend=counter)
+    frames = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)
+        for seed, (B, max_len) in enumerate([(5, 6), (5, 4), (5, 8), (7, 3), (7, 9), (5, 2)]):
+            nt, _ = make_njt(B, max_len, seed=seed, min_len=1)
+            assert_close(compiled(nt), impl.fn(nt))
+            frames.append(counter.frame_count)
+    assert compiled.dynamo_config and compiled.last_fallback is None and not compiled.fallbacks
+    assert [f - frames[0] for f in frames] == [0, 0, 0, 1, 1, 1]
+    assert not torch._dynamo.config.capture_scalar_outputs  # the settings are the boundary's, not global
+
+
+def test_njt_with_holes_falls_back_with_one_warning_at_the_users_line():
+    def double_sum(nt):
+        return (nt * 2).sum()
+
+    values, offsets, lengths = torch.randn(10, 3), torch.tensor([0, 4, 7, 10]), torch.tensor([2, 3, 1])
+    compiled = jaggedperf.compile(double_sum, backend="aot_eager")
+    with pytest.warns(BoundaryFallbackWarning, match="lengths") as record:
+        for _ in range(3):
+            nt = torch.nested.nested_tensor_from_jagged(values, offsets, lengths)
+            got = compiled(nt)
+    assert len(fallbacks(record)) == 1 and fallbacks(record)[0].filename == __file__
+    assert_close(got, double_sum(nt))
+    assert "lengths" in compiled.last_fallback
+
+
+def test_a_module_falling_back_warns_at_the_users_call():
+    class Double(torch.nn.Module):
+        def forward(self, nt):
+            return (nt * 2).sum()
+
+    nt = torch.nested.nested_tensor_from_jagged(torch.randn(10, 3), torch.tensor([0, 4, 7, 10]),
+                                                torch.tensor([2, 3, 1]))
+    with pytest.warns(BoundaryFallbackWarning, match="lengths") as record:
+        jaggedperf.compile(Double(), backend="aot_eager")(nt)
+    assert len(fallbacks(record)) == 1 and fallbacks(record)[0].filename == __file__
+
+
+def test_transposed_njt_falls_back_and_its_njt_output_passes_through():
+    nt, _ = make_njt(4, 5, min_len=1)
+    compiled = jaggedperf.compile(lambda x: x * 2, backend="aot_eager")
+    with pytest.warns(BoundaryFallbackWarning, match="ragged dim is 2"):
+        out = compiled(nt.transpose(1, 2))
+    assert isinstance(out, NJT) and out._ragged_idx == 2
+    assert_close(out.transpose(1, 2).values(), nt.values() * 2)
+
+
+class PickyBackend:
+    """Refuses graphs without an NJT input (the boundary's) but takes the NJT itself (torch.compile's): a compile
+    on the components that fails where torch.compile(fn) does not. Counts the graphs it refused."""
+
+    def __init__(self, refuse=RuntimeError):
+        self.refuse, self.refused = refuse, 0
+
+    def __call__(self, gm, example_inputs):
+        if not any(isinstance(t, torch.Tensor) and t.is_nested for t in example_inputs):
+            self.refused += 1
+            raise self.refuse("picky backend: no NJT input")
+        return gm.forward
+
+
+def test_a_signature_that_fails_on_components_falls_back_once_and_is_not_retried():
+    def fn(nt):
+        return nt.values().sum(0)
+
+    backend = PickyBackend()
+    compiled = jaggedperf.compile(fn, backend=backend)
+    with pytest.warns(BoundaryFallbackWarning, match="picky backend") as record:
+        for i in range(4):
+            nt, _ = make_njt(4, 5, seed=i, min_len=2)
+            assert_close(compiled(nt), fn(nt))
+    assert len(fallbacks(record)) == 1 and fallbacks(record)[0].filename == __file__
+    assert backend.refused == 1  # decided on the first call; never compiled on the components again
+    assert list(compiled.fallbacks) == [(None, ("jmx",))] and "picky backend" in compiled.last_fallback
+
+
+def test_a_failure_outside_dynamos_exceptions_falls_back_too():
+    # e.g. an IndexError from Dynamo's guard building, or a RuntimeError from the compiled code at run time
+    backend = PickyBackend(refuse=IndexError)
+    compiled = jaggedperf.compile(lambda nt: nt.values().sum(0), backend=backend)
+    nt, _ = make_njt(4, 5, min_len=2)
+    with pytest.warns(BoundaryFallbackWarning, match="IndexError"):
+        assert_close(compiled(nt), nt.values().sum(0))
+
+
+def test_only_the_failing_signature_falls_back():
+    def fn(nt):
+        if nt._maybe_min_seqlen is None:  # a branch only one signature's graph takes
+            return nt.values().sum(0)
+        return nt.values().mean(0)
+
+    class NoSumOnComponents(PickyBackend):
+        def __call__(self, gm, example_inputs):
+            if "sum" in str(gm.code) and not any(t.is_nested for t in example_inputs if isinstance(t, torch.Tensor)):
+                self.refused += 1
+                raise RuntimeError("no sums here")
+            return gm.forward
+
+    compiled = jaggedperf.compile(fn, backend=NoSumOnComponents())
+    with_min, _ = make_njt(4, 5, min_len=2)
+    without_min, _ = make_njt(4, 5, min_len=2, cache="max")
+    with pytest.warns(BoundaryFallbackWarning, match="no sums"):
+        assert_close(compiled(without_min), fn(without_min))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)
+        assert_close(compiled(with_min), fn(with_min))
+    assert compiled.last_fallback is None and list(compiled.fallbacks) == [(None, ("j-x",))]
+
+
+def test_user_errors_are_raised_as_torch_compile_raises_them():
+    def bad(nt, w):
+        return nt.values() @ w  # (total, 3) @ (4, 2): a shape error
+
+    compiled = jaggedperf.compile(bad, backend="aot_eager")
+    nt, _ = make_njt(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)
+        for _ in range(2):
+            with pytest.raises(Exception, match="shape|size|mat"):
+                compiled(nt, torch.randn(4, 2))
+    assert not compiled.fallbacks
+
+
+def test_layer_norm_matches_eager_through_the_components_or_one_fallback():
+    norm = torch.nn.LayerNorm(4)
+    nt, _ = make_njt(5, 6, M=4, min_len=1, requires_grad=True)
+    compiled = jaggedperf.compile(norm, backend="aot_eager")
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        outs = [compiled(nt) for _ in range(3)] + [F.layer_norm(nt, (4,))]
+    assert len(fallbacks(record)) <= 1
+    for out in outs[:3]:
+        assert_close(out, norm(nt))
+        assert out.requires_grad
+    outs[0].values().sum().backward()
+    assert norm.weight.grad is not None and nt.grad is not None
+
+
+def test_kwargs_and_nested_containers():
+    def combine(nt, *, batch, scale=1.0):
+        a = batch["a"].mean(dim=1)
+        b_nt, weight = batch["b"]
+        return {"mean": (a + b_nt.values().sum(0)) * scale, "scaled": b_nt * weight, "weight": weight, "a": batch["a"]}
+
+    nt_a, _ = make_njt(4, 5, seed=1, min_len=1)
+    nt_b, _ = make_njt(3, 6, seed=2, min_len=2)
+    weight = torch.tensor(3.0)
+    compiled = jaggedperf.compile(combine, backend="aot_eager")
+    assert isinstance(compiled, BoundaryFunction) and compiled.__name__ == "combine"
+    for _ in range(2):
+        got = compiled(nt_a, batch={"a": nt_a, "b": [nt_b, weight]}, scale=2.0)
+    expected = combine(nt_a, batch={"a": nt_a, "b": [nt_b, weight]}, scale=2.0)
+    assert set(got) == {"mean", "scaled", "weight", "a"}
+    assert_close(got["mean"], expected["mean"])
+    assert isinstance(got["scaled"], NJT) and got["scaled"]._offsets is nt_b._offsets
+    assert_close(got["scaled"], expected["scaled"])
+    assert got["weight"] is weight and got["a"] is nt_a
+
+
+def test_decorator_form_and_non_callable():
+    @jaggedperf.compile(backend="aot_eager", dynamic=False)
+    def f(nt):
+        return nt.values() + 1
+
+    nt, _ = make_njt(3, 4)
+    assert_close(f(nt), nt.values() + 1)
+    assert not f._mark  # dynamic=False: nothing is marked dynamic
+    with pytest.raises(TypeError, match="function or nn.Module"):
+        jaggedperf.compile(3)
+
+
+def test_a_function_returning_its_inputs_compiles_no_graph_and_then_passes_through():
+    # the region's rebuild of an NJT nobody uses is all its graph holds: not compiled (torch.compile compiles none
+    # either), and the signature's later calls go to torch.compile(fn), whose call costs less than the region's
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = jaggedperf.compile(lambda nt, scale: (nt, scale), backend=counter)
+    nt, _ = make_njt(4, 5, min_len=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)  # not a failure: no warning
+        for _ in range(3):
+            out, scale = compiled(nt, 2.0)
+            assert out is nt and scale == 2.0
+    assert counter.frame_count == 0
+    assert list(compiled.pass_through) == [(None, ("jmx", "a"))] and compiled.last_fallback is None
+    (region,) = compiled.regions.values()
+    assert region(*jaggedperf.boundary.crossing.flatten((nt, 2.0), {}, mark=True).flat)[0].index == 0
+    doubled = jaggedperf.compile(lambda nt: nt * 2, backend="aot_eager")
+    doubled(nt), doubled(nt)
+    assert not doubled.pass_through  # a region that computes keeps the components

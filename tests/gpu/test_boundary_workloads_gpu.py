@@ -1,0 +1,79 @@
+"""jaggedperf.compile against torch.compile on NJT workloads as users write them (``jaggedperf.lab.njt_workloads``),
+on the GPU at the seed's first shape, every way in the same interleaved rounds.
+
+Bars: attention (SDPA on NJTs) through the boundary at least as fast as torch.compile on the NJT, with no more
+graphs; a training step at most 0.8x torch.compile's, unless the boundary's own floor (its compiled region on
+pre-split parts, no NJT crossing either way) measured in the same rounds is above 0.8x, which makes the bar a
+limit of the computation, not of the boundary: then a strict xfail whose threshold is that floor; the identity
+(the boundary's own cost) within 20 µs of torch.compile's.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+
+from jaggedperf.inputs import Case
+from jaggedperf.lab import njt_workloads, rounds
+
+pytestmark = [pytest.mark.gpu, pytest.mark.timed]
+
+CASE = Case(512, 64, 100, 0.1)
+ROUNDS = 7
+
+
+def _record(record_property, **numbers):
+    for k, v in numbers.items():
+        record_property(k, round(v, 3) if isinstance(v, float) else v)
+
+
+def _checked(name: str):
+    check, ways, built = njt_workloads.check(njt_workloads.get(name), CASE, torch.device("cuda"), torch.float16,
+                                             "default")
+    assert not check.errors, check.errors
+    if check.fell_back is not None:  # e.g. layer_norm's guard on an NJT built inside the graph (fixed in torch 2.15)
+        pytest.xfail(f"this torch cannot compile it on the components: {check.fell_back}")
+    tolerance = 2e-2 if name == "attention" else 2e-3  # fp16 (SDPA's flash kernel against eager's)
+    assert max(check.max_rel_error.values()) < tolerance, check.max_rel_error
+    return check, ways, built
+
+
+def test_attention_through_the_boundary_at_least_as_fast_as_torch_compile_with_no_more_graphs(record_property):
+    check, ways, built = _checked("attention")
+    cell = njt_workloads.time_cell(njt_workloads.get("attention"), CASE, "forward", ways, built,
+                                   torch.device("cuda"), ROUNDS)
+    _record(record_property, **{f"{k} us": v for k, v in cell.medians_us.items()}, ratio=cell.ratio_jp_tc,
+            **{f"graphs {k}": v for k, v in check.graphs.items()})
+    assert check.graphs["jaggedperf.compile"] <= check.graphs["torch.compile"], check.graphs
+    assert cell.ratio_jp_tc <= 1.0, f"{cell.ratio_jp_tc:.2f}x torch.compile's ({cell.medians_us})"
+
+
+@pytest.mark.parametrize("name", ["attention", "norm_block", "ragged_softmax"])
+def test_training_step_through_the_boundary_within_0_8_of_torch_compile(name, record_property):
+    check, ways, built = _checked(name)
+    floor = njt_workloads.region_step(ways["jaggedperf.compile"], built, "step")
+    steps = {way: njt_workloads.step(call, built) for way, call in ways.items() if way != "eager"}
+    steps["floor"] = floor
+    for fn in steps.values():
+        for _ in range(3):
+            fn()
+    result = rounds.run(steps, torch.device("cuda"), rounds=ROUNDS)
+    ratio = statistics.median(result.ratios("jaggedperf.compile", "torch.compile"))
+    limit = statistics.median(result.ratios("floor", "torch.compile"))
+    _record(record_property, **{f"{k} us": statistics.median(result.walls(k)) for k in steps}, ratio=ratio,
+            floor_ratio=limit)
+    if ratio > 0.8 and limit > 0.8:
+        pytest.xfail(f"{ratio:.2f}x torch.compile's; the boundary's floor (its region on pre-split parts) is "
+                     f"{limit:.2f}x in the same rounds: 0.8x is out of any boundary's reach here")
+    assert ratio <= 0.8, f"{ratio:.2f}x torch.compile's (floor {limit:.2f}x)"
+
+
+def test_identity_costs_at_most_20_us_over_torch_compile(record_property):
+    check, ways, built = _checked("identity")
+    cell = njt_workloads.time_cell(njt_workloads.get("identity"), CASE, "forward", ways, built,
+                                   torch.device("cuda"), ROUNDS)
+    over = cell.medians_us["jaggedperf.compile"] - cell.medians_us["torch.compile"]
+    _record(record_property, **{f"{k} us": v for k, v in cell.medians_us.items()}, over_us=over)
+    assert over <= 20.0, f"{over:.1f} µs over torch.compile's ({cell.medians_us})"
