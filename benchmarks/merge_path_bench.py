@@ -22,7 +22,8 @@ Run on the GPU machine (about 4 minutes; ``--budget-s`` starts no shape past it,
 
 writes ``merge-path.json`` (medians and quantiles per contender, the bars, the command and commit) and
 ``merge-path.md`` under --out (``jaggedperf.lab.harness.write_summary``), rewritten after every shape.
-``--cpu-smoke``: tiny shapes on the CPU (plumbing only, numbers meaningless).
+``--gap``: only the shapes where a routing rule between the merge path and the chunks is not yet pinned (``GAP``;
+``--out`` another directory). ``--cpu-smoke``: tiny shapes on the CPU (plumbing only, numbers meaningless).
 """
 
 from __future__ import annotations
@@ -69,6 +70,16 @@ SHAPES = [  # (class, a Case or ("bimodal", B, M, dtype)); the likeliest losses 
     ("empty", Case(65536, 256, 512, 0.95, "empty", "bfloat16")),
     ("powerlaw_large", Case(4096, 128, 32768, 0.0, "heavy")),
     ("bars", Case(65536, 16, 64, 0.5)),
+]
+# where a host-only routing rule between the merge path and the chunks is not pinned by the shapes above: mean lengths
+# between 10.6 (the merge path faster) and 27 rows (the chunks faster) at B = 4096, and B between 4096 and 10^4
+GAP = [
+    ("gap", Case(4096, 64, 32, 0.0)),
+    ("gap", Case(4096, 64, 48, 0.0)),
+    ("gap", Case(4096, 8, 64, 0.0)),
+    ("gap", Case(8192, 64, 100, 0.1)),
+    ("gap", Case(8192, 128, 1000, 0.0, "heavy", "bfloat16")),
+    ("gap", Case(2048, 64, 32, 0.0, "heavy")),
 ]
 SMOKE = [("narrow", Case(40, 4, 16, 0.5)), ("ones", Case(300, 8, 1, 0.0, "fixed")),
          ("bimodal", ("bimodal", 60, 8, "float32"))]
@@ -315,9 +326,10 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated case labels (default: all)")
     ap.add_argument("--budget-s", type=float, default=250.0, help="start no shape after this many seconds")
     ap.add_argument("--variants", action="store_true", help="the merge path's config neighbours too")
+    ap.add_argument("--gap", action="store_true", help="only the shapes of GAP (the routing rule's unmeasured gaps)")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on the CPU (plumbing only)")
     args = ap.parse_args()
-    shapes = SHAPES
+    shapes = GAP if args.gap else SHAPES
     if args.cpu_smoke:
         DEVICE, shapes = torch.device("cpu"), SMOKE
     elif not torch.cuda.is_available():
