@@ -2,12 +2,13 @@
 """Issue #16's grid on the GPU: our jagged sum/mean against every peer on every shape of the lab's
 ``kernels`` preset (``jaggedperf.lab.grid.KERNEL_CLASSES``), judged against the issue's five bars.
 
-Per shape (cases interleaved across classes, so that a spent budget still leaves every class measured):
+Per shape (cases interleaved across classes, so that a spent budget still leaves every class measured; the row is
+``jaggedperf.lab.reduce_row.measure_case``, the kernel bars' own, ``tests/gpu/test_kernel_bars_gpu.py``):
 
-- correctness of every contender against float64 first (``ops_bench``'s reference and relative error);
+- correctness of every contender against float64 first (``reduce_row``'s reference and relative error);
   an incorrect contender is not timed (ours) or not counted as a peer (the others);
 - determinism: three repeats of ours, with and without ``max_seqlen``, bitwise equal (NaN-aware: the bits);
-- device time by CUDA-graph replay with L2 flushed (``lab.timing.capture_graph`` + ``replay_device_time``),
+- device time by CUDA-graph replay with L2 flushed (``lab.harness.device_time``),
   every sample kept: ours with ``max_seqlen``, ours without, ``torch.segment_reduce``, Inductor's compiled
   padded sum (``_jagged_to_padded_dense_forward`` then ``sum``; only where the padded tensor would fit under
   ``--padded-max-bytes``, and while the compile budget lasts: a skip records why);
@@ -42,16 +43,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import ops_bench  # noqa: E402  (its reference, error, floor and tolerance helpers)
-
-from jaggedperf.inputs import Case, make_batch  # noqa: E402
-from jaggedperf.lab import timing  # noqa: E402
-from jaggedperf.lab.grid import kernel_classes  # noqa: E402
+from jaggedperf.inputs import Case, make_batch
+from jaggedperf.lab import reduce_row, timing
+from jaggedperf.lab.grid import kernel_classes
 
 T0 = time.time()
 DEVICE = torch.device("cuda")
-PEERS = ("segment_reduce", "inductor_padded")
+PEERS = reduce_row.PEERS
 SMOKE_CLASSES = {  # --cpu-smoke: one tiny case per class
     "narrow": [Case(300, 4, 16, 0.5)], "odd_width": [Case(16, 24, 40, 0.2)],
     "powerlaw_small": [Case(64, 8, 100, 0.0, "heavy")], "giant": [Case(1, 8, 3000, 0.0, "fixed")],
@@ -61,184 +59,6 @@ SMOKE_CLASSES = {  # --cpu-smoke: one tiny case per class
 
 def log(msg: str) -> None:
     print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
-
-
-# --- measuring ----------------------------------------------------------------------------------------
-
-
-def sample_stats(samples_us) -> dict:
-    """Median and quantiles of per-call µs, the samples kept."""
-    a = np.asarray(samples_us, dtype=float)
-    q = np.quantile(a, [0.1, 0.2, 0.5, 0.8, 0.9])
-    return {"median_us": float(q[2]), "p10_us": float(q[0]), "p20_us": float(q[1]), "p80_us": float(q[3]),
-            "p90_us": float(q[4]), "n": int(a.size), "samples_us": [round(float(x), 3) for x in a]}
-
-
-def device_time(fn, rep_ms: int) -> dict:
-    """Device µs per call: CUDA-graph replay with L2 flushed (the lab's method); on the CPU, the wall."""
-    for _ in range(3):  # compile, verify the launch path, settle
-        fn()
-    if DEVICE.type != "cuda":
-        return {**sample_stats([t * 1e3 for t in timing.wall_samples(fn, DEVICE, warmup=2, iters=20)]),
-                "method": "cpu-wall"}
-    torch.cuda.synchronize()
-    graph = timing.capture_graph(fn, DEVICE)
-    if graph is None:
-        raise RuntimeError("the call could not be captured in a CUDA graph")
-    t = timing.replay_device_time(graph.replay, rep_ms=rep_ms)
-    del graph
-    return {**sample_stats(t.samples_us()), "method": t.method, "l2_flushed": t.l2_flushed}
-
-
-def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal bits (so NaN == NaN when its bits are)."""
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.contiguous().view(torch.uint8),
-                                                                      b.contiguous().view(torch.uint8))
-
-
-def padded_fn(op: str, padded_len: int):
-    from jaggedperf.impls.jagged_mean import _padded
-
-    def fn(values, offsets):
-        out = torch.sum(_padded(values, offsets, padded_len), dim=1)
-        return out / offsets.diff().unsqueeze(1) if op == "mean" else out
-
-    return fn
-
-
-# --- the bars ------------------------------------------------------------------------------------------
-
-
-def judge(row: dict) -> dict:
-    """Bars 1, 2, 3 and 5 of issue #16 for one shape: True / False, or None where the bar does not apply
-    or a number it needs is missing."""
-    floor = row["floor_us"]
-    t = {v: row[v]["median_us"] if isinstance(row.get(v), dict) else None for v in ("ours_hinted", "ours_plain")}
-    peers = [row[p]["median_us"] for p in PEERS if isinstance(row.get(p), dict) and row.get(f"{p}_correct")]
-    best = min(peers) if peers else None
-    row["best_peer_us"] = best
-    bars: dict = {}
-    for v, us in t.items():
-        if us is None or best is None:
-            bars[f"1_{v}"] = None
-        else:
-            bars[f"1_{v}"] = us <= 0.9 * best or (best <= 1.05 * floor and us <= 1.05 * floor)
-        if us is None:
-            bars[f"2_{v}"] = None
-        elif row["must_move_bytes"] >= 64e6:
-            bars[f"2_{v}"] = us <= 1.15 * floor
-        elif row["distribution"] == "heavy":
-            bars[f"2_{v}"] = us <= 2.0 * floor
-        else:
-            bars[f"2_{v}"] = None
-    bars["3"] = None if None in t.values() else t["ours_plain"] <= 1.15 * t["ours_hinted"]
-    bars["5"] = row.get("deterministic")
-    return bars
-
-
-# --- one shape -----------------------------------------------------------------------------------------
-
-
-def measure_case(cls: str, case: Case, args, copy_gbps: float, inductor_left: list) -> dict:
-    import jaggedperf
-
-    op = getattr(jaggedperf, f"jagged_{args.op}")
-    batch = make_batch(case, DEVICE)
-    values, offsets, hint = batch.values, batch.offsets, batch.max_seqlen
-    off64 = offsets.long()
-    must = ops_bench._nbytes_must(values, offsets)
-    row = {"class": cls, "case": case.label, "case_fields": case.to_dict(), "dtype": case.dtype,
-           "distribution": case.distribution, "B": batch.B, "M": batch.M, "total_len": values.shape[0],
-           "max_seqlen": hint, "must_move_bytes": must, "copy_gbps": copy_gbps,
-           "floor_us": ops_bench._floor_us(must, copy_gbps)}
-    ref = ops_bench._reference(values, offsets, mean=args.op == "mean")
-    tol = ops_bench._tolerance(values.dtype)
-    rep = 25 if must > 500e6 else 40
-    calls = {"ours_hinted": lambda: op(values, offsets, max_seqlen=hint), "ours_plain": lambda: op(values, offsets),
-             "segment_reduce": lambda: torch.segment_reduce(values, args.op, offsets=off64, axis=0)}
-    padded_bytes = batch.B * max(hint, 1) * batch.M * values.element_size()
-    if padded_bytes > args.padded_max_bytes:
-        row["inductor_padded"] = f"skipped: the padded tensor would take {padded_bytes / 1e9:.1f} GB " \
-                                 f"(> --padded-max-bytes {args.padded_max_bytes / 1e9:.1f})"
-    elif inductor_left[0] <= 0:
-        row["inductor_padded"] = "skipped: the Inductor compile budget (--inductor-s) is spent"
-    else:
-        torch._dynamo.reset()
-        compiled = torch.compile(padded_fn(args.op, max(hint, 1)), dynamic=False)
-        t = time.time()
-        try:
-            compiled(values, offsets)
-            calls["inductor_padded"] = lambda: compiled(values, offsets)
-        except Exception as exc:  # noqa: BLE001
-            row["inductor_padded"] = f"compile failed: {type(exc).__name__}: {str(exc)[:300]}"
-        row["inductor_compile_s"] = time.time() - t
-        inductor_left[0] -= row["inductor_compile_s"]
-    for name, fn in calls.items():
-        try:
-            out = fn()
-            err = ops_bench._rel_error(out, ref)
-            row[f"{name}_rel_error"] = err
-            row[f"{name}_correct"] = err <= tol
-            if name.startswith("ours"):
-                repeats = [fn() for _ in range(3)]
-                row[f"{name}_deterministic"] = all(bitwise_equal(out, r) for r in repeats)
-        except Exception as exc:  # noqa: BLE001
-            row[name] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
-            row[f"{name}_correct"] = False
-            continue
-        if not row[f"{name}_correct"] and name.startswith("ours"):
-            row[name] = f"not timed: relative error {err:.2e} > {tol:g}"
-            continue
-        try:
-            row[name] = device_time(fn, rep)
-        except Exception as exc:  # noqa: BLE001
-            row[name] = f"timing failed: {type(exc).__name__}: {str(exc)[:300]}"
-    row["deterministic"] = bool(row.get("ours_hinted_deterministic") and row.get("ours_plain_deterministic"))
-    row["bars"] = judge(row)
-    del batch, values, offsets, off64, ref, calls
-    return row
-
-
-# --- training at the seed shapes (bar 4) --------------------------------------------------------------------
-
-
-def training_walls(case: Case, rounds: int, iters: int) -> dict:
-    """Wall per call by the seed's method (interleaved rounds): forward + backward of ours and of
-    segment_reduce (jagged_mean), and our forward alone; every sample kept; bar 4 judged."""
-    import jaggedperf
-
-    batch = make_batch(case, DEVICE)
-    values, offsets, hint = batch.values, batch.offsets, batch.max_seqlen
-    off64 = offsets.long()
-    leaf = values.detach().clone().requires_grad_()
-    grad = torch.randn(batch.B, batch.M, device=DEVICE, dtype=values.dtype)
-
-    def ours_fb():
-        leaf.grad = None
-        jaggedperf.jagged_mean(leaf, offsets, max_seqlen=hint).backward(grad)
-
-    def sr_fb():
-        leaf.grad = None
-        torch.segment_reduce(leaf, "mean", offsets=off64, axis=0).backward(grad)
-
-    fns = {"ours_forward": lambda: jaggedperf.jagged_mean(values, offsets, max_seqlen=hint),
-           "ours_forward_backward": ours_fb, "segment_reduce_forward_backward": sr_fb}
-    ours_fb()
-    lengths = off64.diff()
-    expected = (grad.double() / lengths.clamp_min(1).unsqueeze(1).double()).repeat_interleave(
-        lengths, dim=0, output_size=values.shape[0])
-    err = ops_bench._rel_error(leaf.grad, expected)
-    samples: dict = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            samples[name] += [t * 1e3 for t in timing.wall_samples(fn, DEVICE, warmup=50, iters=iters)]
-    out = {"case": case.label, "backward_rel_error": err, "backward_correct": err <= ops_bench._tolerance(values.dtype)}
-    out.update({name: sample_stats(s) for name, s in samples.items()})
-    fb, f, sr = (out[k]["median_us"] for k in ("ours_forward_backward", "ours_forward",
-                                                 "segment_reduce_forward_backward"))
-    out["fb_over_forward"], out["fb_over_segment_reduce"] = fb / f, fb / sr
-    out["bar4"] = bool(out["backward_correct"] and fb <= 3 * f and fb <= 0.5 * sr)
-    return out
 
 
 def fresh_child(path: str) -> None:
@@ -462,7 +282,6 @@ def main() -> int:
     args = p.parse_args()
     if args.cpu_smoke:
         DEVICE = torch.device("cpu")
-        ops_bench.DEVICE = "cpu"
     elif not torch.cuda.is_available():
         print("no CUDA device (use --cpu-smoke to check the plumbing)", file=sys.stderr)
         return 1
@@ -503,8 +322,8 @@ def main() -> int:
     for case in seeds:
         log(f"training walls {case.label}")
         try:
-            t = training_walls(case, rounds=3 if DEVICE.type == "cuda" else 1,
-                               iters=200 if DEVICE.type == "cuda" else 10)
+            t = reduce_row.training_walls(case, rounds=3 if DEVICE.type == "cuda" else 1,
+                                          iters=200 if DEVICE.type == "cuda" else 10, device=DEVICE)
             results["training"].append(t)
             log(f"  fwd {t['ours_forward']['median_us']:.1f} us, fwd+bwd {t['ours_forward_backward']['median_us']:.1f}"
                 f", segment_reduce fwd+bwd {t['segment_reduce_forward_backward']['median_us']:.1f}; bar 4 {t['bar4']}")
@@ -523,7 +342,9 @@ def main() -> int:
             results["skipped"].append(f"{cls} {case.label}: {case.values_nbytes() / 1e9:.1f} GB > --max-bytes")
             continue
         try:
-            row = measure_case(cls, case, args, results["copy_gbps"], inductor_left)
+            row = reduce_row.measure_case(cls, case, results["copy_gbps"], op=args.op,
+                                          padded_max_bytes=args.padded_max_bytes, inductor_left=inductor_left,
+                                          device=DEVICE)
         except Exception as exc:  # noqa: BLE001
             row = {"class": cls, "case": case.label, "error": f"{type(exc).__name__}: {exc}"}
             results["errors"][f"{cls} {case.label}"] = traceback.format_exc()

@@ -1,10 +1,10 @@
-"""Issue #16's bars on one shape of each class of the lab's ``kernels`` preset (the whole grid:
-``benchmarks/kernel_grid_bench.py``, whose measurement and judgement these tests share, so that the bars
-mean the same in both).
+"""The reductions' bars on one shape of each class of the lab's ``kernels`` preset (the whole grid:
+``benchmarks/kernel_grid_bench.py``; both measure and judge a shape by ``jaggedperf.lab.reduce_row``, so that the
+bars mean the same in both).
 
 - Device time by CUDA-graph replay with L2 flushed; the peers (``torch.segment_reduce``, Inductor's
   compiled padded sum where the padded tensor fits) measured in the same test; correctness of every
-  contender against float64 first; the floor from the copy bandwidth measured in this session.
+  contender against float64 first; the floor from the copy bandwidth measured in the same pytest session.
 - Bar 4 by the seed's wall method, three interleaved rounds.
 
 A bar that a measurement showed cannot hold is a strict xfail naming the measured limit (``LIMITS``).
@@ -13,24 +13,18 @@ Run on the GPU machine: ``PYTHONPATH=src python -m pytest -v -m bars tests/gpu/t
 --junitxml kernel-bars.xml`` (the XML holds every measured number).
 """
 
-import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import kernel_grid_bench as bench  # noqa: E402
-
-from jaggedperf.inputs import Case  # noqa: E402
-from jaggedperf.lab import timing  # noqa: E402
-from jaggedperf.lab.grid import SEED_CASES  # noqa: E402
+from jaggedperf.inputs import Case
+from jaggedperf.lab import reduce_row, timing
+from jaggedperf.lab.grid import SEED_CASES
 
 pytestmark = [pytest.mark.gpu, pytest.mark.bars, pytest.mark.timed]
 
 CUDA = torch.device("cuda")
-ARGS = SimpleNamespace(op="sum", padded_max_bytes=8e9)
 
 # one shape per class (lab.grid.KERNEL_CLASSES)
 NARROW = Case(100_000, 8, 16, 0.5)
@@ -44,34 +38,39 @@ BAR = Case(65536, 16, 64, 0.5)
 SHAPES = {"narrow": NARROW, "odd_width": ODD, "powerlaw_small": POWER_SMALL, "powerlaw_large": POWER_LARGE,
           "giant": GIANT, "empty": EMPTY, "seed": SEED, "bars": BAR}
 
-# Limits known before the kernel work of #16 was measured (issue #16's table, H200, graph replay):
-NARROW_LIMIT = ("H200 (issue #16): 25 µs against segment_reduce 13 µs, floor 6.9 µs; a plain read of ~26 MB takes "
-                "~9-10 µs (runs 17/26 by size), so 0.9× segment_reduce (11.7 µs) leaves ~2 µs for the offsets")
-BAR_LIMIT = ("H200 (issue #16): 51 µs against segment_reduce 48 µs, floor 32.5 µs; runs 21/26: a plain read of "
+# Limits measured before the current kernels (the kernel grid's first table, H200, graph replay):
+NARROW_LIMIT = ("H200: 25 µs against segment_reduce 13 µs, floor 6.9 µs; a plain read of ~26 MB takes "
+                "~9-10 µs (by size), so 0.9× segment_reduce (11.7 µs) leaves ~2 µs for the offsets")
+BAR_LIMIT = ("H200: 51 µs against segment_reduce 48 µs, floor 32.5 µs; a plain read of "
              "these bytes after one dependent load takes ~1.13× the floor, 0.9× segment_reduce is 43 µs")
-SEED_PLAIN = ("H200 (issue #16): without max_seqlen 7.3 µs against 3.8 µs with it: two launches (chunks + combine) "
-              "and an offsets search in a CUDA graph cost more than 15% of a 4 µs kernel")
-NARROW_PLAIN = ("H200 (issue #16): without max_seqlen 138 µs against 25 µs with it: the balanced chunks walk ~15 short "
-                "segments per program one after another")
-ODD_FLOOR = ("H200 (issue #16): 504 µs at M=1000 against floor 404 µs (1.25×); segment_reduce 444 µs = 1.10× the floor, "
+SEED_PLAIN = ("H200 (benchmarks/results/h200/merge-path.md): without max_seqlen the merge path 19.4 µs against 9.8 µs "
+              "with it (one whole-segments launch); two empty kernels alone replay in 5.8 µs, and each program's "
+              "search and window add dependent loads to the one tile the whole-segments kernel loads")
+NARROW_PLAIN = ("H200 (benchmarks/results/h200/merge-path.md): the merge path at 10^5 × 8 53.0 µs against 29.5 µs with "
+                "max_seqlen (10^4 × 4: 21.7 against 7.1): gathered tiles of 8-16 segments a step, a dependent round "
+                "trip each, against the whole-segments kernel's 8192-element tiles sized by max_seqlen")
+BAR_PLAIN = ("H200 (benchmarks/results/h200/merge-path.md): without max_seqlen rows of <= 16 columns and even short "
+             "lengths run 1.8-3× the whole-segments kernel (narrow 10^5 × 8: 53.0 against 29.5 µs; this shape, "
+             "65536 × 16 × <= 64: 84.8 against 58.9 µs at the merge path's first version)")
+ODD_FLOOR = ("H200: 504 µs at M=1000 against floor 404 µs (1.25×); segment_reduce 444 µs = 1.10× the floor, "
              "so bar 1 asks for ≤ 1.05× the floor")
 
 
-# Limits measured on this branch's kernels (H200, run 51, this file; run 49 of session 10 agreed within 2%)
-GIANT = ("H200 run 55 (benchmarks/rowblock_probe.py): 151 µs = 1.25× the floor (121 µs) with the wide combine "
-         "(256 pieces a step at 8 warps, routed for <= 32 segments; 275 µs before, run 51); ~4,200 chunks of ~480 rows "
-         "each read their rows, then one program walks the segment's pieces in 17 steps: the reduce pass alone is "
-         "~1.15× the floor, the walk the rest")
-EMPTY = ("H200 run 51: 140 µs with max_seqlen, 119 µs without, against segment_reduce 66 µs, floor 25.5 µs (4.7-5.5×): "
-         "with max_seqlen 50,000 programs of two segments each, every one a chain of dependent offset and row loads")
-POWER_SMALL = ("H200 run 51: 59.3 µs = 4.27× the floor (13.9 µs) with or without max_seqlen, against the bar's 2× "
+# Limits measured on the kernels (H200, this file; a second run agreed within 2%)
+GIANT = ("H200 (benchmarks/results/h200/merge-path.md): the merge path 150.5 µs = 1.25× the floor (120.6 µs), 1.16× "
+         "the practical floor (an empty kernel + a kernel copying the bytes, 130.1 µs): 1,056 programs of ~1,900 rows "
+         "each stream at ~1.05× the floor, then one combine program sums their heads, 128 a step")
+EMPTY = ("H200 (benchmarks/results/h200/merge-path.md): the merge path 65.1 µs with or without max_seqlen, against "
+         "segment_reduce 65.9 µs, floor 25.5 µs (2.6×): each window of 64 mostly empty segments is a dependent "
+         "offsets load, a sort of its lanes and a vector store before the few rows load")
+POWER_SMALL = ("H200, the balanced chunks: 59.3 µs = 4.27× the floor (13.9 µs) with or without max_seqlen, against the bar's 2× "
                "(segment_reduce ~1 ms); the row-block kernel measured 1.15-1.5× faster than these kernels on a 4096 × 64 "
-               "power-law shape (run 49), still ~3.5× its floor")
-POWER_LARGE = ("H200 run 51: 637 µs = 1.43× the floor with or without max_seqlen, against the bar's 1.15×")
-TRAINING = ("H200 runs 51 and 78 (this test and benchmarks/training_probe.py): with the backward on the native launch "
-            "path (run 78) fwd + bwd 199 / 137 µs = 9.6 / 8.1× our forward, 0.99 / 1.00× segment_reduce's fwd + bwd "
-            "(run 51, before it: 174 / 175 µs, 1.11 / 1.19×); the autograd engine's own floor, a Python "
-            "autograd.Function with no kernels, takes 117 / 136 µs fwd + bwd in run 78 (88 / 95 in run 51): above 3× "
+               "power-law shape, still ~3.5× its floor")
+POWER_LARGE = ("H200, the balanced chunks: 637 µs = 1.43× the floor with or without max_seqlen, against the bar's 1.15×")
+TRAINING = ("H200 (this test and a training probe): with the backward on the native launch "
+            "path fwd + bwd 199 / 137 µs = 9.6 / 8.1× our forward, 0.99 / 1.00× segment_reduce's fwd + bwd "
+            "(before it: 174 / 175 µs, 1.11 / 1.19×); the autograd engine's own floor, a Python "
+            "autograd.Function with no kernels, takes 117 / 136 µs fwd + bwd (88 / 95 on an earlier run): above 3× "
             "our forward (51-62 µs) and 0.5× segment_reduce's (68-111 µs), whoever computes the backward")
 
 
@@ -92,13 +91,14 @@ LIMITS = {
 # since a strict mark would then pass or fail on the autotuner's choice, not on our kernel.
 PEER_VARIES = {
     ("1", "seed", "ours_hinted"): (
-        "H200 runs 51 and 52: ours 9.4 / 9.2 µs with max_seqlen against Inductor's padded sum at 12.3 / 9.4 µs "
+        "H200, two runs: ours 9.4 / 9.2 µs with max_seqlen against Inductor's padded sum at 12.3 / 9.4 µs "
         "(max-autotune picked different configs; segment_reduce 20 µs): at its best config Inductor is level with "
         "ours, and the bar asks for 0.9×; the floor is 2.5 µs, so both are launch- and latency-bound here"),
     ("1", "seed", "ours_plain"): (
-        "H200 runs 51, 52 and 75: ours without max_seqlen 14.8-14.9 µs (the chunks, the offsets search, the combine "
-        "launch) against Inductor's padded sum at 12.3 / 9.4 / 19.3 µs as its autotuner's pick changed: the bar held "
-        "in run 75 only; against Inductor's best pick it cannot (0.9 × 9.4 µs = 8.5 µs)"),
+        "H200: ours without max_seqlen 14.8 µs (the balanced chunks) to 19.4 (the merge path, "
+        "benchmarks/results/h200/merge-path.md): two launches and an offsets search, against Inductor's padded sum "
+        "at 9.4-19.3 µs as its autotuner's pick changed: against Inductor's best pick it cannot hold "
+        "(0.9 × 9.4 µs = 8.5 µs)"),
 }
 
 
@@ -130,7 +130,7 @@ _ROWS: dict = {}
 def measured(cls: str, gbps: float) -> dict:
     """One measurement per shape for every bar of it (cached for the module)."""
     if cls not in _ROWS:
-        row = bench.measure_case(cls, SHAPES[cls], ARGS, gbps, [120.0])
+        row = reduce_row.measure_case(cls, SHAPES[cls], gbps, op="sum", padded_max_bytes=8e9, inductor_left=[120.0])
         _ROWS[cls] = row
     return _ROWS[cls]
 
@@ -150,7 +150,7 @@ def _assert_correct(row: dict) -> None:
 
 
 @pytest.mark.parametrize("cls,variant", cells("1", SHAPES))
-def test_bar1_ahead_of_the_best_peer(cls, variant, copy_gbps, record_property):
+def test_ahead_of_the_best_peer(cls, variant, copy_gbps, record_property):
     row = measured(cls, copy_gbps)
     _record(record_property, row)
     _assert_correct(row)
@@ -164,7 +164,7 @@ BAR2 = [c for c in SHAPES if c not in ("seed", "narrow")]  # bar 2 applies at >=
 
 
 @pytest.mark.parametrize("cls,variant", cells("2", BAR2))
-def test_bar2_near_the_floor(cls, variant, copy_gbps, record_property):
+def test_near_the_floor(cls, variant, copy_gbps, record_property):
     row = measured(cls, copy_gbps)
     _record(record_property, row)
     _assert_correct(row)
@@ -174,9 +174,12 @@ def test_bar2_near_the_floor(cls, variant, copy_gbps, record_property):
     assert row["bars"][f"2_{variant}"], f"{variant} {us:.1f} µs = {us / row['floor_us']:.2f}× the floor"
 
 
-@pytest.mark.parametrize("cls", [pytest.param(c, marks=_xfail(SEED_PLAIN)) if c == "seed" else
-                                 pytest.param(c, marks=_xfail(NARROW_PLAIN)) if c == "narrow" else c for c in SHAPES])
-def test_bar3_without_max_seqlen_within_15_percent(cls, copy_gbps, record_property):
+PLAIN_LIMITS = {"seed": SEED_PLAIN, "narrow": NARROW_PLAIN, "bars": BAR_PLAIN}
+
+
+@pytest.mark.parametrize("cls", [pytest.param(c, marks=_xfail(PLAIN_LIMITS[c])) if c in PLAIN_LIMITS else c
+                                 for c in SHAPES])
+def test_without_max_seqlen_within_15_percent_of_with_it(cls, copy_gbps, record_property):
     row = measured(cls, copy_gbps)
     _record(record_property, row)
     _assert_correct(row)
@@ -185,14 +188,14 @@ def test_bar3_without_max_seqlen_within_15_percent(cls, copy_gbps, record_proper
 
 
 @pytest.mark.parametrize("cls", list(SHAPES))
-def test_bar5_bitwise_deterministic(cls, copy_gbps):
+def test_bitwise_deterministic(cls, copy_gbps):
     row = measured(cls, copy_gbps)
     assert row["deterministic"], "repeats differ bitwise"
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=_xfail(TRAINING)) for c in SEED_CASES], ids=lambda c: c.label)
-def test_bar4_training_step(case, copy_gbps, record_property):
-    t = bench.training_walls(case, rounds=3, iters=200)
+def test_training_step_within_3x_the_forward_and_half_segment_reduce(case, copy_gbps, record_property):
+    t = reduce_row.training_walls(case, rounds=3, iters=200)
     for key in ("ours_forward", "ours_forward_backward", "segment_reduce_forward_backward"):
         record_property(f"{key}_wall_us", round(t[key]["median_us"], 2))
     assert t["backward_correct"], f"backward relative error {t['backward_rel_error']:.2e}"
@@ -201,5 +204,6 @@ def test_bar4_training_step(case, copy_gbps, record_property):
 
 
 def test_no_atomics_in_the_reduction_kernels():
-    source = (Path(__file__).resolve().parents[2] / "src/jaggedperf/ops/reduce/kernels.py").read_text()
-    assert "atomic" not in source.replace("no atomics", "")
+    for name in ("kernels.py", "merge.py"):
+        source = (Path(__file__).resolve().parents[2] / "src/jaggedperf/ops/reduce" / name).read_text()
+        assert "atomic" not in source.replace("no atomics", ""), name

@@ -40,6 +40,11 @@ def segments(programs: int):
     return dataclasses.replace(testing.segments_config(8, 16, 64, torch.device("cpu")), programs=programs)
 
 
+# tiles smaller than the batch, with the flat window (window <= block_l) compiled in
+MERGE_TINY = testing.MergeConfig(block_m=8, block_l=8, group=2, seg_rows=2, seg_tiles=2, window=8, expand_window=4,
+                                 search=4, num_warps=1, programs_per_sm=1, min_units=1, block_p=2)
+
+
 def _grad(offsets):  # the backward's input of the expand: one row per segment
     return torch.randn(offsets.numel() - 1, 8)
 
@@ -49,6 +54,9 @@ PLANS = {
     "rowblock": lambda v, o: testing.plan_reduce(v, o, mean=True, rowblock=True, rows_per_chunk=7),
     "segments": lambda v, o: testing.plan_reduce(v, o, mean=True, segments=segments(0)),
     "segments-loop": lambda v, o: testing.plan_reduce(v, o, mean=True, segments=segments(2)),
+    "merge": lambda v, o: testing.plan_reduce(v, o, mean=True, merge=True),
+    "merge-tiny": lambda v, o: testing.plan_reduce(v, o, mean=True, merge=MERGE_TINY, rows_per_chunk=7),
+    "expand-merge": lambda v, o: testing.plan_expand(_grad(o), o, v.shape[0], mean=True, merge=True),
     "expand-chunks": lambda v, o: testing.plan_expand(_grad(o), o, v.shape[0], mean=True, rows_per_chunk=7),
     "expand-segments": lambda v, o: testing.plan_expand(_grad(o), o, v.shape[0], mean=True, segments=segments(0),
                                                         max_seqlen=16),

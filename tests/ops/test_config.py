@@ -22,21 +22,20 @@ def test_buckets_are_powers_of_two_and_cover_the_row(M, dtype):
 
 @pytest.mark.parametrize("n_rows", [0, 1, 15, 16, 17, 1000, 123457, 2**31 + 5])
 @pytest.mark.parametrize("M", [1, 64, 300])
-def test_chunks_cover_all_rows_at_least_one_chunk(n_rows, M):
-    # the production plan on meta tensors (no memory, any N): its reduce launch's R, C and grid
-    cfg = config.reduce_config(M, torch.float32, CPU)
+def test_merge_programs_cover_all_units_at_least_one_program(n_rows, M):
+    # the production plan on meta tensors (no memory, any N): its reduce launch's K, P and grid
+    cfg = config.merge_config(M, torch.float32)
     values = torch.empty(n_rows, M, device="meta")
     offsets = torch.empty(8, dtype=torch.int64, device="meta")
     reduce_launch = plan.plan_reduce(values, offsets, mean=True, empty_zero=False).launches[0]
-    rows, chunks = reduce_launch.args[7:9]
+    units, programs = reduce_launch.args[6:8]
     col_blocks = reduce_launch.grid[1]
-    assert reduce_launch.grid == (chunks, col_blocks, 1)
-    assert chunks >= 1 and rows >= cfg.min_chunk_rows and rows % cfg.block_l == 0
-    assert rows * chunks >= n_rows and rows * (chunks - 1) < max(n_rows, 1)
+    assert reduce_launch.grid == (programs, col_blocks, 1)
+    assert programs >= 1 and units >= cfg.min_units
+    assert units * programs >= n_rows + 7 and units * (programs - 1) < n_rows + 7
     assert col_blocks * cfg.block_m >= M
-    if n_rows > 10**6:  # large N: about the target number of programs
-        target = config.sm_count(CPU) * cfg.programs_per_sm
-        assert chunks * col_blocks <= 2 * target
+    if n_rows > 10**6:  # large N: the target number of programs
+        assert programs * col_blocks <= config.sm_count(CPU) * cfg.programs_per_sm + col_blocks
 
 
 def test_override_replaces_fields_and_restores():

@@ -17,7 +17,8 @@ from helpers.isolated import run_script
 
 pytest.importorskip("triton")
 
-PATHS = ("chunks", "rowblock", "segments", "segments-loop", "expand-chunks", "expand-segments")
+PATHS = ("chunks", "rowblock", "segments", "segments-loop", "merge", "merge-tiny", "expand-chunks", "expand-segments",
+         "expand-merge")
 
 
 @pytest.fixture(scope="module")

@@ -80,25 +80,20 @@ def test_key_names_everything_the_plan_depends_on(built):
 def test_without_max_seqlen_one_key_serves_every_batch_size_and_length(built):
     values, offsets = _batch()
     key = built.key(values, offsets, -1, True, False)
-    assert key[5:7] == [-1, -2]  # the chunked kernels take whatever B and N come; B <= FEW_SEGMENTS: the wide combine
+    assert key[5:7] == [-1, -1]  # the merge path takes whatever B and N come
     longer, more = _batch(n_rows=30, lengths=(3, 0, 7, 20))
     assert built.key(longer, more, -1, True, False) == key
     many, many_offsets = _batch(n_rows=60, lengths=(1,) * (FEW_SEGMENTS + 1))
-    assert built.key(many, many_offsets, -1, True, False)[5:7] == [-1, -1]
-    assert built.key(*_batch(n_rows=60, lengths=(1,) * FEW_SEGMENTS), -1, True, False) == key
+    assert built.key(many, many_offsets, -1, True, False) == key
 
 
-def test_few_segments_take_the_wide_combine_and_the_native_key_splits_alike(built):
-    for n_segments in (1, FEW_SEGMENTS, FEW_SEGMENTS + 1, 512):
-        values, offsets = _meta(10_000, 64, n_segments)
-        launches = plan.plan_reduce(values, offsets, mean=False, empty_zero=False).launches
-        few = n_segments <= FEW_SEGMENTS
-        assert (launches[1].num_warps == config.WIDE_COMBINE_WARPS) == few
-        assert (launches[1].key[-2] == config.WIDE_COMBINE_PIECES) == few  # BLOCK_P (256 × 64 columns)
-        wide = plan.plan_reduce(*_meta(10_000, 1000, n_segments), mean=False, empty_zero=False).launches[1]
-        assert wide.key[-2] * wide.key[-1] == (config.WIDE_COMBINE_ELEMENTS if few else 32 * 256)  # 64 × 256 columns
-        cpu = _batch(n_rows=n_segments, lengths=(1,) * n_segments)
-        assert built.key(*cpu, -1, False, False)[6] == (-2 if few else -1)
+def test_one_merge_plan_serves_few_and_many_segments(built):
+    # the merge path spreads one segment over every program whatever B: the same kernels and config for any B (the
+    # balanced chunks' wide combine for few segments, and the key's split for it, served the chunks alone)
+    plans = [plan.plan_reduce(*_meta(10_000, 64, n), mean=False, empty_zero=False) for n in (1, FEW_SEGMENTS,
+                                                                                            FEW_SEGMENTS + 1, 512)]
+    assert len({tuple(step.key for step in planned.launches) for planned in plans}) == 1
+    assert len({planned.native_plan() for planned in plans}) == 1
 
 
 def test_the_backward_has_keys_of_its_own(built):
@@ -181,18 +176,32 @@ def _meta(n_rows, n_cols, n_segments, dtype=torch.float32):
 @pytest.mark.parametrize("sms", [4, 132])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("n_cols", [1, 8, 33, 64, 300, 4096])
-@pytest.mark.parametrize("n_rows", [0, 1, 31, 1000, 123_457, 5_000_000, 2**31 + 5])
-def test_native_chunk_geometry_is_the_python_plans(built, monkeypatch, n_rows, n_cols, dtype, sms):
-    # the native path redoes the chunking per call in C++ (geometry_of): it must be the Python plan's
+@pytest.mark.parametrize("n_rows,n_segments", [(0, 0), (0, 10**6), (31, 7), (123_457, 7), (5_000_000, 1),
+                                               (2**31 + 5, 10**5)])
+def test_native_merge_geometry_is_the_python_plans(built, monkeypatch, n_rows, n_segments, n_cols, dtype, sms):
+    # the native path redoes the merge path's split per call in C++ (geometry_of over N + B units): the Python plan's
     monkeypatch.setattr(plan, "sm_count", lambda device: sms)
-    planned = plan.plan_reduce(*_meta(n_rows, n_cols, 7, dtype), mean=True, empty_zero=False)
+    planned = plan.plan_reduce(*_meta(n_rows, n_cols, n_segments, dtype), mean=True, empty_zero=False)
     grids = planned.native_plan()
-    assert grids.chunk_programs == sms * config.reduce_config(n_cols, dtype, planned.out.device).programs_per_sm
+    assert grids.units == 1 and grids.chunk_programs == sms * config.merge_config(n_cols, dtype).programs_per_sm
     got = built.geometry(**dataclasses.asdict(grids), grid_kinds=[step.native.grid for step in planned.launches],
-                         n_rows=n_rows, n_cols=n_cols, n_segments=7)
-    rows, chunks = planned.launches[0].args[7:9]
+                         n_rows=n_rows, n_cols=n_cols, n_segments=n_segments)
+    units, programs = planned.launches[0].args[6:8]
+    assert got == (units, programs, [step.grid for step in planned.launches])
+    assert [step.native for step in planned.launches] == [plan.MERGE_NATIVE, plan.MERGE_COMBINE_NATIVE]
+
+
+@pytest.mark.parametrize("n_rows", [0, 1000, 5_000_000])
+def test_native_chunk_geometry_is_the_python_plans(built, n_rows):
+    # the balanced chunks (no longer routed; ops.testing reaches them) keep their native geometry
+    values, offsets = _meta(n_rows, 64, 7)
+    cfg = config.reduce_config(64, torch.float32, values.device)
+    programs = config.sm_count(values.device) * cfg.programs_per_sm
+    rows, chunks = chunking(n_rows, 1, programs, cfg.block_l, cfg.min_chunk_rows)
+    planned = plan.plan_chunks(values, offsets, True, False, cfg, rows, chunks, programs)
+    got = built.geometry(**dataclasses.asdict(planned.native_plan()), grid_kinds=[CHUNKS, CHUNKS], n_rows=n_rows,
+                         n_cols=64, n_segments=7)
     assert got == (rows, chunks, [step.grid for step in planned.launches])
-    assert [step.native for step in planned.launches] == [plan.REDUCE_NATIVE, plan.COMBINE_NATIVE]
 
 
 @pytest.mark.parametrize("n_segments", [4, 7, 512, 65536])
@@ -209,14 +218,14 @@ def test_native_segment_geometry_is_the_python_plans(built, n_segments, n_cols, 
 @pytest.mark.parametrize("sms", [4, 132])
 @pytest.mark.parametrize("n_cols", [1, 33, 64, 4096])
 @pytest.mark.parametrize("n_rows", [0, 1, 1000, 5_000_000, 2**31 + 5])
-def test_native_geometry_of_the_backwards_chunks_is_the_python_plans(built, monkeypatch, n_rows, n_cols, sms):
+def test_native_geometry_of_the_backwards_merge_is_the_python_plans(built, monkeypatch, n_rows, n_cols, sms):
     monkeypatch.setattr(plan, "sm_count", lambda device: sms)
     grad, offsets = _meta(7, n_cols, 7)
     planned = plan.plan_expand(grad, offsets, n_rows, mean=True)
-    assert [step.native for step in planned.launches] == [plan.EXPAND_NATIVE]
+    assert [step.native for step in planned.launches] == [plan.MERGE_EXPAND_NATIVE]
     got = built.geometry(**dataclasses.asdict(planned.native_plan()), grid_kinds=[CHUNKS], n_rows=n_rows,
                          n_cols=n_cols, n_segments=7)
-    assert got == (planned.launches[0].args[6], planned.launches[0].grid[0], [planned.launches[0].grid])
+    assert got == (planned.launches[0].args[5], planned.launches[0].grid[0], [planned.launches[0].grid])
 
 
 @pytest.mark.parametrize("n_segments", [4, 512, 65536])  # (one segment takes the chunks, with or without max_seqlen)
@@ -248,6 +257,11 @@ def test_chunking_is_native_geometry_of(built, n_rows, col_blocks, chunk_program
     got = built.geometry(**dataclasses.asdict(grids), grid_kinds=[CHUNKS], n_rows=n_rows, n_cols=col_blocks * 16,
                          n_segments=3)
     assert got == (rows, chunks, [(chunks, col_blocks, 1)])
+    # the merge path's units: the same arithmetic over N + B
+    merged = dataclasses.replace(grids, units=1)
+    units, programs = chunking(n_rows + 3, col_blocks, chunk_programs, block_l, grids.min_chunk_rows)
+    assert built.geometry(**dataclasses.asdict(merged), grid_kinds=[CHUNKS], n_rows=n_rows, n_cols=col_blocks * 16,
+                          n_segments=3) == (units, programs, [(programs, col_blocks, 1)])
 
 
 def test_segment_grid_from_group_or_fixed_programs(built):
@@ -325,7 +339,7 @@ class FakeModule:
     def key(self, values, offsets, max_seqlen, mean, empty_zero, n_rows=-1):
         return [int(mean), max_seqlen, values.shape[1]] + ([n_rows] if n_rows >= 0 else [])
 
-    def register(self, key, device, block_m, group, programs, chunk_programs, block_l, min_chunk_rows, grid_z,
+    def register(self, key, device, block_m, group, programs, chunk_programs, block_l, min_chunk_rows, grid_z, units,
                  kernels):
         self.plans[tuple(key)] = (block_m, group, programs, chunk_programs, kernels)
 

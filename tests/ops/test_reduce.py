@@ -4,57 +4,17 @@ split/combine path runs), with outputs and workspace poisoned so an unwritten el
 
 import pytest
 import torch
-from ops_env import needs_interpreter
-from ops_reference import (
-    assert_matches,
-    case_id,
-    lengths_to_offsets,
-    reference_expand,
-    reference_reduce,
-)
+from helpers.interpret import needs_interpreter
+from helpers.reduce_cases import CASES, IDS, expected, make
+from helpers.reference import assert_matches, lengths_to_offsets, reference_expand
 
 import jaggedperf
 from jaggedperf.ops import config
 from jaggedperf.ops.config import SegmentsConfig
 from jaggedperf.ops import testing
-from jaggedperf.ops.reduce import api, kernels, plan
+from jaggedperf.ops.reduce import api, kernels, merge, plan
 
 FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
-
-# (lengths, M, dtype, offsets dtype, empty mode, note)
-CASES = [
-    ([], 3, FP32, torch.int64, "nan", "none"),
-    ([], 129, BF16, torch.int32, "zero", "none"),
-    ([7], 1, FP32, torch.int64, "nan", "one"),
-    ([0], 3, FP32, torch.int64, "nan", "one"),
-    ([0], 3, FP16, torch.int64, "zero", "one"),
-    ([4, 0, 5], 129, BF16, torch.int64, "nan", ""),
-    ([4, 0, 5], 129, FP32, torch.int32, "zero", ""),
-    ([0, 0, 3, 1, 0, 0], 3, FP32, torch.int64, "nan", "lead-trail"),
-    ([0, 0, 3, 1, 0, 0], 3, FP16, torch.int32, "zero", "lead-trail"),
-    ([0, 0, 23, 0, 0], 3, FP32, torch.int64, "nan", "one-holds-all"),
-    ([0, 0, 0], 5, FP32, torch.int64, "nan", "all-empty"),
-    ([0, 0, 0], 5, BF16, torch.int64, "zero", "all-empty"),
-    ([1, 30, 2, 0, 9, 1, 1, 12], 1, FP32, torch.int64, "nan", "long"),
-    ([1, 30, 2, 0, 9, 1, 1, 12], 16, BF16, torch.int32, "zero", "long"),
-    ([3, 5, 2], 300, FP32, torch.int64, "nan", "two-col-blocks"),
-    ([2, 70, 1, 0], 64, FP16, torch.int64, "nan", "long"),
-]
-IDS = [case_id(ls, M, dt, od, em, note) for ls, M, dt, od, em, note in CASES]
-
-
-def make(lengths, M, dtype, offsets_dtype, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    offsets = lengths_to_offsets(lengths, offsets_dtype)
-    values = torch.randn(int(offsets[-1]), M, generator=gen).to(dtype)
-    return values, offsets
-
-
-def expected(values, offsets, mean, empty_zero):
-    ref = reference_reduce(values, offsets, mean=mean, empty_zero=empty_zero)
-    scale = reference_reduce(values, offsets, mean=mean, empty_zero=True, absolute=True)
-    return ref, scale
-
 
 @pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,note", CASES, ids=IDS)
 @pytest.mark.parametrize("op", ["sum", "mean"])
@@ -138,16 +98,36 @@ def test_known_max_seqlen_picks_the_whole_segments_kernel_and_stays_correct():
     launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=max(lengths)).launches
     assert [launch.kernel for launch in launches] == [kernels._segments_kernel]
     launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False).launches
-    assert [launch.kernel for launch in launches] == [kernels._reduce_kernel, kernels._combine_kernel]
-    # too few segments to fill the (4 interpreter) SMs, or too long: the balanced chunks
+    assert [launch.kernel for launch in launches] == [merge._merge_reduce_kernel, merge._merge_combine_kernel]
+    # too few segments to fill the (4 interpreter) SMs, or too long: the merge path
     few, few_offsets = make([30, 2], 5, FP32, torch.int64, seed=12)
     launches = plan.plan_reduce(few, few_offsets, mean=True, empty_zero=False, max_seqlen=30).launches
-    assert [launch.kernel for launch in launches] == [kernels._reduce_kernel, kernels._combine_kernel]
+    assert [launch.kernel for launch in launches] == [merge._merge_reduce_kernel, merge._merge_combine_kernel]
     # a max_seqlen that understates the truth costs time, never correctness
     for hint in (max(lengths), 1):
         out = testing.launch_reduce(values, offsets, mean=True, max_seqlen=hint, poison=float("nan"))
         ref, scale = expected(values, offsets, True, False)
         assert_matches(out, ref, FP32, scale=scale, what=f"max_seqlen={hint}")
+
+
+def test_max_seqlen_far_past_the_mean_length_or_at_most_one_takes_the_merge_path():
+    # the whole-segments kernels size their tiles by max_seqlen: where it is >= 8 × N / B (with B >= 16384 forward)
+    # or <= 1, the merge path runs (any choice is correct; this one is measured, docs/performance.md)
+    def kernel(n_rows, n_segments, max_seqlen, backward=False):
+        values = torch.empty(n_rows, 16, device="meta")
+        offsets = torch.empty(n_segments + 1, dtype=torch.int64, device="meta")
+        if backward:
+            grad = torch.empty(n_segments, 16, device="meta")
+            return plan.plan_expand(grad, offsets, n_rows, mean=False, max_seqlen=max_seqlen).launches[0].kernel
+        return plan.plan_reduce(values, offsets, mean=False, empty_zero=False, max_seqlen=max_seqlen).launches[0].kernel
+
+    assert kernel(10**6, 10**6, 1) is merge._merge_reduce_kernel  # all ones
+    assert kernel(800_000, 10**6, 32) is merge._merge_reduce_kernel  # 95% empty
+    whole = (kernels._segments_kernel, kernels._segments_loop_kernel)
+    assert kernel(800_000, 100_000, 12) in whole  # narrow, even lengths
+    assert kernel(50_000, 4096, 400) in whole  # heavy tail, few segments: forward keeps it ...
+    assert kernel(50_000, 4096, 400, backward=True) is merge._merge_expand_kernel  # ... the backward does not
+    assert kernel(40_000, 512, 100, backward=True) is kernels._segments_expand_kernel
 
 
 @needs_interpreter

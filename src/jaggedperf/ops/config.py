@@ -134,8 +134,8 @@ def _cached_bucket(n_cols: int, element_size: int) -> ReduceConfig:
 
 
 # The combine for few segments, each crossing many chunks (one segment of 2·10^6 × 64 crosses ~4,200): 256 pieces a
-# step at 8 warps, not 32 at the bucket's 1-4, took that giant from 275 to 151 µs on the H200 (run 55,
-# benchmarks/rowblock_probe.py). Not for many segments: there it cost 3 µs at the seed shape and 26 µs at 10^5
+# step at 8 warps, not 32 at the bucket's 1-4, took that giant from 275 to 151 µs on the H200 (a row-block probe,
+# since removed). Not for many segments: there it cost 3 µs at the seed shape and 26 µs at 10^5
 # segments (3,268 programs of 8 warps, each summing at most a piece or two). Its fp32 tile, pieces × BLOCK_M, stays
 # within the 256 × 64 measured (64 registers a thread at 8 warps): fewer pieces a step for wider column blocks.
 WIDE_COMBINE_PIECES = 256
@@ -267,6 +267,76 @@ def whole_segments(n_cols: int, max_seqlen: int, n_segments: int, sms: int, budg
     if group >= LOOP_MIN_GROUP and -(-n_segments // group) >= LOOP_GROUPS_PER_PROGRAM * loop_programs:
         programs = loop_programs
     return SegmentsConfig(group=group, block_l=block_l, block_m=block_m, num_warps=num_warps, programs=programs)
+
+
+@dataclass(frozen=True)
+class MergeConfig:
+    """The merge-path kernels (``reduce.merge``): tiles, the search, and the grid's size."""
+
+    block_m: int  # columns per program (power of two); grid axis 1 = cdiv(M, block_m)
+    block_l: int  # rows per contiguous tile (power of two)
+    group: int  # owned segments per gathered tile (power of two)
+    seg_rows: int  # rows of each segment per gathered tile (power of two)
+    seg_tiles: int  # gathered tiles at most per group: a segment's rows past seg_rows · seg_tiles go contiguous
+    window: int  # segments whose offsets a step loads (power of two; a window of one-row or empty segments is one
+    # gather when it fits a tile, window <= block_l)
+    expand_window: int  # the backward's
+    search: int  # probes per step of the boundary search (power of two)
+    num_warps: int
+    programs_per_sm: int  # programs aimed at over the whole grid ≈ SM count × this
+    min_units: int  # a program owns at least this many units (rows + segments)
+    block_p: int = 128  # head pieces summed per tile by the combine (its columns are block_m's: one grid for both)
+    combine_warps: int = 4
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# The merge-path tiles: (tile elements, warps, window, programs an SM aimed at) by element size and row width. Rows of
+# up to 64 columns: 1024-element tiles at one warp (32 a lane: no cross-warp step in any reduction); wider rows
+# 4096-element tiles at 4 warps (16 rows of 256 fp32: the bytes a program of the balanced chunks' 16 × 256 tile, which
+# measured best for wide rows). Compiled for sm_90 by Triton 3.6.0 (the H200's) they take 125-168 registers a lane:
+# 12-16 one-warp programs resident an SM, 3-4 of 4 warps. Every program has the same share of units, so the grid
+# aims at one wave or less; on the H200 (benchmarks/results/h200/merge-path.md) fp32 rows of 32-64 columns ran 8-26% faster at
+# 8 programs an SM than at 16 (16 is 1.33 waves at 166 registers) and rows of <= 16 columns 26-35% slower at 6 than
+# at 12; a 128-segment window took the 95%-empty 10^6 × 16 batch from 105 to 95 µs and a 64-segment one the
+# 1024 × 256 rows from 224 to 167 µs (its 168 registers at 128 had made the 4 programs an SM aimed at 1.3 waves; 4096-
+# element tiles aim at 3, which both Triton 3.6 (128 registers) and 3.7.1 (163) leave resident).
+MERGE_EXPAND_WINDOW = 64  # the backward's window at most (its stores measured at 64 on the H200; 128 not measured)
+MERGE_SEARCH = 128  # probes a bound a step: B = 10^4 in 2 dependent steps, 2·10^6 in 3
+MERGE_TILES = {  # (element size, column bucket) -> (elements, warps, window, programs an SM)
+    (4, "narrow"): (1024, 1, 128, 12), (4, "mid"): (1024, 1, 64, 8), (4, "wide"): (4096, 4, 64, 3),
+    (2, "narrow"): (1024, 1, 64, 12), (2, "mid"): (1024, 1, 64, 12), (2, "wide"): (4096, 4, 64, 3)}
+
+
+def merge_config(n_cols: int, dtype: torch.dtype) -> MergeConfig:
+    """The merge-path kernels' config for rows of ``n_cols`` elements of ``dtype``.
+
+    The gathered tile (group × seg_rows × block_m) and the contiguous one (block_l × block_m) hold the same
+    elements. Narrow rows take 16 rows of each segment per gathered tile (the narrow class's 4-12-row segments
+    in one load), wider rows fewer, so that a tile still spans several segments.
+
+    Args:
+        n_cols: M (specialised under torch.compile, never N or B).
+        dtype: the values' dtype (its element size sets the tile's elements).
+
+    Returns:
+        the config (cached).
+    """
+    return _merge_bucket(int(n_cols), dtype.itemsize)
+
+
+@functools.lru_cache(maxsize=None)
+def _merge_bucket(n_cols: int, element_size: int) -> MergeConfig:
+    block_m = min(next_pow2(n_cols), 256)
+    bucket = "narrow" if block_m <= 16 else "mid" if block_m <= 64 else "wide"
+    elements, warps, window, programs = MERGE_TILES[(min(element_size, 4), bucket)]
+    rows = max(elements // block_m, 1)  # rows of a contiguous tile
+    seg_rows = min(16 if block_m <= 8 else 8 if block_m <= 32 else 4, rows)
+    return MergeConfig(block_m=block_m, block_l=rows, group=max(rows // seg_rows, 1), seg_rows=seg_rows, seg_tiles=4,
+                       window=window, expand_window=min(window, MERGE_EXPAND_WINDOW), search=MERGE_SEARCH,
+                       num_warps=warps, programs_per_sm=programs, min_units=16,
+                       block_p=max(8192 // block_m, 16), combine_warps=4)
 
 
 @contextlib.contextmanager

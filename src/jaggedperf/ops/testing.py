@@ -17,8 +17,9 @@ import torch
 import triton
 import triton.language as tl
 
-from jaggedperf.ops.config import (SEGMENT_TILE_ELEMENTS, ReduceConfig, SegmentsConfig, next_pow2,  # noqa: F401
-                                   override, reduce_config, set_override, sm_count, whole_segments)
+from jaggedperf.ops.config import (SEGMENT_TILE_ELEMENTS, MergeConfig, ReduceConfig, SegmentsConfig,  # noqa: F401
+                                   merge_config, next_pow2, override, reduce_config, set_override, sm_count,
+                                   whole_segments)
 from jaggedperf.ops.launch import TIERS, eager_key, force_tier, launch_all, launch_path  # noqa: F401
 from jaggedperf.ops.launch.plan import Launch, Plan  # noqa: F401
 from jaggedperf.ops.launch.tiers import prebuilt
@@ -35,7 +36,8 @@ from jaggedperf.ops.tiles import TileConfig, tile_config  # noqa: F401
 
 __all__ = [
     # configs: the buckets, and overriding them (the native path stands aside meanwhile)
-    "ReduceConfig", "RowBlockConfig", "SegmentsConfig", "override", "reduce_config", "rowblock_config",
+    "MergeConfig", "ReduceConfig", "RowBlockConfig", "SegmentsConfig", "merge_config", "override", "reduce_config",
+    "rowblock_config",
     "segments_config", "set_override", "sm_count",
     # launch tiers: pin one (the native path stands aside meanwhile), run a plan through them, their state
     "TIERS", "eager_key", "force_tier", "launch_all", "launch_path",
@@ -63,7 +65,8 @@ def group_bounds(offsets_ptr, g, n_segments, GROUP: tl.constexpr):
 
 def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False, max_seqlen=None,
                 rows_per_chunk: int | None = None, segments: SegmentsConfig | None = None,
-                rowblock: RowBlockConfig | bool | None = None, poison: float | None = None) -> Plan:
+                rowblock: RowBlockConfig | bool | None = None, merge: MergeConfig | bool | None = None,
+                poison: float | None = None) -> Plan:
     """``reduce.plan.plan_reduce``, or a forced path: every path is correct whatever the lengths.
 
     Args:
@@ -72,12 +75,16 @@ def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False
         segments: force the whole-segments kernel with this config (wins over ``rows_per_chunk``).
         rowblock: force the row blocks (``reduce.rowblock``): True for the production config, or a
             RowBlockConfig; ``rows_per_chunk`` then forces their rows per program R (wins over both).
+        merge: force the merge-path kernels (``reduce.merge``): True for the production config, or a MergeConfig;
+            ``rows_per_chunk`` then forces their units per program K (wins over all the others).
         poison: fill every tensor the launches write (output and workspace) with this value first.
 
     Returns:
         the Plan (a forced one is never replayed by the native path).
     """
-    if rowblock is not None and rowblock is not False:
+    if merge is not None and merge is not False:
+        planned = plan.plan_merge(values, offsets, mean, empty_zero, None if merge is True else merge, rows_per_chunk)
+    elif rowblock is not None and rowblock is not False:
         cfg = None if rowblock is True else rowblock
         planned = plan_rowblock(values, offsets, mean, empty_zero, cfg, rows_per_chunk)
     elif segments is not None:
@@ -93,18 +100,21 @@ def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False
 
 
 def plan_expand(grad, offsets, n_rows, *, mean: bool = False, max_seqlen=None, rows_per_chunk: int | None = None,
-                segments: SegmentsConfig | None = None, poison: float | None = None) -> Plan:
+                segments: SegmentsConfig | None = None, merge: MergeConfig | bool | None = None,
+                poison: float | None = None) -> Plan:
     """``reduce.plan.plan_expand``, or a forced path (as ``plan_reduce``; a forced config's ``programs`` is
     ignored by the backward).
 
     Args:
         grad, offsets, n_rows, mean, max_seqlen: as for ``plan_expand``.
-        rows_per_chunk, segments, poison: as for ``plan_reduce``.
+        rows_per_chunk, segments, merge, poison: as for ``plan_reduce``.
 
     Returns:
         the Plan.
     """
-    if segments is not None:
+    if merge is not None and merge is not False:
+        planned = plan.expand_merge(grad, offsets, n_rows, mean, None if merge is True else merge, rows_per_chunk)
+    elif segments is not None:
         planned = plan.expand_segments(grad, offsets, n_rows, mean, segments, max_seqlen)
     elif rows_per_chunk is not None:
         cfg = reduce_config(grad.shape[1], grad.dtype, grad.device)
@@ -128,7 +138,8 @@ def run_direct(launches) -> None:
 
 def launch_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False, max_seqlen=None,
                   rows_per_chunk: int | None = None, segments: SegmentsConfig | None = None,
-                  rowblock: RowBlockConfig | bool | None = None, poison: float | None = None) -> torch.Tensor:
+                  rowblock: RowBlockConfig | bool | None = None, merge: MergeConfig | bool | None = None,
+                  poison: float | None = None) -> torch.Tensor:
     """Plan (``plan_reduce``) and run the sum/mean kernels through the JIT: no operator, no checks (tests run
     it under TRITON_INTERPRET=1).
 
@@ -139,13 +150,15 @@ def launch_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = Fal
         the (B, M) output.
     """
     planned = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen,
-                          rows_per_chunk=rows_per_chunk, segments=segments, rowblock=rowblock, poison=poison)
+                          rows_per_chunk=rows_per_chunk, segments=segments, rowblock=rowblock, merge=merge,
+                          poison=poison)
     run_direct(planned.launches)
     return planned.out
 
 
 def launch_expand(grad, offsets, n_rows, *, mean: bool = False, max_seqlen=None, rows_per_chunk: int | None = None,
-                  segments: SegmentsConfig | None = None, poison: float | None = None) -> torch.Tensor:
+                  segments: SegmentsConfig | None = None, merge: MergeConfig | bool | None = None,
+                  poison: float | None = None) -> torch.Tensor:
     """Plan (``plan_expand``) and run the backward kernel through the JIT.
 
     Args:
@@ -155,7 +168,7 @@ def launch_expand(grad, offsets, n_rows, *, mean: bool = False, max_seqlen=None,
         the (n_rows, M) output.
     """
     planned = plan_expand(grad, offsets, n_rows, mean=mean, max_seqlen=max_seqlen, rows_per_chunk=rows_per_chunk,
-                          segments=segments, poison=poison)
+                          segments=segments, merge=merge, poison=poison)
     run_direct(planned.launches)
     return planned.out
 

@@ -1,6 +1,6 @@
 """The native launch path's layout, in one place: what fills each kernel parameter (``Source``), what a call
 computes (``Op``), how a parameter is passed (``Kind``), how a kernel's grid axis 0 is sized (``GridKind``), and
-the batch size up to which a chunked call takes other kernels (``FEW_SEGMENTS``).
+the batch size up to which the balanced chunks take their wide combine (``FEW_SEGMENTS``).
 
 Python plans and registers with these enums; ``native.cpp`` is compiled with ``header()``, the same
 enums written as C++ (``native.build`` puts it beside the source's include path, and its text is part
@@ -15,8 +15,8 @@ import enum
 
 HEADER_NAME = "jaggedperf_layout.h"
 
-# A chunked call of at most this many segments takes the wide combine (``config.reduce_config``): its segments
-# cross many chunks each. The native key tells such calls apart (they run other compiled kernels).
+# A call of the balanced chunks with at most this many segments takes the wide combine (``config.reduce_config``):
+# its segments cross many chunks each.
 FEW_SEGMENTS = 32
 
 

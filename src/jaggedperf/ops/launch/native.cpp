@@ -1,8 +1,8 @@
 // The native launch path of an eager jagged sum/mean, and of their backward (expand), on CUDA tensors: one
 // C++ call that checks the inputs, finds the plan the Python path registered for their key, allocates the
-// output (and the chunked kernels' workspace) and launches Triton's compiled kernels through the CUDA driver,
-// with no Python in between. A reduction's plan is one whole-segments launch, or the balanced chunks' two
-// (reduce, then combine); a backward's, one launch (whole segments, or chunks of the output's rows).
+// output (and the two-pass kernels' workspace) and launches Triton's compiled kernels through the CUDA driver,
+// with no Python in between. A reduction's plan is one whole-segments launch, or the merge path's two (reduce, then
+// combine; or the balanced chunks' two); a backward's, one launch (whole segments, the merge path or chunks).
 //
 // Why: at the seed shapes the Python planning, torch.empty and Triton's launcher take more host time
 // before the kernel starts than the kernel takes on the device (docs/performance.md, the model's point 4).
@@ -69,11 +69,12 @@ struct Plan {
   int64_t chunk_programs = 0;   // chunks (> 0): the programs aimed at (SM count × programs per SM), ...
   int64_t block_l = 1;          // ... rows per tile (a chunk is a whole number of tiles) ...
   int64_t min_chunk_rows = 1;   // ... and the fewest rows in a chunk (launch/plan.py's chunking, the same arithmetic)
+  int64_t units = 0;            // 1: the chunking counts rows + segments, the merge path's units (reduce/plan.py)
   std::vector<Kernel> kernels;  // launched in order on the current stream
 };
 
 // Everything a plan depends on: mean, empty_zero, dtypes, row width, max_seqlen (-1: none), B (-1 when max_seqlen
-// is none: the chunked kernels then serve every B), device, the 16-byte alignment the JIT specialises
+// is none: the merge path then serves every B), device, the 16-byte alignment the JIT specialises
 // pointers on, whether the varying integers fit int32, the device type, and the Op (the last field).
 using Key = std::array<int64_t, 12>;
 constexpr size_t OP_FIELD = 11;
@@ -103,9 +104,9 @@ std::optional<Key> key_of(const at::Tensor& values, const at::Tensor& offsets, i
   // the JIT's int32/int64 choice for the varying integers, as tiers.eager_key makes it
   const int64_t rows = expand ? std::max(values.size(0), expand_rows) : values.size(0);
   const bool fits = std::max(rows, n_segments + 1) < INT32_MAX;
-  // the batch field: B itself when max_seqlen is given (the whole-segments grid depends on it); without it, the
-  // chunks serve any B, but reductions of at most FEW_SEGMENTS segments run the wide combine's kernels (-2, else -1)
-  const int64_t batch = max_seqlen != -1 ? n_segments : (!expand && n_segments <= FEW_SEGMENTS) ? -2 : -1;
+  // the batch field: B itself when max_seqlen is given (the whole-segments grid depends on it); without it the merge
+  // path serves any B (-1)
+  const int64_t batch = max_seqlen != -1 ? n_segments : -1;
   return Key{mean, empty_zero, static_cast<int64_t>(values.scalar_type()), static_cast<int64_t>(offsets.scalar_type()),
              n_cols, max_seqlen, batch, values.device().index(),
              static_cast<int64_t>(reinterpret_cast<uintptr_t>(values.data_ptr()) % 16 == 0) |
@@ -123,10 +124,11 @@ Geometry geometry_of(const Plan& plan, int64_t n_rows, int64_t n_cols, int64_t n
   Geometry g;
   const int64_t col_blocks = cdiv(n_cols, plan.block_m);
   if (plan.chunk_programs > 0) {
+    const int64_t counted = plan.units ? n_rows + n_segments : n_rows;
     const int64_t target = std::max<int64_t>(1, cdiv(plan.chunk_programs, std::max<int64_t>(col_blocks, 1)));
-    const int64_t per = cdiv(cdiv(n_rows, target), plan.block_l) * plan.block_l;
+    const int64_t per = cdiv(cdiv(counted, target), plan.block_l) * plan.block_l;
     g.rows_per_chunk = std::max(per, plan.min_chunk_rows);
-    g.n_chunks = std::max<int64_t>(cdiv(n_rows, g.rows_per_chunk), 1);
+    g.n_chunks = std::max<int64_t>(cdiv(counted, g.rows_per_chunk), 1);
   }
   for (const Kernel& k : plan.kernels) {
     const int64_t x = k.grid == CHUNKS ? g.n_chunks
@@ -225,10 +227,11 @@ void launch_plan(const Plan& plan, const at::Tensor& values, const at::Tensor& o
   if (n_cols == 0) return;  // nothing to write, as Triton's launcher skips an empty grid
   const Driver& d = driver();
   if (d.launch == nullptr) throw std::runtime_error("jaggedperf native: cuLaunchKernel not found in libcuda.so.1");
-  // the chunks' workspace: (2·C, M) fp32 pieces, then C int32 crossing slots (reduce/plan.py's plan_chunks)
+  // the workspace: (2·C, M) fp32 pieces, then C int32 crossing slots (reduce/plan.py's plan_chunks) and, for the
+  // merge path, C int32 first-segment slots (plan_merge): 2·C slots whatever the plan
   at::Tensor workspace;
   if (plan.workspace) {
-    const int64_t ws_size[1] = {2 * g.n_chunks * n_cols + g.n_chunks};
+    const int64_t ws_size[1] = {2 * g.n_chunks * n_cols + 2 * g.n_chunks};
     workspace = empty_cuda(ws_size, c10::ScalarType::Float, values);
   }
   const Call call{values, offsets, out, workspace.defined() ? &workspace : nullptr, n_rows, g.rows_per_chunk,
@@ -291,7 +294,8 @@ py::object expand(const at::Tensor& grad, const at::Tensor& offsets, int64_t n_r
 using KernelSpec = std::tuple<uintptr_t, unsigned, unsigned, int, std::vector<std::pair<int, int>>>;
 
 Plan make_plan(int device, int op, int64_t block_m, int64_t group, int64_t programs, int64_t chunk_programs,
-               int64_t block_l, int64_t min_chunk_rows, int64_t grid_z, const std::vector<KernelSpec>& kernels) {
+               int64_t block_l, int64_t min_chunk_rows, int64_t grid_z, int64_t units,
+               const std::vector<KernelSpec>& kernels) {
   bool chunked = false, segmented = false;
   Plan plan;
   plan.device = device;
@@ -303,6 +307,7 @@ Plan make_plan(int device, int op, int64_t block_m, int64_t group, int64_t progr
   plan.chunk_programs = chunk_programs;
   plan.block_l = block_l;
   plan.min_chunk_rows = min_chunk_rows;
+  plan.units = units;
   for (const auto& [function, num_warps, shared, grid, params] : kernels) {
     if (num_warps < 1 || (grid != SEGMENTS && grid != CHUNKS)) {
       throw std::invalid_argument("jaggedperf native: a kernel needs num_warps >= 1 and a grid kind");
@@ -318,10 +323,11 @@ Plan make_plan(int device, int op, int64_t block_m, int64_t group, int64_t progr
   }
   if (kernels.empty() || block_m < 1 || (segmented && group < 0) || (segmented && group == 0 && programs < 1) ||
       (chunked && (chunk_programs < 1 || block_l < 1 || min_chunk_rows < 1)) || (!chunked && chunk_programs != 0) ||
-      grid_z < 1 || op < 0 || op >= OP_COUNT) {
+      (units != 0 && (units != 1 || !chunked)) || grid_z < 1 || op < 0 || op >= OP_COUNT) {
     throw std::invalid_argument(
         "jaggedperf native: a plan needs kernels, block_m >= 1, a group or programs for a segments kernel, "
-        "chunk_programs, block_l, min_chunk_rows >= 1 exactly when it has a chunks kernel, grid_z >= 1 and an Op");
+        "chunk_programs, block_l, min_chunk_rows >= 1 exactly when it has a chunks kernel, units 0 or 1 (1 only with "
+        "a chunks kernel), grid_z >= 1 and an Op");
   }
   return plan;
 }
@@ -354,17 +360,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "register",
       [](const std::vector<int64_t>& key, int device, int64_t block_m, int64_t group, int64_t programs,
-         int64_t chunk_programs, int64_t block_l, int64_t min_chunk_rows, int64_t grid_z,
+         int64_t chunk_programs, int64_t block_l, int64_t min_chunk_rows, int64_t grid_z, int64_t units,
          const std::vector<KernelSpec>& kernels) {
         const Key k = to_key(key);
         Plan plan = make_plan(device, static_cast<int>(k[OP_FIELD]), block_m, group, programs, chunk_programs, block_l,
-                              min_chunk_rows, grid_z, kernels);
+                              min_chunk_rows, grid_z, units, kernels);
         if (plans().size() >= MAX_PLANS) plans().clear();
         plans()[k] = std::move(plan);
       },
       "register (or replace) the plan for a key", py::arg("key"), py::arg("device"), py::arg("block_m"),
       py::arg("group"), py::arg("programs"), py::arg("chunk_programs"), py::arg("block_l"), py::arg("min_chunk_rows"),
-      py::arg("grid_z"), py::arg("kernels"));
+      py::arg("grid_z"), py::arg("units"), py::arg("kernels"));
   m.def(
       "launch",
       [](const std::vector<int64_t>& key, const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& out) {
@@ -377,11 +383,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "geometry",
       [](int64_t block_m, int64_t group, int64_t programs, int64_t chunk_programs, int64_t block_l,
          int64_t min_chunk_rows, const std::vector<int>& grid_kinds, int64_t n_rows, int64_t n_cols,
-         int64_t n_segments, int64_t grid_z) {
+         int64_t n_segments, int64_t grid_z, int64_t units) {
         std::vector<KernelSpec> kernels;
         for (int kind : grid_kinds) kernels.emplace_back(0, 1, 0, kind, std::vector<std::pair<int, int>>{});
         const Plan plan = make_plan(0, REDUCE, block_m, group, programs, chunk_programs, block_l, min_chunk_rows,
-                                    grid_z, kernels);
+                                    grid_z, units, kernels);
         const Geometry g = geometry_of(plan, n_rows, n_cols, n_segments);
         py::list grids;
         for (const auto& grid : g.grids) grids.append(py::make_tuple(grid[0], grid[1], grid[2]));
@@ -389,7 +395,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       "(rows_per_chunk, n_chunks, grids) a plan would launch with (tests)", py::arg("block_m"), py::arg("group"),
       py::arg("programs"), py::arg("chunk_programs"), py::arg("block_l"), py::arg("min_chunk_rows"),
-      py::arg("grid_kinds"), py::arg("n_rows"), py::arg("n_cols"), py::arg("n_segments"), py::arg("grid_z") = 1);
+      py::arg("grid_kinds"), py::arg("n_rows"), py::arg("n_cols"), py::arg("n_segments"), py::arg("grid_z") = 1,
+      py::arg("units") = 0);
   m.def(
       "pack",
       [](const std::vector<std::pair<int, int>>& params, const at::Tensor& values, const at::Tensor& offsets,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from jaggedperf.ops.config import ReduceConfig, SegmentsConfig
+from jaggedperf.ops.config import MergeConfig, ReduceConfig, SegmentsConfig
 from jaggedperf.ops.launch.layout import GridKind, Source
 
 
@@ -50,6 +50,7 @@ class NativePlan:
     block_l: int  # ... rows per tile ...
     min_chunk_rows: int  # ... and the fewest rows in a chunk
     grid_z: int = 1  # grid axis 2 of every kernel (> 1: the backward spreads each long segment over tiles)
+    units: int = 0  # 1: ``chunking`` counts rows + segments (the merge path's units) instead of rows
 
 
 @dataclass(slots=True)
@@ -59,7 +60,7 @@ class Plan:
     out: torch.Tensor
     launches: tuple[Launch, ...]
     # what sized the grids; None: the native path cannot replay this plan (a chunk size chosen by hand)
-    config: ReduceConfig | SegmentsConfig | None = None
+    config: ReduceConfig | SegmentsConfig | MergeConfig | None = None
     chunk_programs: int = 0  # a chunked plan's programs aimed at (SM count × programs per SM)
 
     def native_plan(self) -> NativePlan | None:
@@ -69,9 +70,12 @@ class Plan:
             a NativePlan, or None when the plan has no config to replay.
         """
         cfg = self.config
-        if not isinstance(cfg, (SegmentsConfig, ReduceConfig)):
+        if not isinstance(cfg, (SegmentsConfig, ReduceConfig, MergeConfig)):
             return None
         grid_z = self.launches[0].grid[2]  # the native path launches every kernel of a plan with the same axis 2
+        if isinstance(cfg, MergeConfig):  # reduce/plan.py's merge_grid: chunking of N + B units in programs
+            return NativePlan(block_m=cfg.block_m, group=0, programs=0, chunk_programs=self.chunk_programs, block_l=1,
+                              min_chunk_rows=cfg.min_units, grid_z=grid_z, units=1)
         if isinstance(cfg, SegmentsConfig):
             return NativePlan(block_m=cfg.block_m, group=0 if cfg.programs else cfg.group, programs=cfg.programs,
                               chunk_programs=0, block_l=0, min_chunk_rows=0, grid_z=grid_z)

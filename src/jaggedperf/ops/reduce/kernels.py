@@ -1,4 +1,6 @@
-"""The jagged reduction kernels (``@triton.jit`` only): sum/mean forward and its backward (expand).
+"""The jagged reduction kernels (``@triton.jit`` only): sum/mean forward and its backward (expand), the balanced
+chunks and the whole segments. Calls without max_seqlen take the merge path (``merge``); the balanced chunks below
+are reached through ``ops.testing`` only, the comparison the merge path was measured against.
 
 Input: ``values (N, M)`` (N = total_len) and ``offsets (B+1,)``; output ``(B, M)`` in values' dtype,
 accumulated in fp32. Planning the launches is ``plan``'s; registering them as operators ``op``'s.

@@ -1,13 +1,14 @@
 """Planning a jagged sum/mean (and its backward): the output, the workspace and the launches.
 
-``plan_reduce`` / ``plan_expand`` choose the kernels (``kernels``) and their grids from the call's
+``plan_reduce`` / ``plan_expand`` choose the kernels (``kernels``, ``merge``) and their grids from the call's
 shapes and the configs (``jaggedperf.ops.config``), allocate what the kernels write, and return a
 ``Plan`` (``jaggedperf.ops.launch.plan``); the caller runs its launches (``op``: through the fast tiers
 eagerly, ``wrap_triton`` when traced). The whole-segments kernels when ``max_seqlen`` is known and
-short; else the balanced chunks. Nothing here reads a tensor's values: under
-``torch.compile(dynamic=True)`` N and B may be SymInts and planning installs no guard on them.
-``plan_segments`` / ``plan_chunks`` (and the expand pair) take the choice as arguments: the production
-functions make it, and ``jaggedperf.ops.testing`` forces one to exercise every path.
+short (and not far past the mean length: ``merge_beats_whole``); else the merge path. Nothing here reads a tensor's
+values: under ``torch.compile(dynamic=True)`` N and B may be SymInts and planning installs no guard on them.
+``plan_segments`` / ``plan_merge`` / ``plan_chunks`` (and the expand ones) take the choice as arguments: the
+production functions make it, and ``jaggedperf.ops.testing`` forces one to exercise every path (the balanced chunks
+only there).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import dataclasses
 
 import torch
 
-from jaggedperf.ops.config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMENT_TILES, ReduceConfig, SegmentsConfig,
-                                   reduce_config, segments_config, sm_count)
+from jaggedperf.ops.config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMENT_TILES, MergeConfig, ReduceConfig,
+                                   SegmentsConfig, merge_config, segments_config, sm_count)
 from jaggedperf.ops.launch.layout import FEW_SEGMENTS, GridKind, Source
 from jaggedperf.ops.launch.plan import Launch, NativeKernel, Plan, chunking, sym_max
 from jaggedperf.ops.tiles import hint_of
 from jaggedperf.ops.reduce.kernels import (_combine_kernel, _expand_kernel, _reduce_kernel, _segments_expand_kernel,
                                           _segments_kernel, _segments_loop_kernel)
+from jaggedperf.ops.reduce.merge import _merge_combine_kernel, _merge_expand_kernel, _merge_reduce_kernel
 
 # what fills each forward kernel's runtime arguments, in order, and how its grid is sized (the native path)
 SEGMENTS_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.N_ROWS, Source.N_COLS,
@@ -37,6 +39,13 @@ EXPAND_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.
                               Source.N_SEGMENTS, Source.ROWS_PER_CHUNK), GridKind.CHUNKS)
 SEGMENTS_EXPAND_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.N_ROWS, Source.N_COLS,
                                        Source.N_SEGMENTS, Source.GRID_Z), GridKind.SEGMENTS)
+# the merge path's: its units per program K and programs P fill the chunks' two slots (the native plan's ``units``
+# makes the C++ chunking count N + B)
+MERGE_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.WORKSPACE, Source.N_ROWS,
+                             Source.N_SEGMENTS, Source.ROWS_PER_CHUNK, Source.N_CHUNKS), GridKind.CHUNKS)
+MERGE_COMBINE_NATIVE = NativeKernel((Source.OFFSETS, Source.OUT, Source.WORKSPACE, Source.N_CHUNKS), GridKind.CHUNKS)
+MERGE_EXPAND_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.N_ROWS, Source.N_SEGMENTS,
+                                    Source.ROWS_PER_CHUNK), GridKind.CHUNKS)
 
 
 def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=None) -> Plan:
@@ -48,32 +57,62 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
         mean: divide each sum by its segment's length.
         empty_zero: the mean of an empty segment is 0 (else NaN).
         max_seqlen: an upper bound on the lengths (a host int, or a SymInt under torch.compile), or None.
-            When known and short enough (``segments_config``), one program per group of whole segments:
-            one launch, no search. Otherwise the balanced chunks: chunks stop at their end and a second
-            launch combines the pieces of the segments that cross one.
+            When known and short enough (``segments_config``, ``merge_beats_whole``), one program per group of
+            whole segments: one launch, no search. Otherwise the merge path: equal shares of rows plus segments a
+            program, and a second launch that combines the pieces of the segments cut at a program's edge.
 
     Returns:
         the Plan: its ``out`` (B, M) in values' dtype, filled once its launches have run.
     """
     n_cols = values.shape[1]
-    if max_seqlen is not None:
+    if max_seqlen is not None and not merge_beats_whole(values.shape[0], offsets.shape[0] - 1, max_seqlen):
         segments = _segments_for(n_cols, max_seqlen, offsets.shape[0] - 1, values.device)
         if segments is not None:
             return plan_segments(values, offsets, mean, empty_zero, segments)
-    cfg = reduce_config(n_cols, values.dtype, values.device, few_segments(offsets.shape[0] - 1))
-    chunk_programs = sm_count(values.device) * cfg.programs_per_sm
-    rows, chunks = chunking(values.shape[0], -(-int(n_cols) // cfg.block_m), chunk_programs, cfg.block_l,
-                            cfg.min_chunk_rows)
-    return plan_chunks(values, offsets, mean, empty_zero, cfg, rows, chunks, chunk_programs)
+    # Every call without max_seqlen takes the merge path. The balanced chunks measured faster on small batches of long
+    # even segments (benchmarks/results/h200/merge-path.md: B <= 4096 and >= 27 rows a segment, e.g. 512 × 64 14.8
+    # against 19.4 µs) and slower below 11 rows a segment or from B = 10^4 up; a rule on B and N / B between those
+    # points is not measured, so it is not routed.
+    return plan_merge(values, offsets, mean, empty_zero)
+
+
+# With max_seqlen known, the whole-segments kernels size their tiles by it; where it far exceeds the mean length
+# (heavy tails, mostly empty batches) or is at most 1 (one-row tiles of many segments a program), the merge path
+# ran faster on the H200 (benchmarks/results/h200/merge-path.md): the 90%- and 95%-empty batches (B = 10^5, 10^6) 140 -> 65 and
+# 188 -> 95 µs, power-law 16384 × 20 178 -> 51, all-ones 10^6 × 8 250 -> 52; not the power-law 4096 × 64 batch
+# (B = 4096: 23.6 against 26.0), hence the batch bound for the forward. The backward's stores gain at any B (the
+# power-law 4096 × 64: 37.8 -> 13.1).
+MERGE_SEQLEN_RATIO = 8
+MERGE_MIN_SEGMENTS = 16384
+
+
+def merge_beats_whole(n_rows, n_segments, max_seqlen, backward: bool = False) -> bool:
+    """Whether a call with max_seqlen known takes the merge path instead of the whole-segments kernels.
+
+    Args:
+        n_rows, n_segments, max_seqlen: N, B and the bound (ints, or SymInts: their hints, with no guard; a compiled
+            graph keeps its first call's choice, which changes only the speed).
+        backward: the expand's choice (no batch bound).
+
+    Returns:
+        True where max_seqlen <= 1, or max_seqlen >= MERGE_SEQLEN_RATIO × the mean length N / B (and, forward,
+        B >= MERGE_MIN_SEGMENTS).
+    """
+    rows, segments, longest = hint_of(n_rows), hint_of(n_segments), hint_of(max_seqlen)
+    if rows is None or segments is None or longest is None or segments == 0:
+        return False
+    if longest <= 1:
+        return True
+    skewed = longest * segments >= MERGE_SEQLEN_RATIO * max(rows, segments)
+    return skewed and (backward or segments >= MERGE_MIN_SEGMENTS)
 
 
 def few_segments(n_segments) -> bool:
-    """Whether a chunked call has at most ``layout.FEW_SEGMENTS`` segments (the wide combine); the native key
-    makes the same split.
+    """Whether a call of the balanced chunks (``plan_chunks``, reached through ``ops.testing``) has at most
+    ``layout.FEW_SEGMENTS`` segments: their wide combine.
 
     Args:
-        n_segments: B (an int, or a SymInt: its hint, with no guard; a compiled graph keeps its first call's choice,
-            which changes only the speed).
+        n_segments: B (an int, or a SymInt: its hint, with no guard).
     """
     hint = hint_of(n_segments)
     return hint is not None and hint <= FEW_SEGMENTS
@@ -161,20 +200,17 @@ def plan_expand(grad, offsets, n_rows, *, mean: bool, max_seqlen=None) -> Plan:
         n_rows: N, the forward's values.shape[0].
         mean: divide by each segment's length.
         max_seqlen: as for ``plan_reduce``: when known and short (``_segments_for``), one program per group
-            of whole segments; otherwise the balanced chunks.
+            of whole segments; otherwise the merge path.
 
     Returns:
         the Plan: its ``out`` (n_rows, M) in grad's dtype; row r gets grad[segment of r] (/ its length).
     """
     n_cols = grad.shape[1]
-    if max_seqlen is not None:
+    if max_seqlen is not None and not merge_beats_whole(n_rows, grad.shape[0], max_seqlen, backward=True):
         segments = _segments_for(n_cols, max_seqlen, grad.shape[0], grad.device)
         if segments is not None:
             return expand_segments(grad, offsets, n_rows, mean, segments, max_seqlen)
-    cfg = reduce_config(n_cols, grad.dtype, grad.device)
-    chunk_programs = sm_count(grad.device) * cfg.programs_per_sm
-    rows, chunks = chunking(n_rows, -(-int(n_cols) // cfg.block_m), chunk_programs, cfg.block_l, cfg.min_chunk_rows)
-    return expand_chunks(grad, offsets, n_rows, mean, cfg, rows, chunks, chunk_programs)
+    return expand_merge(grad, offsets, n_rows, mean)
 
 
 def expand_chunks(grad, offsets, n_rows, mean: bool, cfg: ReduceConfig, rows_per_chunk, n_chunks,
@@ -234,3 +270,87 @@ def _expand_tiles(cfg: SegmentsConfig, max_seqlen):
         return 1, cfg
     split = dataclasses.replace(cfg, block_l=EXPAND_SPLIT_ROWS, num_warps=EXPAND_SPLIT_WARPS)
     return sym_max(-(-max_seqlen // EXPAND_SPLIT_ROWS), 1), split
+
+
+def merge_programs(device, cfg: MergeConfig) -> int:
+    """The programs the merge path aims at over its grid: the SM count × ``cfg.programs_per_sm``."""
+    return sm_count(device) * cfg.programs_per_sm
+
+
+def merge_grid(n_rows, n_segments, n_cols, device, cfg: MergeConfig):
+    """The merge-path grid: (K, P), units per program and programs, from N + B and the config alone.
+
+    Args:
+        n_rows, n_segments: N and B (ints, or SymInts: plain arithmetic, no guard).
+        n_cols: M.
+        device: its SM count sizes the grid.
+        cfg: the config.
+
+    Returns:
+        (K, P): P = max(cdiv(N + B, K), 1) programs on grid axis 0, about ``programs_per_sm`` × SMs over the grid.
+    """
+    col_blocks = -(-int(n_cols) // cfg.block_m)
+    return chunking(n_rows + n_segments, col_blocks, merge_programs(device, cfg), 1, cfg.min_units)
+
+
+def plan_merge(values, offsets, mean: bool, empty_zero: bool, cfg: MergeConfig | None = None,
+               units_per_program=None) -> Plan:
+    """The merge-path reduction's two launches (``_merge_reduce_kernel``, then ``_merge_combine_kernel``) and
+    their workspace.
+
+    Args:
+        values, offsets, mean, empty_zero: as for ``plan_reduce``.
+        cfg: the tiles (``merge_config`` when None).
+        units_per_program: K, forced (tests: any K >= 1 is correct); None: ``merge_grid``'s.
+
+    Returns:
+        the Plan.
+    """
+    n_rows, n_cols = values.shape
+    n_cols = int(n_cols)
+    n_segments = offsets.shape[0] - 1
+    cfg = cfg or merge_config(n_cols, values.dtype)
+    replayed = units_per_program is None  # the native path redoes merge_grid per call
+    if replayed:
+        units_per_program, n_programs = merge_grid(n_rows, n_segments, n_cols, values.device, cfg)
+    else:
+        n_programs = sym_max(-(-(n_rows + n_segments) // units_per_program), 1)
+    out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
+    # heads (P, M) and tails (P, M) fp32, then P int32 crossing slots and P int32 first-segment slots
+    ws = torch.empty((2 * n_programs * n_cols + 2 * n_programs,), dtype=torch.float32, device=values.device)
+    col_blocks = -(-n_cols // cfg.block_m)
+    args = (values, offsets, out, ws, n_rows, n_segments, units_per_program, n_programs, n_cols, mean, empty_zero,
+            cfg.block_l, cfg.block_m, cfg.window, cfg.group, cfg.seg_rows, cfg.seg_tiles, cfg.search)
+    combine_args = (offsets, out, ws, n_programs, n_cols, mean, empty_zero, cfg.block_p, cfg.block_m)
+    launches = (Launch(_merge_reduce_kernel, (n_programs, col_blocks, 1), args, cfg.num_warps, (out, ws),
+                       ("merge", *args[-10:]), MERGE_NATIVE),
+                Launch(_merge_combine_kernel, (n_programs, col_blocks, 1), combine_args, cfg.combine_warps, (out,),
+                       ("merge_combine", *combine_args[-5:]), MERGE_COMBINE_NATIVE))
+    return Plan(out, launches, cfg if replayed else None, merge_programs(values.device, cfg) if replayed else 0)
+
+
+def expand_merge(grad, offsets, n_rows, mean: bool, cfg: MergeConfig | None = None, units_per_program=None) -> Plan:
+    """The backward by the merge-path split: each program writes the rows it holds, one launch.
+
+    Args:
+        grad, offsets, n_rows, mean: as for ``plan_expand``.
+        cfg: the tiles (``merge_config`` when None).
+        units_per_program: K, forced (any K >= 1 is correct); None: ``merge_grid``'s.
+
+    Returns:
+        the Plan.
+    """
+    n_segments, n_cols = grad.shape
+    n_cols = int(n_cols)
+    cfg = cfg or merge_config(n_cols, grad.dtype)
+    replayed = units_per_program is None
+    if replayed:
+        units_per_program, n_programs = merge_grid(n_rows, n_segments, n_cols, grad.device, cfg)
+    else:
+        n_programs = sym_max(-(-(n_rows + n_segments) // units_per_program), 1)
+    out = torch.empty((n_rows, n_cols), dtype=grad.dtype, device=grad.device)
+    args = (grad, offsets, out, n_rows, n_segments, units_per_program, n_cols, mean, cfg.block_l, cfg.block_m,
+            cfg.expand_window, cfg.group, cfg.seg_rows, cfg.seg_tiles, cfg.search)
+    launch = Launch(_merge_expand_kernel, (n_programs, -(-n_cols // cfg.block_m), 1), args, cfg.num_warps, (out,),
+                    ("merge_expand", *args[-9:]), MERGE_EXPAND_NATIVE)
+    return Plan(out, (launch,), cfg if replayed else None, merge_programs(grad.device, cfg) if replayed else 0)

@@ -1,0 +1,108 @@
+"""The merge-path kernels compiled for sm_90 without a GPU (the installed Triton's compiler, ptxas and cuobjdump), at
+their production configs: what the compiled code must keep for the H200 to run them near the bandwidth floor.
+
+Run as a script (TRITON_INTERPRET unset): prints one JSON object, ``{"kernel/dtype/M/op": {...}}`` with, per kernel,
+its registers a lane and the programs an SM they leave, its local-memory bytes (spills), whether its PTX has 128-bit
+global loads (stores for the backward), and the longest run of 128-bit loads the SASS issues before any add, store or
+branch (the loads of a tile in flight together). Used by tests/ops/test_merge_compile.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import torch
+import triton
+from helpers.aot_compile import compile_one
+from helpers.rowwise_registers import programs_per_sm
+
+from jaggedperf.ops.config import merge_config
+from jaggedperf.ops.reduce import merge
+
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+# (M, dtype): the narrow bucket with its flat window, the mid one, the wide one (several column blocks), bf16
+CASES = [(8, "fp32"), (64, "fp32"), (1000, "fp32"), (64, "bf16")]
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+# what ends a run of loads: the first use of loaded data (an add), a store, a branch, a barrier or a shuffle
+RUN_ENDS = {"FADD", "HADD2", "STG", "BRA", "BAR", "SHFL"}
+
+
+def _cuobjdump(cubin: bytes, *flags: str) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
+        handle.write(cubin)
+        handle.flush()
+        return subprocess.run([CUOBJDUMP, *flags, handle.name], capture_output=True, text=True, check=True).stdout
+
+
+def longest_load_run(sass: str) -> int:
+    """The most 128-bit global loads issued one after another before an add, a store, a branch or a barrier."""
+    best = run = 0
+    for line in sass.splitlines():
+        found = re.search(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P[T\d]\s+)?([A-Z0-9_]+)((?:\.[A-Z0-9_]+)*)", line)
+        if not found:
+            continue
+        op, modifiers = found.group(1), found.group(2)
+        if op == "LDG" and ".128" in modifiers:
+            run += 1
+            best = max(best, run)
+        elif op in RUN_ENDS:
+            run = 0
+    return best
+
+
+def describe(compiled, num_warps: int, stores: bool) -> dict:
+    usage = next(line for line in _cuobjdump(compiled.asm["cubin"], "--dump-resource-usage").splitlines()
+                 if "REG:" in line)
+    registers = int(usage.split("REG:")[1].split()[0])
+    local = int(usage.split("LOCAL:")[1].split()[0]) if "LOCAL:" in usage else 0
+    ptx = compiled.asm["ptx"]
+    vector = any(access in ptx for access in (("st.global.v4",) if stores else ("ld.global.v4", "ld.global.nc.v4")))
+    return {"registers": registers, "programs_per_sm": programs_per_sm(registers, num_warps), "local_bytes": local,
+            "vector": vector, "load_run": longest_load_run(_cuobjdump(compiled.asm["cubin"], "-sass"))}
+
+
+def main() -> int:
+    found: dict = {}
+    for n_cols, dt in CASES:
+        cfg = merge_config(n_cols, TORCH_DTYPES[dt])
+        ptr = f"*{dt}"
+        tiles = {"BLOCK_L": cfg.block_l, "BLOCK_M": cfg.block_m, "WINDOW": cfg.window, "GROUP": cfg.group,
+                 "SEG_ROWS": cfg.seg_rows, "SEG_TILES": cfg.seg_tiles, "SEARCH": cfg.search}
+        sig = {"values_ptr": ptr, "offsets_ptr": "*i64", "out_ptr": ptr, "ws_ptr": "*fp32", "n_rows": "i32",
+               "n_segments": "i32", "units_per_program": "i32", "n_programs": "i32", "N_COLS": "constexpr",
+               "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", **{name: "constexpr" for name in tiles}}
+        for mean in (False, True) if n_cols == 64 and dt == "fp32" else (False,):
+            constexprs = {"N_COLS": n_cols, "MEAN": mean, "EMPTY_ZERO": False, **tiles}
+            compiled = compile_one(merge._merge_reduce_kernel, sig, constexprs, (0, 1, 2, 3), cfg.num_warps)
+            found[f"reduce/{dt}/{n_cols}/{'mean' if mean else 'sum'}"] = {
+                **describe(compiled, cfg.num_warps, stores=False), "aim": cfg.programs_per_sm,
+                "loads_a_tile": cfg.block_l * cfg.block_m // (32 * cfg.num_warps) // (16 // (4 if dt == "fp32" else 2))}
+        expand_tiles = {**tiles, "WINDOW": cfg.expand_window}
+        esig = {"grad_ptr": ptr, "offsets_ptr": "*i64", "out_ptr": ptr, "n_rows": "i32", "n_segments": "i32",
+                "units_per_program": "i32", "N_COLS": "constexpr", "MEAN": "constexpr",
+                **{name: "constexpr" for name in expand_tiles}}
+        compiled = compile_one(merge._merge_expand_kernel, esig, {"N_COLS": n_cols, "MEAN": True, **expand_tiles},
+                               (0, 1, 2), cfg.num_warps)
+        found[f"expand/{dt}/{n_cols}/mean"] = {**describe(compiled, cfg.num_warps, stores=True),
+                                               "aim": cfg.programs_per_sm}
+    cfg = merge_config(64, torch.float32)
+    sig = {"offsets_ptr": "*i64", "out_ptr": "*fp32", "ws_ptr": "*fp32", "n_programs": "i32", "N_COLS": "constexpr",
+           "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "BLOCK_P": "constexpr", "BLOCK_M": "constexpr"}
+    constexprs = {"N_COLS": 64, "MEAN": True, "EMPTY_ZERO": False, "BLOCK_P": cfg.block_p, "BLOCK_M": cfg.block_m}
+    compiled = compile_one(merge._merge_combine_kernel, sig, constexprs, (0, 1, 2), cfg.combine_warps)
+    found["combine/fp32/64/mean"] = {**describe(compiled, cfg.combine_warps, stores=False), "aim": 1}
+    # Inductor may pass an int argument equal to 1 as a constant: the kernels must compile that way too
+    one = {**sig, "n_programs": "constexpr"}
+    compile_one(merge._merge_combine_kernel, one, {"n_programs": 1, "N_COLS": 64, "MEAN": True, "EMPTY_ZERO": False,
+                                                   "BLOCK_P": cfg.block_p, "BLOCK_M": cfg.block_m}, (0, 1, 2), 4)
+    print(json.dumps(found))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
