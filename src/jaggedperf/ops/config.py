@@ -77,7 +77,7 @@ def sm_count(device: torch.device) -> int:
 
 
 def _bucket(n_cols: int, element_size: int) -> ReduceConfig:
-    # Chosen from config grids measured on the H200 (benchmarks/NOTES.md). fp32: wide rows run best with one
+    # Chosen from config grids measured on the H200 (docs/performance.md). fp32: wide rows run best with one
     # warp per program and 16-row tiles (many independent 16-byte loads per thread); rows of <= 128 columns
     # with 32-row tiles and 2-4 warps; 16-column rows with 64-row tiles and one warp. 2-byte types: fewer
     # warps or taller tiles, so that each program keeps as many bytes in flight as in fp32.

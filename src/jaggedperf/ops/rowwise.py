@@ -113,8 +113,8 @@ def plan_rowwise(kernel, name: str, reads: tuple, offsets, params: tuple = (), *
     few = ((auto and budget is not WIDE) or per_element == "auto") and not fills_the_gpu(
         offsets.shape[0] - 1, col_blocks, reads[0].device)
     if auto and budget is not WIDE and few:
-        # few long programs: the lean tile's 4 warps leave the SMs idle (softmax at 8 × 4000 × 4096 fp32 on the H200,
-        # run 55: 847 µs against the wide tile's 637); its BLOCK_M is the lean one's (both capped by MAX_BLOCK_M), so
+        # few long programs: the lean tile's 4 warps leave the SMs idle (softmax at 8 × 4000 × 4096 fp32 on the H200:
+        # 847 µs against the wide tile's 637); its BLOCK_M is the lean one's (both capped by MAX_BLOCK_M), so
         # the programs stay the same
         cfg = tile_config(n_cols, max_seqlen, WIDE)
     out = torch.empty((n_rows, n_cols), dtype=reads[0].dtype, device=reads[0].device)
@@ -132,7 +132,7 @@ def narrow_loads_loop(values: torch.Tensor, max_seqlen, cfg: TileConfig) -> bool
 
     There softmax's per-column pass (each tile reduced over its rows every iteration) measured 2.7× slower than
     per element in bf16 on the H200 at 1024 × 256, and 1.9-2.8× at three few-program shapes, where fp32 was 3%
-    faster per column (benchmarks/NOTES.md, sessions 14-15). The likely cause, unconfirmed: 8-element loads stack
+    faster per column (docs/performance.md). The likely cause, unconfirmed: 8-element loads stack
     the tile's warps along its rows, so every such reduction crosses all of them.
 
     Args:

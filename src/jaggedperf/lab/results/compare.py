@@ -24,7 +24,7 @@ wall: the part of the call that is host work (``1 − device / wall``, all of it
 expected to scale with the probes, so a wall change whose ratio, divided by that expected ratio, no longer
 passes the rule above is not counted either (the note gives both ratios). On the shared H200 host two
 back-to-back runs' host-bound walls differed by up to 50% while every cell's own samples agreed and the
-device times agreed within 2% (``benchmarks/NOTES.md``). A cell ok in A but wrong or failing in B is
+device times agreed within 2% (``docs/performance.md``). A cell ok in A but wrong or failing in B is
 ``broken`` (counted with the regressions); the reverse is ``fixed``. Cells in only one run are listed apart.
 
 Where a run's results came from several GPUs (a Ray sweep over a mixed fleet), cells are matched GPU by GPU

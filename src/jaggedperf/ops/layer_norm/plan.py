@@ -32,9 +32,9 @@ def plan_layer_norm(values, offsets, eps: float, *, max_seqlen=None, cfg: TileCo
     if parts:
         return plan_layer_norm_parts(values, offsets, eps, parts=parts, max_seqlen=max_seqlen)
     # The wide tile, but for rows narrower than a full column block when max_seqlen is unknown: unsized, the wide tile
-    # is 128 rows at M = 64 whatever the lengths, 670 µs at 65536 × ≤ 64 × 64 on the H200 (runs 52, 55) where the
-    # lean tile's launch (the same as with max_seqlen = 64) took 432 (run 54); at M = 256 both tiles loop, and the
-    # lean one was 4% slower at 1024 × 256 (run 54).
+    # is 128 rows at M = 64 whatever the lengths, 670 µs at 65536 × ≤ 64 × 64 on the H200 where the
+    # lean tile's launch (the same as with max_seqlen = 64) took 432; at M = 256 both tiles loop, and the
+    # lean one was 4% slower at 1024 × 256 (docs/performance.md).
     unsized_narrow = hint_of(max_seqlen) is None and next_pow2(int(values.shape[1])) < MAX_BLOCK_M
     budget = LEAN if unsized_narrow else WIDE
     return plan_rowwise(_layer_norm_kernel, "layer_norm", (values,), offsets, (float(eps),), column_blocks=False,
@@ -59,7 +59,7 @@ def plan_layer_norm_backward(values, grad, offsets, eps: float, *, max_seqlen=No
     if parts:
         return plan_layer_norm_backward_parts(values, grad, offsets, eps, parts=parts, max_seqlen=max_seqlen)
     # The lean tile, but the wide one where it alone holds the longest sequence (one pass instead of a loop): on the
-    # H200 (run 54) the wide tile won at the first seed shape (21.4 / 12.8 µs fp32 / bf16, lean 24.3 / 14.9), the lean
+    # H200 the wide tile won at the first seed shape (21.4 / 12.8 µs fp32 / bf16, lean 24.3 / 14.9), the lean
     # one where both tiles hold the sequences (65536 × ≤ 64: 674 µs, wide 836) or neither does (the second seed shape
     # 35.9 / 24.5 against 40.5 / 28.0; 1024 × 256: 911 against 1126).
     longest = hint_of(max_seqlen)
@@ -119,7 +119,7 @@ def split_parts(values, offsets, max_seqlen=None) -> int:
     """Programs per segment for the layer norm's split, or 0 where one program per segment is the better plan
     (``rowwise.split_parts`` with the split's tile, ``parts_tile``).
 
-    At 8 × 4000 × 4096 fp32 on the H200 (run 55), 64 parts took the forward from 5,361 µs to 512 (Inductor's padded
+    At 8 × 4000 × 4096 fp32 on the H200, 64 parts took the forward from 5,361 µs to 512 (Inductor's padded
     program: 1,908; torch eager: 2,374) and the backward from 11,576 to 912.
 
     Args:

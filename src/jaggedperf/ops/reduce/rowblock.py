@@ -37,7 +37,7 @@ fixed range of consecutive ROWS, whatever the lengths:
   searches' windows, never by offsets' values alone.
 
 Two launches whatever the lengths, no max_seqlen, no host sync. No call is routed here yet: it is reached
-through ``ops.testing`` (``rowblock=``) until a GPU measurement shows where it wins (``benchmarks/NOTES.md``);
+through ``ops.testing`` (``rowblock=``) until a GPU measurement shows where it wins (``docs/performance.md``);
 the native C++ path does not know this kernel (its plans have no row-block grid kind).
 """
 
@@ -72,7 +72,7 @@ class RowBlockConfig:
 
 def rowblock_config(n_cols, dtype: torch.dtype) -> RowBlockConfig:
     """The row blocks' tiles for rows of ``n_cols`` elements (sized offline from registers and SASS under Triton
-    3.6 for sm_90, benchmarks/NOTES.md; unmeasured on the GPU yet).
+    3.6 for sm_90, docs/performance.md; unmeasured on the GPU yet).
 
     One warp a program: no cross-warp step in any reduction or scan (no ``bar.sync`` on the accumulate-only
     path), ≤ 143 registers a thread, so 14–16 programs resident per SM, and 16 per SM aimed at over the grid.

@@ -12,8 +12,8 @@ from jaggedperf.ops.tiles import LEAN, TileConfig, tile_config
 
 
 # The split's programs per SM over the batch, its stats pass per element (125 registers a thread at the lean tile:
-# at most 4 programs an SM): on the H200 (run 63) the best or within 2% of the best of 4-16 parts, per column or per
-# element, at each of six few-program shapes, fp32 and bf16 (benchmarks/split_probe.py; NOTES, session 14).
+# at most 4 programs an SM): on the H200 the best or within 2% of the best of 4-16 parts, per column or per
+# element, at each of six few-program shapes, fp32 and bf16 (docs/performance.md).
 SPLIT_PROGRAMS_PER_SM = 2
 
 
@@ -31,7 +31,7 @@ def plan_softmax(values, offsets, *, max_seqlen=None, cfg: TileConfig | None = N
             where the programs (B × column blocks) are fewer than the SMs, each a loop whose latency is the kernel's
             time, and where bf16/fp16 segments may loop (``rowwise.narrow_loads_loop``); per column where fp32
             programs fill the GPU, where the per-element pass's extra exponentials and registers cost more than they
-            save (the H200's figures: benchmarks/NOTES.md, sessions 14-15).
+            save (the H200's figures: docs/performance.md).
 
     Returns:
         the Plan: its ``out`` (N, M) in values' dtype, filled once its launches have run.
