@@ -30,6 +30,8 @@ import traceback
 
 import torch
 
+from jaggedperf.lab.reduce_row import floor_us, must_move_bytes, reference, rel_error, tolerance
+
 T0 = time.time()
 DEVICE = "cuda"  # "cpu" only with --cpu-smoke (checks this script's plumbing on a machine without a GPU)
 RESULTS: dict = {"meta": {}, "errors": {}, "copy": None, "null_kernel": None, "forward": [], "backward": [], "grid": [],
@@ -168,17 +170,17 @@ def main() -> int:
             def _fwd(case=case, dtype=dtype):
                 values, offsets = get(case, dtype)
                 row = _shape_row(case, values, offsets, copy_gbps)
-                row["rel_error_mean"] = _rel_error(jaggedperf.jagged_mean(values, offsets),
-                                                   _reference(values, offsets, mean=True))
-                row["rel_error_sum"] = _rel_error(jaggedperf.jagged_sum(values, offsets),
-                                                  _reference(values, offsets, mean=False))
-                tol = _tolerance(dtype)
+                row["rel_error_mean"] = rel_error(jaggedperf.jagged_mean(values, offsets),
+                                                   reference(values, offsets, mean=True))
+                row["rel_error_sum"] = rel_error(jaggedperf.jagged_sum(values, offsets),
+                                                  reference(values, offsets, mean=False))
+                tol = tolerance(dtype)
                 row["correct"] = row["rel_error_mean"] <= tol and row["rel_error_sum"] <= tol
                 row["config"] = testing.reduce_config(values.shape[1], dtype, values.device).to_dict()
                 hint = longest[case]
                 row["max_seqlen"] = hint
-                row["rel_error_hinted"] = _rel_error(jaggedperf.jagged_mean(values, offsets, max_seqlen=hint),
-                                                     _reference(values, offsets, mean=True))
+                row["rel_error_hinted"] = rel_error(jaggedperf.jagged_mean(values, offsets, max_seqlen=hint),
+                                                     reference(values, offsets, mean=True))
                 row["correct"] = row["correct"] and row["rel_error_hinted"] <= tol
                 if row["correct"]:
                     row["device"] = _graph_time(lambda: jaggedperf.jagged_mean(values, offsets))
@@ -212,11 +214,11 @@ def main() -> int:
                 lengths, dim=0, output_size=n_rows)
             must = B * M * 4 + offsets.numel() * offsets.element_size() + n_rows * M * 4
             row = {"case": case.label, "dtype": "fp32", "must_move_bytes": must,
-                   "floor_us": _floor_us(must, copy_gbps),
-                   "rel_error": _rel_error(out, ref)}
+                   "floor_us": floor_us(must, copy_gbps),
+                   "rel_error": rel_error(out, ref)}
             hint = longest[case]
             hinted = torch.ops.jaggedperf.jagged_expand(grad, offsets, n_rows, True, hint)
-            row["rel_error_hinted"] = _rel_error(hinted, ref)
+            row["rel_error_hinted"] = rel_error(hinted, ref)
             del ref
             expand = lambda: torch.ops.jaggedperf.jagged_expand(grad, offsets, n_rows, True)  # noqa: E731
             expand_hinted = lambda: torch.ops.jaggedperf.jagged_expand(grad, offsets, n_rows, True, hint)  # noqa: E731
@@ -243,8 +245,8 @@ def main() -> int:
             base = testing.segments_config(M, longest[case], B, values.device)
             if base is None:
                 continue
-            floor = _floor_us(_nbytes_must(values, offsets), copy_gbps)
-            ref = _reference(values, offsets, mean=True)
+            floor = floor_us(must_move_bytes(values, offsets), copy_gbps)
+            ref = reference(values, offsets, mean=True)
             # the default's tile with 1/2/4 warps, one program per group and looping programs (2, 8, 16 per SM)
             # (8 tiles per segment were slower everywhere; half-width column blocks no better)
             sms = testing.sm_count(values.device)
@@ -254,14 +256,14 @@ def main() -> int:
                 row = {"case": case.label, "config": cfg.to_dict(), "bucket": cfg == base, "floor_us": floor}
                 try:
                     run = lambda cfg=cfg: testing.launch_reduce(values, offsets, mean=True, segments=cfg)  # noqa: E731
-                    row["rel_error"] = _rel_error(run(), ref)
+                    row["rel_error"] = rel_error(run(), ref)
                     row["device"] = _graph_time(run, rep=30)
                     row["ratio_to_floor"] = row["device"]["median_us"] / floor
                 except Exception as exc:  # noqa: BLE001
                     row["error"] = f"{type(exc).__name__}: {exc}"
                 RESULTS["segments_grid"].append(row)
             ok = [r for r in RESULTS["segments_grid"] if r["case"] == case.label and "device" in r
-                  and r["rel_error"] <= _tolerance(values.dtype)]
+                  and r["rel_error"] <= tolerance(values.dtype)]
             if ok:
                 best = min(ok, key=lambda r: r["device"]["median_us"])
                 log(f"  segments {case.label}: bucket {base} ; best {best['device']['median_us']:.1f} us "
@@ -282,8 +284,8 @@ def main() -> int:
                 break
             values, offsets = get(case, grid_dtype)
             base = testing.reduce_config(values.shape[1], values.dtype, values.device)
-            floor = _floor_us(_nbytes_must(values, offsets), copy_gbps)
-            ref = _reference(values, offsets, mean=True)
+            floor = floor_us(must_move_bytes(values, offsets), copy_gbps)
+            ref = reference(values, offsets, mean=True)
             tried: dict = {}
 
             def measure(fields, case=case, values=values, offsets=offsets, floor=floor, tried=tried, ref=ref):
@@ -297,13 +299,13 @@ def main() -> int:
                     hint = longest[case]
                     with testing.override(testing.ReduceConfig(**cfg)):
                         out = jaggedperf.jagged_mean(values, offsets)
-                        err = max(_rel_error(out, ref),
-                                  _rel_error(jaggedperf.jagged_mean(values, offsets, max_seqlen=hint), ref))
+                        err = max(rel_error(out, ref),
+                                  rel_error(jaggedperf.jagged_mean(values, offsets, max_seqlen=hint), ref))
                         t = _graph_time(lambda: jaggedperf.jagged_mean(values, offsets), rep=30)
                         th = _graph_time(lambda: jaggedperf.jagged_mean(values, offsets, max_seqlen=hint), rep=30)
                     row = {"case": case.label, "dtype": _dt(values.dtype), "config": cfg, "rel_error": err,
                            "device": t, "device_hinted": th, "ratio_to_floor": t["median_us"] / floor,
-                           "ok": err <= _tolerance(values.dtype)}
+                           "ok": err <= tolerance(values.dtype)}
                 except Exception as exc:  # noqa: BLE001
                     row = {"case": case.label, "config": cfg, "error": f"{type(exc).__name__}: {exc}", "ok": False}
                 tried[key] = row
@@ -413,49 +415,11 @@ def _nbytes(vo):
     return values.numel() * values.element_size()
 
 
-def _nbytes_must(values, offsets):
-    B = offsets.numel() - 1
-    return values.numel() * values.element_size() + offsets.numel() * offsets.element_size() + \
-        B * values.shape[1] * values.element_size()
-
-
-def _floor_us(nbytes, copy_gbps):
-    """The bandwidth floor (µs): bytes that must move / the copy bandwidth measured in this run."""
-    return nbytes / (copy_gbps * 1e9) * 1e6
-
-
-def _tolerance(dtype):
-    """Relative error allowed against float64: fp32 1e-5, 2-byte types 1e-2."""
-    return 1e-5 if dtype == torch.float32 else 1e-2
-
-
 def _shape_row(case, values, offsets, copy_gbps):
-    must = _nbytes_must(values, offsets)
+    must = must_move_bytes(values, offsets)
     return {"case": case.label, "dtype": _dt(values.dtype), "B": offsets.numel() - 1, "M": values.shape[1],
             "total_len": values.shape[0], "must_move_bytes": must, "copy_gbps": copy_gbps,
-            "floor_us": _floor_us(must, copy_gbps)}
-
-
-def _reference(values, offsets, *, mean):
-    """(B, M) float64 on the device by index_add over segment ids."""
-    offsets = offsets.long()
-    lengths = offsets.diff()
-    seg = torch.repeat_interleave(torch.arange(lengths.numel(), device=values.device), lengths,
-                                  output_size=values.shape[0])
-    out = torch.zeros(lengths.numel(), values.shape[1], dtype=torch.float64, device=values.device)
-    out.index_add_(0, seg, values.double())
-    return out / lengths.unsqueeze(1).double() if mean else out
-
-
-def _rel_error(out, ref):
-    out = out.double()
-    finite = torch.isfinite(ref)
-    nan_ok = bool(torch.equal(torch.isnan(out), torch.isnan(ref)))
-    if not nan_ok:
-        return float("inf")
-    den = ref[finite].norm()
-    num = (out[finite] - ref[finite]).norm()
-    return float(num / den) if float(den) > 0 else float(num)
+            "floor_us": floor_us(must, copy_gbps)}
 
 
 def _bench(fn, warmup=10, rep=100):
