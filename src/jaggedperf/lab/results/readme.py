@@ -1,5 +1,5 @@
-"""The README's tables from committed results: the headline table, its repro table, the doctor's verdicts and the speedup figure from
-committed H200 results, and rewrite the README between its marker comments (``<!-- NAME:begin -->`` …
+"""The README's generated blocks: the headline table, the repro table, the doctor's verdicts and the speedup figure,
+all from committed H200 results, written into the README between its marker comments (``<!-- NAME:begin -->`` …
 ``<!-- NAME:end -->``).
 
 Every figure a table shows is a ``Shown`` cell, and each is marked where it cannot be taken at its word: ``†`` where its
@@ -266,10 +266,6 @@ def blocks(root: Path, record: RunRecord) -> dict[str, str]:
     disagree = disagreeing(cells)
     return {"headline": headline_block(root, cells, disagree),
             "repro": repro_block(record, disagree) + "\n\n" + figure_block(), "doctor": doctor_block(root, DOCTOR, disagree)}
-
-
-def _ms(r) -> str:
-    return f"{r.wall.median_ms:.3f}" if _ok(r) else "—"
 
 
 def _ok(r) -> bool:
