@@ -43,8 +43,8 @@ EXTRAS = {
 # notice (the offline GPU box); the tests that need them skip without them. Tried once per environment
 # (OPTIONAL_MARK lists what was tried), so an offline machine does not wait on pip at every run.
 # sweep --ray's tests (tests/lab/test_sweep_ray.py); PyTorch's NJT OpInfo database, which imports expecttest
-# (tests/boundary/test_conformance.py, which CI requires)
-OPTIONAL = {"test": {"ray": "ray>=2.40", "expecttest": "expecttest>=0.2"}}
+# (tests/boundary/test_conformance.py, which CI requires); ruff, the linter tests/test_tree.py runs
+OPTIONAL = {"test": {"ray": "ray>=2.40", "expecttest": "expecttest>=0.2", "ruff": "ruff>=0.6"}}
 OPTIONAL_MARK = "jaggedperf-optional-tried.txt"
 LINK_NAME = "jaggedperf-src.pth"
 HOST_LINK_NAME = "jaggedperf-host-site.pth"

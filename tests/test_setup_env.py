@@ -114,9 +114,10 @@ def test_an_optional_requirement_that_cannot_be_had_is_skipped_once_with_a_notic
     assert setup_env.install_optional(python, tmp_path, {"json": "json-is-stdlib"}) == []  # importable: nothing to do
 
 
-def test_the_test_extra_asks_for_ray_and_expecttest_as_optional_only():
+def test_the_test_extra_asks_for_ray_expecttest_and_ruff_as_optional_only():
     # optional: the offline GPU box has neither; their tests skip there (CI, which has the network, requires both)
     setup_env = _setup_module()
-    assert setup_env.optional_for("test") == {"ray": "ray>=2.40", "expecttest": "expecttest>=0.2"}
-    assert not {"ray", "expecttest"} & set(setup_env.requirements_for("test"))
+    assert setup_env.optional_for("test") == {"ray": "ray>=2.40", "expecttest": "expecttest>=0.2",
+                                                  "ruff": "ruff>=0.6"}
+    assert not {"ray", "expecttest", "ruff"} & set(setup_env.requirements_for("test"))
     assert setup_env.optional_for("plot") == {} and setup_env.optional_for(None) == {}

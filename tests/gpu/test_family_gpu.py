@@ -17,6 +17,7 @@ from helpers.family import EPS, FAMILIES, RTOL, assert_close, make, run_backward
 
 import jaggedperf
 from jaggedperf.inputs import Case, make_batch
+from jaggedperf.lab import family as family_bench
 from jaggedperf.ops.tiles import TileConfig
 from jaggedperf.ops.layer_norm.op import layer_norm_backward_cpu, layer_norm_cpu
 from jaggedperf.ops.softmax.op import softmax_backward_cpu, softmax_cpu
@@ -176,3 +177,12 @@ def test_layer_norm_backward_stable_with_a_large_mean_and_a_gradient_off_zero(pa
         out = run_backward("layer_norm", values, offsets, grad, cfg=TileConfig(4, 8, 1) if path == "small-tiles" else None)
     # the error left is x̂'s own: x in fp32 carries ~1e-3 of absolute rounding at 1e4
     assert_close(out, reference_backward("layer_norm", values, offsets, grad), torch.float32, rtol=1e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize("op,case", [(op, case) for op in family_bench.OPS for case in family_bench.BAR_CASES],
+                         ids=lambda v: v if isinstance(v, str) else v.label)
+def test_inductor_padded_peer_matches_float64(op, case):
+    # The family bars' Inductor peer, checked here in the parallel pass: its compile (max-autotune, 20-50 s a shape)
+    # then fills the run's Inductor cache (scripts/test.sh: one directory for both passes), and the timed bars load it.
+    ok, rel, reason = family_bench.check_inductor_padded(op, case)
+    assert ok, f"Inductor's padded {op}: relative error {rel:.2e} {reason}"

@@ -193,7 +193,7 @@ def test_native_merge_geometry_is_the_python_plans(built, monkeypatch, n_rows, n
 
 @pytest.mark.parametrize("n_rows", [0, 1000, 5_000_000])
 def test_native_chunk_geometry_is_the_python_plans(built, n_rows):
-    # the balanced chunks (no longer routed; ops.testing reaches them) keep their native geometry
+    # the balanced chunks (routed where max_seqlen is known and long) keep their native geometry
     values, offsets = _meta(n_rows, 64, 7)
     cfg = config.reduce_config(64, torch.float32, values.device)
     programs = config.sm_count(values.device) * cfg.programs_per_sm

@@ -99,10 +99,13 @@ def test_known_max_seqlen_picks_the_whole_segments_kernel_and_stays_correct():
     assert [launch.kernel for launch in launches] == [kernels._segments_kernel]
     launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False).launches
     assert [launch.kernel for launch in launches] == [merge._merge_reduce_kernel, merge._merge_combine_kernel]
-    # too few segments to fill the (4 interpreter) SMs, or too long: the merge path
+    # too few segments to fill the (4 interpreter) SMs, or too long, and not skewed: the balanced chunks
     few, few_offsets = make([30, 2], 5, FP32, torch.int64, seed=12)
     launches = plan.plan_reduce(few, few_offsets, mean=True, empty_zero=False, max_seqlen=30).launches
-    assert [launch.kernel for launch in launches] == [merge._merge_reduce_kernel, merge._merge_combine_kernel]
+    assert [launch.kernel for launch in launches] == [kernels._reduce_kernel, kernels._combine_kernel]
+    out = testing.launch_reduce(few, few_offsets, mean=True, max_seqlen=30, poison=float("nan"))
+    ref, scale = expected(few, few_offsets, True, False)
+    assert_matches(out, ref, FP32, scale=scale, what="the balanced chunks with max_seqlen")
     # a max_seqlen that understates the truth costs time, never correctness
     for hint in (max(lengths), 1):
         out = testing.launch_reduce(values, offsets, mean=True, max_seqlen=hint, poison=float("nan"))
@@ -127,6 +130,7 @@ def test_max_seqlen_far_past_the_mean_length_or_at_most_one_takes_the_merge_path
     assert kernel(800_000, 100_000, 12) in whole  # narrow, even lengths
     assert kernel(50_000, 4096, 400) in whole  # heavy tail, few segments: forward keeps it ...
     assert kernel(50_000, 4096, 400, backward=True) is merge._merge_expand_kernel  # ... the backward does not
+    assert kernel(256 * 10_000, 256, 20_000) is kernels._reduce_kernel  # long even rows: the balanced chunks
     assert kernel(40_000, 512, 100, backward=True) is kernels._segments_expand_kernel
 
 

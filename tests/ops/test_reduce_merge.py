@@ -12,7 +12,7 @@ from helpers.reference import assert_matches, lengths_to_offsets, reference_expa
 
 from jaggedperf.ops import testing
 from jaggedperf.ops.config import MergeConfig
-from jaggedperf.ops.reduce import merge, plan
+from jaggedperf.ops.reduce import kernels, merge, plan
 
 FP32, BF16 = torch.float32, torch.bfloat16
 # windows of 8 segments, groups of 2, 2 rows a gathered tile, 2 tiles (a segment past 4 rows goes contiguous), 4 probes
@@ -138,10 +138,12 @@ def test_without_max_seqlen_the_merge_path_plans_both_ways():
     assert [step.kernel for step in launches] == [merge._merge_reduce_kernel, merge._merge_combine_kernel]
     back = plan.plan_expand(torch.randn(4, 5), offsets, values.shape[0], mean=True).launches
     assert [step.kernel for step in back] == [merge._merge_expand_kernel]
-    # a max_seqlen past the whole-segments tiles: the merge path too
+    # a max_seqlen past the whole-segments tiles: the forward takes the balanced chunks, the backward the merge path
     long_values, long_offsets = make([3000, 2], 5, FP32, torch.int64)
     launches = plan.plan_reduce(long_values, long_offsets, mean=True, empty_zero=False, max_seqlen=3000).launches
-    assert launches[0].kernel is merge._merge_reduce_kernel
+    assert launches[0].kernel is kernels._reduce_kernel
+    back = plan.plan_expand(torch.randn(2, 5), long_offsets, 3002, mean=True, max_seqlen=3000).launches
+    assert [step.kernel for step in back] == [merge._merge_expand_kernel]
 
 
 def test_merge_grid_comes_from_n_plus_b_and_the_config_alone():

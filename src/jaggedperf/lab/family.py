@@ -21,6 +21,8 @@ ROWWISE = OPS
 NOT_TORCH = ("jaggedperf", "inductor", "helion")  # contenders that are not torch eager
 SEED = [Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75)]
 LARGE = [Case(1024, 256, 1000, 0.5), Case(65536, 64, 64, 0.2), Case(8, 4096, 4000, 0.0, "fixed")]
+# the family's bars' shapes (tests/gpu/test_family_bars_gpu.py): the seed's, the first in bf16 too, the large ones
+BAR_CASES = [*SEED, Case(512, 64, 100, 0.1, dtype="bfloat16"), *LARGE]
 DEVICE = torch.device("cuda")
 EPS = 1e-5  # the lab's layer norm eps (impls.jagged_layer_norm.EPS)
 SLOW_US = 50_000  # a contender slower than this a call is recorded by one call's wall, not timed (it is no peer)
@@ -45,6 +47,19 @@ def padded_compiled(op: str):
                          (jagged_layer_norm._masked_layer_norm, 0.0))
     return torch.compile(lambda v, o, n: padded_round_trip(v, o, n, dense_op, padding),
                          mode="max-autotune-no-cudagraphs", dynamic=False)
+
+
+def check_inductor_padded(op: str, case: Case) -> tuple[bool, float, str]:
+    """Inductor's padded program of ``op`` at ``case`` compiled as ``row`` compiles it, and its output against the
+    float64 reference: (ok, relative error, reason). Untimed; it fills the process's Inductor caches (FX graph and
+    autotuning, keyed by the graph and its input shapes), so a later ``row`` in a process sharing the cache
+    directory loads the program instead of compiling it."""
+    torch._dynamo.reset()
+    spec = get_op(op)
+    batch = spec.make_batch(case, DEVICE)
+    compiled = padded_compiled(op)
+    return runner.check_output(compiled(batch.values, batch.offsets, batch.padded_len), spec.reference(batch),
+                               case.dtype)
 
 
 def row(op: str, case: Case, copy_gbps: float, *, skip: tuple[str, ...] = ()) -> dict:

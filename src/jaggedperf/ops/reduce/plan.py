@@ -4,11 +4,11 @@
 shapes and the configs (``jaggedperf.ops.config``), allocate what the kernels write, and return a
 ``Plan`` (``jaggedperf.ops.launch.plan``); the caller runs its launches (``op``: through the fast tiers
 eagerly, ``wrap_triton`` when traced). The whole-segments kernels when ``max_seqlen`` is known and
-short (and not far past the mean length: ``merge_beats_whole``); else the merge path. Nothing here reads a tensor's
+short (and not far past the mean length: ``merge_beats_whole``), the balanced chunks when it is known and long;
+else the merge path. Nothing here reads a tensor's
 values: under ``torch.compile(dynamic=True)`` N and B may be SymInts and planning installs no guard on them.
 ``plan_segments`` / ``plan_merge`` / ``plan_chunks`` (and the expand ones) take the choice as arguments: the
-production functions make it, and ``jaggedperf.ops.testing`` forces one to exercise every path (the balanced chunks
-only there).
+production functions make it, and ``jaggedperf.ops.testing`` forces one to exercise every path.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import dataclasses
 import torch
 
 from jaggedperf.ops.config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMENT_TILES, MergeConfig, ReduceConfig,
-                                   SegmentsConfig, merge_config, segments_config, sm_count)
+                                   SegmentsConfig, merge_config, reduce_config, segments_config, sm_count)
 from jaggedperf.ops.launch.layout import FEW_SEGMENTS, GridKind, Source
 from jaggedperf.ops.launch.plan import Launch, NativeKernel, Plan, chunking, sym_max
 from jaggedperf.ops.tiles import hint_of
@@ -58,8 +58,9 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
         empty_zero: the mean of an empty segment is 0 (else NaN).
         max_seqlen: an upper bound on the lengths (a host int, or a SymInt under torch.compile), or None.
             When known and short enough (``segments_config``, ``merge_beats_whole``), one program per group of
-            whole segments: one launch, no search. Otherwise the merge path: equal shares of rows plus segments a
-            program, and a second launch that combines the pieces of the segments cut at a program's edge.
+            whole segments: one launch, no search. When known and long, the balanced chunks (equal rows a program,
+            then a combine of the segments cut at a chunk's edge). Otherwise the merge path: equal shares of rows plus
+            segments a program, and a second launch that combines the pieces of the segments cut at a program's edge.
 
     Returns:
         the Plan: its ``out`` (B, M) in values' dtype, filled once its launches have run.
@@ -69,6 +70,9 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
         segments = _segments_for(n_cols, max_seqlen, offsets.shape[0] - 1, values.device)
         if segments is not None:
             return plan_segments(values, offsets, mean, empty_zero, segments)
+        # Known long, not skewed lengths: the balanced chunks, which hold the long-row bars at the floor
+        # (tests/gpu/test_bars_gpu.py; the merge path measured 1.19x them at 1024 × 256 × <= 1000 rows).
+        return _chunks(values, offsets, mean, empty_zero)
     # Every call without max_seqlen takes the merge path. The balanced chunks measured faster on small batches of long
     # even segments (benchmarks/results/h200/merge-path.md: B <= 4096 and >= 27 rows a segment, e.g. 512 × 64 14.8
     # against 19.4 µs) and slower below 11 rows a segment or from B = 10^4 up; a rule on B and N / B between those
@@ -84,6 +88,16 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
 # power-law 4096 × 64: 37.8 -> 13.1).
 MERGE_SEQLEN_RATIO = 8
 MERGE_MIN_SEGMENTS = 16384
+
+
+def _chunks(values, offsets, mean: bool, empty_zero: bool) -> Plan:
+    # the balanced chunks sized for the device: about programs_per_sm programs an SM, whatever N and B
+    n_cols = values.shape[1]
+    cfg = reduce_config(n_cols, values.dtype, values.device, few_segments(offsets.shape[0] - 1))
+    chunk_programs = sm_count(values.device) * cfg.programs_per_sm
+    rows, chunks = chunking(values.shape[0], -(-int(n_cols) // cfg.block_m), chunk_programs, cfg.block_l,
+                            cfg.min_chunk_rows)
+    return plan_chunks(values, offsets, mean, empty_zero, cfg, rows, chunks, chunk_programs)
 
 
 def merge_beats_whole(n_rows, n_segments, max_seqlen, backward: bool = False) -> bool:
