@@ -9,7 +9,10 @@ of a fixed output gradient). Ratios are the median of within-round ratios; every
 
     python benchmarks/boundary_workloads.py --device cuda --out benchmarks/results/h200/boundary-workloads
 
-writes ``.json`` (every round) and ``.md`` (the table) under that stem.
+writes ``.json`` (every round) and ``.md`` (the table) under that stem. Runs under several torch versions (each
+in its own environment) become one table, each cell's ratio from its own run:
+
+    python benchmarks/boundary_workloads.py --compare A.json B.json ... --out DIR/summary
 """
 
 from __future__ import annotations
@@ -68,8 +71,44 @@ def _ratio(r: float | None) -> str:
     return "—" if r is None else f"{r:.2f}"
 
 
+def compare(paths: list[Path], out: Path) -> str:
+    """One table over runs of this script (e.g. one per torch version): per cell, torch.compile's and
+    jaggedperf.compile's wall, their within-round ratio with its spread, and the boundary's floor; writes ``out``'s
+    .md and .json (the runs' cells, their environments and commands)."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    lines = ["# jaggedperf.compile against torch.compile on NJT workloads, by torch version", "",
+             "Each row from its own run (the file and command below): wall per call in µs by the seed's method, median "
+             "of interleaved rounds; `jp / tc` the median within-round ratio (p20–p80); `floor / tc` the boundary's "
+             "compiled region called on pre-split parts (no crossing), the least its calls could take; — where the "
+             "calls went to torch.compile (a fallback or a pass-through).", "",
+             "| torch | workload | case | kind | torch.compile | jaggedperf.compile | jp / tc (p20–p80) | floor / tc | "
+             "quiet rounds |", "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    for run in runs:
+        version = run["environment"]["torch"]
+        for c in run["cells"]:
+            m = c["medians_us"]
+            lines.append(f"| {version} | {c['workload']} | {c['case']} | {c['kind']} | {m['torch.compile']:.1f} | "
+                         f"{m['jaggedperf.compile']:.1f} | **{c['ratio_jp_tc']:.2f}** ({c['ratio_jp_tc_p20']:.2f}–"
+                         f"{c['ratio_jp_tc_p80']:.2f}) | {_ratio(c['ratio_floor_tc'])} | {c['quiet_rounds']} of "
+                         f"{len(c['walls_us']['eager'])} |")
+    lines += ["", "Fell back to torch.compile:", ""]
+    lines += [f"- torch {run['environment']['torch']}, {c['workload']} {c['case']}: {c['fell_back']}"
+              for run in runs for c in run["checks"] if c["fell_back"]] or ["- none"]
+    lines += ["", "Runs:", ""]
+    lines += [f"- `{Path(p).name}`: torch {run['environment']['torch']}, commit {run['environment']['commit']}, "
+              f"{run['environment']['cpu_threads']} CPU thread(s), {run['environment']['seconds']:.0f} s: "
+              f"`{run['environment']['command']}`" for p, run in zip(paths, runs)]
+    text = "\n".join(lines) + "\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".md").write_text(text)
+    out.with_suffix(".json").write_text(json.dumps({"runs": {Path(p).name: run for p, run in zip(paths, runs)}},
+                                                   indent=1))
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--compare", nargs="+", type=Path, help="results of earlier runs: write one table of them")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--mode", default="default")
     parser.add_argument("--dtype", default=None, help="default: float16 on CUDA (attention's SDPA), float32 on CPU")
@@ -80,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
                         "host-bound calls timed, not a contest of thread pools on a shared machine)")
     parser.add_argument("--out", required=True, type=Path, help="the output stem (.json and .md are written)")
     args = parser.parse_args(argv)
+    if args.compare:
+        sys.stdout.write(compare(args.compare, args.out))
+        return 0
     warnings.simplefilter("ignore")
     logging.disable(logging.CRITICAL)
     device = torch.device(args.device)
