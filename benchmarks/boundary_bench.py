@@ -51,7 +51,7 @@ from jaggedperf.boundary.crossing import flatten
 from jaggedperf.boundary.joining import join_output
 from jaggedperf.impls.registry import Implementation, get_implementation, get_op
 from jaggedperf.inputs import Case, make_batch
-from jaggedperf.lab.correctness import check_output
+from jaggedperf.lab.measure.correctness import check_output
 
 SEED_CASES = (Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75))  # pytorch/pytorch#160355's two shapes
 SMALL_CASES = (Case(64, 16, 100, 0.1), Case(64, 16, 500, 0.75))

@@ -4,7 +4,7 @@ For each workload of ``jaggedperf.lab.njt_workloads`` at each case (the seed's s
 ``torch.compile`` and ``jaggedperf.compile`` (the same ``mode``), checked against eager mode (outputs, and the
 gradients of a training step), the graphs each compiles over four batches of other lengths, then wall per call
 (the seed's method: a sync after each call) in interleaved rounds with the host probe beside each round
-(``jaggedperf.lab.rounds``): the forward under ``torch.no_grad()`` and a training step (forward, then backward
+(``jaggedperf.lab.measure.rounds``): the forward under ``torch.no_grad()`` and a training step (forward, then backward
 of a fixed output gradient). Ratios are the median of within-round ratios; every round's walls are kept.
 
     python benchmarks/boundary_workloads.py --device cuda --out benchmarks/results/h200/boundary-workloads

@@ -36,7 +36,8 @@ import torch
 
 import jaggedperf
 from jaggedperf.impls.registry import get_op
-from jaggedperf.lab import harness, timing
+from jaggedperf.lab import harness
+from jaggedperf.lab.measure import timing
 from jaggedperf.lab.family import DEVICE, OPS, cells, row
 
 

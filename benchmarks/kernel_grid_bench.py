@@ -15,7 +15,7 @@ Per shape (cases interleaved across classes, so that a spent budget still leaves
 - the bandwidth floor: the bytes that must move / the copy bandwidth measured in this run.
 
 Then at the seed shapes (jagged_mean, the seed's op): forward + backward through autograd against
-``segment_reduce``'s, and our forward alone, by the seed's wall method (``lab.timing.wall_samples``: 50 + 200,
+``segment_reduce``'s, and our forward alone, by the seed's wall method (``lab.measure.timing.wall_samples``: 50 + 200,
 sync after each), three interleaved rounds; and a fresh process (empty Triton and native caches) timing its
 first calls while the native module builds in the background.
 
@@ -44,7 +44,8 @@ import numpy as np
 import torch
 
 from jaggedperf.inputs import Case, make_batch
-from jaggedperf.lab import reduce_row, timing
+from jaggedperf.lab import reduce_row
+from jaggedperf.lab.measure import timing
 from jaggedperf.lab.grid import kernel_classes
 
 T0 = time.time()
@@ -289,7 +290,7 @@ def main() -> int:
         fresh_child(args.fresh_child)
         return 0
     out = Path(args.out)
-    from jaggedperf.lab.env import environment
+    from jaggedperf.lab.measure.env import environment
 
     results: dict = {"meta": {**environment(sys.argv), "op": args.op, "args": vars(args)}, "rows": [],
                      "training": [], "fresh": None, "skipped": [], "errors": {}}

@@ -37,7 +37,8 @@ import torch
 
 import jaggedperf
 from jaggedperf.inputs import Case, make_batch
-from jaggedperf.lab import harness, reduce_row, timing
+from jaggedperf.lab import harness, reduce_row
+from jaggedperf.lab.measure import timing
 
 DEVICE = torch.device("cuda")
 # the bars: without max_seqlen <= 1.1× the best peer and <= 1.15× the call with it; >= 16 MB <= 1.3× the practical

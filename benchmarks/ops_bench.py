@@ -464,7 +464,7 @@ def _graph_time(fn, rep=100):
 
 def _kernel_time(fn, calls=30):
     """Sum of the call's kernel durations (µs) under torch.profiler, L2 flushed before each call; None on the CPU."""
-    from jaggedperf.lab import timing
+    from jaggedperf.lab.measure import timing
 
     if DEVICE == "cpu":
         return None
@@ -476,7 +476,7 @@ def _kernel_time(fn, calls=30):
 
 def _wall(fn, warmup=50, calls=200):
     """The seed's method (the lab's wall_stats: warm-up, then timed calls with a sync after each); µs."""
-    from jaggedperf.lab import timing
+    from jaggedperf.lab.measure import timing
 
     w = timing.wall_stats(fn, torch.device(DEVICE), warmup=warmup, iters=calls)
     return {"median_us": w.median_ms * 1e3, "mean_us": w.mean_ms * 1e3, "min_us": w.min_ms * 1e3,

@@ -48,7 +48,7 @@ def wait_for_quiet() -> tuple[float, float | None]:
     Returns:
         (seconds waited, other processes' CPUs last seen).
     """
-    from jaggedperf.lab.env import CpuLoad
+    from jaggedperf.lab.measure.env import CpuLoad
 
     start = time.monotonic()
     while True:

@@ -189,7 +189,7 @@ def bench(implementations: str | Callable | Iterable[str | Callable] | Mapping[s
         device: ``"cpu"``, ``"cuda"`` or a device (default: CUDA when present).
         threads: torch's intra-op threads for CPU cells (None: leave torch's setting).
         warmup, iters: calls before timing and timed calls per attempt.
-        attempts, max_iqr, max_drift: the stability policy (``lab.stats.Policy``; None: its default).
+        attempts, max_iqr, max_drift: the stability policy (``lab.measure.stats.Policy``; None: its default).
         device_time: measure device time and kernels (CUDA).
         dynamic: ``torch.compile(dynamic=...)``.
         on_result: called with each cell's ``Result`` as it finishes.
@@ -239,8 +239,9 @@ def measure(fn: Callable, *args, name: str | None = None, modes: str | Iterable[
     import time
 
     from jaggedperf.lab import modes as modes_mod
-    from jaggedperf.lab import runner, timing
-    from jaggedperf.lab.env import environment
+    from jaggedperf.lab import runner
+    from jaggedperf.lab.measure import timing
+    from jaggedperf.lab.measure.env import environment
     from jaggedperf.lab.result import ERROR, SKIPPED, Result, RunRecord
 
     modes = modes_mod.check_modes([modes] if isinstance(modes, str) else list(modes))
@@ -321,7 +322,8 @@ def _pandas():
 
 
 def _options(device, threads, warmup, iters, attempts, max_iqr, max_drift, device_time, dynamic):
-    from jaggedperf.lab import runner, stats
+    from jaggedperf.lab import runner
+    from jaggedperf.lab.measure import stats
 
     policy = stats.Policy()
     opts = runner.Options(warmup=warmup, iters=iters, threads=threads, device_time=device_time, dynamic=dynamic,

@@ -1,9 +1,9 @@
 """The reductions' benchmark bars, measured on the GPU the suite runs on (they were set for the H200).
 
 - Device time: the profiler's kernel sums with L2 flushed between calls, median of 30 calls
-  (``lab.timing.profile_kernels``); floor = the bytes that must move / the copy bandwidth measured in the
+  (``lab.measure.timing.profile_kernels``); floor = the bytes that must move / the copy bandwidth measured in the
   same session. jagged_mean is called with ``max_seqlen``, as a NestedTensor with a cached one calls it.
-- Wall per call: the seed's method (``lab.timing.wall_stats``: 50 warm-up calls, 200 timed, sync after
+- Wall per call: the seed's method (``lab.measure.timing.wall_stats``: 50 warm-up calls, 200 timed, sync after
   each), median of three interleaved rounds, so that every ratio compares numbers taken side by side.
 - Every output is checked against float64 before it is timed.
 
@@ -25,7 +25,7 @@ import jaggedperf
 from jaggedperf.impls.jagged_mean import must_move_bytes
 from jaggedperf.impls.registry import get_implementation
 from jaggedperf.inputs import Case, make_batch
-from jaggedperf.lab import timing
+from jaggedperf.lab.measure import timing
 from jaggedperf.lab.grid import SEED_CASES
 from jaggedperf.ops.launch import native as native_launch
 

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from jaggedperf.inputs import Case
-from jaggedperf.lab import njt_workloads, rounds
+from jaggedperf.lab import njt_workloads
+from jaggedperf.lab.measure import rounds
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timed]
 

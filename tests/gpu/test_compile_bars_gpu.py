@@ -1,6 +1,6 @@
 """The torch.compile bars, measured on the GPU the suite runs on (set for the H200).
 
-- Wall per call: the seed's method (``lab.timing.wall_stats``: 50 warm-up calls, 200 timed, sync after
+- Wall per call: the seed's method (``lab.measure.timing.wall_stats``: 50 warm-up calls, 200 timed, sync after
   each), median of three interleaved rounds, so that each ratio compares numbers taken side by side.
 - Device time: the profiler's kernel sums, no L2 flush (host time = wall − device, as the lab does).
 - Every compiled output is checked against float64 before it is timed.
@@ -21,8 +21,9 @@ from helpers.limits import at_limit, limit_xfail
 import jaggedperf
 from jaggedperf.impls.registry import get_implementation
 from jaggedperf.inputs import Case, make_batch
-from jaggedperf.lab import modes, timing
-from jaggedperf.lab import rounds as lab_rounds
+from jaggedperf.lab import modes
+from jaggedperf.lab.measure import timing
+from jaggedperf.lab.measure import rounds as lab_rounds
 from jaggedperf.lab.grid import SEED_CASES
 
 # The bars (``bars``: timed, run alone after the untimed tests) and, untimed beside them, what counts rather than times:
@@ -136,7 +137,7 @@ def test_our_njt_through_the_boundary_near_our_plain_compiled_and_one_kernel(cas
     # between rounds: the ratio is taken within each round, the calls back to back in alternating order, and judged
     # by its median over the rounds. A slowed host stretches the boundary's extra (dynamic sizes: Python work) more
     # than the twin's call, so the ratio itself moves with the host's speed (docs/decisions/quiet-rounds.md): the
-    # median is taken over quiet rounds (``lab.rounds``: the host probe beside the round at the level of the fastest
+    # median is taken over quiet rounds (``lab.measure.rounds``: the host probe beside the round at the level of the fastest
     # this process has seen), measuring on for up to 30 s until 11 are quiet; with fewer than 6 quiet rounds by then
     # the host was never quiet and the bar is not judged held.
     timed = lab_rounds.run({"njt boundary": lambda: through(*njt_args), "plain compiled": lambda: compiled(*ours_args),

@@ -7,7 +7,8 @@ import torch
 
 from jaggedperf.cli import main
 from jaggedperf.inputs import Case
-from jaggedperf.lab import modes, runner, timing
+from jaggedperf.lab import modes, runner
+from jaggedperf.lab.measure import timing
 from jaggedperf.lab.doctor import attribution, gather, verdicts
 from jaggedperf.lab.result import OK
 from helpers.gpu import NOISY_HOST, record

@@ -19,7 +19,7 @@ import pytest
 
 from jaggedperf.inputs import Case
 from jaggedperf.lab import family as bench
-from jaggedperf.lab import timing
+from jaggedperf.lab.measure import timing
 
 pytestmark = [pytest.mark.gpu, pytest.mark.bars, pytest.mark.timed]
 

@@ -18,7 +18,7 @@ except ImportError as exc:  # installed but not importable with this torch (heli
 from jaggedperf.impls import helion_contenders
 from jaggedperf.impls.registry import get_implementation, get_op
 from jaggedperf.inputs import Case
-from jaggedperf.lab import correctness, timing
+from jaggedperf.lab.measure import correctness, timing
 from helpers.gpu import FAMILY_SHAPES
 
 pytestmark = pytest.mark.gpu

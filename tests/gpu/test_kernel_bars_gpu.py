@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from jaggedperf.inputs import Case
-from jaggedperf.lab import reduce_row, timing
+from jaggedperf.lab import reduce_row
+from jaggedperf.lab.measure import timing
 from jaggedperf.lab.grid import SEED_CASES
 
 pytestmark = [pytest.mark.gpu, pytest.mark.bars, pytest.mark.timed]

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from jaggedperf.inputs import Case
-from jaggedperf.lab import modes, runner, stats, timing
+from jaggedperf.lab import modes, runner
+from jaggedperf.lab.measure import stats, timing
 from jaggedperf.lab.doctor import attribution, gather, verdicts
 from jaggedperf.lab.result import OK, TIMED
 from helpers.gpu import NOISY_HOST

@@ -5,7 +5,7 @@ how the tests hand their measured numbers to the junit XML."""
 import torch
 
 from jaggedperf.inputs import Case
-from jaggedperf.lab import stats as _stats
+from jaggedperf.lab.measure import stats as _stats
 from helpers.reference import assert_matches
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from jaggedperf.lab import timing
+from jaggedperf.lab.measure import timing
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import jaggedperf
 from jaggedperf import Case
 from jaggedperf.api import COLUMNS, SAMPLE_COLUMNS, Results
 from jaggedperf.impls.registry import get_op
-from jaggedperf.lab import timing
+from jaggedperf.lab.measure import timing
 from jaggedperf.lab.result import OK, UNSTABLE
 from helpers.fake_clock import FakeClock, drifting, steady
 

@@ -11,7 +11,8 @@ from jaggedperf.cli.doctor import doctor_cases
 from jaggedperf.cli._args import SEED_CASES
 from jaggedperf.inputs import Case, make_batch
 from jaggedperf.impls.registry import get_op
-from jaggedperf.lab import input_size, modes, runner, stats
+from jaggedperf.lab import input_size, modes, runner
+from jaggedperf.lab.measure import stats
 from jaggedperf.lab.doctor import attribution, evidence, gather, probes, verdicts
 from jaggedperf.lab.result import ERROR, OK, SKIPPED, UNSTABLE
 from helpers.evidence import MODE, TINY, make_evidence, result as _result
@@ -540,7 +541,7 @@ def test_evidence_without_the_host_timer_says_its_residual_checks_nothing():
 
 
 def test_run_and_doctor_agree_on_the_same_cell_within_their_spreads(monkeypatch):
-    from jaggedperf.lab import timing
+    from jaggedperf.lab.measure import timing
     from helpers.fake_clock import FakeClock, steady
 
     # every timed call, in run and in doctor alike, takes 300 µs ± 5%: the same cell must read the same

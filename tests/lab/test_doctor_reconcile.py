@@ -14,7 +14,8 @@ import torch
 from torch._dynamo.utils import counters
 
 from jaggedperf.inputs import Case
-from jaggedperf.lab import modes, runner, stats, timing
+from jaggedperf.lab import modes, runner
+from jaggedperf.lab.measure import stats, timing
 from jaggedperf.lab.doctor import gather, reconcile, verdicts
 from jaggedperf.lab.result import OK, SKIPPED, UNSTABLE, Result, Stability, WallStats
 

@@ -9,7 +9,7 @@ from jaggedperf.batch import JaggedBatch
 from jaggedperf.cli import main
 from jaggedperf.impls.registry import get_op
 from jaggedperf.inputs import Case
-from jaggedperf.lab import correctness
+from jaggedperf.lab.measure import correctness
 
 CPU = torch.device("cpu")
 FAMILY = {

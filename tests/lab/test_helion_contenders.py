@@ -12,7 +12,7 @@ from jaggedperf.batch import JaggedBatch
 from jaggedperf.impls import helion_contenders
 from jaggedperf.impls.registry import get_implementation, get_op
 from jaggedperf.inputs import Case
-from jaggedperf.lab import correctness
+from jaggedperf.lab.measure import correctness
 
 HAS_HELION = importlib.util.find_spec("helion") is not None
 CPU = torch.device("cpu")

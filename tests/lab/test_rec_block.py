@@ -6,7 +6,8 @@ import torch
 from jaggedperf.impls import rec_block
 from jaggedperf.impls.registry import get_op
 from jaggedperf.inputs import Case
-from jaggedperf.lab import correctness, runner
+from jaggedperf.lab import runner
+from jaggedperf.lab.measure import correctness
 from jaggedperf.lab.doctor import gather
 from jaggedperf.lab.result import OK
 

@@ -6,7 +6,8 @@ import torch
 from jaggedperf.impls import jagged_mean as builtin
 from jaggedperf.impls.registry import Implementation, get_implementation, get_op
 from jaggedperf.inputs import Case, make_batch
-from jaggedperf.lab import correctness, input_size, runner
+from jaggedperf.lab import input_size, runner
+from jaggedperf.lab.measure import correctness
 from jaggedperf.lab.result import ERROR, OK, SKIPPED, WRONG
 
 CPU = torch.device("cpu")
@@ -300,7 +301,7 @@ def test_a_model_ops_weights_are_watched_too(extra_impls):
 
 import json  # noqa: E402
 
-from jaggedperf.lab import stats, timing  # noqa: E402
+from jaggedperf.lab.measure import stats, timing  # noqa: E402
 from jaggedperf.lab.result import UNSTABLE, DeviceTime, Result, WallStats, recompute  # noqa: E402
 from helpers.fake_clock import FakeClock, drifting, noisy, steady  # noqa: E402
 

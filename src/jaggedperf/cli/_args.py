@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from jaggedperf.cli._defaults import DEFAULT_BYTE_LIMIT, DEFAULT_SEED, DISTRIBUTIONS, METRICS
 from jaggedperf.cli._names import choice
-from jaggedperf.lab import stats
+from jaggedperf.lab.measure import stats
 from jaggedperf.lab.plugins import PLUGINS_ENV
 
 if TYPE_CHECKING:  # imported where used: building the parsers imports no torch (``_defaults``)

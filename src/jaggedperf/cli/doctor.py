@@ -45,7 +45,7 @@ def _imports() -> None:
     global ResultsFileError, Options
     from jaggedperf.impls.registry import implementation_names
     from jaggedperf.lab.doctor import attribution, evidence, gather, saved, verdicts
-    from jaggedperf.lab.env import environment
+    from jaggedperf.lab.measure.env import environment
     from jaggedperf.lab.result import OK, TIMED
     from jaggedperf.lab.results.atomic import write_json
     from jaggedperf.lab.results.store import ResultsFileError

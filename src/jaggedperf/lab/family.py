@@ -14,7 +14,8 @@ import torch
 import jaggedperf
 from jaggedperf.impls.registry import get_op
 from jaggedperf.inputs import Case
-from jaggedperf.lab import harness, runner, timing
+from jaggedperf.lab import harness, runner
+from jaggedperf.lab.measure import timing
 
 OPS = ("jagged_softmax", "jagged_layer_norm")  # the default; --ops adds jagged_mean / jagged_sum (forward only)
 ROWWISE = OPS

@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from jaggedperf.lab import env, timing
+from jaggedperf.lab.measure import env, timing
 
 
 def device_time(fn: Callable[[], object], device: torch.device, *, rep_ms: int = 40,

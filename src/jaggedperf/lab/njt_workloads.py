@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from jaggedperf.batch import JaggedBatch
 from jaggedperf.inputs import Case, make_batch
-from jaggedperf.lab import rounds
+from jaggedperf.lab.measure import rounds
 
 __all__ = ["WAYS", "WORKLOADS", "Built", "Cell", "Check", "Workload", "case_name", "check", "forward", "get",
            "region_step", "step", "time_cell"]

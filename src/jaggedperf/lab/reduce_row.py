@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from jaggedperf.inputs import Case, make_batch
-from jaggedperf.lab import harness, timing
+from jaggedperf.lab import harness
+from jaggedperf.lab.measure import timing
 
 DEVICE = torch.device("cuda")
 PEERS = ("segment_reduce", "inductor_padded")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from jaggedperf.inputs import Case
-from jaggedperf.lab import stats
+from jaggedperf.lab.measure import stats
 
 # status of a cell
 OK = "ok"  # correct and timed, and the timing was stable

@@ -14,9 +14,9 @@ import torch
 from jaggedperf.impls.registry import Batch, Implementation, get_implementation, get_op
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
-from jaggedperf.lab import stats, timing
-from jaggedperf.lab.correctness import check_output
-from jaggedperf.lab.env import environment
+from jaggedperf.lab.measure import stats, timing
+from jaggedperf.lab.measure.correctness import check_output
+from jaggedperf.lab.measure.env import environment
 from jaggedperf.lab.fingerprint import input_fingerprints
 from jaggedperf.lab.input_size import input_status, input_too_large
 from jaggedperf.lab.result import ERROR, OK, SKIPPED, UNSTABLE, WRONG, Result, RunRecord

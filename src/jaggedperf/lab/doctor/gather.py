@@ -47,7 +47,8 @@ from jaggedperf.batch import JaggedBatch
 from jaggedperf.impls.registry import Batch, Implementation, get_implementation, get_op
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
-from jaggedperf.lab import input_size, runner, timing
+from jaggedperf.lab import input_size, runner
+from jaggedperf.lab.measure import timing
 from jaggedperf.lab.doctor import reconcile as reconcile_mod
 from jaggedperf.lab.doctor.evidence import (
     Boundary,
@@ -74,7 +75,7 @@ from jaggedperf.lab.doctor.probes import (
     skip_reason,
     watch_dynamo,
 )
-from jaggedperf.lab.env import environment
+from jaggedperf.lab.measure.env import environment
 from jaggedperf.lab.result import OK, Result
 
 NEEDS_CUDA = "needs CUDA"

@@ -26,7 +26,8 @@ from typing import Callable
 
 import torch
 
-from jaggedperf.lab import runner, timing
+from jaggedperf.lab import runner
+from jaggedperf.lab.measure import timing
 from jaggedperf.lab.doctor.attribution import SUM_TOLERANCE, attribute, check_sum, host_timed, on_par, wall_us
 from jaggedperf.lab.doctor.evidence import (
     CudaGraphs,

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jaggedperf.inputs import Case
-from jaggedperf.lab import stats
+from jaggedperf.lab.measure import stats
 from jaggedperf.lab.result import ERROR, OK, TIMED, UNSTABLE, WRONG, Result, RunRecord
 from jaggedperf.lab.results import variants
 from jaggedperf.lab.results.views import result_rank

@@ -4,7 +4,7 @@ all from committed H200 results, written into the README between its marker comm
 
 Every figure a table shows is a ``Shown`` cell, and each is marked where it cannot be taken at its word: ``†`` where its
 run recorded it unstable, or recorded no stability at all (older files; the headline's are judged again from their
-samples by ``lab.stats``), ``‡`` where another README table shows the same cell (implementation, mode, case) and the
+samples by ``lab.measure.stats``), ``‡`` where another README table shows the same cell (implementation, mode, case) and the
 two disagree beyond their spreads (``agree``: different runs on a shared host). ``tests/test_readme.py`` checks that no
 unmarked figure is unstable or disagrees. One H200 session running REGENERATE gives tables that can drop the marks.
 
@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from jaggedperf.lab import stats
+from jaggedperf.lab.measure import stats
 from jaggedperf.lab.doctor import saved, verdicts
 from jaggedperf.lab.modes import EAGER, SEED_COMPILED_MODE, boundary_twin
 from jaggedperf.lab.result import OK, TIMED, Result, RunRecord
@@ -114,7 +114,7 @@ def shown_of(table: str, r: Result, mode: str | None = None) -> Shown | None:
 
 
 def headline_cells(root: Path) -> list[Shown]:
-    """The headline's figures (``HEADLINE``), each judged stable or not from its own samples by today's ``lab.stats``."""
+    """The headline's figures (``HEADLINE``), each judged stable or not from its own samples by today's ``lab.measure.stats``."""
     doc = json.loads((root / HEADLINE).read_text())
     modes = {"eager": EAGER, "torch.compile": SEED_COMPILED_MODE, "jaggedperf.compile": BOUNDARY_MODE,
              "plain twin": PLAIN_TWIN}

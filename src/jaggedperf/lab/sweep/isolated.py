@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from jaggedperf.lab import runner
-from jaggedperf.lab.env import environment
+from jaggedperf.lab.measure.env import environment
 from jaggedperf.lab.result import Result, RunRecord
 from jaggedperf.lab.results import store
 from jaggedperf.lab.sweep.plan import plan_sweep

@@ -35,7 +35,7 @@ from typing import Callable
 
 from jaggedperf.lab import modes as modes_mod
 from jaggedperf.lab import runner
-from jaggedperf.lab.env import environment
+from jaggedperf.lab.measure.env import environment
 from jaggedperf.lab.result import ERROR, Result
 from jaggedperf.lab.results import store
 from jaggedperf.lab.sweep import lock

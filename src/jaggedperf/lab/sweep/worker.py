@@ -15,8 +15,9 @@ from typing import Protocol
 
 import torch
 
-from jaggedperf.lab import runner, timing
-from jaggedperf.lab.env import gpu_facts
+from jaggedperf.lab import runner
+from jaggedperf.lab.measure import timing
+from jaggedperf.lab.measure.env import gpu_facts
 from jaggedperf.lab.plugins import import_plugins
 from jaggedperf.lab.result import ERROR, Result
 from jaggedperf.lab.sweep.slots import WorkerSlot

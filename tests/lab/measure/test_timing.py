@@ -3,7 +3,7 @@ import time
 import pytest
 import torch
 
-from jaggedperf.lab import timing
+from jaggedperf.lab.measure import timing
 
 
 def test_wall_stats_measures_a_known_duration():
@@ -77,7 +77,7 @@ def test_uncapturable_call_returns_none():
 
 # --- samples, stability and re-measurement, on a scripted clock ---------------------------------
 
-from jaggedperf.lab import stats  # noqa: E402
+from jaggedperf.lab.measure import stats  # noqa: E402
 from helpers.fake_clock import FakeClock, drifting, noisy, steady, with_outliers  # noqa: E402
 
 CPU = torch.device("cpu")

@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from jaggedperf.lab import timing
+from jaggedperf.lab.measure import timing
 
 __all__ = ["QUIET_SLACK", "Round", "Rounds", "run", "median_ratio", "fastest_probe_us"]
 

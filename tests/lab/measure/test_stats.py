@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from jaggedperf.lab import stats
+from jaggedperf.lab.measure import stats
 
 
 def test_encode_decode_round_trips_at_float32_precision():

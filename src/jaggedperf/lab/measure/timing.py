@@ -28,8 +28,8 @@ from typing import Callable
 
 import torch
 
-from jaggedperf.lab import stats
-from jaggedperf.lab.env import CpuLoad
+from jaggedperf.lab.measure import stats
+from jaggedperf.lab.measure.env import CpuLoad
 from jaggedperf.lab.result import DeviceTime, Stability, WallStats, judge
 
 # The clock of every host-timed loop here (seconds). A module attribute so that tests can put a fake clock

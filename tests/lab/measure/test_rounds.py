@@ -1,4 +1,4 @@
-"""lab.rounds: interleaved rounds with the host's speed beside each, and the quiet-round judgement (scripted
+"""lab.measure.rounds: interleaved rounds with the host's speed beside each, and the quiet-round judgement (scripted
 probes, walls and clock: nothing here depends on this machine's speed)."""
 
 import itertools
@@ -6,7 +6,7 @@ import itertools
 import pytest
 import torch
 
-from jaggedperf.lab import rounds
+from jaggedperf.lab.measure import rounds
 
 CPU = torch.device("cpu")
 
