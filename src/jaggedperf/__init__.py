@@ -18,7 +18,8 @@ __version__ = "0.1.0"
 
 # public name -> the module it comes from
 _PUBLIC = {
-    "Results": "jaggedperf.api", "bench": "jaggedperf.api", "load": "jaggedperf.api", "measure": "jaggedperf.api",
+    "Results": "jaggedperf.lab.api", "bench": "jaggedperf.lab.api", "load": "jaggedperf.lab.api",
+    "measure": "jaggedperf.lab.api",
     "JaggedBatch": "jaggedperf.batch",
     "compile": "jaggedperf.boundary",
     "Case": "jaggedperf.inputs", "make_batch": "jaggedperf.inputs",

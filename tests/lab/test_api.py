@@ -7,7 +7,7 @@ import torch
 
 import jaggedperf
 from jaggedperf import Case
-from jaggedperf.api import COLUMNS, SAMPLE_COLUMNS, Results
+from jaggedperf.lab.api import COLUMNS, SAMPLE_COLUMNS, Results
 from jaggedperf.impls.registry import get_op
 from jaggedperf.lab.measure import timing
 from jaggedperf.lab.result import OK, UNSTABLE

@@ -136,7 +136,7 @@ def repro_cells(record: RunRecord) -> list[Shown]:
 
 def doctor_cells(root: Path, path: Path) -> list[Shown]:
     """The doctor's eager and compiled figures (not its plain twin's, graph's or other modes')."""
-    from jaggedperf.api import load
+    from jaggedperf.lab.api import load
 
     results = load(root / path).record.results
     return [c for r in results if r.mode in (EAGER, SEED_COMPILED_MODE) and "input_form" not in r.extra
