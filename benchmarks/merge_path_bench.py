@@ -143,18 +143,12 @@ def timed(row: dict, name: str, fn, ref, tol: float, rep: int, repeat_check: boo
 
 
 def chunks_call(values, offsets, mean: bool):
-    """The balanced chunks at their production sizing (``plan.plan_chunks``), forced."""
+    """The balanced chunks at their production sizing (``plan.plan_sized_chunks``), forced."""
     from jaggedperf.ops import testing
-    from jaggedperf.ops.launch.plan import chunking
     from jaggedperf.ops.reduce import plan
 
-    cfg = testing.reduce_config(values.shape[1], values.dtype, values.device, plan.few_segments(offsets.shape[0] - 1))
-    programs = testing.sm_count(values.device) * cfg.programs_per_sm
-    rows, chunks = chunking(values.shape[0], -(-values.shape[1] // cfg.block_m), programs, cfg.block_l,
-                            cfg.min_chunk_rows)
-
     def call():
-        planned = plan.plan_chunks(values, offsets, mean, False, cfg, rows, chunks, 0)
+        planned = plan.plan_sized_chunks(values, offsets, mean, False)
         testing.run_direct(planned.launches)
         return planned.out
 

@@ -72,7 +72,7 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
             return plan_segments(values, offsets, mean, empty_zero, segments)
         # Known long, not skewed lengths: the balanced chunks, which hold the long-row bars at the floor
         # (tests/gpu/test_bars_gpu.py; the merge path measured 1.19x them at 1024 × 256 × <= 1000 rows).
-        return _chunks(values, offsets, mean, empty_zero)
+        return plan_sized_chunks(values, offsets, mean, empty_zero)
     # Every call without max_seqlen takes the merge path. The balanced chunks measured faster on small batches of long
     # even segments (benchmarks/results/h200/merge-path.md: B <= 4096 and >= 27 rows a segment, e.g. 512 × 64 14.8
     # against 19.4 µs) and slower below 11 rows a segment or from B = 10^4 up; a rule on B and N / B between those
@@ -90,8 +90,9 @@ MERGE_SEQLEN_RATIO = 8
 MERGE_MIN_SEGMENTS = 16384
 
 
-def _chunks(values, offsets, mean: bool, empty_zero: bool) -> Plan:
-    # the balanced chunks sized for the device: about programs_per_sm programs an SM, whatever N and B
+def plan_sized_chunks(values, offsets, mean: bool, empty_zero: bool) -> Plan:
+    """The balanced chunks at their production sizing: about ``programs_per_sm`` programs an SM, whatever N and B
+    (``plan_chunks`` with the bucket's config and ``chunking``'s rows per chunk)."""
     n_cols = values.shape[1]
     cfg = reduce_config(n_cols, values.dtype, values.device, few_segments(offsets.shape[0] - 1))
     chunk_programs = sm_count(values.device) * cfg.programs_per_sm
