@@ -8,6 +8,8 @@ Invariants:
 - one region (a fresh code object, named after ``fn`` and its layout) per pytree structure and layout: Dynamo
   keeps its cache and recompile limit per code object, so each region guards only its flat arguments, as ``fn``
   compiled on plain tensors does;
+- each NJT is rebuilt by one call in the graph (``rebuild``) whose cached max_seqlen is the very ``(n, 0)`` tensor
+  that crossed (``crossing``'s docstring says why): an output NJT keeping it returns the input, allocating nothing;
 - an argument crossing as ``"=k"`` is handed the NJT rebuilt for leaf ``k``: aliasing between NJT arguments is
   eager mode's;
 - an output that is one of the rebuilt input NJTs leaves as ``Same(index)``; every other plain jagged NJT as
@@ -23,11 +25,11 @@ from typing import Any, Callable
 import torch
 import torch.utils._pytree as pytree
 
-from jaggedperf.boundary.crossing import ANY, SEQLEN_SHIFT
+from jaggedperf.boundary.crossing import ANY, MIN_SEQLEN_SHIFT
 from jaggedperf.boundary.parts import Dense, Parts, Same
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
-__all__ = ["make_region"]
+__all__ = ["make_region", "rebuild"]
 
 
 def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...]) -> Callable:
@@ -65,15 +67,36 @@ def _rebuild(layout: tuple[str, ...], flat: tuple) -> tuple[list, list]:
             i += 2
             low = high = None
             if code[1] == "m":
-                low = flat[i].shape[0] - SEQLEN_SHIFT
+                low = flat[i].shape[0] - MIN_SEQLEN_SHIFT
                 i += 1
             if code[2] == "x":
-                high = flat[i].shape[0] - SEQLEN_SHIFT
+                high = flat[i]
                 i += 1
-            nt = torch.nested.nested_tensor_from_jagged(values, offsets, min_seqlen=low, max_seqlen=high)
+            nt = rebuild(values, offsets, low, high)
             inputs.append((len(leaves), nt))
             leaves.append(nt)
     return leaves, inputs
+
+
+def _view(values: torch.Tensor, offsets: torch.Tensor, low: int | None, high: torch.Tensor | None) -> torch.Tensor:
+    # nested_tensor_from_jagged's view op, its max_seqlen given as the (n, 0) tensor that crossed instead of an int
+    low_tensor = None if low is None else torch.zeros(low, 0)
+    return torch._nested_view_from_jagged(values, offsets, _nt_view_dummy(), None, 1, low_tensor, high)
+
+
+def _from_sizes(values: torch.Tensor, offsets: torch.Tensor, low: int | None,
+                high: torch.Tensor | None) -> torch.Tensor:
+    return torch.nested.nested_tensor_from_jagged(values, offsets, min_seqlen=low,
+                                                  max_seqlen=None if high is None else high.shape[0])
+
+
+try:  # the NJT view op's dummy argument: private since the NJT's first release; the public constructor without it
+    from torch.nested._internal.nested_tensor import _nt_view_dummy
+except ImportError:  # pragma: no cover
+    rebuild = _from_sizes
+else:
+    # one call in the graph (Dynamo does not trace the view op itself), run on fake tensors while tracing
+    rebuild = torch.compiler.allow_in_graph(_view)
 
 
 def _take_apart(out: Any, inputs: list) -> Any:
