@@ -49,6 +49,8 @@ class BoundaryFunction:
             calls go to ``torch.compile(fn)``, silently, which compiles no graph for them either and costs less.
         dynamo_config: the Dynamo settings the regions are compiled and called under: empty, or
             ``_DATA_DEPENDENT`` once the function needed them.
+        constant_ragged: the regions rebuild NJTs with constant ragged sizes (``region.rebuild_constant``): set once
+            a compile failed on a guard Dynamo cannot build for an NJT made in the graph (torch before 2.15).
     """
 
     def __init__(self, fn: Callable, compile_kwargs: dict[str, Any]) -> None:
@@ -63,6 +65,7 @@ class BoundaryFunction:
         self._backends: dict[tuple, Any] = {}
         self.last_fallback: str | None = None
         self.dynamo_config: dict[str, Any] = {}
+        self.constant_ragged = False
         self._fallback: Callable | None = None
         self._warned: set[str] = set()
         if not isinstance(fn, torch.nn.Module):
@@ -93,8 +96,8 @@ class BoundaryFunction:
     def _region(self, crossing: Crossing) -> Callable:
         codes = "".join(c[0] for c in crossing.layout)
         name = f"{self._name}_{codes}_{len(self.regions)}"
-        region, backend = compile_region(make_region(self.fn, name, crossing.spec, crossing.layout),
-                                          self.compile_kwargs)
+        region, backend = compile_region(make_region(self.fn, name, crossing.spec, crossing.layout,
+                                                     self.constant_ragged), self.compile_kwargs)
         self.regions[crossing.key] = region
         if backend is not None:
             self._backends[crossing.key] = backend
@@ -106,17 +109,18 @@ class BoundaryFunction:
             return region(*crossing.flat)
 
     def _after_error(self, err: Exception, crossing: Crossing, args: tuple, kwargs: dict) -> Any:
-        """A compile or call on the components failed: retry once under the data-dependent settings where they
-        apply, else answer as ``torch.compile(fn)`` does and, where it succeeds, send this signature there."""
-        if not self.dynamo_config and _data_dependent(err):
+        """A compile or call on the components failed: retry once under each setting that answers the failure (the
+        data-dependent settings, constant ragged sizes), else answer as ``torch.compile(fn)`` does and, where it
+        succeeds, send this signature there."""
+        while (change := self._retry_for(err)) is not None:
             # New regions (new code objects: Dynamo's state from the failed compile stays with the old ones, and a
-            # retry on them fails on symbols that state left pending), under the settings.
-            self.dynamo_config = dict(_DATA_DEPENDENT)
+            # retry on them fails on symbols that state left pending), under the new setting.
+            change()
             self.regions, self._backends = {}, {}
-            self._name += "_dd"
             try:
                 region = self._region(crossing)
-                result = join_output(self._call_patched(region, crossing), crossing)
+                out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
+                result = join_output(out, crossing)
             except Exception as again:  # noqa: BLE001
                 err = again
             else:
@@ -130,6 +134,22 @@ class BoundaryFunction:
         self.last_fallback = reason
         self._warn(reason)
         return out
+
+    def _retry_for(self, err: Exception) -> Callable[[], None] | None:
+        """The setting to compile again under after ``err``, each tried once; None: no retry answers it."""
+        if not self.dynamo_config and _data_dependent(err):
+            return self._use_data_dependent
+        if not self.constant_ragged and _unguardable_ragged_size(err):
+            return self._use_constant_ragged
+        return None
+
+    def _use_data_dependent(self) -> None:
+        self.dynamo_config = dict(_DATA_DEPENDENT)
+        self._name += "_dd"
+
+    def _use_constant_ragged(self) -> None:
+        self.constant_ragged = True
+        self._name += "_cr"
 
     def fallback(self) -> Callable:
         """``torch.compile(fn, **compile_kwargs)``, made on first use.
@@ -174,6 +194,17 @@ def _data_dependent(err: Exception) -> bool:
             return True
         e, seen = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__, seen + 1
     return "data-dependent" in str(err) or "DataDependentOutputException" in str(err)
+
+
+def _unguardable_ragged_size(err: Exception) -> bool:
+    """Whether Dynamo failed to build a guard on a symbol it has no source for: before torch 2.15, the ragged size
+    of an NJT made in the graph, compared with an int (``region._constant_ragged_size``)."""
+    seen, e = 0, err
+    while e is not None and seen < 8:
+        if type(e) is IndexError and "list index out of range" in str(e):
+            return True
+        e, seen = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__, seen + 1
+    return False
 
 
 def _describe(err: Exception) -> str:
