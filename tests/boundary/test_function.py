@@ -14,6 +14,7 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import jaggedperf
+import jaggedperf.boundary.function as boundary_function
 import jaggedperf.impls.jagged_mean  # noqa: F401  (registers the jagged_mean implementations)
 from jaggedperf.boundary import BoundaryFallbackWarning, BoundaryFunction, BoundaryModule
 from jaggedperf.impls.registry import get_implementation
@@ -343,10 +344,13 @@ def test_user_errors_are_raised_as_torch_compile_raises_them():
     assert not compiled.fallbacks
 
 
+@pytest.mark.parametrize("constant_from_the_start", [True, False])
 @pytest.mark.parametrize("norm", ["layer_norm", "rms_by_hand"])
-def test_norms_compile_on_the_components_with_eagers_values_and_gradients(norm):
-    # Both compare the ragged size of an NJT made in the graph with an int: before torch 2.15 Dynamo could not build
-    # that guard (an IndexError on every compile); the boundary compiles them again with constant ragged sizes
+def test_norms_compile_on_the_components_with_eagers_values_and_gradients(norm, constant_from_the_start, monkeypatch):
+    # Both compare the ragged size of an NJT made in the graph with an int: before torch 2.15 Dynamo cannot build
+    # that guard (an IndexError on every compile). The boundary rebuilds NJTs with constant ragged sizes there from
+    # the start, or compiles again so after that failure
+    monkeypatch.setattr(boundary_function, "_CONSTANT_RAGGED", constant_from_the_start)
     layer = torch.nn.LayerNorm(4)
 
     def rms_by_hand(nt):
@@ -372,7 +376,10 @@ def test_norms_compile_on_the_components_with_eagers_values_and_gradients(norm):
             for a, b in zip(got, want):
                 torch.testing.assert_close(a, b)
             layer.zero_grad(set_to_none=True)
-    assert not compiled.boundary.fallbacks if norm == "layer_norm" else not compiled.fallbacks
+    boundary = compiled.boundary if norm == "layer_norm" else compiled
+    assert not boundary.fallbacks
+    if constant_from_the_start:
+        assert boundary.constant_ragged
 
 
 def test_kwargs_and_nested_containers():

@@ -29,6 +29,9 @@ _Tensor = torch.Tensor
 # Dynamo's settings under which values read from tensors (lengths, ``tolist``) become unbacked symbols
 # instead of a failure: the retry for functions that compile only that way on the components.
 _DATA_DEPENDENT = {"capture_scalar_outputs": True, "capture_dynamic_output_shape_ops": True}
+# Before torch 2.15 (pytorch#185016) the ragged size of an NJT made in the graph takes a guard Dynamo cannot build
+# whenever an op compares it with an int: the regions start with constant ragged sizes there.
+_CONSTANT_RAGGED = torch.torch_version.TorchVersion(torch.__version__) < (2, 15)
 
 
 class BoundaryFallbackWarning(UserWarning):
@@ -49,8 +52,10 @@ class BoundaryFunction:
             calls go to ``torch.compile(fn)``, silently, which compiles no graph for them either and costs less.
         dynamo_config: the Dynamo settings the regions are compiled and called under: empty, or
             ``_DATA_DEPENDENT`` once the function needed them.
-        constant_ragged: the regions rebuild NJTs with constant ragged sizes (``region.rebuild_constant``): set once
-            a compile failed on a guard Dynamo cannot build for an NJT made in the graph (torch before 2.15).
+        constant_ragged: the regions rebuild NJTs with constant ragged sizes (``region.rebuild_constant``): from the
+            start before torch 2.15, where Dynamo cannot build a guard on the ragged size of an NJT made in the graph
+            (layer_norm compares it with an int), so no compile fails on it first; after a compile failed so on a
+            later torch; never with the data-dependent settings, and not after a compile with them failed.
     """
 
     def __init__(self, fn: Callable, compile_kwargs: dict[str, Any]) -> None:
@@ -58,14 +63,16 @@ class BoundaryFunction:
         self.compile_kwargs = dict(compile_kwargs)
         self._mark = self.compile_kwargs.get("dynamic", None) is not False
         name = getattr(fn, "__name__", type(fn).__name__)
-        self._name = "jaggedperf_boundary_" + "".join(c if c.isalnum() else "_" for c in name)
+        self._base_name = "jaggedperf_boundary_" + "".join(c if c.isalnum() else "_" for c in name)
+        self._name = self._base_name
         self.regions: dict[tuple, Callable] = {}
         self.fallbacks: dict[tuple, str] = {}
         self.pass_through: set[tuple] = set()
         self._backends: dict[tuple, Any] = {}
         self.last_fallback: str | None = None
         self.dynamo_config: dict[str, Any] = {}
-        self.constant_ragged = False
+        self.constant_ragged = _CONSTANT_RAGGED
+        self._tried: set[tuple[bool, bool]] = set()
         self._fallback: Callable | None = None
         self._warned: set[str] = set()
         if not isinstance(fn, torch.nn.Module):
@@ -136,20 +143,25 @@ class BoundaryFunction:
         return out
 
     def _retry_for(self, err: Exception) -> Callable[[], None] | None:
-        """The setting to compile again under after ``err``, each tried once; None: no retry answers it."""
-        if not self.dynamo_config and _data_dependent(err):
-            return self._use_data_dependent
-        if not self.constant_ragged and _unguardable_ragged_size(err):
-            return self._use_constant_ragged
-        return None
+        """The setting to compile again under after ``err``; None: no untried setting answers it. Settings are
+        (data-dependent, constant ragged sizes) pairs, each tried at most once per function."""
+        self._tried.add((bool(self.dynamo_config), self.constant_ragged))
+        if _data_dependent(err):
+            wanted = (True, False)  # unbacked symbols do not combine with constant nested ints
+        elif _unguardable_ragged_size(err):
+            wanted = (bool(self.dynamo_config), True)
+        elif self.constant_ragged and _chain_says(err, "NestedIntNode"):
+            wanted = (bool(self.dynamo_config), False)  # the constant failed (e.g. lengths read as Python numbers)
+        else:
+            return None
+        if wanted in self._tried or wanted == (True, True):
+            return None
+        return lambda: self._use(*wanted)
 
-    def _use_data_dependent(self) -> None:
-        self.dynamo_config = dict(_DATA_DEPENDENT)
-        self._name += "_dd"
-
-    def _use_constant_ragged(self) -> None:
-        self.constant_ragged = True
-        self._name += "_cr"
+    def _use(self, data_dependent: bool, constant_ragged: bool) -> None:
+        self.dynamo_config = dict(_DATA_DEPENDENT) if data_dependent else {}
+        self.constant_ragged = constant_ragged
+        self._name = f"{self._base_name}{'_dd' if data_dependent else ''}{'_cr' if constant_ragged else ''}"
 
     def fallback(self) -> Callable:
         """``torch.compile(fn, **compile_kwargs)``, made on first use.
@@ -199,9 +211,14 @@ def _data_dependent(err: Exception) -> bool:
 def _unguardable_ragged_size(err: Exception) -> bool:
     """Whether Dynamo failed to build a guard on a symbol it has no source for: before torch 2.15, the ragged size
     of an NJT made in the graph, compared with an int (``region._constant_ragged_size``)."""
+    return _chain_says(err, "list index out of range", IndexError)
+
+
+def _chain_says(err: Exception, text: str, kind: type | None = None) -> bool:
+    """Whether an exception in ``err``'s chain (Dynamo wraps the tracer's and the backend's) says ``text``."""
     seen, e = 0, err
     while e is not None and seen < 8:
-        if type(e) is IndexError and "list index out of range" in str(e):
+        if (kind is None or type(e) is kind) and text in str(e):
             return True
         e, seen = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__, seen + 1
     return False

@@ -101,8 +101,9 @@ def _constant_ragged_size(offsets: torch.Tensor) -> None:
     compares it with an int (layer_norm's ``ragged_size in normalized_shape``, ``nt - nt.mean(-1, keepdim=True)``)
     adds a guard that Dynamo cannot build: an IndexError on every compile before torch 2.15 (pytorch#185016 folds
     such comparisons since). A constant one compares as it does in eager mode, with no guard. Each is drawn from
-    torch's own counter, so no other nested int of the process equals it. Only for the retry after that IndexError
-    (``BoundaryFunction``): unbacked symbols (the data-dependent retry) do not combine with a constant nested int.
+    torch's own counter, so no other nested int of the process equals it. ``BoundaryFunction`` uses it before torch
+    2.15 and after that IndexError; never with unbacked symbols (the data-dependent retry), which do not combine with
+    a constant nested int.
     """
     inner = _unwrap_functional(offsets)
     if not isinstance(inner, _FakeTensor):
