@@ -21,7 +21,7 @@ def test_positional_njts_cross_as_their_own_tensors_with_their_seqlens_as_sizes(
     assert rest[0] is plain and rest[1] == 3
     for t in (values, offsets, low, high):
         assert 0 in t._dynamo_weak_dynamic_indices  # ragged sizes cross marked dynamic
-    assert seqlen_tensor(5, 3) is high  # one tensor per place and size, shared between calls
+    assert seqlen_tensor(5, 3, True) is high  # one tensor per place, size and marking, shared between calls
 
 
 def test_each_cached_seqlen_has_its_code():

@@ -49,7 +49,7 @@ LEAF_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device)
 # A min_seqlen n crosses as a (n + MIN_SEQLEN_SHIFT, 0) tensor: never a size Dynamo specialises (0 or 1).
 MIN_SEQLEN_SHIFT = 2
 _CODES = {(False, False): "j--", (True, False): "jm-", (False, True): "j-x", (True, True): "jmx"}
-# The seqlen tensors, one per (place in the flat list, size): shared by every call (they hold no data), so an
+# The seqlen tensors, one per (place in the flat list, size, marking): shared by every call (they hold no data), so an
 # unchanged seqlen allocates nothing and keeps its dynamic mark, and two places never hold one tensor (Dynamo guards
 # on inputs that are the same object: a min_seqlen equal to a max_seqlen, or two NJTs' equal seqlens, would compile a
 # graph of their own). Bounded: cleared when a workload has seen this many.
@@ -100,15 +100,18 @@ def njt_code(has_min: bool, has_max: bool) -> str:
     return _CODES[has_min, has_max]
 
 
-def seqlen_tensor(size: int, place: int) -> torch.Tensor:
+def seqlen_tensor(size: int, place: int, mark: bool) -> torch.Tensor:
     """The ``(size, 0)`` tensor a seqlen crosses as at ``place`` in the flat list, ``size`` the seqlen or, for a
-    min_seqlen, the seqlen + ``MIN_SEQLEN_SHIFT`` (shared between calls, allocated once per place and size)."""
-    key = (place, size)
+    min_seqlen, the seqlen + ``MIN_SEQLEN_SHIFT``; marked dynamic when ``mark`` (shared between calls, allocated and
+    marked once per place, size and marking)."""
+    key = (place, size, mark)
     t = _SEQLEN_TENSORS.get(key)
     if t is None:
         if len(_SEQLEN_TENSORS) >= _SEQLEN_TENSORS_MAX:
             _SEQLEN_TENSORS.clear()
         t = _SEQLEN_TENSORS[key] = torch.empty(size, 0)
+        if mark:
+            torch._dynamo.maybe_mark_dynamic(t, 0)
     elif _STRICT_MARK in t.__dict__:
         # An NJT the compiled runtime built around it (an output it returns as a subclass) marked it for Dynamo with
         # mark_dynamic, which the next call's guards would see (a graph more): it crosses with its weak mark alone
@@ -132,17 +135,18 @@ def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list) -> str:
             needs_edge = nt.requires_grad
         if needs_edge:
             values = Unwrap.apply(nt)
+    offsets = nt._offsets
+    if mark:
+        _mark_dim0_dynamic(values)
+        _mark_dim0_dynamic(offsets)
+    flat.append(values)
+    flat.append(offsets)
     cache = nt._metadata_cache
     low, high = cache.get("min_seqlen"), cache.get("max_seqlen")
-    parts = [values, nt._offsets]
     if low is not None:
-        parts.append(seqlen_tensor(low.shape[0] + MIN_SEQLEN_SHIFT, len(flat) + 2))
+        flat.append(seqlen_tensor(low.shape[0] + MIN_SEQLEN_SHIFT, len(flat), mark))
     if high is not None:
-        parts.append(seqlen_tensor(high.shape[0], len(flat) + len(parts)))
-    if mark:
-        for t in parts:
-            _mark_dim0_dynamic(t)
-    flat += parts
+        flat.append(seqlen_tensor(high.shape[0], len(flat), mark))
     return _CODES[low is not None, high is not None]
 
 
