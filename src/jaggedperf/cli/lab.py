@@ -323,23 +323,29 @@ def _footer(console: Console, record: RunRecord) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from jaggedperf.impls.registry import OPS, get_op
+    from jaggedperf.cli import _catalogue
+    from jaggedperf.lab.plugins import plugin_names
 
     out, err = console(), Console(stderr=True)
+    # the catalogue where it says what the registry would (no torch to import: start-up in a second), else the registry
+    builtin = _catalogue.answers_here(plugin_names(getattr(args, "plugin", None) or ()))
     try:
-        chosen = select(args, default_modes=modes_mod.MODES)
+        known = {op.name: op.implementation_names() for op in _catalogue.CATALOGUE} if builtin else None
+        chosen = select(args, default_modes=modes_mod.MODES, known=known)
     except (PluginError, KeyError, ValueError) as exc:
         print_error(err, exc)
         return 2
-    op = get_op(chosen.op)
+    ops = {op.name: op for op in (_catalogue.CATALOGUE if builtin else _catalogue.from_registry())}
+    op = ops[chosen.op]
     table = Table(title=f"{op.name}: {op.description}")
     for col in ("implementation", "from", "takes", "pads", "description"):
         table.add_column(col, no_wrap=col == "implementation")
+    listed = {impl.name: impl for impl in op.implementations}
     for name in chosen.impls:
-        impl = op.implementations[name]
-        table.add_row(impl.name, _origin(impl.fn), impl.takes, "yes" if impl.pads else "", impl.description)
+        impl = listed[name]
+        table.add_row(impl.name, impl.origin, impl.takes, "yes" if impl.pads else "", impl.description)
     out.print(table)
-    for name, reason in op.unavailable.items():  # optional contenders that cannot run here (e.g. helion)
+    for name, reason in op.unavailable:  # optional contenders that cannot run here (e.g. helion)
         out.print(f"not available here: {name}: {reason}", markup=False, highlight=False)
     modes = Table(title="modes")
     modes.add_column("mode", no_wrap=True)
@@ -347,15 +353,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     for name in chosen.modes:
         modes.add_row(name, modes_mod.DESCRIPTIONS[name])
     out.print(modes)
-    others = sorted(set(OPS) - {op.name})
+    others = sorted(set(ops) - {op.name})
     if others:
         out.print(f"other ops (--op): {', '.join(others)}", markup=False, highlight=False)
     if chosen.plugins:
         out.print(f"plugins: {', '.join(chosen.plugins)}", markup=False, highlight=False)
     return 0
-
-
-def _origin(fn) -> str:
-    """"built-in" for jaggedperf's own implementations, else the module that registered it (a plugin)."""
-    module = getattr(fn, "__module__", "") or ""
-    return "built-in" if module.split(".")[0] == "jaggedperf" else module
