@@ -236,3 +236,19 @@ def test_every_committed_json_file_is_read_alike_by_load_and_the_commands_or_ref
         assert re.search(rf"^{cells} cells\b", report.read_text(), re.M), path
         read.add(path.name)
     assert {"five_shapes.jsonl.gz", "neighbourhood.jsonl.gz", "doctor-seed.json.gz", "seed-table-shape1.json"} <= read
+
+
+def test_a_timed_out_cell_reads_timed_out_in_the_report(tmp_path, small):
+    # docs/columns.md: the status "timed out" (an error: the cell passed its --timeout), in every table
+    from jaggedperf.lab.result import ERROR
+
+    cut = replace(small.results[1], status=ERROR, reason="timed out after 30 s", wall=None, device_time=None,
+                  stability=None, speedup_vs_eager=None, rel_error=None)
+    path = tmp_path / "cut.json"
+    write_json(path, RunRecord(small.environment, [small.results[0], cut, *small.results[2:]], small.copy_gbps))
+    assert main(["report", str(path), "-o", str(tmp_path / "r.md"), "--no-plots"]) == 0
+    text = (tmp_path / "r.md").read_text()
+    label = f"{cut.case.label} | {cut.implementation} | {cut.mode}"
+    assert f"| {label} | **timed out** |" in text  # all cells
+    assert f"| timed out | {label} | timed out after 30 s |" in text  # failures
+    assert "(1 of the errors timed out)" in text

@@ -17,6 +17,7 @@ from typing import Iterable
 
 from jaggedperf.lab.result import TIMED, UNSTABLE, Result, RunRecord
 from jaggedperf.lab.results.atomic import write_text_atomic
+from jaggedperf.lab.results.tables import status_text
 from jaggedperf.lab.results.views import result_rank, speedups
 
 AXES = ("torch", "gpu", "host")  # in the order a group's name lists them
@@ -197,7 +198,7 @@ def _wall(r: Result | None) -> str:
         return NONE
     ms = _median_ms(r)
     if ms is None:
-        return r.status
+        return status_text(r)
     w = r.wall
     spread = f" ({w.p20_ms * 1e3:.1f}–{w.p80_ms * 1e3:.1f})" if w.p20_ms is not None and w.p80_ms is not None else ""
     return f"{ms * 1e3:.1f}{spread}" + (" unstable" if r.status == UNSTABLE else "")
