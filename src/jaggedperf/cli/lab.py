@@ -238,6 +238,9 @@ def _print_tables(out: Console, record: RunRecord, chosen: Selection) -> None:
         show(out, tables.baseline_table(record.results, chosen.baseline))
     for line in tables.problems(record.results):
         out.print(f"• {line}", markup=False, highlight=False, style="red")
+    advice = tables.unstable_advice(record.results)
+    if advice:
+        out.print(advice, markup=False, highlight=False, style="yellow")
     if compiled_mode:
         for line in tables.findings(record.results, compiled_mode, boundary_mode):
             out.print(f"• {line}", markup=False, highlight=False)

@@ -37,9 +37,15 @@ class Panel:
     name: str  # the implementation (speedup) or our mode (ours vs best torch)
     values: np.ndarray  # (len(seqlens), len(sparsities)); NaN where there is no value
     unstable: np.ndarray | None = None  # same shape, True where a cell the value needs is unstable (no value)
+    # same shape: where ``unstable``, the ratio the unstable walls give (NaN where none): shown marked, no colour
+    unstable_values: np.ndarray | None = None
 
     def unstable_mask(self) -> np.ndarray:
         return self.unstable if self.unstable is not None else np.zeros(self.values.shape, dtype=bool)
+
+    def unstable_value(self, index) -> float:
+        """The ratio the unstable walls give at ``index`` (NaN where there is none)."""
+        return float("nan") if self.unstable_values is None else float(self.unstable_values[index])
 
 
 @dataclass
@@ -98,6 +104,7 @@ def heatmap_data(record: RunRecord) -> list[Heatmap]:
     for r in record.results:
         by_shape[shape_of(r)].append(r)
     speedup = speedups(record.results)
+    shaky_speedup = speedups(record.results, with_unstable=True)  # the ratios a hatched cell shows, marked
     versus = {kind: ours_vs_best(record.results, value) for kind, (_, _, value) in VERSUS.items()}
     out = []
     for shape in sorted(by_shape, key=lambda s: (s.op, s.distribution, s.B, s.M, s.dtype, s.seed)):
@@ -126,7 +133,8 @@ def heatmap_data(record: RunRecord) -> list[Heatmap]:
             panels = []
             for impl in ordered((r.implementation for r in in_mode), impl_rank):
                 mine = [r for r in in_mode if r.implementation == impl]
-                panels.append(Panel(impl, grid(mine, speedup), shaky(mine, True)))
+                mask = shaky(mine, True)
+                panels.append(Panel(impl, grid(mine, speedup), mask, np.where(mask, grid(mine, shaky_speedup), np.nan)))
             left_out = Counter(r.status for r in rs if r.mode in (EAGER, mode) and r.status not in (OK, UNSTABLE))
             # a panel's implementation × case with no result in this mode (a cut compile a file never recorded) is an
             # empty cell of the figure too: counted, so that its note never says "all cells ok" over a gap

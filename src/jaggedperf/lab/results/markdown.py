@@ -17,7 +17,7 @@ from jaggedperf.inputs import Case
 from jaggedperf.lab.result import OK, STATUSES, TIMED, UNSTABLE, Result, RunRecord
 from jaggedperf.lab.results import variants
 from jaggedperf.lab.budget import timed_out
-from jaggedperf.lab.results.tables import status_text
+from jaggedperf.lab.results.tables import shown_speedup, status_text
 from jaggedperf.lab.results.views import (
     EAGER,
     OURS,
@@ -154,8 +154,10 @@ def _ours_vs_best(results: list[Result]) -> list[str]:
 
 def _all_cells(results: list[Result]) -> list[str]:
     rows = []
+    eager = {(r.op, r.implementation, r.case): r for r in results if r.mode == EAGER}
     for r in results:
         ok = r.status in TIMED
+        speedup, settled = shown_speedup(r, eager.get((r.op, r.implementation, r.case)))
         rows.append([
             r.case.label, r.implementation, r.mode, r.status if r.status == OK else f"**{status_text(r)}**",
             _us(r.wall.median_ms * 1e3) if ok and r.wall else NONE,
@@ -165,7 +167,7 @@ def _all_cells(results: list[Result]) -> list[str]:
             f"{r.kernels_per_call:g}" if ok and r.kernels_per_call is not None else NONE,
             f"{r.gbps:.0f}" if ok and r.gbps is not None else NONE,
             f"{r.pct_of_copy:.1f}" if ok and r.pct_of_copy is not None else NONE,
-            f"{r.speedup_vs_eager:.2f}×" if ok and r.speedup_vs_eager is not None else NONE,
+            NONE if speedup is None else f"{speedup:.2f}×" + ("" if settled else f" ({UNSTABLE})"),
             f"{r.compile_s:.1f}" if r.compile_s is not None else NONE,
         ])
     header = ["case", "implementation", "mode", "status", "wall µs (median)", "wall µs (p20–p80)", "device µs",
@@ -189,8 +191,8 @@ def _unstable(results: list[Result]) -> list[str]:
         note = f" ({unjudged} had too few calls to judge)" if unjudged else ""
         return out + [f"None: every timed cell settled (IQR ≤ {st.max_iqr_rel:.0%} of the median, drift ≤ "
                       f"{st.max_drift_rel:.0%}){note}.", ""]
-    out += ["Measured again and again, these cells never settled: their figures are shown but give no speedup and no "
-            "finding. IQR and drift are relative to the median; other CPUs = CPUs other processes kept busy while "
+    out += ["Measured again and again, these cells never settled: their figures (and a speedup with an unstable side) are "
+            "shown marked, and give no finding. IQR and drift are relative to the median; other CPUs = CPUs other processes kept busy while "
             "the cell was timed.", ""]
     rows = []
     for r in shaky:
