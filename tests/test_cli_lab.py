@@ -123,7 +123,7 @@ def test_run_with_a_timeout_records_a_hanging_cell_as_timed_out_and_goes_on(tmp_
                             ("test_hangs", "eager", "B8-M3-L20-s0.3", "error", "timed out after 3 s"),
                             ("sum_padded", "eager", "B8-M3-L20-s0.3", "ok", None)]  # the cell after it ran too
     captured = capsys.readouterr()
-    assert "• timed out: test_hangs · eager · B8-M3-L20-s0.3: timed out after 3 s" in captured.out
+    assert "• timed out: test_hangs · eager · B8-M3-L20-s0.3: after 3 s, compile included" in captured.out
     assert _table_rows(captured.out, 9)[1] == ("B8-M3-L20-s0.3", "test_hangs", "eager", "timed out")
     assert "timed out after 3 s; starting a fresh worker" in " ".join(captured.err.split())
     assert (tmp_path / "r.csv").read_text().count("timed out after 3 s") == 1
@@ -177,6 +177,23 @@ def test_repro_caps_a_cell_by_device_unless_told(monkeypatch):
     assert timeout_from_args(parser.parse_args(["repro", "--timeout", "7"]), "cpu") == 7.0
     run_default = parser.parse_args(["run", *SMALL])
     assert timeout_from_args(run_default, "cuda") is None  # run keeps every cell in this process
+
+
+def test_repros_gpu_budget_leaves_the_seeds_unbind_mean_room_to_compile():
+    # The seed's first row on the H200: torch.compile's unbind_mean compile, as the committed run measured it, fits
+    # the GPU budget at least twice over (a busier host, another torch), so the row is measured, not cut.
+    import json
+    from pathlib import Path
+
+    from jaggedperf.cli import lab
+
+    committed = Path(__file__).resolve().parents[1] / "benchmarks/results/h200/seed-table-shape1.json"
+    (cell,) = [r for r in json.loads(committed.read_text())["results"]
+               if (r["implementation"], r["mode"]) == ("unbind_mean", lab.modes_mod.SEED_COMPILED_MODE)]
+    assert cell["status"] == "ok" and cell["compile_s"] > lab.REPRO_CPU_CELL_TIMEOUT_S
+    assert lab.REPRO_GPU_CELL_TIMEOUT_S >= 2 * cell["compile_s"]
+    note = lab.gpu_budget_note(lab.REPRO_GPU_CELL_TIMEOUT_S)
+    assert "50 warm-up and 200 timed calls" in note and "cut > 240 s" in note and "--timeout none" in note
 
 
 # --- the boundary (jagged-compile:) beside the seed's compiled mode --------------------------------

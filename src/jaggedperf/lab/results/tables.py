@@ -162,7 +162,14 @@ def cell_summary(r: Result) -> str:
     if r.status in TIMED and r.wall is not None:
         text = f"{r.wall.median_ms:.3f} ms" + ("" if r.status == OK else f" ({UNSTABLE})")
         return text + (f", first call {r.compile_s:.1f} s" if r.compile_s is not None else "")
-    return f"{status_text(r)}: {r.reason}" if r.reason else status_text(r)
+    return f"{status_text(r)}: {_why(r)}" if r.reason else status_text(r)
+
+
+def _why(r: Result) -> str:
+    """A cell's reason after its status: a timed-out cell's without the words its status already says."""
+    if timed_out(r):
+        return f"{r.reason.removeprefix('timed out ')}, compile included"
+    return r.reason
 
 
 def _compile_cell(r: Result | None) -> str:
@@ -329,7 +336,7 @@ def baseline_table(results: list[Result], baseline: str) -> Table:
 
 def problems(results: list[Result]) -> list[str]:
     """One line per cell that is not ok, with its reason (unstable ones say why their timing never settled)."""
-    return [f"{status_text(r)}: {r.implementation} · {r.mode} · {r.case.label}: {r.reason}" for r in results
+    return [f"{status_text(r)}: {r.implementation} · {r.mode} · {r.case.label}: {_why(r)}" for r in results
             if r.status != OK]
 
 
