@@ -141,3 +141,19 @@ def test_two_figures_agree_when_their_spreads_overlap():
     assert readme.agree(fig(1.00), fig(1.08)) and not readme.agree(fig(1.00), fig(1.2))  # no spreads: within 10%
     a, b = fig(0.021, 0.019, 0.027), fig(0.040, table="b")
     assert readme.disagreeing([a, b]) == {a, b} and readme.marks(a, {a}) == "‡"
+
+
+def test_the_readme_figures_note_says_which_values_were_never_judged_and_which_cells_are_missing():
+    """The figure's footer is honest about the committed run: none of its values was judged stable (the run predates
+    the check: the tables' †), and unbind_mean's compiled cell at the second shape is not in the file (cut)."""
+    pytest.importorskip("matplotlib")
+    from jaggedperf.lab.modes import SEED_COMPILED_MODE
+    from jaggedperf.lab.results import figures, plot
+
+    record = readme.seed_record(ROOT)
+    (heatmap,) = [h for h in figures.heatmap_data(record) if h.kind == "speedup" and h.mode == SEED_COMPILED_MODE]
+    drawn = sum(int((p.values == p.values).sum()) for p in heatmap.panels)  # the values with a colour
+    assert heatmap.unjudged == drawn > 0 and heatmap.left_out[figures.NOT_IN_FILE] == 1
+    note = plot._heatmap_note(heatmap)
+    assert f"{drawn} values from cells whose run recorded no stability" in note
+    assert "1 cell not in the file (—: not run, or its compile was cut" in note and "all cells ok" not in note

@@ -29,6 +29,7 @@ from jaggedperf.lab.results.views import (
     wall_ms,
 )
 
+NOT_IN_FILE = "not in the file"  # a heatmap's left_out key: an implementation × case with no result in the mode
 NO_ROOFLINE = "no roofline: no cell has device time (the CPU, or --no-device-time)"
 
 
@@ -69,6 +70,7 @@ class Heatmap:
     unmeasured: int = 0  # ok cells without device time (ours_vs_best_device only)
     unstable: int = 0  # cells drawn hatched: a cell the value needs is unstable
     not_cases: int = 0  # seqlen × sparsity positions that are no case of the run (the seed's two shapes: 2 of 4)
+    unjudged: int = 0  # values drawn from cells whose run recorded no stability (files older than the check)
 
     @property
     def bars(self) -> bool:
@@ -142,11 +144,14 @@ def heatmap_data(record: RunRecord) -> list[Heatmap]:
             missing = sum(1 for impl in {r.implementation for r in in_mode} for case in {r.case for r in rs}
                           if (impl, case) not in measured)
             if missing:
-                left_out["not in the file"] += missing
+                left_out[NOT_IN_FILE] += missing
             n_unstable = int(sum(p.unstable_mask().sum() for p in panels))
             positions = {(r.case.seqlen, r.case.sparsity) for r in rs}
+            eager_of = {(r.implementation, r.case): r for r in rs if r.mode == EAGER}
+            unjudged = sum(1 for r in in_mode if r.key in speedup and (
+                r.stability is None or getattr(eager_of.get((r.implementation, r.case)), "stability", None) is None))
             out.append(Heatmap("speedup", shape, mode, seqlens, sparsities, panels, left_out, unstable=n_unstable,
-                               not_cases=len(seqlens) * len(sparsities) - len(positions)))
+                               not_cases=len(seqlens) * len(sparsities) - len(positions), unjudged=unjudged))
         ours = [r for r in rs if r.implementation == OURS]
         if not ours or all(r.implementation == OURS for r in rs):
             continue

@@ -30,7 +30,8 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import EngFormatter
 
 from jaggedperf.lab.result import RunRecord
-from jaggedperf.lab.results.figures import VERSUS, Heatmap, Scatter, heatmap_data, latency_data, roofline_data
+from jaggedperf.lab.results.figures import (NOT_IN_FILE, VERSUS, Heatmap, Scatter, heatmap_data, latency_data,
+                                            roofline_data)
 from jaggedperf.lab.results.views import OURS, environment_line, impl_rank, mode_rank, ordered
 
 DPI = 110
@@ -206,6 +207,10 @@ def _heatmap_note(h: Heatmap) -> str:
         shaky = (f"{h.unstable} cell{'s' if h.unstable != 1 else ''} unstable (hatched, no colour: timing never "
                  "settled; '?' marks the ratio its walls gave)")
         note = f"{note}; {shaky}" if note else shaky
+    if h.unjudged:
+        old = (f"{h.unjudged} value{'s' if h.unjudged != 1 else ''} from cells whose run recorded no stability (an "
+               "older file): not judged stable")
+        note = f"{note}; {old}" if note else old
     if h.not_cases:
         gaps = (f"{h.not_cases} of {len(h.seqlens) * len(h.sparsities)} seqlen × sparsity positions a panel are no "
                 "case of this run (—)")
@@ -328,10 +333,15 @@ def _draw_scatter(s: Scatter, environment: dict) -> Figure:
 
 def _note(left_out: Counter, unmeasured: int, why: str) -> str:
     parts = []
-    if left_out:
-        n = sum(left_out.values())
-        detail = ", ".join(f"{c} {status}" for status, c in sorted(left_out.items()))
+    absent = left_out.get(NOT_IN_FILE, 0)
+    failed = {status: c for status, c in left_out.items() if status != NOT_IN_FILE and c}
+    if failed:
+        n = sum(failed.values())
+        detail = ", ".join(f"{c} {status}" for status, c in sorted(failed.items()))
         parts.append(f"{n} cell{'s' if n != 1 else ''} not ok left out ({detail})")
+    if absent:
+        parts.append(f"{absent} cell{'s' if absent != 1 else ''} not in the file (—: not run, or its compile was cut "
+                     "before the file recorded it)")
     if unmeasured:
         parts.append(f"{unmeasured} ok cell{'s' if unmeasured != 1 else ''} {why} left out")
     return "; ".join(parts)
