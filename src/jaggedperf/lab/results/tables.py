@@ -135,10 +135,10 @@ def seed_table(results: list[Result], compiled_mode: str, title: str | None = No
                ("speedup", "right")]
     if boundary_mode:
         columns += [("jagged-compile µs", "right"), ("jagged-compile speedup", "right")]
+    always = len(columns)  # the walls and speedups; a measure no row has (device time on the CPU) gets no column
     columns += [("eager dev µs", "right"), ("compiled dev µs", "right"), ("compiled host µs", "right"),
                 ("kernels e→c", "right"), ("compile s", "right")]
-    for name, justify in columns:
-        table.add_column(name, justify=justify)
+    rows = []
     for row in seed_rows(results, compiled_mode, boundary_mode):
         eager, compiled = row["eager"], row["compiled"]
         speedup, settled = shown_speedup(compiled, eager)
@@ -153,7 +153,13 @@ def seed_table(results: list[Result], compiled_mode: str, title: str | None = No
             f"{_fmt(eager.kernels_per_call if eager else None, '.0f')}→{_fmt(compiled.kernels_per_call if compiled else None, '.0f')}",
             _compile_cell(compiled),
         ]
-        table.add_row(*cells, style=_speedup_style(speedup) if settled else None)
+        rows.append((cells, _speedup_style(speedup) if settled else None))
+    keep = [i for i in range(len(columns))
+            if i < always or any(cells[i] not in ("—", "—→—") for cells, _ in rows)]
+    for i in keep:
+        table.add_column(*columns[i][:1], justify=columns[i][1])
+    for cells, style in rows:
+        table.add_row(*(cells[i] for i in keep), style=style)
     return keep_names_whole(table)
 
 
