@@ -433,3 +433,24 @@ def test_a_function_returning_its_inputs_compiles_no_graph_and_then_passes_throu
     doubled = jaggedperf.compile(lambda nt: nt * 2, backend="aot_eager")
     doubled(nt), doubled(nt)
     assert not doubled.pass_through  # a region that computes keeps the components
+
+
+def test_an_ops_check_of_its_inputs_is_raised_as_eager_raises_it_with_no_fallback():
+    # the compiled code raises the jagged op's ValueError as it runs on bad offsets: the caller's error, not a
+    # failure of the components, so nothing is compiled on the NJT for it and the signature keeps its region
+    def softmax(nt):
+        return jaggedperf.jagged_softmax(nt)
+
+    compiled = jaggedperf.compile(softmax, backend="aot_eager")
+    good, _ = make_njt(3, 4, min_len=1)
+    assert_close(compiled(good), softmax(good))
+    bad = torch.nested.nested_tensor_from_jagged(good.values(), torch.tensor([0, 5, 3, good.values().shape[0]]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)
+        for _ in range(2):
+            with pytest.raises(ValueError, match="offsets"):
+                softmax(bad)
+            with pytest.raises(ValueError, match="offsets"):
+                compiled(bad)
+    assert compiled._fallback is None and not compiled.fallbacks
+    assert_close(compiled(good), softmax(good))

@@ -29,6 +29,9 @@ _Tensor = torch.Tensor
 # Dynamo's settings under which values read from tensors (lengths, ``tolist``) become unbacked symbols
 # instead of a failure: the retry for functions that compile only that way on the components.
 _DATA_DEPENDENT = {"capture_scalar_outputs": True, "capture_dynamic_output_shape_ops": True}
+# What the compiled code raises, as it runs, for its inputs (the jagged ops' checks among them): never a compile's
+# failure, which Dynamo and Inductor wrap in their own types.
+_CALLERS_ERRORS = (ValueError, TypeError)
 # Before torch 2.15 (pytorch#185016) the ragged size of an NJT made in the graph takes a guard Dynamo cannot build
 # whenever an op compares it with an int: the regions start with constant ragged sizes there.
 _CONSTANT_RAGGED = torch.torch_version.TorchVersion(torch.__version__) < (2, 15)
@@ -119,6 +122,11 @@ class BoundaryFunction:
         """A compile or call on the components failed: retry once under each setting that answers the failure (the
         data-dependent settings, constant ragged sizes), else answer as ``torch.compile(fn)`` does and, where it
         succeeds, send this signature there."""
+        if type(err) in _CALLERS_ERRORS:
+            # raised by the compiled code as it ran on these inputs (Dynamo and Inductor wrap what fails while they
+            # trace or compile): the caller's error, e.g. a jagged op's check of its offsets, raised as eager mode
+            # raises it, with no fallback to compile
+            raise err
         while (change := self._retry_for(err)) is not None:
             # New regions (new code objects: Dynamo's state from the failed compile stays with the old ones, and a
             # retry on them fails on symbols that state left pending), under the new setting.
