@@ -125,10 +125,21 @@ def test_autotune_effort_is_off_unless_asked(monkeypatch):
         assert kernels.autotune_effort() == effort
 
 
-def test_list_names_an_unavailable_contender_and_why(restore_registry, capsys):
-    from jaggedperf.cli import main
+def test_list_names_an_unavailable_contender_and_why(restore_registry, capsys, monkeypatch):
+    from jaggedperf.cli import _catalogue, main
 
+    # helion installed but unable to run (no CUDA device): only the registry knows why, so list reads it
+    monkeypatch.setattr(_catalogue, "answers_here", lambda plugins: False)
     helion_contenders.register("no helion in this test")
     assert main(["list", "--op", "jagged_softmax"]) == 0
     out = capsys.readouterr().out
     assert "not available here: helion: no helion in this test" in out
+
+
+def test_list_without_helion_says_it_is_not_installed(capsys):
+    from jaggedperf.cli import _catalogue, main
+
+    if not _catalogue.answers_here(()):
+        pytest.skip("helion is installed here")
+    assert main(["list", "--op", "jagged_softmax"]) == 0
+    assert f"not available here: helion: {_catalogue.HELION_NOT_INSTALLED}" in capsys.readouterr().out
