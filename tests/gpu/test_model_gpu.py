@@ -49,10 +49,10 @@ def test_the_doctor_recommends_the_boundary_for_sum_padded_with_its_numbers():
     opts = options()
     opts.flush_l2 = False
     opts.stability = NOISY_HOST  # the doctor's arithmetic, not the host's quiet: see gpu_checks.py
-    modes.disable_compile_caches()
     batch, reference = runner.prepare_case("jagged_mean", SEED, opts)
-    ev = gather.gather("jagged_mean", "sum_padded", modes.SEED_COMPILED_MODE, SEED, batch, reference, opts,
-                       timing.measure_copy_bandwidth(opts.device), cudagraphs=False, compile_budget_s=None)
+    with modes.cold_compile():
+        ev = gather.gather("jagged_mean", "sum_padded", modes.SEED_COMPILED_MODE, SEED, batch, reference, opts,
+                           timing.measure_copy_bandwidth(opts.device), cudagraphs=False, compile_budget_s=None)
     assert ev.boundary.available and ev.boundary.result.status == OK, ev.boundary.reason
     d = verdicts.diagnose(ev)
     assert d.contributions[0].key == attribution.NJT, d.verdict

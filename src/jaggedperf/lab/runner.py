@@ -4,6 +4,7 @@ recorded in its result and never stops the rest."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -147,8 +148,9 @@ def run(
 
 class CellRunner:
     """Runs one cell at a time, keeping the current case's batch and reference: cells grouped by case
-    (as ``plan`` orders them) make each batch once. Turns the compile caches off before the first
-    compiled cell when ``options.cold_compile`` (not before: importing Inductor takes a while). Before
+    (as ``plan`` orders them) make each batch once. With ``options.cold_compile`` each compiled cell runs
+    with the compile caches off (``modes.cold_compile``: restored after the cell; an eager cell never imports
+    Inductor for it). Before
     an implementation's first cell, calls its setup hook (once per hook: the runner has one device);
     what the hooks returned is in ``setup_state``, for the run's environment.
 
@@ -168,8 +170,6 @@ class CellRunner:
 
     def __call__(self, cell: Cell) -> Result:
         """Check and time ``cell`` (see ``run_cell``); its failures are in the result, never raised."""
-        if self.options.cold_compile and modes_mod.is_compiled(cell.mode):
-            modes_mod.disable_compile_caches()
         failed = self._setup(get_implementation(cell.op, cell.implementation))
         if failed is not None:
             return Result(cell.op, cell.implementation, cell.mode, cell.case, self.options.device.type,
@@ -181,7 +181,9 @@ class CellRunner:
         _, batch, reference, made = self._case
         if isinstance(batch, Exception):
             return input_result(cell, self.options.device, batch)
-        result = run_cell(cell, batch, reference, self.options, self.copy_gbps)
+        cold = self.options.cold_compile and modes_mod.is_compiled(cell.mode)
+        with modes_mod.cold_compile() if cold else contextlib.nullcontext():
+            result = run_cell(cell, batch, reference, self.options, self.copy_gbps)
         if result.status != SKIPPED:  # it ran: did it leave its inputs as it found them?
             self._check_inputs(cell, batch, made, result)
         return result
