@@ -1,9 +1,9 @@
 """Gathering evidence: what the doctor runs for one compiled cell and its eager twin.
 
 For implementation × compiled mode × case, ``gather`` runs these callables through
-``runner.run_cell`` (so each is checked against the float64 reference and timed the lab's way:
-wall = the seed's method; device = CUDA-graph replay, else the profiler's kernel sum; kernels from
-``torch.profiler``):
+``runner.run_cell`` (so each is checked against the float64 reference and timed the lab's one way,
+``measure.cell``: wall = the seed's method; device = CUDA-graph replay, else the profiler's kernel sum; kernels
+from ``torch.profiler``):
 
 1. **eager** — the implementation as written;
 2. **compiled** — the same in the compiled mode, while Dynamo is watched (``watch_dynamo``:
@@ -162,11 +162,13 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: Batch, re
     calls = reconcile_mod.Calls()  # the warm eager and compiled calls, let go before anything else compiles
     try:
         stage("eager")
-        eager = runner.run_cell(cell(modes_mod.EAGER), batch, reference, options, copy_gbps,
-                                on_ready=calls.keep_eager)
+        measured = runner.measure_cell(cell(modes_mod.EAGER), batch, reference, options, copy_gbps)
+        eager, calls.eager = measured.result, measured.call
         stage(mode)
         with watch_dynamo() as dynamo, catch_cudagraph_messages() as compiled_messages:
-            compiled = runner.run_cell(cell(mode), batch, reference, options, copy_gbps, on_ready=calls.keep_compiled)
+            measured = runner.measure_cell(cell(mode), batch, reference, options, copy_gbps)
+        compiled, calls.compiled = measured.result, measured.call
+        measured = None
         stage("guards")
         guards = _guards(impl.fn, impl.prepare(batch), mode, compiled, "compiled call")
         fill_recompiles(dynamo, guards)
