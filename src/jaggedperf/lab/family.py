@@ -55,9 +55,10 @@ def padded_compiled(op: str):
 
 def check_inductor_padded(op: str, case: Case) -> tuple[bool, float, str]:
     """Inductor's padded program of ``op`` at ``case`` compiled as ``row`` compiles it, and its output against the
-    float64 reference: (ok, relative error, reason). Untimed; it fills the process's Inductor caches (FX graph and
-    autotuning, keyed by the graph and its input shapes), so a later ``row`` in a process sharing the cache
-    directory loads the program instead of compiling it."""
+    float64 reference: (ok, relative error, reason). Untimed; it fills the Inductor cache (the FX graph, keyed by the
+    graph and its input shapes), so a later ``row`` in a process sharing the cache directory loads the program
+    instead of compiling it (``scripts/test.sh`` drops the autotuners' picks in between: the timed pass tunes the
+    kernels again alone)."""
     torch._dynamo.reset()
     spec = get_op(op)
     batch = spec.make_batch(case, DEVICE)
