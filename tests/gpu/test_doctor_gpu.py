@@ -37,8 +37,8 @@ def test_parts_add_up_to_the_measured_delta(sum_padded_evidence, record_property
     ev, d = sum_padded_evidence
     assert ev.eager.status == OK and ev.compiled.status == OK, (ev.eager.reason, ev.compiled.reason)
     assert ev.host.device_time, ev.host.reason
-    # the numbers in the message: three H200 runs (43, 45, 48) failed here without saying by how much
-    # and whether the doctor's reconcile timed the eager and compiled calls again before giving up on the sum
+    # the numbers in the message: a failure says by how much the parts miss Δ and whether the doctor's reconcile
+    # timed the eager and compiled calls again before giving up on the sum
     parts = ", ".join(f"{p.key} {p.us:.1f}" for p in d.contributions)
     r = ev.reconcile
     again = ("reconcile: none" if r is None else

@@ -70,7 +70,7 @@ def test_rec_block_runs_correctly_in_every_mode_family_at_the_seed_shape(mode):
     # one measurement a cell, whatever the host's load: whether the timing settled is the timed tests' business
     # (beside nine other test workers a mode took ~60 s, where an unstable or contended cell is
     # measured up to three times)
-    record = runner.run(cells, runner.Options(device=torch.device("cuda"), warmup=5, iters=20,
+    record = runner.run(cells, runner.Options(device=torch.device("cuda"), warmup=5, iters=20, cold_compile=False,
                                               stability=stats.Policy(attempts=1, cpu_slack=None)))
     for r in record.results:
         # correct and timed; whether the timing settled is the timed tests' business, not this one's
