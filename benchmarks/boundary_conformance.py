@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.CRITICAL)  # Dynamo logs every failed compile it is asked for; the report says them
     pattern = re.compile(args.ops) if args.ops else None
     report = conformance.Report()
+    commit = _commit()  # the code this process runs: taken before the run, which a commit meanwhile would not change
     start = time.perf_counter()
     for requires_grad in {"forward": (False,), "backward": (True,), "both": (False, True)}[args.grad]:
         seen: dict[str, int] = {}
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     data["settings"] = {"backend": args.backend, "grad": args.grad, "per_op": args.per_op, "ops": args.ops,
                         "torch": torch.__version__, "python": platform.python_version(),
                         "seconds": round(time.perf_counter() - start, 1), "command": " ".join(sys.argv),
-                        "commit": _commit()}
+                        "commit": commit}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(data, indent=1))
     args.json.with_suffix(".md").write_text(markdown(data))

@@ -44,20 +44,22 @@ def markdown(data: dict) -> str:
              f"method each: 50 warm-up calls, 200 timed, a sync after each); commit {env['commit']}; command: "
              f"`{env['command']}`", "",
              "| workload | case | kind | eager µs | torch.compile µs | jaggedperf.compile µs | jp / tc (p20–p80) |"
-             " floor / tc ² | graphs tc / jp ¹ |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
+             " floor / tc ² | limit / tc ³ | step ≤ 0.8× tc ⁴ | graphs tc / jp ¹ |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
     checks = {(c["workload"], c["case"]): c for c in data["checks"]}
     for c in data["cells"]:
         m = c["medians_us"]
         g = checks[(c["workload"], c["case"])]["graphs"]
         lines.append(f"| {c['workload']} | {c['case']} | {c['kind']} | {m['eager']:.1f} | {m['torch.compile']:.1f} | "
                      f"{m['jaggedperf.compile']:.1f} | **{c['ratio_jp_tc']:.2f}** ({c['ratio_jp_tc_p20']:.2f}–"
-                     f"{c['ratio_jp_tc_p80']:.2f}) | {_ratio(c['ratio_floor_tc'])} | {g.get('torch.compile', '—')} / "
+                     f"{c['ratio_jp_tc_p80']:.2f}) | {_ratio(c['ratio_floor_tc'])} | "
+                     f"{_ratio(c.get('ratio_limit_tc'))} | {step_verdict(c)} | {g.get('torch.compile', '—')} / "
                      f"{g.get('jaggedperf.compile', '—')} |")
     lines += ["", "¹ Dynamo's graphs over four batches (one checked, forward and backward, then three of other lengths);"
               " jaggedperf.compile's count includes a graph it does not compile (one that only rebuilds unused NJTs).",
               "² The boundary's floor: its compiled region called on the NJT's parts split beforehand, the region's "
               "records taken as they come (no NJT crossing either way), in the same rounds; — where the calls went "
-              "to torch.compile (a fallback or a pass-through)."]
+              "to torch.compile (a fallback or a pass-through).", f"³ {LIMIT_NOTE}", f"⁴ {VERDICT_NOTE}"]
     bad = [c for c in data["checks"] if c["errors"] or c["fell_back"]]
     if bad:
         lines += ["", "Not timed or fell back:", ""]
@@ -65,6 +67,27 @@ def markdown(data: dict) -> str:
     lines += ["", "Largest relative error against eager mode (outputs and training-step gradients): "
               + ", ".join(f"{c['workload']} {max(c['max_rel_error'].values(), default=0):.1e}" for c in data["checks"])]
     return "\n".join(lines) + "\n"
+
+
+LIMIT_NOTE = ("A training step's limit where the input NJT trains: the floor plus the autograd engine's own "
+              "cost of that NJT leaf (its backward alone, an NJT root and an NJT gradient accumulated, less a plain "
+              "leaf's), in the same rounds: no step on that NJT, torch.compile's included, takes less.")
+VERDICT_NOTE = ("The bar, a training step ≤ 0.8× torch.compile's: holds; at the limit (the floor or the limit "
+                "is above 0.8×, and jaggedperf.compile within it: out of any boundary's reach); fails.")
+
+
+def step_verdict(cell: dict) -> str:
+    """The training-step bar's outcome for one cell (``VERDICT_NOTE``); "" for a forward."""
+    if cell["kind"] != "step":
+        return ""
+    ratio = cell["ratio_jp_tc"]
+    if ratio <= 0.8:
+        return "holds"
+    limits = [r for r in (cell["ratio_floor_tc"], cell.get("ratio_limit_tc")) if r is not None]
+    limit = max(limits, default=None)
+    if limit is not None and limit > 0.8 and ratio <= limit:
+        return f"at the limit ({limit:.2f}×)"
+    return "**fails**"
 
 
 def _ratio(r: float | None) -> str:
@@ -82,15 +105,17 @@ def compare(paths: list[Path], out: Path) -> str:
              "compiled region called on pre-split parts (no crossing), the least its calls could take; — where the "
              "calls went to torch.compile (a fallback or a pass-through).", "",
              "| torch | workload | case | kind | torch.compile | jaggedperf.compile | jp / tc (p20–p80) | floor / tc | "
-             "quiet rounds |", "|---|---|---|---|---:|---:|---:|---:|---:|"]
+             "limit / tc | step ≤ 0.8× tc | quiet rounds |", "|---|---|---|---|---:|---:|---:|---:|---:|---|---:|"]
     for run in runs:
         version = run["environment"]["torch"]
         for c in run["cells"]:
             m = c["medians_us"]
             lines.append(f"| {version} | {c['workload']} | {c['case']} | {c['kind']} | {m['torch.compile']:.1f} | "
                          f"{m['jaggedperf.compile']:.1f} | **{c['ratio_jp_tc']:.2f}** ({c['ratio_jp_tc_p20']:.2f}–"
-                         f"{c['ratio_jp_tc_p80']:.2f}) | {_ratio(c['ratio_floor_tc'])} | {c['quiet_rounds']} of "
+                         f"{c['ratio_jp_tc_p80']:.2f}) | {_ratio(c['ratio_floor_tc'])} | "
+                         f"{_ratio(c.get('ratio_limit_tc'))} | {step_verdict(c)} | {c['quiet_rounds']} of "
                          f"{len(c['walls_us']['eager'])} |")
+    lines += ["", f"`limit / tc`: {LIMIT_NOTE}", f"`step ≤ 0.8× tc`: {VERDICT_NOTE}"]
     lines += ["", "Fell back to torch.compile:", ""]
     lines += [f"- torch {run['environment']['torch']}, {c['workload']} {c['case']}: {c['fell_back']}"
               for run in runs for c in run["checks"] if c["fell_back"]] or ["- none"]

@@ -98,8 +98,8 @@ def _cells(path):
 
 
 def _table_rows(out: str, columns: int, keep=(0, 1, 2, -1)) -> list[tuple[str, ...]]:
-    """The rows of the printed tables that have ``columns`` columns (10: the seed table, 9: every cell on the CPU,
-    where the device columns are left out),
+    """The rows of the printed tables that have ``columns`` columns (6: the seed table on the CPU, 9: every cell there;
+    the device columns are left out),
     each cut to the columns ``keep`` (by default the case, implementation, mode and status)."""
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
     return [tuple(row[i] for i in keep) for row in rows if len(row) == columns]
@@ -123,7 +123,7 @@ def test_run_with_a_timeout_records_a_hanging_cell_as_timed_out_and_goes_on(tmp_
                             ("test_hangs", "eager", "B8-M3-L20-s0.3", "error", "timed out after 3 s"),
                             ("sum_padded", "eager", "B8-M3-L20-s0.3", "ok", None)]  # the cell after it ran too
     captured = capsys.readouterr()
-    assert "• timed out: test_hangs · eager · B8-M3-L20-s0.3: timed out after 3 s" in captured.out
+    assert "• timed out: test_hangs · eager · B8-M3-L20-s0.3: after 3 s, compile included" in captured.out
     assert _table_rows(captured.out, 9)[1] == ("B8-M3-L20-s0.3", "test_hangs", "eager", "timed out")
     assert "timed out after 3 s; starting a fresh worker" in " ".join(captured.err.split())
     assert (tmp_path / "r.csv").read_text().count("timed out after 3 s") == 1
@@ -140,7 +140,7 @@ def test_run_with_a_timeout_gives_the_same_cells_and_tables_as_in_process(tmp_pa
     cells = _cells(tmp_path / "in.json")
     assert len(cells) == 8 and {c[3] for c in cells} == {"ok"}
     assert _cells(tmp_path / "iso.json") == cells  # the same cells, ok, in the same (plan) order
-    for columns, keep in ((10, (0, 1)), (9, (0, 1, 2, -1))):  # the seed table's rows (case, impl), every cell's
+    for columns, keep in ((6, (0, 1)), (9, (0, 1, 2, -1))):  # the seed table's rows (case, impl), every cell's
         assert _table_rows(isolated, columns, keep) == _table_rows(in_process, columns, keep) != []
     record = json.loads((tmp_path / "iso.json").read_text())
     assert [w["name"] for w in record["environment"]["workers"]] == ["cpu"]  # ran in a worker
@@ -179,6 +179,23 @@ def test_repro_caps_a_cell_by_device_unless_told(monkeypatch):
     assert timeout_from_args(run_default, "cuda") is None  # run keeps every cell in this process
 
 
+def test_repros_gpu_budget_leaves_the_seeds_unbind_mean_room_to_compile():
+    # The seed's first row on the H200: torch.compile's unbind_mean compile, as the committed run measured it, fits
+    # the GPU budget at least twice over (a busier host, another torch), so the row is measured, not cut.
+    import json
+    from pathlib import Path
+
+    from jaggedperf.cli import lab
+
+    committed = Path(__file__).resolve().parents[1] / "benchmarks/results/h200/seed-table-shape1.json"
+    (cell,) = [r for r in json.loads(committed.read_text())["results"]
+               if (r["implementation"], r["mode"]) == ("unbind_mean", lab.modes_mod.SEED_COMPILED_MODE)]
+    assert cell["status"] == "ok" and cell["compile_s"] > lab.REPRO_CPU_CELL_TIMEOUT_S
+    assert lab.REPRO_GPU_CELL_TIMEOUT_S >= 2 * cell["compile_s"]
+    note = lab.gpu_budget_note(lab.REPRO_GPU_CELL_TIMEOUT_S)
+    assert "50 warm-up and 200 timed calls" in note and "cut > 240 s" in note and "--timeout none" in note
+
+
 # --- the boundary (jagged-compile:) beside the seed's compiled mode --------------------------------
 
 
@@ -206,7 +223,7 @@ def test_run_prints_the_boundary_columns_beside_the_compiled_mode(capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "eager vs compile:default and jagged-compile:default" in out
-    (row,) = _table_rows(out, 12, keep=(1, 5, 6))  # the seed table with the two boundary columns
+    (row,) = _table_rows(out, 8, keep=(1, 5, 6))  # the seed table with the two boundary columns (no device ones)
     assert row[0] == "sum_padded" and row[1] != "—" and row[2].endswith("×")
 
 
@@ -328,3 +345,28 @@ def test_tables_at_80_columns_keep_every_name_whole_and_distinct():
         rows = [row for row in rows if row and row[0].startswith("B") and "-M" in row[0]]
         assert rows and {row[1] for row in rows} == {"jaggedperf", "jaggedperf_njt"}  # whole, never cut alike
         assert all(not cell.endswith("…") for row in rows for cell in row)
+
+
+def test_the_seed_table_on_the_cpu_drops_the_device_columns_and_keeps_the_compile_time():
+    # A CPU run has no device time, host split or kernel count: those columns would be all "—", and at 160 columns
+    # they pushed out the compile time, which says what a cut compile took (`> 30`).
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from helpers.fake_results import make_record
+    from jaggedperf.cli.lab import show
+    from jaggedperf.lab.result import ERROR
+    from jaggedperf.lab.results import tables
+
+    seed = "compile:max-autotune-no-cudagraphs"
+    cpu = [replace(r, device="cpu", device_time=None, host_us=None, kernels_per_call=None)
+           for r in make_record().results if r.mode in ("eager", seed)][:12]
+    cut = next(i for i, r in enumerate(cpu) if r.mode == seed)
+    cpu[cut] = replace(cpu[cut], status=ERROR, reason="timed out after 30 s", wall=None, speedup_vs_eager=None)
+    console = Console(width=160, record=True)
+    show(console, tables.seed_table(cpu, seed))
+    text = console.export_text()
+    header = next(line for line in text.splitlines() if "implementation" in line)
+    assert "compile s" in header and "dev µs" not in header and "kernels" not in header and "host" not in header
+    assert "cut > 30 s" in text and "> 30 " in text.replace("cut > 30 s", "") and "left out" not in text

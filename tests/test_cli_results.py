@@ -4,6 +4,7 @@ import json
 import os
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -207,3 +208,47 @@ def test_a_wrongly_typed_field_is_one_clean_error_line(tmp_path, small, capsys, 
         assert "Traceback" not in captured.err + captured.out
         assert re.fullmatch(rf'jaggedperf: error: .*sweep\.jsonl:4: "{field}[.a-z_]*" must be .*\n', captured.err)
     assert not (tmp_path / "r.md").exists()
+
+
+COMMITTED = sorted(p for p in (Path(__file__).resolve().parents[1] / "benchmarks" / "results").rglob("*")
+                   if p.name.endswith((".json", ".jsonl", ".json.gz", ".jsonl.gz")))
+
+
+def test_every_committed_json_file_is_read_alike_by_load_and_the_commands_or_refused_by_name(tmp_path, capsys):
+    # A newcomer's first files: each committed results file (plain or gzip, a run's, a sweep's or a doctor's) gives
+    # report the cells jaggedperf.load gives; any other JSON (a benchmark's summary) is refused saying so, never
+    # read as a run of no cells.
+    import jaggedperf
+    from jaggedperf.lab.results.store import ResultsFileError
+
+    read = set()
+    for path in COMMITTED:
+        report = tmp_path / f"{path.name}.md"
+        try:
+            cells = len(jaggedperf.load(path))
+        except ResultsFileError as exc:
+            assert main(["report", str(path), "-o", str(report), "--no-plots"]) == 2
+            assert capsys.readouterr().err == f"jaggedperf: error: {exc}\n"
+            assert "not a results file" in str(exc) or "missing keys" in str(exc), exc
+            continue
+        assert cells > 0, path
+        assert main(["report", str(path), "-o", str(report), "--no-plots"]) == 0, capsys.readouterr().err
+        assert re.search(rf"^{cells} cells\b", report.read_text(), re.M), path
+        read.add(path.name)
+    assert {"five_shapes.jsonl.gz", "neighbourhood.jsonl.gz", "doctor-seed.json.gz", "seed-table-shape1.json"} <= read
+
+
+def test_a_timed_out_cell_reads_timed_out_in_the_report(tmp_path, small):
+    # docs/columns.md: the status "timed out" (an error: the cell passed its --timeout), in every table
+    from jaggedperf.lab.result import ERROR
+
+    cut = replace(small.results[1], status=ERROR, reason="timed out after 30 s", wall=None, device_time=None,
+                  stability=None, speedup_vs_eager=None, rel_error=None)
+    path = tmp_path / "cut.json"
+    write_json(path, RunRecord(small.environment, [small.results[0], cut, *small.results[2:]], small.copy_gbps))
+    assert main(["report", str(path), "-o", str(tmp_path / "r.md"), "--no-plots"]) == 0
+    text = (tmp_path / "r.md").read_text()
+    label = f"{cut.case.label} | {cut.implementation} | {cut.mode}"
+    assert f"| {label} | **timed out** |" in text  # all cells
+    assert f"| timed out | {label} | timed out after 30 s |" in text  # failures
+    assert "(1 of the errors timed out)" in text

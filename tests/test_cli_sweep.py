@@ -199,3 +199,14 @@ def test_a_resume_with_other_settings_is_refused_listing_them_unless_accepted(tm
     assert len(record.results) == 2 and record.environment["more"][-1]["settings"]["iters"] == 3
     assert main([*grown[:-5], "--seqlen", "10", "20", "30", "--warmup", "1", "--iters", "3", "--dynamic"]) == 0
     assert main([*grown[:-5], "--seqlen", "40", "--warmup", "1", "--iters", "2"]) == 2  # against the last settings
+
+
+def test_a_cell_past_its_timeout_reads_timed_out_in_the_summary(tmp_path, capsys, sweep_plugin):
+    # docs/columns.md's status "timed out" (an error: the cell passed its --timeout), in the sweep's closing lines
+    out = tmp_path / "r.jsonl"
+    one_case = [*TINY[:4], "--seqlen", "10", *TINY[6:]]
+    assert main(["sweep", "--json", str(out), *one_case, "--plugin", sweep_plugin, "--impls",
+                 "test_hangs,segment_reduce", "--modes", "eager", "--timeout", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert "sweep: 2 cells written (1 ok, 0 unstable, 0 wrong, 0 skipped, 1 error; 1 of the errors timed out)" in printed
+    assert "• timed out: test_hangs · eager · B8-M3-L10-s0.5: after 3 s, compile included" in printed, printed

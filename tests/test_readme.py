@@ -141,3 +141,35 @@ def test_two_figures_agree_when_their_spreads_overlap():
     assert readme.agree(fig(1.00), fig(1.08)) and not readme.agree(fig(1.00), fig(1.2))  # no spreads: within 10%
     a, b = fig(0.021, 0.019, 0.027), fig(0.040, table="b")
     assert readme.disagreeing([a, b]) == {a, b} and readme.marks(a, {a}) == "‡"
+
+
+def test_the_readme_figures_note_says_which_values_were_never_judged_and_which_cells_are_missing():
+    """The figure's footer is honest about the committed run: none of its values was judged stable (the run predates
+    the check: the tables' †), and unbind_mean's compiled cell at the second shape is not in the file (cut)."""
+    pytest.importorskip("matplotlib")
+    from jaggedperf.lab.modes import SEED_COMPILED_MODE
+    from jaggedperf.lab.results import figures, plot
+
+    record = readme.seed_record(ROOT)
+    (heatmap,) = [h for h in figures.heatmap_data(record) if h.kind == "speedup" and h.mode == SEED_COMPILED_MODE]
+    drawn = sum(int((p.values == p.values).sum()) for p in heatmap.panels)  # the values with a colour
+    assert heatmap.unjudged == drawn > 0 and heatmap.left_out[figures.NOT_IN_FILE] == 1
+    note = plot._heatmap_note(heatmap)
+    assert f"{drawn} values from cells whose run recorded no stability" in note
+    assert "1 cell not in the file (—: not run, or its compile was cut" in note and "all cells ok" not in note
+
+
+def test_the_install_routes_name_extras_and_scripts_that_exist():
+    """Each install route names what it runs: the extras of every `pip install -e` are pyproject's, the scripts exist,
+    and the own-environment route names its own commands (the main job, the tests) in place of the scripts."""
+    project = (ROOT / "pyproject.toml").read_text()
+    section = project[project.index("[project.optional-dependencies]"):].split("\n[", 1)[0]
+    extras = set(re.findall(r"^(\w+) = \[", section, re.M))  # (tomllib is 3.11+; the project runs on 3.10)
+    install = README[README.index("## Install"):README.index("## Quick start")]
+    asked = [set(m.split(",")) for m in re.findall(r'pip install -e "\.\[([\w,]+)\]"', install)]
+    assert asked and all(a <= extras for a in asked), asked
+    assert {"plot", "triton"} in asked  # a CPU needs Triton for the ops; CPU builds of torch bring none
+    for script in re.findall(r"`bash (scripts/[\w.-]+)", install):
+        assert (ROOT / script).is_file(), script
+    own = install[install.index("**Your own environment**"):]
+    assert "`jaggedperf repro`" in own and "pytest" in own

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from jaggedperf.boundary.crossing import SEQLEN_SHIFT, flatten, seqlen_tensor
+from jaggedperf.boundary.crossing import MIN_SEQLEN_SHIFT, flatten, seqlen_tensor
 from jaggedperf.boundary.differentiable import Join, Unwrap
 from tests.boundary.njts import make_njt
 
 
-def test_positional_njts_cross_as_their_own_tensors_with_shifted_seqlens():
+def test_positional_njts_cross_as_their_own_tensors_with_their_seqlens_as_sizes():
     nt, _ = make_njt(4, 5, min_len=2)
     plain = torch.randn(2)
     crossing = flatten((nt, plain, 3), {}, mark=True)
@@ -17,11 +17,11 @@ def test_positional_njts_cross_as_their_own_tensors_with_shifted_seqlens():
     assert crossing.layout == ("jmx", "a", "a")
     values, offsets, low, high, *rest = crossing.flat
     assert values is nt._values and offsets is nt._offsets  # attributes: nothing copied or dispatched
-    assert (low.shape, high.shape) == ((2 + SEQLEN_SHIFT, 0), (5 + SEQLEN_SHIFT, 0))
+    assert (low.shape, high.shape) == ((2 + MIN_SEQLEN_SHIFT, 0), (5, 0))
     assert rest[0] is plain and rest[1] == 3
     for t in (values, offsets, low, high):
         assert 0 in t._dynamo_weak_dynamic_indices  # ragged sizes cross marked dynamic
-    assert seqlen_tensor(5) is high  # one tensor per value, shared between calls
+    assert seqlen_tensor(5, 3, True) is high  # one tensor per place, size and marking, shared between calls
 
 
 def test_each_cached_seqlen_has_its_code():
@@ -79,3 +79,14 @@ def test_unwrap_and_join_carry_gradients_both_ways():
     assert out.is_nested and out.requires_grad and out._offsets is nt._offsets
     out.values().sum().backward()
     torch.testing.assert_close(leaf.grad, torch.full_like(leaf, 2.0))
+
+
+def test_no_two_places_of_the_flat_list_hold_one_seqlen_tensor():
+    # Dynamo guards on inputs that are one object: a min_seqlen equal to the max_seqlen, or two NJTs with equal
+    # seqlens, must cross as distinct tensors or a batch where they differ compiles a graph of its own
+    even, _ = make_njt(4, 3, min_len=3)
+    other, _ = make_njt(5, 3, min_len=3, seed=1)
+    crossing = flatten((even, other), {}, mark=True)
+    seqlens = [t for t in crossing.flat if t.dim() == 2 and t.shape[1] == 0]
+    assert len(seqlens) == 4 and len({id(t) for t in seqlens}) == 4
+    assert [t.shape[0] for t in seqlens] == [3 + MIN_SEQLEN_SHIFT, 3] * 2

@@ -11,10 +11,10 @@ import warnings
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import jaggedperf
+import jaggedperf.boundary.function as boundary_function
 import jaggedperf.impls.jagged_mean  # noqa: F401  (registers the jagged_mean implementations)
 from jaggedperf.boundary import BoundaryFallbackWarning, BoundaryFunction, BoundaryModule
 from jaggedperf.impls.registry import get_implementation
@@ -344,19 +344,42 @@ def test_user_errors_are_raised_as_torch_compile_raises_them():
     assert not compiled.fallbacks
 
 
-def test_layer_norm_matches_eager_through_the_components_or_one_fallback():
-    norm = torch.nn.LayerNorm(4)
-    nt, _ = make_njt(5, 6, M=4, min_len=1, requires_grad=True)
-    compiled = jaggedperf.compile(norm, backend="aot_eager")
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        outs = [compiled(nt) for _ in range(3)] + [F.layer_norm(nt, (4,))]
-    assert len(fallbacks(record)) <= 1
-    for out in outs[:3]:
-        assert_close(out, norm(nt))
-        assert out.requires_grad
-    outs[0].values().sum().backward()
-    assert norm.weight.grad is not None and nt.grad is not None
+@pytest.mark.parametrize("constant_from_the_start", [True, False])
+@pytest.mark.parametrize("norm", ["layer_norm", "rms_by_hand"])
+def test_norms_compile_on_the_components_with_eagers_values_and_gradients(norm, constant_from_the_start, monkeypatch):
+    # Both compare the ragged size of an NJT made in the graph with an int: before torch 2.15 Dynamo cannot build
+    # that guard (an IndexError on every compile). The boundary rebuilds NJTs with constant ragged sizes there from
+    # the start, or compiles again so after that failure
+    monkeypatch.setattr(boundary_function, "_CONSTANT_RAGGED", constant_from_the_start)
+    layer = torch.nn.LayerNorm(4)
+
+    def rms_by_hand(nt):
+        return nt * torch.rsqrt(nt.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    fn = layer if norm == "layer_norm" else rms_by_hand
+    compiled = jaggedperf.compile(fn, backend="aot_eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)
+        for seed in range(3):
+            nt, _ = make_njt(5 + seed, 6, M=4, seed=seed, min_len=1, requires_grad=True)
+            out, ref = compiled(nt), fn(nt)
+            assert_close(out, ref)
+            assert out.requires_grad and out._offsets is nt._offsets
+            grad = torch.nested.nested_tensor_from_jagged(torch.randn_like(out.values()), out.offsets())
+            out.backward(grad)
+            got = [nt.grad.values().clone()] + [p.grad.clone() for p in layer.parameters() if p.grad is not None]
+            nt.grad = None
+            layer.zero_grad(set_to_none=True)
+            ref.backward(grad)
+            want = [nt.grad.values()] + [p.grad for p in layer.parameters() if p.grad is not None]
+            assert len(got) == len(want) == (3 if norm == "layer_norm" else 1)
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b)
+            layer.zero_grad(set_to_none=True)
+    boundary = compiled.boundary if norm == "layer_norm" else compiled
+    assert not boundary.fallbacks
+    if constant_from_the_start:
+        assert boundary.constant_ragged
 
 
 def test_kwargs_and_nested_containers():
@@ -410,3 +433,24 @@ def test_a_function_returning_its_inputs_compiles_no_graph_and_then_passes_throu
     doubled = jaggedperf.compile(lambda nt: nt * 2, backend="aot_eager")
     doubled(nt), doubled(nt)
     assert not doubled.pass_through  # a region that computes keeps the components
+
+
+def test_an_ops_check_of_its_inputs_is_raised_as_eager_raises_it_with_no_fallback():
+    # the compiled code raises the jagged op's ValueError as it runs on bad offsets: the caller's error, not a
+    # failure of the components, so nothing is compiled on the NJT for it and the signature keeps its region
+    def softmax(nt):
+        return jaggedperf.jagged_softmax(nt)
+
+    compiled = jaggedperf.compile(softmax, backend="aot_eager")
+    good, _ = make_njt(3, 4, min_len=1)
+    assert_close(compiled(good), softmax(good))
+    bad = torch.nested.nested_tensor_from_jagged(good.values(), torch.tensor([0, 5, 3, good.values().shape[0]]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)
+        for _ in range(2):
+            with pytest.raises(ValueError, match="offsets"):
+                softmax(bad)
+            with pytest.raises(ValueError, match="offsets"):
+                compiled(bad)
+    assert compiled._fallback is None and not compiled.fallbacks
+    assert_close(compiled(good), softmax(good))

@@ -22,15 +22,17 @@ from typing import Any, Callable
 
 import torch
 
+from jaggedperf.boundary.region import rebuild, rebuild_constant
+
 __all__ = ["SkipEmpty", "compile_region"]
 
 
 def _rebuild_targets() -> tuple:
     from torch.nested._internal import nested_tensor
 
-    return tuple(getattr(nested_tensor, name) for name in ("nested_view_from_values_offsets_lengths",
-                                                           "nested_view_from_values_offsets")
-                 if hasattr(nested_tensor, name))
+    return (rebuild, rebuild_constant) + tuple(getattr(nested_tensor, name) for name in ("nested_view_from_values_offsets_lengths",
+                                                                      "nested_view_from_values_offsets")
+                              if hasattr(nested_tensor, name))
 
 
 class SkipEmpty:

@@ -6,16 +6,22 @@ The codes, one per leaf of ``(args, kwargs)``:
 
 - ``"a"``: anything that is not a jagged NJT (a tensor, a number, a string, ...), handed over as it is;
 - ``"j--"``, ``"jm-"``, ``"j-x"``, ``"jmx"``: an NJT crossing as its values, its offsets, then (``m``) its cached
-  min_seqlen and (``x``) its cached max_seqlen, each a ``(n + 2, 0)`` tensor (``seqlen_tensor``);
+  min_seqlen ``n`` as a ``(n + MIN_SEQLEN_SHIFT, 0)`` tensor and (``x``) its cached max_seqlen ``n`` as a ``(n, 0)``
+  tensor (``seqlen_tensor``);
 - ``"=k"``: the same NJT object as leaf ``k``: it crosses once, and the region hands ``fn`` one rebuilt NJT in both
   places, so ``q is k`` inside ``fn`` is what it is in eager mode.
 
 Invariants:
-- a seqlen ``n`` crosses as the dim 0 of a ``(n + 2, 0)`` tensor, marked dynamic: Dynamo specialises a size of 0 or
-  1, and ``n + 2`` is neither, so one graph serves every max_seqlen and min_seqlen (the region subtracts the 2).
-  Building the NJT inside still guards on a seqlen being 0 (a zero-sized tensor made there), so a batch whose
-  min_seqlen is 0 and one whose min_seqlen is not take two graphs where ``torch.compile`` on the NJT takes up to
-  three (0, 1, more);
+- a seqlen crosses as the dim 0 of a tensor with no elements, marked dynamic. Dynamo specialises a size of 0 or 1
+  (the seqlen is then a constant, and reading it inside ``fn`` breaks the graph) and takes every other size to be
+  >= 2. The max_seqlen ``n`` crosses as the size ``n``, as ``torch.compile`` on the NJT sees it, and that very
+  tensor is the rebuilt NJT's cached max_seqlen, so code that pads to it (``to_padded_tensor``, a softmax over the
+  ragged dim) has strides ``M * n`` that Inductor knows are positive and reuses the padded buffer in place; as
+  ``n + 2`` the stride was ``M * max(1, n)``, one more padded buffer written a call (a ragged softmax 1.5x
+  torch.compile's time on a CPU). A max_seqlen of 0, 1 and more take a graph each, as for ``torch.compile``. The
+  min_seqlen, which sizes no tensor, crosses as ``n + 2``: never specialised, so one graph serves every min_seqlen
+  but 0 (the NJT built inside guards on a seqlen being 0: a zero-sized tensor made there), where ``torch.compile``
+  on the NJT takes up to three (0, 1, more);
 - values cross as the NJT's own ``_values`` tensor, except where autograd must flow (grad mode on and the NJT
   requires grad): then as ``Unwrap``'s output, an alias of them with an autograd edge to the NJT;
 - unless told otherwise (``dynamic=False``), the ragged sizes cross marked dynamic on every call, so every compile
@@ -34,18 +40,23 @@ import torch.utils._pytree as pytree
 from jaggedperf.boundary.differentiable import Unwrap
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
-__all__ = ["ANY", "Crossing", "LEAF_TYPES", "SEQLEN_SHIFT", "fallback_reason", "flatten", "njt_code", "seqlen_tensor"]
+__all__ = ["ANY", "Crossing", "LEAF_TYPES", "MIN_SEQLEN_SHIFT", "fallback_reason", "flatten", "njt_code",
+           "seqlen_tensor"]
 
 ANY = "a"
 # The leaf types of a positional argument list that need no pytree walk (the fast path).
 LEAF_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device)
-# A seqlen n crosses as a (n + SEQLEN_SHIFT, 0) tensor: never a size Dynamo specialises (0 or 1).
-SEQLEN_SHIFT = 2
+# A min_seqlen n crosses as a (n + MIN_SEQLEN_SHIFT, 0) tensor: never a size Dynamo specialises (0 or 1).
+MIN_SEQLEN_SHIFT = 2
 _CODES = {(False, False): "j--", (True, False): "jm-", (False, True): "j-x", (True, True): "jmx"}
-# The shifted seqlen tensors, one per value: shared by every call (they hold no data), so an unchanged seqlen
-# allocates nothing and keeps its dynamic mark. Bounded: cleared when a workload has seen this many values.
-_SEQLEN_TENSORS: dict[int, torch.Tensor] = {}
+# The seqlen tensors, one per (place in the flat list, size, marking): shared by every call (they hold no data), so an
+# unchanged seqlen allocates nothing and keeps its dynamic mark, and two places never hold one tensor (Dynamo guards
+# on inputs that are the same object: a min_seqlen equal to a max_seqlen, or two NJTs' equal seqlens, would compile a
+# graph of their own). Bounded: cleared when a workload has seen this many.
+_SEQLEN_TENSORS: dict[tuple[int, int], torch.Tensor] = {}
 _SEQLEN_TENSORS_MAX = 4096
+# Where torch._dynamo.mark_dynamic records its dims (the NJT constructor calls it on its cached seqlens)
+_STRICT_MARK = "_dynamo_dynamic_indices"
 # Bound once: what every call looks up.
 _Tensor = torch.Tensor
 _is_grad_enabled = torch.is_grad_enabled
@@ -89,13 +100,22 @@ def njt_code(has_min: bool, has_max: bool) -> str:
     return _CODES[has_min, has_max]
 
 
-def seqlen_tensor(n: int) -> torch.Tensor:
-    """The ``(n + SEQLEN_SHIFT, 0)`` tensor a seqlen ``n`` crosses as (shared, allocated once per value)."""
-    t = _SEQLEN_TENSORS.get(n)
+def seqlen_tensor(size: int, place: int, mark: bool) -> torch.Tensor:
+    """The ``(size, 0)`` tensor a seqlen crosses as at ``place`` in the flat list, ``size`` the seqlen or, for a
+    min_seqlen, the seqlen + ``MIN_SEQLEN_SHIFT``; marked dynamic when ``mark`` (shared between calls, allocated and
+    marked once per place, size and marking)."""
+    key = (place, size, mark)
+    t = _SEQLEN_TENSORS.get(key)
     if t is None:
         if len(_SEQLEN_TENSORS) >= _SEQLEN_TENSORS_MAX:
             _SEQLEN_TENSORS.clear()
-        t = _SEQLEN_TENSORS[n] = torch.empty(n + SEQLEN_SHIFT, 0)
+        t = _SEQLEN_TENSORS[key] = torch.empty(size, 0)
+        if mark:
+            torch._dynamo.maybe_mark_dynamic(t, 0)
+    elif _STRICT_MARK in t.__dict__:
+        # An NJT the compiled runtime built around it (an output it returns as a subclass) marked it for Dynamo with
+        # mark_dynamic, which the next call's guards would see (a graph more): it crosses with its weak mark alone
+        del t.__dict__[_STRICT_MARK]
     return t
 
 
@@ -115,17 +135,18 @@ def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list) -> str:
             needs_edge = nt.requires_grad
         if needs_edge:
             values = Unwrap.apply(nt)
+    offsets = nt._offsets
+    if mark:
+        _mark_dim0_dynamic(values)
+        _mark_dim0_dynamic(offsets)
+    flat.append(values)
+    flat.append(offsets)
     cache = nt._metadata_cache
     low, high = cache.get("min_seqlen"), cache.get("max_seqlen")
-    parts = [values, nt._offsets]
     if low is not None:
-        parts.append(seqlen_tensor(low.shape[0]))
+        flat.append(seqlen_tensor(low.shape[0] + MIN_SEQLEN_SHIFT, len(flat), mark))
     if high is not None:
-        parts.append(seqlen_tensor(high.shape[0]))
-    if mark:
-        for t in parts:
-            _mark_dim0_dynamic(t)
-    flat += parts
+        flat.append(seqlen_tensor(high.shape[0], len(flat), mark))
     return _CODES[low is not None, high is not None]
 
 

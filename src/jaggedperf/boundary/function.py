@@ -29,6 +29,12 @@ _Tensor = torch.Tensor
 # Dynamo's settings under which values read from tensors (lengths, ``tolist``) become unbacked symbols
 # instead of a failure: the retry for functions that compile only that way on the components.
 _DATA_DEPENDENT = {"capture_scalar_outputs": True, "capture_dynamic_output_shape_ops": True}
+# What the compiled code raises, as it runs, for its inputs (the jagged ops' checks among them): never a compile's
+# failure, which Dynamo and Inductor wrap in their own types.
+_CALLERS_ERRORS = (ValueError, TypeError)
+# Before torch 2.15 (pytorch#185016) the ragged size of an NJT made in the graph takes a guard Dynamo cannot build
+# whenever an op compares it with an int: the regions start with constant ragged sizes there.
+_CONSTANT_RAGGED = torch.torch_version.TorchVersion(torch.__version__) < (2, 15)
 
 
 class BoundaryFallbackWarning(UserWarning):
@@ -49,6 +55,10 @@ class BoundaryFunction:
             calls go to ``torch.compile(fn)``, silently, which compiles no graph for them either and costs less.
         dynamo_config: the Dynamo settings the regions are compiled and called under: empty, or
             ``_DATA_DEPENDENT`` once the function needed them.
+        constant_ragged: the regions rebuild NJTs with constant ragged sizes (``region.rebuild_constant``): from the
+            start before torch 2.15, where Dynamo cannot build a guard on the ragged size of an NJT made in the graph
+            (layer_norm compares it with an int), so no compile fails on it first; after a compile failed so on a
+            later torch; never with the data-dependent settings, and not after a compile with them failed.
     """
 
     def __init__(self, fn: Callable, compile_kwargs: dict[str, Any]) -> None:
@@ -56,13 +66,16 @@ class BoundaryFunction:
         self.compile_kwargs = dict(compile_kwargs)
         self._mark = self.compile_kwargs.get("dynamic", None) is not False
         name = getattr(fn, "__name__", type(fn).__name__)
-        self._name = "jaggedperf_boundary_" + "".join(c if c.isalnum() else "_" for c in name)
+        self._base_name = "jaggedperf_boundary_" + "".join(c if c.isalnum() else "_" for c in name)
+        self._name = self._base_name
         self.regions: dict[tuple, Callable] = {}
         self.fallbacks: dict[tuple, str] = {}
         self.pass_through: set[tuple] = set()
         self._backends: dict[tuple, Any] = {}
         self.last_fallback: str | None = None
         self.dynamo_config: dict[str, Any] = {}
+        self.constant_ragged = _CONSTANT_RAGGED
+        self._tried: set[tuple[bool, bool]] = set()
         self._fallback: Callable | None = None
         self._warned: set[str] = set()
         if not isinstance(fn, torch.nn.Module):
@@ -93,8 +106,8 @@ class BoundaryFunction:
     def _region(self, crossing: Crossing) -> Callable:
         codes = "".join(c[0] for c in crossing.layout)
         name = f"{self._name}_{codes}_{len(self.regions)}"
-        region, backend = compile_region(make_region(self.fn, name, crossing.spec, crossing.layout),
-                                          self.compile_kwargs)
+        region, backend = compile_region(make_region(self.fn, name, crossing.spec, crossing.layout,
+                                                     self.constant_ragged), self.compile_kwargs)
         self.regions[crossing.key] = region
         if backend is not None:
             self._backends[crossing.key] = backend
@@ -106,17 +119,23 @@ class BoundaryFunction:
             return region(*crossing.flat)
 
     def _after_error(self, err: Exception, crossing: Crossing, args: tuple, kwargs: dict) -> Any:
-        """A compile or call on the components failed: retry once under the data-dependent settings where they
-        apply, else answer as ``torch.compile(fn)`` does and, where it succeeds, send this signature there."""
-        if not self.dynamo_config and _data_dependent(err):
+        """A compile or call on the components failed: retry once under each setting that answers the failure (the
+        data-dependent settings, constant ragged sizes), else answer as ``torch.compile(fn)`` does and, where it
+        succeeds, send this signature there."""
+        if type(err) in _CALLERS_ERRORS:
+            # raised by the compiled code as it ran on these inputs (Dynamo and Inductor wrap what fails while they
+            # trace or compile): the caller's error, e.g. a jagged op's check of its offsets, raised as eager mode
+            # raises it, with no fallback to compile
+            raise err
+        while (change := self._retry_for(err)) is not None:
             # New regions (new code objects: Dynamo's state from the failed compile stays with the old ones, and a
-            # retry on them fails on symbols that state left pending), under the settings.
-            self.dynamo_config = dict(_DATA_DEPENDENT)
+            # retry on them fails on symbols that state left pending), under the new setting.
+            change()
             self.regions, self._backends = {}, {}
-            self._name += "_dd"
             try:
                 region = self._region(crossing)
-                result = join_output(self._call_patched(region, crossing), crossing)
+                out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
+                result = join_output(out, crossing)
             except Exception as again:  # noqa: BLE001
                 err = again
             else:
@@ -130,6 +149,27 @@ class BoundaryFunction:
         self.last_fallback = reason
         self._warn(reason)
         return out
+
+    def _retry_for(self, err: Exception) -> Callable[[], None] | None:
+        """The setting to compile again under after ``err``; None: no untried setting answers it. Settings are
+        (data-dependent, constant ragged sizes) pairs, each tried at most once per function."""
+        self._tried.add((bool(self.dynamo_config), self.constant_ragged))
+        if _data_dependent(err):
+            wanted = (True, False)  # unbacked symbols do not combine with constant nested ints
+        elif _unguardable_ragged_size(err):
+            wanted = (bool(self.dynamo_config), True)
+        elif self.constant_ragged and _chain_says(err, "NestedIntNode"):
+            wanted = (bool(self.dynamo_config), False)  # the constant failed (e.g. lengths read as Python numbers)
+        else:
+            return None
+        if wanted in self._tried or wanted == (True, True):
+            return None
+        return lambda: self._use(*wanted)
+
+    def _use(self, data_dependent: bool, constant_ragged: bool) -> None:
+        self.dynamo_config = dict(_DATA_DEPENDENT) if data_dependent else {}
+        self.constant_ragged = constant_ragged
+        self._name = f"{self._base_name}{'_dd' if data_dependent else ''}{'_cr' if constant_ragged else ''}"
 
     def fallback(self) -> Callable:
         """``torch.compile(fn, **compile_kwargs)``, made on first use.
@@ -174,6 +214,22 @@ def _data_dependent(err: Exception) -> bool:
             return True
         e, seen = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__, seen + 1
     return "data-dependent" in str(err) or "DataDependentOutputException" in str(err)
+
+
+def _unguardable_ragged_size(err: Exception) -> bool:
+    """Whether Dynamo failed to build a guard on a symbol it has no source for: before torch 2.15, the ragged size
+    of an NJT made in the graph, compared with an int (``region._constant_ragged_size``)."""
+    return _chain_says(err, "list index out of range", IndexError)
+
+
+def _chain_says(err: Exception, text: str, kind: type | None = None) -> bool:
+    """Whether an exception in ``err``'s chain (Dynamo wraps the tracer's and the backend's) says ``text``."""
+    seen, e = 0, err
+    while e is not None and seen < 8:
+        if (kind is None or type(e) is kind) and text in str(e):
+            return True
+        e, seen = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__, seen + 1
+    return False
 
 
 def _describe(err: Exception) -> str:

@@ -8,6 +8,8 @@ Invariants:
 - one region (a fresh code object, named after ``fn`` and its layout) per pytree structure and layout: Dynamo
   keeps its cache and recompile limit per code object, so each region guards only its flat arguments, as ``fn``
   compiled on plain tensors does;
+- each NJT is rebuilt by one call in the graph (``rebuild``) whose cached max_seqlen is the very ``(n, 0)`` tensor
+  that crossed (``crossing``'s docstring says why): an output NJT keeping it returns the input, allocating nothing;
 - an argument crossing as ``"=k"`` is handed the NJT rebuilt for leaf ``k``: aliasing between NJT arguments is
   eager mode's;
 - an output that is one of the rebuilt input NJTs leaves as ``Same(index)``; every other plain jagged NJT as
@@ -23,19 +25,21 @@ from typing import Any, Callable
 import torch
 import torch.utils._pytree as pytree
 
-from jaggedperf.boundary.crossing import ANY, SEQLEN_SHIFT
+from jaggedperf.boundary.crossing import ANY, MIN_SEQLEN_SHIFT
 from jaggedperf.boundary.parts import Dense, Parts, Same
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
-__all__ = ["make_region"]
+__all__ = ["make_region", "rebuild", "rebuild_constant"]
 
 
-def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...]) -> Callable:
+def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...], constant_ragged: bool = False) -> Callable:
     """The function torch.compile traces for calls of one pytree structure ``spec`` (None: positional leaves) and
-    one ``layout`` (``crossing``'s codes); it is called with a ``Crossing``'s flat list, unpacked."""
+    one ``layout`` (``crossing``'s codes); it is called with a ``Crossing``'s flat list, unpacked. ``constant_ragged``:
+    the NJTs are rebuilt with constant ragged sizes (``rebuild_constant``)."""
+    make = rebuild_constant if constant_ragged else rebuild
 
     def region(*flat):
-        leaves, inputs = _rebuild(layout, flat)
+        leaves, inputs = _rebuild(layout, flat, make)
         if spec is None:
             out = fn(*leaves)
         else:
@@ -49,7 +53,7 @@ def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...]) -> 
     return out
 
 
-def _rebuild(layout: tuple[str, ...], flat: tuple) -> tuple[list, list]:
+def _rebuild(layout: tuple[str, ...], flat: tuple, make: Callable) -> tuple[list, list]:
     """(the leaves ``fn``'s arguments are made of, [(leaf index, rebuilt NJT)])."""
     leaves: list = []
     inputs: list = []
@@ -65,15 +69,69 @@ def _rebuild(layout: tuple[str, ...], flat: tuple) -> tuple[list, list]:
             i += 2
             low = high = None
             if code[1] == "m":
-                low = flat[i].shape[0] - SEQLEN_SHIFT
+                low = flat[i].shape[0] - MIN_SEQLEN_SHIFT
                 i += 1
             if code[2] == "x":
-                high = flat[i].shape[0] - SEQLEN_SHIFT
+                high = flat[i]
                 i += 1
-            nt = torch.nested.nested_tensor_from_jagged(values, offsets, min_seqlen=low, max_seqlen=high)
+            nt = make(values, offsets, low, high)
             inputs.append((len(leaves), nt))
             leaves.append(nt)
     return leaves, inputs
+
+
+def _view(values: torch.Tensor, offsets: torch.Tensor, low: int | None, high: torch.Tensor | None) -> torch.Tensor:
+    # nested_tensor_from_jagged's view op, its max_seqlen given as the (n, 0) tensor that crossed instead of an int
+    low_tensor = None if low is None else torch.zeros(low, 0)
+    return torch._nested_view_from_jagged(values, offsets, _nt_view_dummy(), None, 1, low_tensor, high)
+
+
+def _view_constant(values: torch.Tensor, offsets: torch.Tensor, low: int | None,
+                   high: torch.Tensor | None) -> torch.Tensor:
+    _constant_ragged_size(offsets)
+    return _view(values, offsets, low, high)
+
+
+def _constant_ragged_size(offsets: torch.Tensor) -> None:
+    """Give the fake ``offsets`` a constant nested int (the ragged size of every NJT built over them) in place of the
+    symbolic one the fake tensor makes.
+
+    An NJT's ragged size is a nested int: never equal to any int, equal only to the same offsets' nested int. Over
+    offsets that are a graph input (not an NJT input), the symbolic one has no source Dynamo can guard, and an op that
+    compares it with an int (layer_norm's ``ragged_size in normalized_shape``, ``nt - nt.mean(-1, keepdim=True)``)
+    adds a guard that Dynamo cannot build: an IndexError on every compile before torch 2.15 (pytorch#185016 folds
+    such comparisons since). A constant one compares as it does in eager mode, with no guard. Each is drawn from
+    torch's own counter, so no other nested int of the process equals it. ``BoundaryFunction`` uses it before torch
+    2.15 and after that IndexError; never with unbacked symbols (the data-dependent retry), which do not combine with
+    a constant nested int.
+    """
+    inner = _unwrap_functional(offsets)
+    if not isinstance(inner, _FakeTensor):
+        return
+    memo = inner.nested_int_memo
+    if memo is None or not isinstance(memo.node, _NestedIntNode):
+        nested_tensor._tensor_id_counter += 1
+        inner.nested_int_memo = torch.SymInt(_NestedIntNode(nested_tensor._tensor_id_counter, 1))
+
+
+def _from_sizes(values: torch.Tensor, offsets: torch.Tensor, low: int | None,
+                high: torch.Tensor | None) -> torch.Tensor:
+    return torch.nested.nested_tensor_from_jagged(values, offsets, min_seqlen=low,
+                                                  max_seqlen=None if high is None else high.shape[0])
+
+
+try:  # the NJT view op's dummy argument and nested ints: private since the NJT's first release; else the constructor
+    from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
+    from torch._subclasses.functional_tensor import mb_unwrap_functional_tensor as _unwrap_functional
+    from torch.nested._internal import nested_tensor
+    from torch.nested._internal.nested_int import NestedIntNode as _NestedIntNode
+    from torch.nested._internal.nested_tensor import _nt_view_dummy
+except ImportError:  # pragma: no cover
+    rebuild = rebuild_constant = _from_sizes
+else:
+    # each one call in the graph (Dynamo does not trace the view op itself), run on fake tensors while tracing
+    rebuild = torch.compiler.allow_in_graph(_view)
+    rebuild_constant = torch.compiler.allow_in_graph(_view_constant)
 
 
 def _take_apart(out: Any, inputs: list) -> Any:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from jaggedperf.cli._defaults import METRICS
 from jaggedperf.lab import modes as modes_mod
@@ -60,22 +60,18 @@ class Selection:
     plugins: tuple[str, ...] = ()
 
 
-def _implementation_names(op: str) -> list[str]:
-    from jaggedperf.impls.registry import implementation_names
-
-    return implementation_names(op)
-
-
-def select(args: argparse.Namespace, *, default_impls=_implementation_names, default_modes: Sequence[str] = (),
-           allowed_modes: Sequence[str] = modes_mod.MODES) -> Selection:
+def select(args: argparse.Namespace, *, default_impls=None, default_modes: Sequence[str] = (),
+           allowed_modes: Sequence[str] = modes_mod.MODES, known: Mapping[str, Sequence[str]] | None = None) -> Selection:
     """Import the plugins (``--plugin``, ``$JAGGEDPERF_PLUGINS``), then check the names the command was given.
 
     Args:
         args: the parsed flags; reads ``op``, ``impls``, ``modes`` and, where the command has them,
             ``plugin``, ``baseline`` and ``metrics``.
-        default_impls: op -> the implementations when ``--impls`` is not given.
+        default_impls: op -> the implementations when ``--impls`` is not given (None: all of the op's).
         default_modes: the modes when ``--modes`` is not given.
         allowed_modes: the modes this command can take (the doctor's: compiled ones only).
+        known: op -> its implementations, where the caller knows them without the registry (``list``'s catalogue,
+            which spares the import of torch); None: the registry's, after the plugins (which may add some).
 
     Raises:
         jaggedperf.lab.plugins.PluginError: a plugin could not be imported.
@@ -83,11 +79,14 @@ def select(args: argparse.Namespace, *, default_impls=_implementation_names, def
     """
     plugins = tuple(plugin_names(getattr(args, "plugin", None) or ()))
     import_plugins(plugins)
-    from jaggedperf.impls.registry import OPS, get_op, implementation_names  # after the plugins: they may add ops
+    if known is None:
+        from jaggedperf.impls.registry import OPS, implementation_names  # after the plugins: they may add ops
 
-    op = check_names("op", [args.op], sorted(OPS))[0]
-    valid_impls = implementation_names(op)
-    impls = check_names("implementation", args.impls or default_impls(get_op(op).name), valid_impls, f"of {op}")
+        known = {name: implementation_names(name) for name in OPS}
+    op = check_names("op", [args.op], sorted(known))[0]
+    valid_impls = list(known[op])
+    impls = check_names("implementation", args.impls or (default_impls or known.__getitem__)(op), valid_impls,
+                        f"of {op}")
     modes = check_names("mode", getattr(args, "modes", None) or list(default_modes), list(allowed_modes))
     baseline = getattr(args, "baseline", None)
     if baseline is not None:

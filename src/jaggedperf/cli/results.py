@@ -34,12 +34,13 @@ def _imports() -> None:
     """Import what the handlers read, compare and draw with (torch among it) into this module's globals, once:
     building the parsers (``--help``) must not import it (``jaggedperf.cli``); every handler calls this first."""
     global write_text_atomic, BROKEN, FIXED, IMPROVEMENT, NOT_COMPARED, REGRESSION, UNSTABLE_VERDICT, VERDICTS, Change
-    global compare, plots_dir, write_report, ResultsFileError, read_results, _STYLE
+    global compare, plots_dir, write_report, ResultsFileError, load, _STYLE
+    from jaggedperf.lab.api import load
     from jaggedperf.lab.results.atomic import write_text_atomic
     from jaggedperf.lab.results.compare import (BROKEN, FIXED, IMPROVEMENT, NOT_COMPARED, REGRESSION, UNSTABLE_VERDICT,
                                                 VERDICTS, Change, compare)
     from jaggedperf.lab.results.report import plots_dir, write_report
-    from jaggedperf.lab.results.store import ResultsFileError, read_results
+    from jaggedperf.lab.results.store import ResultsFileError
 
     _STYLE = {REGRESSION: "bold red", BROKEN: "bold red", IMPROVEMENT: "green", FIXED: "green", NOT_COMPARED: "dim"}
 
@@ -191,10 +192,11 @@ def _clean_errors(handler):
 
 
 def _load(path: str):
-    record, warnings = read_results(path)
-    for w in warnings:
+    """The record in any results file, as ``jaggedperf.load`` reads it (a doctor's JSON too), its warnings on stderr."""
+    loaded = load(path)
+    for w in loaded.warnings:
         print(f"jaggedperf: warning: {w}", file=sys.stderr)
-    return record
+    return loaded.record
 
 
 def _plot_module():

@@ -43,11 +43,12 @@ class ResultsFileError(Exception):
 def _imports() -> None:
     """Import what the handler runs and reports with (torch among it) into this module's globals, once: building the
     parsers (``--help``) must not import it (``jaggedperf.cli``); the handler calls this first."""
-    global sweep, SKIPPED, ResultsFileError, problems, status_counts
+    global sweep, SKIPPED, ResultsFileError, problems, status_counts, timed_out, unstable_advice
     from jaggedperf.lab import sweep
+    from jaggedperf.lab.budget import timed_out
     from jaggedperf.lab.result import SKIPPED
     from jaggedperf.lab.results.store import ResultsFileError
-    from jaggedperf.lab.results.tables import problems
+    from jaggedperf.lab.results.tables import problems, unstable_advice
     from jaggedperf.lab.results.views import status_counts
 
 SHOWN_PROBLEMS = 10
@@ -210,7 +211,9 @@ def _summary(out: Console, plan: sweep.SweepPlan, outcome: sweep.SweepOutcome, l
     results = outcome.results
     if results:
         counts = status_counts(results)
-        out.print(f"sweep: {len(results)} cells written ({', '.join(f'{n} {s}' for s, n in counts.items())})"
+        cut = sum(1 for r in results if timed_out(r))  # errors that passed --timeout ("timed out": docs/columns.md)
+        out.print(f"sweep: {len(results)} cells written ({', '.join(f'{n} {s}' for s, n in counts.items())}"
+                  + (f"; {cut} of the errors timed out)" if cut else ")")
                   + (f", {len(plan.too_large)} of them skipped before dispatch" if plan.too_large else ""),
                   markup=False, highlight=False)
     else:
@@ -220,6 +223,9 @@ def _summary(out: Console, plan: sweep.SweepPlan, outcome: sweep.SweepOutcome, l
         out.print(f"• {line}", markup=False, highlight=False, style="red")
     if len(lines) > SHOWN_PROBLEMS:
         out.print(f"• ... and {len(lines) - SHOWN_PROBLEMS} more", markup=False, highlight=False, style="red")
+    advice = unstable_advice(results)
+    if advice:
+        out.print(advice, markup=False, highlight=False, style="yellow")
     out.print(f"results: {plan.out} ({plan.done + len(results)} of {len(plan.cells)} cells of this grid)",
               markup=False, highlight=False)
     if log_path.exists() and log_path.stat().st_size:

@@ -21,8 +21,8 @@ from jaggedperf.batch import JaggedBatch
 from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab.measure import rounds
 
-__all__ = ["WAYS", "WORKLOADS", "Built", "Cell", "Check", "Workload", "case_name", "check", "forward", "get",
-           "region_step", "step", "time_cell"]
+__all__ = ["WAYS", "WORKLOADS", "Built", "Cell", "Check", "Workload", "case_name", "check", "engine_steps", "forward",
+           "get", "region_step", "step", "time_cell"]
 
 WAYS = ("eager", "torch.compile", "jaggedperf.compile")
 
@@ -162,6 +162,10 @@ class Cell:
     ratio_jp_tc_p80: float
     ratio_tc_eager: float
     ratio_floor_tc: float | None  # the boundary's floor (its region on pre-split parts) / torch.compile; None: none
+    # That floor plus the autograd engine's own cost of a step whose input is an NJT leaf that trains (the backward
+    # of that leaf alone, an NJT root and an NJT gradient accumulated, less the same of a plain leaf): the least any
+    # step on that NJT can take, torch.compile's included; None: no NJT input trains (or no floor)
+    ratio_limit_tc: float | None
     rounds: int
     quiet_rounds: int
     walls_us: dict[str, list[float]]
@@ -267,6 +271,8 @@ def time_cell(workload: Workload, case: Case, kind: str, ways: dict[str, Callabl
     boundary = getattr(ways["jaggedperf.compile"], "boundary", ways["jaggedperf.compile"])
     if not boundary.fallbacks and not boundary.pass_through and boundary.regions:
         fns["floor"] = region_step(ways["jaggedperf.compile"], built, kind)  # the boundary's own floor, beside
+        if kind == "step" and built.x.requires_grad:
+            fns.update(engine_steps(built))
     for fn in fns.values():  # compiled (and the backward graph) before the first round
         for _ in range(3):
             fn()
@@ -279,8 +285,38 @@ def time_cell(workload: Workload, case: Case, kind: str, ways: dict[str, Callabl
                 statistics.median(ratios), _q(ratios, 0.2), _q(ratios, 0.8),
                 statistics.median(result.ratios("torch.compile", "eager")),
                 statistics.median(result.ratios("floor", "torch.compile")) if "floor" in fns else None,
+                _limit_ratio(result) if "engine" in fns else None,
                 len(result.rounds), len(result.quiet),
                 walls, [r.probe_us for r in result.rounds])
+
+
+def engine_steps(built: Built) -> dict[str, Callable[[], object]]:
+    """The autograd engine's own cost of a step on ``built``'s input NJT that trains, and of a plain leaf's: the
+    backward of the leaf itself (its output gradient a gradient of its shape), gradient reset. "engine" less
+    "engine plain" is what a step pays for its NJT leaf, whoever computes the rest: the engine's handling of an NJT
+    root and the accumulation of an NJT gradient (always a copy: autograd never takes an NJT gradient as it is)."""
+    x = built.x
+    plain = x._values.detach().requires_grad_()
+    grad = torch.nested.nested_tensor_from_jagged(torch.randn_like(x._values), x._offsets,
+                                                  min_seqlen=x._maybe_min_seqlen, max_seqlen=x._maybe_max_seqlen)
+    plain_grad = grad._values
+
+    def engine():
+        x.backward(grad)
+        x.grad = None
+
+    def engine_plain():
+        plain.backward(plain_grad)
+        plain.grad = None
+
+    return {"engine": engine, "engine plain": engine_plain}
+
+
+def _limit_ratio(result: rounds.Rounds) -> float:
+    """Median over the rounds of (floor + engine - engine plain) / torch.compile (``Cell.ratio_limit_tc``)."""
+    per_round = [(w["floor"] + w["engine"] - w["engine plain"]) / w["torch.compile"]
+                 for w in (r.walls_us for r in result.rounds)]
+    return statistics.median(per_round)
 
 
 def _q(values: list[float], q: float) -> float:

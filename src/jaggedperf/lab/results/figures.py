@@ -29,6 +29,7 @@ from jaggedperf.lab.results.views import (
     wall_ms,
 )
 
+NOT_IN_FILE = "not in the file"  # a heatmap's left_out key: an implementation × case with no result in the mode
 NO_ROOFLINE = "no roofline: no cell has device time (the CPU, or --no-device-time)"
 
 
@@ -37,9 +38,15 @@ class Panel:
     name: str  # the implementation (speedup) or our mode (ours vs best torch)
     values: np.ndarray  # (len(seqlens), len(sparsities)); NaN where there is no value
     unstable: np.ndarray | None = None  # same shape, True where a cell the value needs is unstable (no value)
+    # same shape: where ``unstable``, the ratio the unstable walls give (NaN where none): shown marked, no colour
+    unstable_values: np.ndarray | None = None
 
     def unstable_mask(self) -> np.ndarray:
         return self.unstable if self.unstable is not None else np.zeros(self.values.shape, dtype=bool)
+
+    def unstable_value(self, index) -> float:
+        """The ratio the unstable walls give at ``index`` (NaN where there is none)."""
+        return float("nan") if self.unstable_values is None else float(self.unstable_values[index])
 
 
 @dataclass
@@ -63,6 +70,7 @@ class Heatmap:
     unmeasured: int = 0  # ok cells without device time (ours_vs_best_device only)
     unstable: int = 0  # cells drawn hatched: a cell the value needs is unstable
     not_cases: int = 0  # seqlen × sparsity positions that are no case of the run (the seed's two shapes: 2 of 4)
+    unjudged: int = 0  # values drawn from cells whose run recorded no stability (files older than the check)
 
     @property
     def bars(self) -> bool:
@@ -98,6 +106,7 @@ def heatmap_data(record: RunRecord) -> list[Heatmap]:
     for r in record.results:
         by_shape[shape_of(r)].append(r)
     speedup = speedups(record.results)
+    shaky_speedup = speedups(record.results, with_unstable=True)  # the ratios a hatched cell shows, marked
     versus = {kind: ours_vs_best(record.results, value) for kind, (_, _, value) in VERSUS.items()}
     out = []
     for shape in sorted(by_shape, key=lambda s: (s.op, s.distribution, s.B, s.M, s.dtype, s.seed)):
@@ -126,7 +135,8 @@ def heatmap_data(record: RunRecord) -> list[Heatmap]:
             panels = []
             for impl in ordered((r.implementation for r in in_mode), impl_rank):
                 mine = [r for r in in_mode if r.implementation == impl]
-                panels.append(Panel(impl, grid(mine, speedup), shaky(mine, True)))
+                mask = shaky(mine, True)
+                panels.append(Panel(impl, grid(mine, speedup), mask, np.where(mask, grid(mine, shaky_speedup), np.nan)))
             left_out = Counter(r.status for r in rs if r.mode in (EAGER, mode) and r.status not in (OK, UNSTABLE))
             # a panel's implementation × case with no result in this mode (a cut compile a file never recorded) is an
             # empty cell of the figure too: counted, so that its note never says "all cells ok" over a gap
@@ -134,11 +144,14 @@ def heatmap_data(record: RunRecord) -> list[Heatmap]:
             missing = sum(1 for impl in {r.implementation for r in in_mode} for case in {r.case for r in rs}
                           if (impl, case) not in measured)
             if missing:
-                left_out["not in the file"] += missing
+                left_out[NOT_IN_FILE] += missing
             n_unstable = int(sum(p.unstable_mask().sum() for p in panels))
             positions = {(r.case.seqlen, r.case.sparsity) for r in rs}
+            eager_of = {(r.implementation, r.case): r for r in rs if r.mode == EAGER}
+            unjudged = sum(1 for r in in_mode if r.key in speedup and (
+                r.stability is None or getattr(eager_of.get((r.implementation, r.case)), "stability", None) is None))
             out.append(Heatmap("speedup", shape, mode, seqlens, sparsities, panels, left_out, unstable=n_unstable,
-                               not_cases=len(seqlens) * len(sparsities) - len(positions)))
+                               not_cases=len(seqlens) * len(sparsities) - len(positions), unjudged=unjudged))
         ours = [r for r in rs if r.implementation == OURS]
         if not ours or all(r.implementation == OURS for r in rs):
             continue

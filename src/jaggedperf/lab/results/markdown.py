@@ -16,6 +16,8 @@ from typing import Any, Iterable
 from jaggedperf.inputs import Case
 from jaggedperf.lab.result import OK, STATUSES, TIMED, UNSTABLE, Result, RunRecord
 from jaggedperf.lab.results import variants
+from jaggedperf.lab.budget import timed_out
+from jaggedperf.lab.results.tables import shown_speedup, status_text
 from jaggedperf.lab.results.views import (
     EAGER,
     OURS,
@@ -85,7 +87,9 @@ def _environment(record: RunRecord) -> list[str]:
 def _statuses(results: list[Result]) -> list[str]:
     total = status_counts(results)
     out = ["## Status", ""]
-    out += [" · ".join(f"{total[s]} {s}" for s in STATUSES) + f" of {len(results)} cells.", ""]
+    cut = sum(1 for r in results if timed_out(r))  # errors that are cells past their --timeout
+    out += [" · ".join(f"{total[s]} {s}" for s in STATUSES) + f" of {len(results)} cells"
+            + (f" ({cut} of the errors timed out)." if cut else "."), ""]
     by_mode: dict[str, list[Result]] = defaultdict(list)
     for r in results:
         by_mode[r.mode].append(r)
@@ -150,10 +154,12 @@ def _ours_vs_best(results: list[Result]) -> list[str]:
 
 def _all_cells(results: list[Result]) -> list[str]:
     rows = []
+    eager = {(r.op, r.implementation, r.case): r for r in results if r.mode == EAGER}
     for r in results:
         ok = r.status in TIMED
+        speedup, settled = shown_speedup(r, eager.get((r.op, r.implementation, r.case)))
         rows.append([
-            r.case.label, r.implementation, r.mode, r.status if r.status == OK else f"**{r.status}**",
+            r.case.label, r.implementation, r.mode, r.status if r.status == OK else f"**{status_text(r)}**",
             _us(r.wall.median_ms * 1e3) if ok and r.wall else NONE,
             _range_us(r.wall.p20_ms, r.wall.p80_ms, 1e3) if ok and r.wall else NONE,
             _us(r.device_time.median_us) if ok and r.device_time else NONE,
@@ -161,7 +167,7 @@ def _all_cells(results: list[Result]) -> list[str]:
             f"{r.kernels_per_call:g}" if ok and r.kernels_per_call is not None else NONE,
             f"{r.gbps:.0f}" if ok and r.gbps is not None else NONE,
             f"{r.pct_of_copy:.1f}" if ok and r.pct_of_copy is not None else NONE,
-            f"{r.speedup_vs_eager:.2f}×" if ok and r.speedup_vs_eager is not None else NONE,
+            NONE if speedup is None else f"{speedup:.2f}×" + ("" if settled else f" ({UNSTABLE})"),
             f"{r.compile_s:.1f}" if r.compile_s is not None else NONE,
         ])
     header = ["case", "implementation", "mode", "status", "wall µs (median)", "wall µs (p20–p80)", "device µs",
@@ -185,8 +191,8 @@ def _unstable(results: list[Result]) -> list[str]:
         note = f" ({unjudged} had too few calls to judge)" if unjudged else ""
         return out + [f"None: every timed cell settled (IQR ≤ {st.max_iqr_rel:.0%} of the median, drift ≤ "
                       f"{st.max_drift_rel:.0%}){note}.", ""]
-    out += ["Measured again and again, these cells never settled: their figures are shown but give no speedup and no "
-            "finding. IQR and drift are relative to the median; other CPUs = CPUs other processes kept busy while "
+    out += ["Measured again and again, these cells never settled: their figures (and a speedup with an unstable side) are "
+            "shown marked, and give no finding. IQR and drift are relative to the median; other CPUs = CPUs other processes kept busy while "
             "the cell was timed.", ""]
     rows = []
     for r in shaky:
@@ -230,7 +236,7 @@ def _failures(results: list[Result]) -> list[str]:
         reason = r.reason or NONE
         if r.rel_error is not None and r.status != OK and "rel" not in reason:
             reason = f"{reason} (rel. error {r.rel_error:.3g})"
-        rows.append([r.status, r.case.label, r.implementation, r.mode, reason])
+        rows.append([status_text(r), r.case.label, r.implementation, r.mode, reason])
     return out + _table(["status", "case", "implementation", "mode", "reason"], rows)
 
 
@@ -288,7 +294,7 @@ def _us_or_status(r: Result | None) -> str:
         return _us(w * 1e3)
     if r.status == UNSTABLE and r.wall is not None:
         return f"{_us(r.wall.median_ms * 1e3)} (unstable)"
-    return r.status
+    return status_text(r)
 
 
 def _range_us(low: float | None, high: float | None, scale: float = 1.0) -> str:

@@ -4,7 +4,7 @@ Drawing uses matplotlib's object API on the Agg canvas, never pyplot: nothing is
 figure list and the caller's backend is untouched. What each figure shows is worked out first, in ``figures``
 (``heatmap_data``, ``roofline_data``, ``latency_data``), which draws nothing and needs no matplotlib (and
 is what the tests check the numbers of). Cells that failed are left out of every figure and counted in a note on it;
-unstable cells (timed, never settled) are drawn hatched grey with no value: never a "× slower".
+unstable cells (timed, never settled) are drawn hatched grey without colour, their ratio marked "?": never a "× slower".
 
 Ratio colour scales are centred on 1× (log-symmetric) and clipped robustly (``ratio_limit``): one
 outlier cannot stretch the scale and flatten every other cell; a clipped cell takes the end colour and
@@ -30,7 +30,8 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import EngFormatter
 
 from jaggedperf.lab.result import RunRecord
-from jaggedperf.lab.results.figures import VERSUS, Heatmap, Scatter, heatmap_data, latency_data, roofline_data
+from jaggedperf.lab.results.figures import (NOT_IN_FILE, VERSUS, Heatmap, Scatter, heatmap_data, latency_data,
+                                            roofline_data)
 from jaggedperf.lab.results.views import OURS, environment_line, impl_rank, mode_rank, ordered
 
 DPI = 110
@@ -163,10 +164,11 @@ def _draw_heatmap(h: Heatmap, environment: dict) -> Figure:
         ax.label_outer()  # tick labels and axis names on the outer panels only
         shaky = panel.unstable_mask()
         for (i, j), v in np.ndenumerate(panel.values):
-            if shaky[i, j]:  # no value, no colour: a grey hatched cell that says why
+            if shaky[i, j]:  # no colour: a grey hatched cell that says why, with the unsettled ratio where there is one
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=_UNSTABLE, hatch=_HATCH,
                                        edgecolor="#777777", linewidth=0))
-                ax.text(j, i, "unstable", ha="center", va="center", fontsize=fontsize - 1, color="#333333")
+                ax.text(j, i, _unstable_text(panel.unstable_value((i, j))), ha="center", va="center",
+                        fontsize=fontsize - 1, color="#333333")
             elif math.isfinite(v) and v > 0:
                 red, green, blue, _ = cmap(norm(v))
                 dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5
@@ -194,11 +196,21 @@ def _draw_heatmap(h: Heatmap, environment: dict) -> Figure:
     return fig
 
 
+def _unstable_text(value: float, sep: str = "\n") -> str:
+    """What a hatched (unstable) cell says: that, and the ratio its unsettled walls give, where there is one."""
+    return f"unstable{sep}{_times(value)}?" if math.isfinite(value) and value > 0 else "unstable"
+
+
 def _heatmap_note(h: Heatmap) -> str:
     note = _note(h.left_out, h.unmeasured, "without device time")
     if h.unstable:
-        shaky = f"{h.unstable} cell{'s' if h.unstable != 1 else ''} unstable (hatched: timing never settled, no value)"
+        shaky = (f"{h.unstable} cell{'s' if h.unstable != 1 else ''} unstable (hatched, no colour: timing never "
+                 "settled; '?' marks the ratio its walls gave)")
         note = f"{note}; {shaky}" if note else shaky
+    if h.unjudged:
+        old = (f"{h.unjudged} value{'s' if h.unjudged != 1 else ''} from cells whose run recorded no stability (an "
+               "older file): not judged stable")
+        note = f"{note}; {old}" if note else old
     if h.not_cases:
         gaps = (f"{h.not_cases} of {len(h.seqlens) * len(h.sparsities)} seqlen × sparsity positions a panel are no "
                 "case of this run (—)")
@@ -233,7 +245,8 @@ def _draw_bars(h: Heatmap, environment: dict) -> Figure:
             x = g + (b - (n - 1) / 2) * width
             if unstable:
                 ax.bar(x, 0.1, bottom=0.95, width=width * 0.9, color=_UNSTABLE, hatch=_HATCH, edgecolor="#777777")
-                ax.text(x, 1.06, "unstable", ha="center", va="bottom", fontsize=7, rotation=90, color="#333333")
+                ax.text(x, 1.06, _unstable_text(panel.unstable_value(np.unravel_index(g, panel.values.shape)), " "),
+                        ha="center", va="bottom", fontsize=7, rotation=90, color="#333333")
             elif math.isfinite(v) and v > 0:
                 ax.bar(x, abs(v - 1), bottom=min(v, 1.0), width=width * 0.9, color=cmap(norm(v)),
                        edgecolor="#444444", linewidth=0.5)
@@ -320,10 +333,15 @@ def _draw_scatter(s: Scatter, environment: dict) -> Figure:
 
 def _note(left_out: Counter, unmeasured: int, why: str) -> str:
     parts = []
-    if left_out:
-        n = sum(left_out.values())
-        detail = ", ".join(f"{c} {status}" for status, c in sorted(left_out.items()))
+    absent = left_out.get(NOT_IN_FILE, 0)
+    failed = {status: c for status, c in left_out.items() if status != NOT_IN_FILE and c}
+    if failed:
+        n = sum(failed.values())
+        detail = ", ".join(f"{c} {status}" for status, c in sorted(failed.items()))
         parts.append(f"{n} cell{'s' if n != 1 else ''} not ok left out ({detail})")
+    if absent:
+        parts.append(f"{absent} cell{'s' if absent != 1 else ''} not in the file (—: not run, or its compile was cut "
+                     "before the file recorded it)")
     if unmeasured:
         parts.append(f"{unmeasured} ok cell{'s' if unmeasured != 1 else ''} {why} left out")
     return "; ".join(parts)

@@ -37,6 +37,7 @@ from jaggedperf.lab.results.atomic import fsync_dir
 
 RETRY = "retry"  # extra[RETRY] on a result: it re-ran a failed cell of the file (what failed, from the scheduler)
 RESULT_KEYS = ("op", "implementation", "mode", "case", "device")  # a result line needs at least these
+HEADER_KEYS = {"environment", "copy_gbps"}  # an environment header line (write_environment_header) holds these
 CASE_KEYS = ("B", "M", "seqlen", "sparsity")  # a case needs at least these (the rest have defaults)
 _MARKERS = ('{"environment"', '{"op"')  # how the lines this module writes begin
 
@@ -96,8 +97,13 @@ def read_results(path: str | os.PathLike) -> tuple[RunRecord, list[str]]:
         raise _error(path, None, f"expected a JSON object (a run record) or JSON lines, got a {_kind(doc)}")
     if "results" in doc:
         return _record_from_document(path, doc), []
-    # One JSON object that is not a document: a JSON-lines file of a single line.
-    return _read_lines(path, text)
+    # One JSON object that is not a document: a JSON-lines file of a single line (a header or a result), or a JSON
+    # file of another kind (a benchmark's summary, pretty-printed), which must not read as a run of no cells.
+    if "\n" not in text.strip() and (set(doc) <= HEADER_KEYS or any(k in doc for k in RESULT_KEYS)):
+        return _read_lines(path, text)
+    raise _error(path, None, f"not a results file: one JSON object without a \"results\" list (its keys: "
+                             f"{', '.join(list(doc)[:8])}{', …' if len(doc) > 8 else ''}); a results file holds a run's "
+                             "\"results\" or one result per line (a benchmark's summary is read with json.load)")
 
 
 def finished_keys(path: str | os.PathLike) -> tuple[set[tuple], list[str]]:

@@ -1,7 +1,9 @@
 """Tables and sentences made from results (rich renderables; the CLI prints them).
 
 Per-call times are in µs and spreads are quantiles (p20–p80); an unstable cell shows its figures marked
-``unstable`` and gives no speedup and no finding.
+``unstable``, and so does a speedup with an unstable side (the ratio of the two walls, without colour): a busy machine
+still gives an answer, never a finding (``findings`` takes ok cells only), and ``unstable_advice`` says how to get a
+clean one.
 """
 
 from __future__ import annotations
@@ -53,6 +55,20 @@ def seed_rows(results: list[Result], compiled_mode: str, boundary_mode: str | No
     return rows
 
 
+def shown_speedup(r: Result | None, eager: Result | None) -> tuple[float | None, bool]:
+    """The speedup a table shows for ``r`` against its ``eager`` cell, and whether it is settled: both ok, the recorded
+    ``speedup_vs_eager``; one unstable and both timed, eager's wall median over ``r``'s (shown marked, never a finding);
+    else None."""
+    if r is None or r.wall is None or r.mode == EAGER:
+        return (r.speedup_vs_eager if r is not None and r.status == OK else None), True
+    if r.status == OK and r.speedup_vs_eager is not None:
+        return r.speedup_vs_eager, True
+    if eager is None or eager.wall is None or r.status not in TIMED or eager.status not in TIMED \
+            or UNSTABLE not in (r.status, eager.status) or r.wall.median_ms <= 0:
+        return None, True
+    return eager.wall.median_ms / r.wall.median_ms, False
+
+
 def _us(value: float | None) -> str:
     """µs with one decimal below 1000, whole µs above."""
     if value is None:
@@ -89,8 +105,8 @@ def _spread_cell(r: Result) -> str:
     return f"{_us(w.p20_ms * 1e3)}–{_us(w.p80_ms * 1e3)}"
 
 
-def _speedup_cell(speedup: float | None) -> str:
-    return _fmt(speedup, ".2f") + ("×" if speedup is not None else "")
+def _speedup_cell(speedup: float | None, settled: bool = True) -> str:
+    return _fmt(speedup, ".2f") + ("" if speedup is None else "×" if settled else f"× ({UNSTABLE})")
 
 
 def _speedup_style(speedup: float | None) -> str | None:
@@ -119,15 +135,17 @@ def seed_table(results: list[Result], compiled_mode: str, title: str | None = No
                ("speedup", "right")]
     if boundary_mode:
         columns += [("jagged-compile µs", "right"), ("jagged-compile speedup", "right")]
+    always = len(columns)  # the walls and speedups; a measure no row has (device time on the CPU) gets no column
     columns += [("eager dev µs", "right"), ("compiled dev µs", "right"), ("compiled host µs", "right"),
                 ("kernels e→c", "right"), ("compile s", "right")]
-    for name, justify in columns:
-        table.add_column(name, justify=justify)
+    rows = []
     for row in seed_rows(results, compiled_mode, boundary_mode):
-        eager, compiled, speedup = row["eager"], row["compiled"], row["speedup"]
-        cells = [row["case"], row["implementation"], _wall_cell(eager), _wall_cell(compiled), _speedup_cell(speedup)]
+        eager, compiled = row["eager"], row["compiled"]
+        speedup, settled = shown_speedup(compiled, eager)
+        cells = [row["case"], row["implementation"], _wall_cell(eager), _wall_cell(compiled),
+                 _speedup_cell(speedup, settled)]
         if boundary_mode:
-            cells += [_wall_cell(row["boundary"]), _speedup_cell(row["boundary_speedup"])]
+            cells += [_wall_cell(row["boundary"]), _speedup_cell(*shown_speedup(row["boundary"], eager))]
         cells += [
             _fmt(eager.device_time.median_us if eager and eager.device_time else None, ".1f"),
             _fmt(compiled.device_time.median_us if compiled and compiled.device_time else None, ".1f"),
@@ -135,7 +153,13 @@ def seed_table(results: list[Result], compiled_mode: str, title: str | None = No
             f"{_fmt(eager.kernels_per_call if eager else None, '.0f')}→{_fmt(compiled.kernels_per_call if compiled else None, '.0f')}",
             _compile_cell(compiled),
         ]
-        table.add_row(*cells, style=_speedup_style(speedup))
+        rows.append((cells, _speedup_style(speedup) if settled else None))
+    keep = [i for i in range(len(columns))
+            if i < always or any(cells[i] not in ("—", "—→—") for cells, _ in rows)]
+    for i in keep:
+        table.add_column(*columns[i][:1], justify=columns[i][1])
+    for cells, style in rows:
+        table.add_row(*(cells[i] for i in keep), style=style)
     return keep_names_whole(table)
 
 
@@ -144,7 +168,14 @@ def cell_summary(r: Result) -> str:
     if r.status in TIMED and r.wall is not None:
         text = f"{r.wall.median_ms:.3f} ms" + ("" if r.status == OK else f" ({UNSTABLE})")
         return text + (f", first call {r.compile_s:.1f} s" if r.compile_s is not None else "")
-    return f"{status_text(r)}: {r.reason}" if r.reason else status_text(r)
+    return f"{status_text(r)}: {_why(r)}" if r.reason else status_text(r)
+
+
+def _why(r: Result) -> str:
+    """A cell's reason after its status: a timed-out cell's without the words its status already says."""
+    if timed_out(r):
+        return f"{r.reason.removeprefix('timed out ')}, compile included"
+    return r.reason
 
 
 def _compile_cell(r: Result | None) -> str:
@@ -186,15 +217,17 @@ def cells_table(results: list[Result], title: str = "every cell", metrics: Seque
     shown = {c for m in (DEFAULT_METRICS if metrics is None else metrics) for c in METRICS[m]}
     always = {*_KEY_COLUMNS, "status"}
     rows = []
+    eager = {(r.op, r.implementation, r.case): r for r in results if r.mode == EAGER}
     for r in results:
         timed = r.status in TIMED and r.wall is not None
         iqr = r.stability.iqr_rel if timed and r.stability is not None else None
+        speedup, settled = shown_speedup(r, eager.get((r.op, r.implementation, r.case)))
         rows.append((r, [
             r.case.label, r.implementation, r.mode,
             _us(r.wall.median_ms * 1e3) if timed else "—",
             _spread_cell(r),
             "—" if iqr is None else f"{iqr:.0%}",
-            _fmt(r.speedup_vs_eager if r.status == OK else None, ".2f"),
+            _fmt(speedup, ".2f") + ("" if settled or speedup is None else f" ({UNSTABLE})"),
             _fmt(r.rel_error, ".1e"),
             _fmt(r.device_time.median_us if r.device_time else None, ".1f"),
             _fmt(r.host_us, ".1f"),
@@ -309,8 +342,21 @@ def baseline_table(results: list[Result], baseline: str) -> Table:
 
 def problems(results: list[Result]) -> list[str]:
     """One line per cell that is not ok, with its reason (unstable ones say why their timing never settled)."""
-    return [f"{status_text(r)}: {r.implementation} · {r.mode} · {r.case.label}: {r.reason}" for r in results
+    return [f"{status_text(r)}: {r.implementation} · {r.mode} · {r.case.label}: {_why(r)}" for r in results
             if r.status != OK]
+
+
+def unstable_advice(results: list[Result]) -> str | None:
+    """One sentence under a run's problems when some cells never settled: what their figures are, and how to get clean
+    ones (the busy machine's share of it, where the load was measured to slow a cell's core)."""
+    shaky = [r for r in results if r.status == UNSTABLE]
+    if not shaky:
+        return None
+    loaded = sum(1 for r in shaky if r.stability is not None and r.stability.contended)
+    why = (f"; {loaded} of them slowed by other programs (a host probe timed beside them ran slower)" if loaded else "")
+    return (f"{len(shaky)} of {len(results)} cells unstable{why}: their figures and speedups are shown marked "
+            "(unstable) and draw no finding. For clean numbers run again with other programs closed; --attempts N "
+            "measures each cell more times, --cpu-load ignore stops judging the machine's load.")
 
 
 def findings(results: list[Result], compiled_mode: str, boundary_mode: str | None = None) -> list[str]:

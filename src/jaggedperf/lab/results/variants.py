@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from jaggedperf.lab.result import TIMED, UNSTABLE, Result, RunRecord
+from jaggedperf.lab.result import UNSTABLE, Result, RunRecord
 from jaggedperf.lab.results.atomic import write_text_atomic
-from jaggedperf.lab.results.views import result_rank, speedups
+from jaggedperf.lab.results.tables import status_text
+from jaggedperf.lab.results.views import result_rank, speedups, timed_wall_ms
 
 AXES = ("torch", "gpu", "host")  # in the order a group's name lists them
 _ENVIRONMENT_KEYS = {"torch": "torch", "gpu": "gpu", "host": "hostname"}
@@ -150,12 +151,12 @@ def render_markdown(table: SideBySide) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r0, cells in table.rows:
         row = [r0.case.label, r0.implementation, r0.mode]
-        base = _median_ms(cells.get(first))
+        base = timed_wall_ms(cells.get(first))
         for i, g in enumerate(table.groups):
             r = cells.get(g)
             row += [_wall(r), _ratio(table.speedup[g].get(r.key)) if r is not None else NONE]
             if i:
-                mine = _median_ms(r)
+                mine = timed_wall_ms(r)
                 row.append(_ratio(mine / base) if mine is not None and base else NONE)
         lines.append("| " + " | ".join(row) + " |")
     return lines + [""]
@@ -187,17 +188,12 @@ def write_versions_report(files: list[Path], out: Path) -> SideBySide:
     return table
 
 
-def _median_ms(r: Result | None) -> float | None:
-    """Wall median of a timed cell, unstable ones included (shown as such), else None."""
-    return r.wall.median_ms if r is not None and r.status in TIMED and r.wall is not None else None
-
-
 def _wall(r: Result | None) -> str:
     if r is None:
         return NONE
-    ms = _median_ms(r)
+    ms = timed_wall_ms(r)
     if ms is None:
-        return r.status
+        return status_text(r)
     w = r.wall
     spread = f" ({w.p20_ms * 1e3:.1f}–{w.p80_ms * 1e3:.1f})" if w.p20_ms is not None and w.p80_ms is not None else ""
     return f"{ms * 1e3:.1f}{spread}" + (" unstable" if r.status == UNSTABLE else "")

@@ -9,7 +9,7 @@ from typing import Any, Iterable
 
 from jaggedperf.inputs import DEFAULT_SEED, Case
 from jaggedperf.lab.modes import MODES
-from jaggedperf.lab.result import OK, STATUSES, Result
+from jaggedperf.lab.result import OK, STATUSES, TIMED, Result
 
 OURS = "jaggedperf"  # our Triton op's implementation name
 EAGER = "eager"
@@ -65,20 +65,27 @@ def device_us(r: Result | None) -> float | None:
     return r.device_time.median_us if r is not None and r.status == OK and r.device_time is not None else None
 
 
-def speedups(results: Iterable[Result]) -> dict[tuple, float]:
+def timed_wall_ms(r: Result | None) -> float | None:
+    """Wall median of a timed cell, unstable ones included (to be shown as such), else None."""
+    return r.wall.median_ms if r is not None and r.status in TIMED and r.wall is not None else None
+
+
+def speedups(results: Iterable[Result], *, with_unstable: bool = False) -> dict[tuple, float]:
     """Speedup vs eager of every ok non-eager cell, by ``Result.key``: eager wall median / its wall median,
     same op, implementation and case. Computed from the walls when the eager cell is in ``results``;
-    the recorded ``speedup_vs_eager`` is used only when it is not."""
+    the recorded ``speedup_vs_eager`` is used only when it is not. ``with_unstable``: unstable walls count too (a
+    ratio a figure shows marked, never a finding)."""
     results = list(results)
+    wall = timed_wall_ms if with_unstable else wall_ms
     eager = {(r.op, r.implementation, r.case): r for r in results if r.mode == EAGER}
     out: dict[tuple, float] = {}
     for r in results:
-        mine = wall_ms(r)
+        mine = wall(r)
         if r.mode == EAGER or mine is None:
             continue
         key = (r.op, r.implementation, r.case)
         if key in eager:
-            base = wall_ms(eager[key])
+            base = wall(eager[key])
             if base is not None and mine > 0:
                 out[r.key] = base / mine
         elif r.speedup_vs_eager is not None:
