@@ -7,6 +7,7 @@ the plain twin: count and guard-check time). Writes summary.json and summary.md 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -38,7 +39,18 @@ def _f(x, fmt=".1f") -> str:
     return "—" if x is None else format(x, fmt)
 
 
-def main(folder: str) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Summarise benchmarks/torch_versions_cpu.sh's outputs (the seed's table and the doctor's NJT split "
+                    "per torch version) into summary.json and summary.md in the same folder.")
+    parser.add_argument("folder", type=Path, help="the results folder torch_versions_cpu.sh wrote (its RES)")
+    args = parser.parse_args(argv)
+    if not args.folder.is_dir():  # an option mistaken for the folder would otherwise be created and written into
+        parser.error(f"{args.folder} is not a folder of torch_versions_cpu.sh's results")
+    return args
+
+
+def main(folder: Path) -> int:
     res = Path(folder)
     seed = json.loads((res / "seed.torch-versions.json").read_text()) if (res / "seed.torch-versions.json").exists() else None
     doctor = [row for p in sorted(res.glob("doctor-*.json")) for row in doctor_rows(p)]
@@ -63,4 +75,4 @@ def main(folder: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(parse_args().folder))

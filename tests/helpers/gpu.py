@@ -6,6 +6,7 @@ import torch
 
 from jaggedperf.inputs import Case
 from jaggedperf.lab.measure import stats as _stats
+from jaggedperf.lab.reduce_row import expand_reference, reference  # noqa: F401 - the backward's reference, the tests' name
 from helpers.reference import assert_matches
 
 
@@ -23,26 +24,13 @@ FAMILY_SHAPES = [
 
 
 def gpu_reference(values, offsets, *, mean, empty_zero=False, absolute=False):
-    """(B, M) float64 on the device: index_add over segment ids (not the kernels' method)."""
-    v = values.double().abs() if absolute else values.double()
-    offsets = offsets.long()
-    lengths = offsets.diff()
-    seg = torch.repeat_interleave(torch.arange(lengths.numel(), device=v.device), lengths, output_size=v.shape[0])
-    out = torch.zeros(lengths.numel(), v.shape[1], dtype=torch.float64, device=v.device).index_add_(0, seg, v)
-    if mean:
-        out = out / lengths.unsqueeze(1).double()
-        if empty_zero:
-            out = torch.where(lengths.unsqueeze(1) == 0, 0.0, out)
+    """(B, M) float64 on the device (``lab.reduce_row.reference``: index_add over segment ids, not the kernels'
+    method); ``absolute``: of |values| (the scale errors are judged against); ``empty_zero``: an empty segment's
+    mean 0 instead of NaN."""
+    out = reference(values.abs() if absolute else values, offsets, mean=mean)
+    if mean and empty_zero:
+        out = torch.where(offsets.long().diff().unsqueeze(1) == 0, 0.0, out)
     return out
-
-
-def expand_reference(grad, offsets, n_rows, *, mean):
-    """(n_rows, M) float64 on the device: each row the grad of its segment (/ its length for mean)."""
-    lengths = offsets.long().diff()
-    g = grad.double()
-    if mean:
-        g = g / lengths.clamp_min(1).unsqueeze(1).double()
-    return g.repeat_interleave(lengths, dim=0, output_size=n_rows)
 
 
 def check(out, values, offsets, *, mean, empty_zero=False, what="output"):

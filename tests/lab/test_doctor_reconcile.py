@@ -17,6 +17,7 @@ from jaggedperf.inputs import Case
 from jaggedperf.lab import modes, runner
 from jaggedperf.lab.measure import stats, timing
 from jaggedperf.lab.doctor import gather, reconcile, verdicts
+from jaggedperf.lab.measure.cell import retime_wall_and_host
 from jaggedperf.lab.result import OK, SKIPPED, UNSTABLE, Result, Stability, WallStats
 
 CPU = torch.device("cpu")
@@ -220,24 +221,26 @@ def test_untimed_cells_have_no_reconcile():
     assert reconcile.reconcile(eager, compiled, reconcile.Calls(), runner.Options(device=CPU), device_time=False) is None
 
 
-# --- the runner's hook ---------------------------------------------------------------------------
+# --- the warm call the runner keeps ---------------------------------------------------------------
 
 
-def test_run_cell_hands_the_checked_warm_call_to_on_ready_before_timing_it(monkeypatch):
+def test_measure_cell_keeps_the_checked_warm_call_it_timed_and_run_cell_lets_it_go(monkeypatch):
     opts = runner.Options(device=CPU, warmup=1, iters=3)
     batch, ref = runner.prepare_case("jagged_mean", CASE, opts)
-    handed, timed_first = [], []
+    timed = []
     time_call = runner.time_call
 
     def watching_time_call(call, *args, **kw):
-        timed_first.append(bool(handed) and handed[0] is call)
+        timed.append(call)
         return time_call(call, *args, **kw)
 
     monkeypatch.setattr(runner, "time_call", watching_time_call)
-    result = runner.run_cell(runner.Cell("jagged_mean", "segment_reduce", "eager", CASE), batch, ref, opts, None,
-                             on_ready=handed.append)
-    assert result.status in (OK, UNSTABLE) and len(handed) == 1 and timed_first == [True]
-    assert handed[0]().shape == ref.shape  # warm and runnable
-    skipped = runner.run_cell(runner.Cell("jagged_mean", "segment_reduce", "graph", CASE), batch, ref, opts, None,
-                              on_ready=handed.append)
-    assert skipped.status == SKIPPED and len(handed) == 1
+    measured = runner.measure_cell(runner.Cell("jagged_mean", "segment_reduce", "eager", CASE), batch, ref, opts, None)
+    assert measured.result.status in (OK, UNSTABLE) and timed == [measured.call]
+    assert measured.call().shape == ref.shape  # warm and runnable
+    again = retime_wall_and_host(measured.call, measured.result, opts)
+    assert again is not measured.result and again.wall is not measured.result.wall and again.host_call is not None
+    measured.release(CPU)
+    assert measured.call is None
+    skipped = runner.measure_cell(runner.Cell("jagged_mean", "segment_reduce", "graph", CASE), batch, ref, opts, None)
+    assert skipped.result.status == SKIPPED and skipped.call is None and len(timed) == 1

@@ -67,3 +67,31 @@ def test_run_on_the_command_line(op, tmp_path, capsys):
     text = capsys.readouterr().out
     for name in FAMILY[op]:
         assert name in text
+
+
+def test_a_benchmark_row_checks_then_times_every_contender_but_those_skipped(monkeypatch):
+    """``family.row`` on the CPU, its device timer and Inductor's compile replaced: every contender not skipped is
+    checked against float64 and timed; the best torch eager contender is the least of theirs; the row says where
+    its seconds went."""
+    from jaggedperf.impls.jagged_softmax import _masked_softmax
+    from jaggedperf.impls.rowwise import padded_round_trip
+    from jaggedperf.lab import family, harness
+
+    timed = []
+
+    def device_time(call, device):
+        timed.append(call)
+        return {"median_us": 10.0 * len(timed), "p20_us": 1.0, "p80_us": 1.0, "method": "fake", "l2_flushed": True}
+
+    monkeypatch.setattr(harness, "device_time", device_time)
+    monkeypatch.setattr(family, "padded_compiled", lambda op: lambda v, o, n: padded_round_trip(
+        v, o, n, _masked_softmax, float("-inf")))
+    skip = ("jaggedperf_njt", "jaggedperf_no_max_seqlen")
+    row = family.row("jagged_softmax", Case(6, 3, 8, 0.3), 100.0, skip=skip, device=CPU)
+    assert set(row["contenders"]) == FAMILY["jagged_softmax"] - set(skip) | {"inductor_padded"}
+    assert all(c["ok"] and "median_us" in c for c in row["contenders"].values()), row["contenders"]
+    assert len(timed) == len(row["contenders"]) + 1  # and the backward
+    torch_eager = [c["median_us"] for n, c in row["contenders"].items() if n in ("unbind_softmax", "softmax_padded",
+                                                                                   "njt_softmax")]
+    assert row["best_torch_eager_us"] == min(torch_eager)
+    assert set(row["seconds"]) == {"inputs", "backward", *row["contenders"]}

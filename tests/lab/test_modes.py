@@ -70,3 +70,39 @@ def test_a_jagged_compile_cell_whose_boundary_fell_back_is_an_error_not_a_torch_
     cell = runner.Cell("jagged_mean", "sum_padded", "jagged-compile:default", Case(4, 2, 6, 0.3))
     result = runner.run([cell], runner.Options(device=CPU, warmup=1, iters=2)).results[0]
     assert result.status == "error" and "fell back to torch.compile" in result.reason and "(test)" in result.reason
+
+
+def _caches() -> tuple[bool, bool]:
+    import torch._functorch.config
+    import torch._inductor.config
+
+    return torch._inductor.config.fx_graph_cache, torch._functorch.config.enable_autograd_cache
+
+
+def test_cold_compile_turns_the_caches_off_inside_and_restores_them_after():
+    before = _caches()
+    with modes.cold_compile():
+        assert _caches() == (False, False)
+    assert _caches() == before
+    with pytest.raises(RuntimeError), modes.cold_compile():
+        raise RuntimeError("a failing cell")
+    assert _caches() == before
+
+
+@pytest.mark.parametrize("cold", [True, False])
+def test_the_runner_compiles_cold_inside_each_compiled_cell_only(monkeypatch, cold):
+    """With ``cold_compile`` a compiled cell runs with the caches off; its eager cells and whatever runs after the
+    run see them as they were (the GPU suite's timed pass loads what its parallel pass compiled)."""
+    seen = {}
+    real_build = modes.build
+
+    def build(fn, args, mode, device, **kw):
+        seen[mode] = _caches()
+        return real_build(fn, args, mode, device, **kw)
+
+    monkeypatch.setattr(modes, "build", build)
+    before = _caches()
+    cells = runner.plan("jagged_mean", [Case(4, 2, 6, 0.3)], ["segment_reduce"], ["eager", "jagged-compile:default"])
+    runner.run(cells, runner.Options(device=CPU, warmup=1, iters=2, cold_compile=cold))
+    assert seen["eager"] == before and _caches() == before
+    assert seen["jagged-compile:default"] == ((False, False) if cold else before)

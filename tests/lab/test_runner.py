@@ -302,7 +302,7 @@ def test_a_model_ops_weights_are_watched_too(extra_impls):
 import json  # noqa: E402
 
 from jaggedperf.lab.measure import stats, timing  # noqa: E402
-from jaggedperf.lab.result import UNSTABLE, DeviceTime, Result, WallStats, recompute  # noqa: E402
+from jaggedperf.lab.result import UNSTABLE, Result, recompute  # noqa: E402
 from helpers.fake_clock import FakeClock, drifting, noisy, steady  # noqa: E402
 
 
@@ -347,48 +347,6 @@ def test_cpu_runs_set_and_record_the_thread_count():
             runner.set_threads(quick(threads=0))
     finally:
         torch.set_num_threads(before)
-
-
-def test_a_device_time_that_did_not_settle_is_measured_again_and_the_settled_one_kept(monkeypatch):
-    # the wall settles at once; the first device replays spread 40% (another tenant's kernels), the second do not
-    wall = steady(0.05, n=40)
-    monkeypatch.setattr(timing, "measure_wall", lambda call, device, **kw: (
-        WallStats.from_samples(wall), timing.Stability(True, 0.01, 0.0, 1, kw["policy"].max_iqr_rel,
-                                                       kw["policy"].max_drift_rel)))
-    noisy_dev = DeviceTime.from_samples(noisy(20.0, n=40), "graph", True)
-    settled = DeviceTime.from_samples(steady(20.0, jitter=0.01, n=40), "graph", True)
-    again = iter([noisy_dev, settled])
-    monkeypatch.setattr(runner, "measure_device",
-                        lambda call, cell, result, options, gbps, tag="": setattr(result, "device_time", noisy_dev))
-    monkeypatch.setattr(runner, "device_time", lambda call, mode, device, flush: next(again))
-    (cell,) = runner.plan("jagged_mean", [SMALL], ["segment_reduce"], ["eager"])
-    result = Result("jagged_mean", "segment_reduce", "eager", SMALL, "cuda")
-    options = runner.Options(device=torch.device("cuda"), warmup=1, iters=40)
-    options.host_timer = False
-    runner.time_call(lambda: None, cell, result, options, None)
-    assert result.device_time is settled and result.stability.stable and result.status != UNSTABLE
-    assert result.host_us == pytest.approx(result.wall.median_ms * 1e3 - settled.median_us)
-
-
-def test_a_host_timer_that_disagrees_with_the_wall_loop_is_measured_again_with_it(monkeypatch):
-    # the first host timer ran through a slow spell (190 µs against a 122 µs wall); the second pair agrees
-    def stable(kw):
-        return timing.Stability(True, 0.01, 0.0, 1, kw["policy"].max_iqr_rel, kw["policy"].max_drift_rel)
-
-    walls = iter([steady(0.122, n=40), steady(0.110, n=40)])
-    hosts = iter([steady(0.190, n=40), steady(0.108, n=40)])
-    monkeypatch.setattr(timing, "measure_wall", lambda call, device, **kw: (WallStats.from_samples(next(walls)),
-                                                                           stable(kw)))
-    monkeypatch.setattr(timing, "host_and_wait_stats", lambda call, device, **kw: (WallStats.from_samples(next(hosts)),
-                                                                                  None))
-    (cell,) = runner.plan("jagged_mean", [SMALL], ["segment_reduce"], ["eager"])
-    result = Result("jagged_mean", "segment_reduce", "eager", SMALL, "cpu")
-    options = runner.Options(device=CPU, warmup=1, iters=40)
-    options.host_timer = True
-    runner.time_call(lambda: None, cell, result, options, None)
-    assert result.wall.median_ms == pytest.approx(0.110, rel=0.02)
-    assert result.host_call.median_ms == pytest.approx(0.108, rel=0.02)
-    assert abs(result.extra["host_wall_gap"]) < 0.05
 
 
 def test_every_timed_cell_records_the_hosts_speed_beside_it():

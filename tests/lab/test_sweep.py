@@ -382,8 +382,7 @@ def test_the_lock_file_goes_when_the_sweep_ends(tmp_path):
 # --- on the GPU machine (pytest -m gpu) -----------------------------------------------------------
 
 
-@pytest.mark.gpu
-@pytest.mark.memory  # beside nine test workers its workers' 2 GB copy probes ran out; they fall back to 256 MiB since
+@pytest.mark.gpu  # in the parallel pass: its workers' copy probes take 256 MiB where the GPU has no 2 GiB left
 def test_every_gpu_gets_its_own_worker_that_sees_only_it(tmp_path):
     n = torch.cuda.device_count()
     slots = sweep.worker_slots()  # every GPU of this host

@@ -241,6 +241,7 @@ def measure(fn: Callable, *args, name: str | None = None, modes: str | Iterable[
     from jaggedperf.lab import modes as modes_mod
     from jaggedperf.lab import runner
     from jaggedperf.lab.measure import timing
+    from jaggedperf.lab.measure.cell import time_call
     from jaggedperf.lab.measure.env import environment
     from jaggedperf.lab.result import ERROR, SKIPPED, Result, RunRecord
 
@@ -260,7 +261,7 @@ def measure(fn: Callable, *args, name: str | None = None, modes: str | Iterable[
             call()
             timing.synchronizer(options.device)()
             result.compile_s = time.perf_counter() - start
-            runner.time_call(call, cell, result, options, record.copy_gbps)
+            time_call(call, cell, result, options, record.copy_gbps)
         except modes_mod.ModeUnavailable as exc:
             result.status, result.reason = SKIPPED, str(exc)
         except Exception as exc:  # a failing mode is a result, as in the lab

@@ -9,13 +9,16 @@ fp32 (many mid-length sequences, many short ones, a few very long ones: the loop
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 import jaggedperf
 from jaggedperf.impls.registry import get_op
 from jaggedperf.inputs import Case
-from jaggedperf.lab import harness, runner
+from jaggedperf.lab import harness
 from jaggedperf.lab.measure import timing
+from jaggedperf.lab.measure.correctness import check_output
 
 OPS = ("jagged_softmax", "jagged_layer_norm")  # the default; --ops adds jagged_mean / jagged_sum (forward only)
 ROWWISE = OPS
@@ -52,60 +55,51 @@ def padded_compiled(op: str):
 
 def check_inductor_padded(op: str, case: Case) -> tuple[bool, float, str]:
     """Inductor's padded program of ``op`` at ``case`` compiled as ``row`` compiles it, and its output against the
-    float64 reference: (ok, relative error, reason). Untimed; it fills the process's Inductor caches (FX graph and
-    autotuning, keyed by the graph and its input shapes), so a later ``row`` in a process sharing the cache
-    directory loads the program instead of compiling it."""
+    float64 reference: (ok, relative error, reason). Untimed; it fills the Inductor cache (the FX graph, keyed by the
+    graph and its input shapes), so a later ``row`` in a process sharing the cache directory loads the program
+    instead of compiling it (``scripts/test.sh`` drops the autotuners' picks in between: the timed pass tunes the
+    kernels again alone)."""
     torch._dynamo.reset()
     spec = get_op(op)
     batch = spec.make_batch(case, DEVICE)
     compiled = padded_compiled(op)
-    return runner.check_output(compiled(batch.values, batch.offsets, batch.padded_len), spec.reference(batch),
-                               case.dtype)
+    return check_output(compiled(batch.values, batch.offsets, batch.padded_len), _on(DEVICE, spec.reference(batch)),
+                        case.dtype)
 
 
-def row(op: str, case: Case, copy_gbps: float, *, skip: tuple[str, ...] = ()) -> dict:
+def row(op: str, case: Case, copy_gbps: float, *, skip: tuple[str, ...] = (),
+        device: torch.device = DEVICE) -> dict:
     """Every contender of ``op`` at ``case`` but those named in ``skip``: correctness, device time and × floor each;
-    the best torch eager contender; Helion over ours; our backward against its floor (row-wise ops)."""
+    the best torch eager contender; Helion over ours; our backward against its floor (row-wise ops). ``seconds``:
+    how long each part of the row took (the batch and reference, each contender, the backward)."""
     # each case compiles Inductor's padded program anew (dynamic=False): without a reset the shared code object
     # passes Dynamo's recompile limit after 8 shapes and then runs eager under the compiled name
     torch._dynamo.reset()
+    clock = _Clock()
     spec = get_op(op)
-    batch = spec.make_batch(case, DEVICE)
-    reference = spec.reference(batch)
+    batch = spec.make_batch(case, device)
+    reference = _on(device, spec.reference(batch))
     # the backward's output gradient, drawn before any capture from a private generator: a capture that fails
     # mid-way (a contender that syncs) leaves torch 2.11's default CUDA generator registered with the dead graph,
     # and its next draw raises "Offset increment outside graph capture"
-    grad = torch.randn(batch.values.shape, generator=torch.Generator(DEVICE).manual_seed(0), device=DEVICE,
+    grad = torch.randn(batch.values.shape, generator=torch.Generator(device).manual_seed(0), device=device,
                        dtype=torch.float32).to(batch.values.dtype)
     floor_us = spec.must_move_bytes(batch) / (copy_gbps * 1e3)
     row = {"op": op, "case": case.label, "dtype": case.dtype, "values_mb": batch.values.numel() *
-           batch.values.element_size() / 1e6, "floor_us": floor_us, "contenders": {}}
+           batch.values.element_size() / 1e6, "floor_us": floor_us, "contenders": {}, "seconds": {}}
+    row["seconds"]["inputs"] = clock.lap()
     calls = {name: (lambda impl=impl: impl.fn(*impl.prepare(batch))) for name, impl in spec.implementations.items()
-             if DEVICE.type in impl.devices and name not in skip}
+             if device.type in impl.devices}
     ours = getattr(jaggedperf, op)
     calls["jaggedperf_no_max_seqlen"] = lambda: ours(batch.values, batch.offsets)
     if op in ROWWISE:
         compiled = padded_compiled(op)
         calls["inductor_padded"] = lambda: compiled(batch.values, batch.offsets, batch.padded_len)
     for name, call in calls.items():
-        entry = row["contenders"][name] = {}
-        try:
-            ok, rel, reason = runner.check_output(call(), reference, case.dtype)
-            entry.update(ok=ok, rel_error=rel, reason=reason)
-            # one call by the seed's method (the correctness call warmed it); a slow one once more, its faster call
-            # kept: the first cells of a process may still build a fast tier (ours at a process's first cell was
-            # once taken for slow and went untimed)
-            one_call_us = timing.wall_samples(call, DEVICE, warmup=0, iters=1)[0] * 1e3 if ok else None
-            if ok and one_call_us > SLOW_US:
-                one_call_us = min(one_call_us, timing.wall_samples(call, DEVICE, warmup=0, iters=1)[0] * 1e3)
-            if ok and one_call_us > SLOW_US:  # e.g. unbind over 65536 sequences: seconds to capture or profile
-                entry["untimed_one_call_us"] = one_call_us
-            elif ok:
-                entry.update(harness.device_time(call, DEVICE))
-                entry["x_floor"] = entry["median_us"] / floor_us
-        except Exception as exc:  # noqa: BLE001 - one contender's failure never loses the rest
-            entry["error"] = f"{type(exc).__name__}: {exc}"
-            torch.cuda.synchronize()
+        if name in skip:
+            continue
+        row["contenders"][name] = _measure(call, reference, case.dtype, floor_us, device)
+        row["seconds"][name] = clock.lap()
     torch_eager = [c["median_us"] for n, c in row["contenders"].items()
                    if "median_us" in c and not n.startswith(NOT_TORCH)]
     row["best_torch_eager_us"] = min(torch_eager) if torch_eager else None
@@ -113,11 +107,58 @@ def row(op: str, case: Case, copy_gbps: float, *, skip: tuple[str, ...] = ()) ->
     if "median_us" in helion and "median_us" in mine:
         row["helion_over_ours"] = helion["median_us"] / mine["median_us"]
     if op in ROWWISE:
-        row["backward"] = backward(ours, batch, grad, copy_gbps)
+        row["backward"] = backward(ours, batch, grad, copy_gbps, device)
+        row["seconds"]["backward"] = clock.lap()
     return row
 
 
-def backward(ours, batch, grad: torch.Tensor, copy_gbps: float) -> dict:
+def _measure(call, reference: torch.Tensor, dtype: str, floor_us: float, device: torch.device) -> dict:
+    """One contender: its output against float64, then (when correct) its device time and × floor, or, for a call
+    slower than ``SLOW_US``, one call's wall; a failure recorded, never raised."""
+    entry: dict = {}
+    try:
+        ok, rel, reason = check_output(call(), reference, dtype)
+        entry.update(ok=ok, rel_error=rel, reason=reason)
+        # one call by the seed's method (the correctness call warmed it); a slow one once more, its faster call
+        # kept: the first cells of a process may still build a fast tier (ours at a process's first cell was
+        # once taken for slow and went untimed)
+        one_call_us = timing.wall_samples(call, device, warmup=0, iters=1)[0] * 1e3 if ok else None
+        if ok and one_call_us > SLOW_US:
+            one_call_us = min(one_call_us, timing.wall_samples(call, device, warmup=0, iters=1)[0] * 1e3)
+        if ok and one_call_us > SLOW_US:  # e.g. unbind over 65536 sequences: seconds to capture or profile
+            entry["untimed_one_call_us"] = one_call_us
+        elif ok:
+            entry.update(harness.device_time(call, device))
+            entry["x_floor"] = entry["median_us"] / floor_us
+    except Exception as exc:  # noqa: BLE001 - one contender's failure never loses the rest
+        entry["error"] = f"{type(exc).__name__}: {exc}"
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    return entry
+
+
+def _on(device: torch.device, reference: torch.Tensor) -> torch.Tensor:
+    """The float64 reference on the contenders' device, where each output is compared with it (on the CPU a
+    806 MB shape's comparison took seconds a contender); on the CPU still when the device has no room for it."""
+    try:
+        return reference.to(device)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return reference
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.at = time.perf_counter()
+
+    def lap(self) -> float:
+        """Seconds since the last lap (or the start), to the ms."""
+        now = time.perf_counter()
+        seconds, self.at = now - self.at, now
+        return round(seconds, 3)
+
+
+def backward(ours, batch, grad: torch.Tensor, copy_gbps: float, device: torch.device = DEVICE) -> dict:
     """Our backward's device time against its floor (read y or x and the gradient, write the values' gradient)."""
     values = batch.values.detach().requires_grad_(True)
     out = ours(values, batch.offsets, max_seqlen=batch.max_seqlen)
@@ -126,5 +167,5 @@ def backward(ours, batch, grad: torch.Tensor, copy_gbps: float) -> dict:
     def call():
         torch.autograd.grad(out, values, grad, retain_graph=True)
 
-    t = harness.device_time(call, DEVICE)
+    t = harness.device_time(call, device)
     return {**t, "floor_us": floor_us, "x_floor": t["median_us"] / floor_us}

@@ -17,7 +17,8 @@ loads); what builds or compiles a call imports it there.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+import contextlib
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from jaggedperf.names import unknown_message
 
@@ -110,13 +111,18 @@ def uses_cuda_graphs(mode: str) -> bool:
     return mode == GRAPH or (is_compiled(mode) and torch_mode(mode) in _CUDA_GRAPH_TORCH_MODES)
 
 
-def disable_compile_caches() -> None:
-    """No on-disk FX-graph or AOT-autograd cache: every compiled cell pays (and records) a cold compile."""
+@contextlib.contextmanager
+def cold_compile() -> Iterator[None]:
+    """Inside: no on-disk FX-graph or AOT-autograd cache, so every compile is cold (a compiled cell pays, and
+    records, a cold compile) and writes nothing there. The settings before are restored on leaving: a process
+    that times cold compiles for a while (the doctor, a GPU test) still loads the graphs compiled before or
+    after it, as the GPU suite's timed pass loads the Inductor programs its parallel pass compiled."""
     import torch._functorch.config
     import torch._inductor.config
 
-    torch._inductor.config.fx_graph_cache = False
-    torch._functorch.config.enable_autograd_cache = False
+    with torch._inductor.config.patch(fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
+        yield
 
 
 def jagged_compile(fn: Callable, **options) -> BoundaryFunction:

@@ -51,6 +51,16 @@ def reference(values: torch.Tensor, offsets: torch.Tensor, *, mean: bool) -> tor
     return out / lengths.unsqueeze(1).double() if mean else out
 
 
+def expand_reference(grad: torch.Tensor, offsets: torch.Tensor, n_rows: int, *, mean: bool) -> torch.Tensor:
+    """(n_rows, M) float64 on the gradient's device: each row its segment's gradient (/ its length for mean), the
+    backward's reference."""
+    lengths = offsets.long().diff()
+    g = grad.double()
+    if mean:
+        g = g / lengths.clamp_min(1).unsqueeze(1).double()
+    return g.repeat_interleave(lengths, dim=0, output_size=n_rows)
+
+
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """Relative L2 error over the reference's finite elements; inf where NaNs differ."""
     out = out.double()
@@ -221,10 +231,7 @@ def training_walls(case: Case, rounds: int, iters: int, device: torch.device = D
     fns = {"ours_forward": lambda: jaggedperf.jagged_mean(values, offsets, max_seqlen=hint),
            "ours_forward_backward": ours_fb, "segment_reduce_forward_backward": sr_fb}
     ours_fb()
-    lengths = off64.diff()
-    expected = (grad.double() / lengths.clamp_min(1).unsqueeze(1).double()).repeat_interleave(
-        lengths, dim=0, output_size=values.shape[0])
-    err = rel_error(leaf.grad, expected)
+    err = rel_error(leaf.grad, expand_reference(grad, offsets, values.shape[0], mean=True))
     samples: dict = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():

@@ -1,12 +1,14 @@
 """Plan -> cells -> results. A cell is implementation × mode × case; each is checked against the
-float64 reference, then timed. One cell's failure (exception, out of memory, failed compile) is
-recorded in its result and never stops the rest."""
+float64 reference, then timed (``measure.cell``: ``Cell``, ``Options`` and the timing itself live there and are
+this module's names too). One cell's failure (exception, out of memory, failed compile) is recorded in its result
+and never stops the rest."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import torch
@@ -14,75 +16,14 @@ import torch
 from jaggedperf.impls.registry import Batch, Implementation, get_implementation, get_op
 from jaggedperf.inputs import Case
 from jaggedperf.lab import modes as modes_mod
-from jaggedperf.lab.measure import stats, timing
+from jaggedperf.lab.measure import timing
+from jaggedperf.lab.measure.cell import DEFAULT_BYTE_LIMIT, Cell, Options, default_device, time_call  # noqa: F401
 from jaggedperf.lab.measure.correctness import check_output
 from jaggedperf.lab.measure.env import environment
 from jaggedperf.lab.fingerprint import input_fingerprints
 from jaggedperf.lab.input_size import input_status, input_too_large
-from jaggedperf.lab.result import ERROR, OK, SKIPPED, UNSTABLE, WRONG, Result, RunRecord
+from jaggedperf.lab.result import ERROR, OK, SKIPPED, TIMED, WRONG, Result, RunRecord
 from jaggedperf.checks import check_offsets
-
-DEFAULT_BYTE_LIMIT = 8 * 10**9
-
-
-@dataclass(frozen=True)
-class Cell:
-    op: str
-    implementation: str
-    mode: str
-    case: Case
-
-    @property
-    def key(self) -> tuple:
-        """The ``Result.key`` of this cell's result."""
-        return (self.op, self.implementation, self.mode, self.case)
-
-
-@dataclass
-class Options:
-    device: torch.device = field(default_factory=lambda: default_device())
-    warmup: int = 50
-    iters: int = 200
-    byte_limit: int = DEFAULT_BYTE_LIMIT  # skip a cell whose largest tensor would pass this
-    flush_l2: bool = True
-    device_time: bool = True  # measure device time and kernels (CUDA only)
-    profile_calls: int = 10
-    dynamic: bool | None = None  # torch.compile(dynamic=...)
-    trace_dir: str | None = None  # write a chrome trace per cell here
-    cold_compile: bool = True  # turn off Inductor's on-disk caches so compile time is a cold compile
-    threads: int | None = 1  # torch's intra-op CPU threads for CPU cells (None: leave torch's setting)
-    stability: stats.Policy = field(default_factory=stats.Policy)  # when a cell is re-measured, then unstable
-    host_timer: bool = False  # also time each call until it returns, without a sync, and on CUDA the sync after it
-    # (Result.host_call, Result.sync_wait; the doctor)
-
-    def __post_init__(self) -> None:
-        # Checked here, not only by the CLI: 0 timed calls fails every cell's wall statistics, and a
-        # negative count would silently mean none.
-        if self.iters < 1 or self.warmup < 0 or self.profile_calls < 1 or self.byte_limit < 0:
-            raise ValueError(f"Options need iters >= 1, warmup >= 0, profile_calls >= 1 and byte_limit >= 0; got "
-                             f"iters={self.iters}, warmup={self.warmup}, profile_calls={self.profile_calls}, "
-                             f"byte_limit={self.byte_limit}")
-
-    def settings(self, device: str | None = None) -> dict:
-        """How cells are measured, as a results file's header records it (``environment["settings"]``): a
-        resumed sweep must measure its new cells the same way as the old ones.
-
-        Args:
-            device: the device type the cells run on (default: this ``device``'s type; a sweep's workers
-                each set their own).
-
-        Returns:
-            ``{name: value}``, JSON-serialisable; the trace folder is left out (it changes no number).
-        """
-        return {"device": device or self.device.type, "warmup": self.warmup, "iters": self.iters,
-                "byte_limit": self.byte_limit, "flush_l2": self.flush_l2, "device_time": self.device_time,
-                "profile_calls": self.profile_calls, "dynamic": self.dynamic, "cold_compile": self.cold_compile,
-                "threads": self.threads}
-
-
-def default_device() -> torch.device:
-    """The device cells run on by default: CUDA when a GPU is present, else the CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def plan(op: str, cases: Iterable[Case], implementations: Iterable[str], modes: Iterable[str]) -> list[Cell]:
@@ -147,8 +88,9 @@ def run(
 
 class CellRunner:
     """Runs one cell at a time, keeping the current case's batch and reference: cells grouped by case
-    (as ``plan`` orders them) make each batch once. Turns the compile caches off before the first
-    compiled cell when ``options.cold_compile`` (not before: importing Inductor takes a while). Before
+    (as ``plan`` orders them) make each batch once. With ``options.cold_compile`` each compiled cell runs
+    with the compile caches off (``modes.cold_compile``: restored after the cell; an eager cell never imports
+    Inductor for it). Before
     an implementation's first cell, calls its setup hook (once per hook: the runner has one device);
     what the hooks returned is in ``setup_state``, for the run's environment.
 
@@ -168,8 +110,6 @@ class CellRunner:
 
     def __call__(self, cell: Cell) -> Result:
         """Check and time ``cell`` (see ``run_cell``); its failures are in the result, never raised."""
-        if self.options.cold_compile and modes_mod.is_compiled(cell.mode):
-            modes_mod.disable_compile_caches()
         failed = self._setup(get_implementation(cell.op, cell.implementation))
         if failed is not None:
             return Result(cell.op, cell.implementation, cell.mode, cell.case, self.options.device.type,
@@ -181,7 +121,9 @@ class CellRunner:
         _, batch, reference, made = self._case
         if isinstance(batch, Exception):
             return input_result(cell, self.options.device, batch)
-        result = run_cell(cell, batch, reference, self.options, self.copy_gbps)
+        cold = self.options.cold_compile and modes_mod.is_compiled(cell.mode)
+        with modes_mod.cold_compile() if cold else contextlib.nullcontext():
+            result = run_cell(cell, batch, reference, self.options, self.copy_gbps)
         if result.status != SKIPPED:  # it ran: did it leave its inputs as it found them?
             self._check_inputs(cell, batch, made, result)
         return result
@@ -286,8 +228,8 @@ def prepare_case(op: str, case: Case, options: Options) -> tuple[Batch | Excepti
 
 
 def run_cell(cell: Cell, batch: Batch, reference: torch.Tensor, options: Options, copy_gbps: float | None,
-             *, plain: bool = False, on_ready: Callable[[Callable[[], object]], None] | None = None) -> Result:
-    """Check and time one cell on a batch that is already made.
+             *, plain: bool = False) -> Result:
+    """Check and time one cell on a batch that is already made (``measure_cell``, its call let go after).
 
     Args:
         cell: the cell.
@@ -297,14 +239,36 @@ def run_cell(cell: Cell, batch: Batch, reference: torch.Tensor, options: Options
         copy_gbps: the run's copy bandwidth (for ``pct_of_copy``), or None.
         plain: run the implementation's ``plain`` twin on (values, offsets, padded_len) instead (the
             doctor's input-form check); the result says so in ``extra["input_form"]``.
-        on_ready: called with the cell's call (built, warm, checked) just before it is timed, so that a caller
-            (the doctor's ``reconcile``) can time it again without compiling it again, until the next
-            ``modes.compile_fn`` resets Dynamo; not called for a cell skipped, failed or wrong.
 
     Returns:
         The result: ok (timed), wrong (not timed), skipped or error, with the reason; never raises for
         the implementation's own failures.
     """
+    measured = measure_cell(cell, batch, reference, options, copy_gbps, plain=plain)
+    measured.release(options.device)
+    return measured.result
+
+
+@dataclass
+class Measured:
+    """A cell's result and, when it was timed, its call: built, warm and checked, so that a caller (the doctor's
+    ``reconcile``) can time it again (``measure.cell.retime_wall_and_host``) without compiling it again, until
+    the next ``modes.compile_fn`` resets Dynamo. The caller lets it go (``release``): a compiled call holds its
+    graph and device memory."""
+
+    result: Result
+    call: Callable[[], object] | None = None
+
+    def release(self, device: torch.device) -> None:
+        self.call = None
+        _release_memory(device)
+
+
+def measure_cell(cell: Cell, batch: Batch, reference: torch.Tensor, options: Options, copy_gbps: float | None,
+                 *, plain: bool = False) -> Measured:
+    """``run_cell``, the cell's call kept when it was timed (``Measured``): built (``modes.build``), its first
+    call timed as the compile, its output checked against ``reference``, then timed (``measure.cell.time_call``).
+    Never raises for the implementation's own failures."""
     impl = get_implementation(cell.op, cell.implementation)
     device = options.device
     result = Result(cell.op, cell.implementation, cell.mode, cell.case, device.type)
@@ -316,9 +280,10 @@ def run_cell(cell: Cell, batch: Batch, reference: torch.Tensor, options: Options
         skip = f"{impl.name} has no plain twin"
     if skip:
         result.status, result.reason = SKIPPED, skip
-        return result
+        return Measured(result)
     fn, args = (impl.plain, impl.prepare_plain(batch)) if plain else (impl.fn, impl.prepare(batch))
     stage = "build"
+    call = None
 
     def entering(name: str) -> None:  # time_call's stages name where a failure happened
         nonlocal stage
@@ -336,16 +301,14 @@ def run_cell(cell: Cell, batch: Batch, reference: torch.Tensor, options: Options
         fallback = modes_mod.boundary_fallback(call)
         if fallback is not None:  # the cell would time torch.compile(fn), not its mode
             result.status, result.reason = ERROR, f"jaggedperf.compile fell back to torch.compile: {fallback}"
-            return result
-        stage = "check"
-        ok, result.rel_error, reason = check_output(out, reference, cell.case.dtype)
-        if not ok:
-            result.status, result.reason = WRONG, reason
-            return result
-        del out
-        if on_ready is not None:
-            on_ready(call)
-        time_call(call, cell, result, options, copy_gbps, tag=".plain" if plain else "", on_stage=entering)
+        else:
+            stage = "check"
+            ok, result.rel_error, reason = check_output(out, reference, cell.case.dtype)
+            if not ok:
+                result.status, result.reason = WRONG, reason
+            else:
+                del out
+                time_call(call, cell, result, options, copy_gbps, tag=".plain" if plain else "", on_stage=entering)
     except modes_mod.ModeUnavailable as exc:
         result.status, result.reason = SKIPPED, str(exc)
     except torch.cuda.OutOfMemoryError as exc:
@@ -353,88 +316,11 @@ def run_cell(cell: Cell, batch: Batch, reference: torch.Tensor, options: Options
     except Exception as exc:  # a failing implementation is a finding, not a crash
         result.status, result.reason = ERROR, f"{stage}: {type(exc).__name__}: {_first_line(exc)}"
         result.extra["traceback"] = traceback.format_exc(limit=8)
-    finally:
-        call = None
-        _release_memory(device)
-    return result
-
-
-def time_call(call: Callable, cell: Cell, result: Result, options: Options, copy_gbps: float | None, *,
-              tag: str = "", on_stage: Callable[[str], None] | None = None) -> None:
-    """Time a built call that already ran once into ``result``: wall (measured again until stable, see
-    ``timing.measure_wall``), the host timer when ``options.host_timer``, device time and kernels on CUDA; an
-    unstable timing makes the status ``UNSTABLE`` with the reason (its figures kept).
-
-    Args:
-        call: the cell's no-argument callable (``modes.build``), warm.
-        cell: the cell (for trace names).
-        result: filled in place: ``wall``, ``stability``, ``host_call``, device fields, status.
-        options: how to measure.
-        copy_gbps: the run's copy bandwidth, or None.
-        tag: added to trace file names.
-        on_stage: called with each stage's name as it starts (``wall``, ``host timer``, ``device time``).
-
-    Raises:
-        Whatever the call raises.
-    """
-    device = options.device
-    stage = on_stage or (lambda name: None)
-    speed_before = timing.host_speed_us()  # the host's speed beside the cell (``compare`` reads it)
-    stage("wall")
-    result.wall, result.stability = timing.measure_wall(call, device, warmup=options.warmup, iters=options.iters,
-                                                        policy=options.stability)
-    if options.host_timer:
-        stage("host timer")
-        result.host_call, result.sync_wait = timing.host_and_wait_stats(call, device, iters=options.iters)
-        _settle_host_timer(call, result, options, stage)
-    if device.type == "cuda" and options.device_time:
-        stage("device time")
-        measure_device(call, cell, result, options, copy_gbps, tag=tag)
-        _settle_device_time(call, cell, result, options, copy_gbps)
-    result.extra["host_speed_us"] = [speed_before, timing.host_speed_us()]
-    timing.finish_stability(result.stability, result.wall, result.device_time)
-    if not result.stability.stable:  # figures kept, but no finding is drawn from them
-        result.status, result.reason = UNSTABLE, result.stability.reason
-
-
-def _settle_host_timer(call: Callable, result: Result, options: Options, stage: Callable[[str], None]) -> None:
-    """Measure the wall and the host timer again while they disagree, up to the policy's attempts.
-
-    A call's wall is its host work plus its wait at the sync: the two loops measure the same calls, so host +
-    wait far from the wall means the machine changed between them (a slow spell in one loop), and whatever is
-    built on both (the doctor's parts) would not add up. The most consistent pair is kept, the gap recorded in
-    ``result.extra["host_wall_gap"]``.
-    """
-    gap = timing.host_wall_gap(result.host_call, result.sync_wait, result.wall)
-    for _ in range(options.stability.attempts - 1):
-        if gap is None or abs(gap) <= options.stability.max_iqr_rel:
-            break
-        t = timing.measure_wall_and_host(call, options.device, warmup=options.warmup, iters=options.iters,
-                                         policy=options.stability, on_stage=stage)
-        again = timing.host_wall_gap(t.host_call, t.sync_wait, t.wall)
-        if again is not None and abs(again) < abs(gap) and (t.stability.stable or not result.stability.stable):
-            result.wall, result.stability = t.wall, t.stability
-            result.host_call, result.sync_wait = t.host_call, t.sync_wait
-            gap = again
-    result.extra["host_wall_gap"] = gap
-
-
-def _settle_device_time(call: Callable, cell: Cell, result: Result, options: Options, copy_gbps: float | None) -> None:
-    """Measure a device time whose spread did not settle again (graph replay only), up to the policy's attempts,
-    keeping the most settled one, as the wall is."""
-    best = result.device_time
-    for _ in range(options.stability.attempts - 1):
-        settled, badness = timing.device_judgement(best, options.stability)
-        if settled:
-            break
-        again = device_time(call, cell.mode, options.device, options.flush_l2)
-        if again is None:  # not captured: the profiler's sum is measured once
-            break
-        if timing.device_judgement(again, options.stability)[1] < badness:
-            best = again
-    if best is not result.device_time:
-        result.device_time = best
-        fill_bandwidth(result, copy_gbps)
+    if result.status in TIMED:
+        return Measured(result, call)
+    call = None
+    _release_memory(device)
+    return Measured(result)
 
 
 def why_skip(impl: Implementation, cell: Cell, batch: Batch, options: Options) -> str | None:
@@ -449,43 +335,6 @@ def why_skip(impl: Implementation, cell: Cell, batch: Batch, options: Options) -
     if cell.mode == modes_mod.GRAPH and options.device.type != "cuda":
         return "graph mode needs CUDA"
     return None
-
-
-def measure_device(call: Callable, cell: Cell, result: Result, options: Options, copy_gbps: float | None,
-                   *, tag: str = "") -> None:
-    """Fill in ``result``'s kernels, device time, host time and bandwidth from the profiler and, where the
-    call can be captured, CUDA-graph replay (CUDA only); a chrome trace per cell when ``options.trace_dir``.
-    """
-    device = options.device
-    trace = None
-    if options.trace_dir:
-        trace = f"{options.trace_dir}/{cell.implementation}{tag}__{cell.mode.replace(':', '-')}__{cell.case.label}.json"
-    profile = timing.profile_kernels(call, device, calls=options.profile_calls, flush=options.flush_l2, trace_path=trace)
-    result.kernels_per_call = profile.kernels_per_call
-    result.kernel_names = [k.name for k in profile.kernels]
-    result.extra["kernels"] = [vars(k) for k in profile.kernels]
-    result.extra["memory_ops_per_call"] = profile.memory_ops_per_call
-    result.device_time = device_time(call, cell.mode, device, options.flush_l2) or timing.profiler_device_time(profile, options.flush_l2)
-    fill_bandwidth(result, copy_gbps)
-
-
-def fill_bandwidth(result: Result, copy_gbps: float | None) -> None:
-    """``result``'s host time (wall − device), bandwidth and share of the copy bandwidth, from its device time."""
-    result.host_us = result.wall.median_ms * 1e3 - result.device_time.median_us
-    if result.device_time.median_us > 0 and result.bytes_moved:
-        result.gbps = result.bytes_moved / (result.device_time.median_us * 1e-6) / 1e9
-        if copy_gbps:
-            result.pct_of_copy = 100 * result.gbps / copy_gbps
-
-
-def device_time(call: Callable, mode: str, device: torch.device, flush: bool):
-    """CUDA-graph replay time where the call can be captured, else None (the profiler sum is used)."""
-    if mode == modes_mod.GRAPH:  # the call already is a replay
-        return timing.replay_device_time(call, flush=flush)
-    if modes_mod.uses_cuda_graphs(mode):  # Inductor manages its own graphs: no nested capture
-        return None
-    graph = timing.capture_graph(call, device)
-    return None if graph is None else timing.replay_device_time(graph.replay, flush=flush)
 
 
 def attach_speedups(results: list[Result]) -> None:

@@ -1,9 +1,9 @@
 """Gathering evidence: what the doctor runs for one compiled cell and its eager twin.
 
 For implementation × compiled mode × case, ``gather`` runs these callables through
-``runner.run_cell`` (so each is checked against the float64 reference and timed the lab's way:
-wall = the seed's method; device = CUDA-graph replay, else the profiler's kernel sum; kernels from
-``torch.profiler``):
+``runner.run_cell`` (so each is checked against the float64 reference and timed the lab's one way,
+``measure.cell``: wall = the seed's method; device = CUDA-graph replay, else the profiler's kernel sum; kernels
+from ``torch.profiler``):
 
 1. **eager** — the implementation as written;
 2. **compiled** — the same in the compiled mode, while Dynamo is watched (``watch_dynamo``:
@@ -37,6 +37,7 @@ The probes into Dynamo and Inductor (guards, counters, cudagraph messages) live 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import replace
 from typing import Callable, Iterable
@@ -161,11 +162,13 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: Batch, re
     calls = reconcile_mod.Calls()  # the warm eager and compiled calls, let go before anything else compiles
     try:
         stage("eager")
-        eager = runner.run_cell(cell(modes_mod.EAGER), batch, reference, options, copy_gbps,
-                                on_ready=calls.keep_eager)
+        measured = runner.measure_cell(cell(modes_mod.EAGER), batch, reference, options, copy_gbps)
+        eager, calls.eager = measured.result, measured.call
         stage(mode)
         with watch_dynamo() as dynamo, catch_cudagraph_messages() as compiled_messages:
-            compiled = runner.run_cell(cell(mode), batch, reference, options, copy_gbps, on_ready=calls.keep_compiled)
+            measured = runner.measure_cell(cell(mode), batch, reference, options, copy_gbps)
+        compiled, calls.compiled = measured.result, measured.call
+        measured = None
         stage("guards")
         guards = _guards(impl.fn, impl.prepare(batch), mode, compiled, "compiled call")
         fill_recompiles(dynamo, guards)
@@ -374,7 +377,8 @@ def gather_all(op: str, cases: Iterable[Case], implementations: list[str], mode:
         cases: the cases.
         implementations: names of ``op``'s implementations.
         mode: the compiled mode to explain.
-        options: how each callable is measured; turns the compile caches off when ``cold_compile``.
+        options: how each callable is measured; with ``cold_compile`` the run's compiles are cold
+            (``modes.cold_compile``, restored after the run).
         cudagraphs, compile_budget_s: as for ``gather``.
         on_start: called with (implementation, case) before each cell.
         on_stage: called with each stage's name (see ``gather``).
@@ -391,23 +395,22 @@ def gather_all(op: str, cases: Iterable[Case], implementations: list[str], mode:
     for name in implementations:
         get_implementation(op, name)
     modes_mod.check_modes([mode])
-    if options.cold_compile:
-        modes_mod.disable_compile_caches()
     copy_gbps = timing.measure_copy_bandwidth(options.device)
     out: list[Evidence] = []
-    for case in cases:
-        batch, reference = runner.prepare_case(op, case, options)
-        for name in implementations:
-            if on_start:
-                on_start(name, case)
-            if isinstance(batch, Exception):
-                ev = unavailable_evidence(op, name, mode, case, options.device.type, input_size.input_status(batch),
-                                          f"input: {batch}")
-            else:
-                ev = gather(op, name, mode, case, batch, reference, options, copy_gbps, cudagraphs=cudagraphs,
-                            compile_budget_s=compile_budget_s, on_stage=on_stage)
-            out.append(ev)
-            if on_evidence:
-                on_evidence(ev)
-        batch = reference = None
+    with modes_mod.cold_compile() if options.cold_compile else contextlib.nullcontext():
+        for case in cases:
+            batch, reference = runner.prepare_case(op, case, options)
+            for name in implementations:
+                if on_start:
+                    on_start(name, case)
+                if isinstance(batch, Exception):
+                    ev = unavailable_evidence(op, name, mode, case, options.device.type,
+                                              input_size.input_status(batch), f"input: {batch}")
+                else:
+                    ev = gather(op, name, mode, case, batch, reference, options, copy_gbps, cudagraphs=cudagraphs,
+                                compile_budget_s=compile_budget_s, on_stage=on_stage)
+                out.append(ev)
+                if on_evidence:
+                    on_evidence(ev)
+            batch = reference = None
     return EvidenceRun(environment(), copy_gbps, out)

@@ -2,13 +2,14 @@
 do not add up to Δ.
 
 Δ comes from each cell's wall loop, the parts from its host timer, measured one after the other by
-``runner.time_call``. The plain twin's host and the guards cancel in the sum (``attribution``), so the residual
+``measure.cell.time_call``. The plain twin's host and the guards cancel in the sum (``attribution``), so the residual
 Δ − Σ parts is (compiled wall − host − wait) − (eager wall − host − wait): how far the two cells' loops disagree, in
 µs. ``runner`` settles each cell's pair to a *relative* gap only; this module aims at the residual itself.
 
 When the residual the attribution would have (``attribute``, ``check_sum``) passes ``SUM_TOLERANCE`` of |Δ| and Δ
-is not on par with eager, the calls kept warm through ``runner.run_cell(on_ready=...)`` are timed again in rounds,
-each the eager call then the compiled one (wall loop, then host timer), so that one round's parts come from the same
+is not on par with eager, the calls kept warm by ``runner.measure_cell`` are timed again in rounds,
+each the eager call then the compiled one (``measure.cell.retime_wall_and_host``: wall loop, then host timer), so
+that one round's parts come from the same
 minutes of the machine: at most ``stability.attempts − 1`` rounds, stopping at the first within tolerance. The round
 with the smallest |residual| is written into the results when it beats the first measurement and leaves every
 stable timing stable. Nothing forces the sum: a residual still past the tolerance stays, and ``verdicts`` refuses.
@@ -21,13 +22,13 @@ never their sum.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from jaggedperf.lab import runner
-from jaggedperf.lab.measure import timing
+from jaggedperf.lab.measure.cell import retime_wall_and_host
 from jaggedperf.lab.doctor.attribution import SUM_TOLERANCE, attribute, check_sum, host_timed, on_par, wall_us
 from jaggedperf.lab.doctor.evidence import (
     CudaGraphs,
@@ -53,16 +54,10 @@ _QUIET = (WITHIN, ON_PAR)  # reasons for which no round was wanted: nothing to t
 
 @dataclass
 class Calls:
-    """The warm calls ``reconcile`` times again, as ``runner.run_cell(on_ready=...)`` hands them out."""
+    """The warm calls ``reconcile`` times again (``runner.Measured.call`` of the eager and the compiled cell)."""
 
     eager: Callable[[], object] | None = None
     compiled: Callable[[], object] | None = None
-
-    def keep_eager(self, call: Callable[[], object]) -> None:
-        self.eager = call
-
-    def keep_compiled(self, call: Callable[[], object]) -> None:
-        self.compiled = call
 
     def release(self, device: torch.device) -> None:
         """Let the calls go (a compiled call holds its graph and device memory) and return the cached memory."""
@@ -173,30 +168,13 @@ def describe(record: Reconcile | None) -> str | None:
 
 def _round(number: int, eager: Result, compiled: Result, calls: Calls, options: runner.Options,
            device_time: bool) -> _Round:
-    """One round: the eager call, then the compiled one, each its wall loop then its host timer (as
-    ``runner.time_call``); judged on copies, the results left as they are."""
-    e = _with(eager, _measure(calls.eager, options))
-    c = _with(compiled, _measure(calls.compiled, options))
+    """One round: the eager call, then the compiled one, each its wall loop then its host timer; judged on
+    copies, the results left as they are."""
+    e = retime_wall_and_host(calls.eager, eager, options)
+    c = retime_wall_and_host(calls.compiled, compiled, options)
     delta, residual, ok = _sum_check(_pair(e, c, device_time))
     unsettles = any(before.status == OK and after.status == UNSTABLE for before, after in ((eager, e), (compiled, c)))
     return _Round(number, e, c, delta, residual, ok, unsettles)
-
-
-def _measure(call: Callable[[], object], options: runner.Options) -> timing.WallAndHost:
-    return timing.measure_wall_and_host(call, options.device, warmup=options.warmup, iters=options.iters,
-                                        policy=options.stability)
-
-
-def _with(result: Result, t: timing.WallAndHost) -> Result:
-    """A copy of ``result`` with ``t``'s timings, and what ``runner.time_call`` derives from them (host − device,
-    the host–wall gap, the stability judged with the device samples, the status)."""
-    stability = timing.finish_stability(t.stability, t.wall, result.device_time)
-    out = replace(result, wall=t.wall, stability=stability, host_call=t.host_call, sync_wait=t.sync_wait,
-                  extra={**result.extra, "host_wall_gap": timing.host_wall_gap(t.host_call, t.sync_wait, t.wall)})
-    if result.device_time is not None:
-        out.host_us = t.wall.median_ms * 1e3 - result.device_time.median_us
-    out.status, out.reason = (OK, None) if stability.stable else (UNSTABLE, stability.reason)
-    return out
 
 
 def _write(result: Result, kept: Result) -> None:

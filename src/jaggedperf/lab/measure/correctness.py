@@ -18,7 +18,8 @@ def check_output(out: torch.Tensor, reference: torch.Tensor, dtype: str) -> tupl
 
     Args:
         out: what the implementation returned.
-        reference: the op's float64 result, on the CPU.
+        reference: the op's float64 result, on the CPU or on the output's device: the output is compared where the
+            reference is.
         dtype: the case's dtype name (a key of ``TOLERANCE``).
 
     Returns:
@@ -28,7 +29,7 @@ def check_output(out: torch.Tensor, reference: torch.Tensor, dtype: str) -> tupl
         return False, None, f"returned {type(out).__name__}, not a tensor"
     if tuple(out.shape) != tuple(reference.shape):
         return False, None, f"shape {tuple(out.shape)} != expected {tuple(reference.shape)}"
-    got = out.detach().to("cpu", torch.float64)
+    got = out.detach().to(reference.device, torch.float64)
     expected_nan = torch.isnan(reference)
     if not torch.equal(torch.isnan(got), expected_nan):
         wrong = int((torch.isnan(got) != expected_nan).sum())

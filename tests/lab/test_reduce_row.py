@@ -1,0 +1,54 @@
+"""``lab.reduce_row``'s references and judgement on the CPU (its timed rows run on the GPU: the kernel bars), and the GPU
+tests' reference built on it (``helpers.gpu``)."""
+
+import pytest
+import torch
+
+from jaggedperf.lab import reduce_row
+from helpers.gpu import gpu_reference
+
+OFFSETS = torch.tensor([0, 0, 4, 5, 10])  # an empty segment first, a one-row one
+
+
+def _values():
+    return torch.randn(10, 3, generator=torch.Generator().manual_seed(0))
+
+
+def _segments(offsets):
+    bounds = offsets.tolist()
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+@pytest.mark.parametrize("mean", [False, True])
+def test_the_reference_is_each_segments_float64_sum_or_mean(mean):
+    values = _values()
+    got = reduce_row.reference(values, OFFSETS, mean=mean)
+    for row, (a, b) in zip(got, _segments(OFFSETS)):
+        want = values[a:b].double().sum(0) / ((b - a) if mean else 1)
+        torch.testing.assert_close(row, want, equal_nan=True)  # an empty segment's mean is NaN (0 / 0)
+
+
+def test_the_backward_reference_gives_each_row_its_segments_gradient():
+    grad = torch.randn(4, 3, generator=torch.Generator().manual_seed(1))
+    for mean in (False, True):
+        got = reduce_row.expand_reference(grad, OFFSETS, 10, mean=mean)
+        for g, (a, b) in zip(grad, _segments(OFFSETS)):
+            for r in range(a, b):
+                torch.testing.assert_close(got[r], g.double() / ((b - a) if mean else 1))
+
+
+def test_the_gpu_tests_reference_takes_absolute_values_and_zeroes_empty_means():
+    values = _values()
+    scale = gpu_reference(values, OFFSETS, mean=True, empty_zero=True, absolute=True)
+    assert bool((scale[0] == 0).all())
+    torch.testing.assert_close(scale[1:], reduce_row.reference(values.abs(), OFFSETS, mean=True)[1:])
+    assert bool(torch.isnan(gpu_reference(values, OFFSETS, mean=True)[0]).all())
+
+
+def test_rel_error_and_bitwise_equality():
+    ref = reduce_row.reference(_values(), OFFSETS, mean=True)  # the empty segment's row is NaN
+    assert reduce_row.rel_error(ref.float(), ref) < 1e-6
+    assert reduce_row.rel_error(ref.nan_to_num(), ref) == float("inf")  # a NaN of the reference's not matched
+    sums = reduce_row.reference(_values(), OFFSETS, mean=False)
+    assert reduce_row.rel_error(torch.zeros_like(sums), sums) == pytest.approx(1.0)
+    assert reduce_row.bitwise_equal(ref, ref.clone()) and not reduce_row.bitwise_equal(ref, ref.float().double() + 1)
