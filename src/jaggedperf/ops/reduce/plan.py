@@ -18,13 +18,15 @@ import dataclasses
 import torch
 
 from jaggedperf.ops.config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMENT_TILES, MergeConfig, ReduceConfig,
-                                   SegmentsConfig, merge_config, reduce_config, segments_config, sm_count)
+                                   SegmentsConfig, SplitConfig, merge_config, reduce_config, segments_config,
+                                   sm_count, split_config)
 from jaggedperf.ops.launch.layout import FEW_SEGMENTS, GridKind, Source
 from jaggedperf.ops.launch.plan import Launch, NativeKernel, Plan, chunking, sym_max
 from jaggedperf.ops.tiles import hint_of
 from jaggedperf.ops.reduce.kernels import (_combine_kernel, _expand_kernel, _reduce_kernel, _segments_expand_kernel,
                                           _segments_kernel, _segments_loop_kernel)
 from jaggedperf.ops.reduce.merge import _merge_combine_kernel, _merge_expand_kernel, _merge_reduce_kernel
+from jaggedperf.ops.reduce.split import _split_expand_kernel, _split_reduce_kernel
 
 # what fills each forward kernel's runtime arguments, in order, and how its grid is sized (the native path)
 SEGMENTS_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.N_ROWS, Source.N_COLS,
@@ -368,4 +370,76 @@ def expand_merge(grad, offsets, n_rows, mean: bool, cfg: MergeConfig | None = No
             cfg.expand_window, cfg.group, cfg.seg_rows, cfg.seg_tiles, cfg.search)
     launch = Launch(_merge_expand_kernel, (n_programs, -(-n_cols // cfg.block_m), 1), args, cfg.num_warps, (out,),
                     ("merge_expand", *args[-9:]), MERGE_EXPAND_NATIVE)
+    return Plan(out, (launch,), cfg if replayed else None, merge_programs(grad.device, cfg) if replayed else 0)
+
+
+def split_constexprs(cfg: SplitConfig) -> tuple:
+    """The split kernels' trailing constexprs after BLOCK_L: (BLOCK_M, WINDOW, GROUP, SEG_ROWS, SEG_TILES, SEARCH,
+    TILE, TILES, ROWS_CAP, N_OPTS)."""
+    options = cfg.row_options
+    return (cfg.block_m, cfg.window, cfg.group, cfg.seg_rows, cfg.seg_tiles, cfg.search, cfg.tile, cfg.tiles,
+            options[-1], len(options))
+
+
+def plan_split(values, offsets, mean: bool, empty_zero: bool, cfg: SplitConfig | None = None,
+               units_per_program=None) -> Plan:
+    """The split reduction's two launches (``_split_reduce_kernel``: whole segments and long ones side by side on
+    grid axis 2; then the merge path's combine) and their workspace: the merge path's grid and workspace, so the
+    native path replays it as a merge plan.
+
+    Args:
+        values, offsets, mean, empty_zero: as for ``plan_reduce``.
+        cfg: the tiles (``split_config`` when None).
+        units_per_program: the long role's K, forced (tests: any K >= 1 is correct); None: ``merge_grid``'s.
+
+    Returns:
+        the Plan.
+    """
+    n_rows, n_cols = values.shape
+    n_cols = int(n_cols)
+    n_segments = offsets.shape[0] - 1
+    cfg = cfg or split_config(n_cols, values.dtype)
+    replayed = units_per_program is None
+    if replayed:
+        units_per_program, n_programs = merge_grid(n_rows, n_segments, n_cols, values.device, cfg)
+    else:
+        n_programs = sym_max(-(-(n_rows + n_segments) // units_per_program), 1)
+    out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
+    ws = torch.empty((2 * n_programs * n_cols + 2 * n_programs,), dtype=torch.float32, device=values.device)
+    grid = (n_programs, -(-n_cols // cfg.block_m), 2)
+    args = (values, offsets, out, ws, n_rows, n_segments, units_per_program, n_programs, n_cols, mean, empty_zero,
+            cfg.block_l, *split_constexprs(cfg))
+    combine_args = (offsets, out, ws, n_programs, n_cols, mean, empty_zero, cfg.block_p, cfg.block_m)
+    launches = (Launch(_split_reduce_kernel, grid, args, cfg.num_warps, (out, ws), ("split", *args[-13:]),
+                       MERGE_NATIVE),
+                Launch(_merge_combine_kernel, grid, combine_args, cfg.combine_warps, (out,),
+                       ("merge_combine", *combine_args[-5:]), MERGE_COMBINE_NATIVE))
+    return Plan(out, launches, cfg if replayed else None, merge_programs(values.device, cfg) if replayed else 0)
+
+
+def expand_split(grad, offsets, n_rows, mean: bool, cfg: SplitConfig | None = None, units_per_program=None) -> Plan:
+    """The backward by the split: short segments' rows by their groups, long ones' by the merge path's split, one
+    launch (each row written once).
+
+    Args:
+        grad, offsets, n_rows, mean: as for ``plan_expand``.
+        cfg: the tiles (``split_config`` when None).
+        units_per_program: the long role's K, forced (any K >= 1 is correct); None: ``merge_grid``'s.
+
+    Returns:
+        the Plan.
+    """
+    n_segments, n_cols = grad.shape
+    n_cols = int(n_cols)
+    cfg = cfg or split_config(n_cols, grad.dtype)
+    replayed = units_per_program is None
+    if replayed:
+        units_per_program, n_programs = merge_grid(n_rows, n_segments, n_cols, grad.device, cfg)
+    else:
+        n_programs = sym_max(-(-(n_rows + n_segments) // units_per_program), 1)
+    out = torch.empty((n_rows, n_cols), dtype=grad.dtype, device=grad.device)
+    args = (grad, offsets, out, n_rows, n_segments, units_per_program, n_cols, mean, cfg.block_l,
+            *split_constexprs(cfg)[:1], cfg.expand_window, *split_constexprs(cfg)[2:])
+    launch = Launch(_split_expand_kernel, (n_programs, -(-n_cols // cfg.block_m), 2), args, cfg.num_warps, (out,),
+                    ("split_expand", *args[-12:]), MERGE_EXPAND_NATIVE)
     return Plan(out, (launch,), cfg if replayed else None, merge_programs(grad.device, cfg) if replayed else 0)
