@@ -15,8 +15,10 @@ The split. The host knows N and B (shapes, no sync), so the mean length N / B. T
   (GROUP, ROWS, BLOCK_M) tiles, one tile when every segment fits (the whole-segments kernel's design, ``kernels``).
   ROWS is chosen on the device from N / B among 1, 4, 16, ... up to a cap (``config.SplitConfig.row_options``): the
   smallest that holds 1.5 × the mean length (1 where it is at most one row); GROUP = TILE / (ROWS · BLOCK_M).
-  The group's loop ends at its longest *short* segment. Each group's first tile is loaded while the previous group is
-  added (and its offsets one group earlier), so a program keeps a tile of rows in flight from group to group.
+  The group's loop ends at its longest *short* segment. A group's offsets are loaded one group ahead, and within a
+  group each tile is loaded one iteration before it is added; a group's first tile is not loaded before the previous
+  group is stored (that would keep a second tile of registers live beside the accumulator), so each group costs a
+  round trip of its program and the SM's other programs hide it.
 - z = 1, *long segments*: the merge path's program (``merge._merge_units``), except that a segment of at most
   LIMIT = ROWS · TILES rows is no lane of its windows. The long ones' rows are split in equal shares of N + B units
   over the P programs whatever their lengths (one segment of 2·10^6 rows, or 2% of 10^4-3·10^4 among short ones), and
