@@ -52,11 +52,11 @@ def _split_choice(n_rows, n_segments, ROWS_CAP: tl.constexpr, N_OPTS: tl.constex
     rows = tl.program_id(0).to(tl.int64) * 0 + n_rows  # (an int argument equal to 1 may arrive as a constant)
     segments = tl.program_id(0).to(tl.int64) * 0 + n_segments
     choice = ((rows > segments) & (N_OPTS > 1)).to(tl.int32)
-    for i in tl.static_range(1, N_OPTS - 1):  # option i: 4^i rows, the cap at most
-        choice += (3 * rows > 2 * min(1 << (2 * i), ROWS_CAP) * segments).to(tl.int32)
+    for i in tl.static_range(1, N_OPTS - 1):  # option i < N_OPTS - 1: 4^i rows, below the cap
+        choice += (3 * rows > 2 * (1 << (2 * i)) * segments).to(tl.int32)
     limit = rows * 0
-    for i in tl.static_range(N_OPTS):
-        limit = tl.where(choice == i, min(1 << (2 * i), ROWS_CAP) * TILES, limit)
+    for i in tl.static_range(N_OPTS):  # (the option's rows inline: a constexpr stays one only where it is passed)
+        limit = tl.where(choice == i, (ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i)) * TILES, limit)
     return choice, limit
 
 
@@ -164,9 +164,10 @@ def _split_reduce_kernel(
         col_mask = cols < N_COLS
         for i in tl.static_range(N_OPTS):
             if choice == i:
+                # option i's rows: 4^i, the last the cap (config.SplitConfig.row_options)
                 _whole_groups(values_ptr, offsets_ptr, out_ptr, n_rows, n_segments, cols, col_mask, N_COLS, MEAN,
-                              EMPTY_ZERO, min(1 << (2 * i), ROWS_CAP), TILE // (min(1 << (2 * i), ROWS_CAP) * BLOCK_M),
-                              BLOCK_M, TILES)
+                              EMPTY_ZERO, ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i),
+                              TILE // ((ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i)) * BLOCK_M), BLOCK_M, TILES)
 
 
 @triton.jit
@@ -236,5 +237,6 @@ def _split_expand_kernel(
         for i in tl.static_range(N_OPTS):
             if choice == i:
                 _whole_groups_expand(grad_ptr, offsets_ptr, out_ptr, n_rows, n_segments, cols, col_mask, N_COLS,
-                                     MEAN, min(1 << (2 * i), ROWS_CAP), TILE // (min(1 << (2 * i), ROWS_CAP) * BLOCK_M),
-                                     BLOCK_M, TILES)
+                                     MEAN, ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i),
+                                     TILE // ((ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i)) * BLOCK_M), BLOCK_M,
+                                     TILES)
