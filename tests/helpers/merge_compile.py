@@ -1,5 +1,6 @@
-"""The merge-path and split kernels compiled for sm_90 without a GPU (the installed Triton's compiler, ptxas and cuobjdump), at
-their production configs: what the compiled code must keep for the H200 to run them near the bandwidth floor.
+"""The merge-path and split kernels compiled for sm_90 without a GPU (the installed Triton's compiler, ptxas and
+cuobjdump), at their production configs: what the compiled code must keep for the H200 to run them near the bandwidth
+floor.
 
 Run as a script (TRITON_INTERPRET unset): prints one JSON object, ``{"kernel/dtype/M/op": {...}}`` with, per kernel,
 its registers a lane and the programs an SM they leave, its local-memory bytes (spills), whether its PTX has 128-bit
@@ -106,8 +107,10 @@ def main() -> int:
     return 0
 
 
-# (M, dtype, ops) of the split kernels: the narrow bucket, the mid one (sum and mean), the wide one, bf16
-SPLIT_CASES = [(8, "fp32", ("sum",)), (64, "fp32", ("sum", "mean")), (1000, "fp32", ("sum",)), (64, "bf16", ("sum",))]
+# (M, dtype, ops) of the split kernels: the narrow bucket (five options of rows per segment: the most code), the mid
+# one, bf16 (the half-width vectors). Each cold compile takes ~10 s on a 2-core CI machine (the kernel holds every
+# option's whole-segments loop and the long role): the mean (one divide more) and the wide rows are left out.
+SPLIT_CASES = [(8, "fp32", ("sum",)), (64, "fp32", ("sum",)), (64, "bf16", ("sum",))]
 SPLIT_NAMES = ("BLOCK_M", "WINDOW", "GROUP", "SEG_ROWS", "SEG_TILES", "SEARCH", "TILE", "TILES", "ROWS_CAP", "N_OPTS")
 
 
