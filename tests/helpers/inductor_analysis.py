@@ -45,6 +45,12 @@ MERGE_TINY = testing.MergeConfig(block_m=8, block_l=8, group=2, seg_rows=2, seg_
                                  search=4, num_warps=1, programs_per_sm=1, min_units=1, block_p=2)
 
 
+# the split's whole-segments options (1, 4) and the merge path's tiny tiles for its long role
+SPLIT_TINY = testing.SplitConfig(block_m=8, block_l=8, group=2, seg_rows=2, seg_tiles=2, window=8, expand_window=4,
+                                 search=4, num_warps=1, programs_per_sm=1, min_units=1, block_p=2, tile=64, tiles=2,
+                                 rows_cap=4)
+
+
 def _grad(offsets):  # the backward's input of the expand: one row per segment
     return torch.randn(offsets.numel() - 1, 8)
 
@@ -56,7 +62,10 @@ PLANS = {
     "segments-loop": lambda v, o: testing.plan_reduce(v, o, mean=True, segments=segments(2)),
     "merge": lambda v, o: testing.plan_reduce(v, o, mean=True, merge=True),
     "merge-tiny": lambda v, o: testing.plan_reduce(v, o, mean=True, merge=MERGE_TINY, rows_per_chunk=7),
+    "split": lambda v, o: testing.plan_reduce(v, o, mean=True, split=True),
+    "split-tiny": lambda v, o: testing.plan_reduce(v, o, mean=True, split=SPLIT_TINY, rows_per_chunk=7),
     "expand-merge": lambda v, o: testing.plan_expand(_grad(o), o, v.shape[0], mean=True, merge=True),
+    "expand-split": lambda v, o: testing.plan_expand(_grad(o), o, v.shape[0], mean=True, split=True),
     "expand-chunks": lambda v, o: testing.plan_expand(_grad(o), o, v.shape[0], mean=True, rows_per_chunk=7),
     "expand-segments": lambda v, o: testing.plan_expand(_grad(o), o, v.shape[0], mean=True, segments=segments(0),
                                                         max_seqlen=16),

@@ -1,5 +1,6 @@
-"""The merge-path kernels compiled for sm_90 without a GPU (the installed Triton's compiler, ptxas and cuobjdump), at
-their production configs: what the compiled code must keep for the H200 to run them near the bandwidth floor.
+"""The merge-path and split kernels compiled for sm_90 without a GPU (the installed Triton's compiler, ptxas and
+cuobjdump), at their production configs: what the compiled code must keep for the H200 to run them near the bandwidth
+floor.
 
 Run as a script (TRITON_INTERPRET unset): prints one JSON object, ``{"kernel/dtype/M/op": {...}}`` with, per kernel,
 its registers a lane and the programs an SM they leave, its local-memory bytes (spills), whether its PTX has 128-bit
@@ -21,8 +22,9 @@ import triton
 from helpers.aot_compile import compile_one
 from helpers.rowwise_registers import programs_per_sm
 
-from jaggedperf.ops.config import merge_config
-from jaggedperf.ops.reduce import merge
+from jaggedperf.ops.config import merge_config, split_config
+from jaggedperf.ops.reduce import merge, split
+from jaggedperf.ops.reduce.plan import split_constexprs
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 # (M, dtype): the narrow bucket with its flat window, the mid one, the wide one (several column blocks), bf16
@@ -100,8 +102,44 @@ def main() -> int:
     one = {**sig, "n_programs": "constexpr"}
     compile_one(merge._merge_combine_kernel, one, {"n_programs": 1, "N_COLS": 64, "MEAN": True, "EMPTY_ZERO": False,
                                                    "BLOCK_P": cfg.block_p, "BLOCK_M": cfg.block_m}, (0, 1, 2), 4)
+    split_kernels(found)
     print(json.dumps(found))
     return 0
+
+
+# (M, dtype, ops) of the split kernels: the narrow bucket (five options of rows per segment: the most code), the mid
+# one, bf16 (the half-width vectors). Each cold compile takes ~10 s on a 2-core CI machine (the kernel holds every
+# option's whole-segments loop and the long role): the mean (one divide more) and the wide rows are left out.
+SPLIT_CASES = [(8, "fp32", ("sum",)), (64, "fp32", ("sum",)), (64, "bf16", ("sum",))]
+SPLIT_NAMES = ("BLOCK_M", "WINDOW", "GROUP", "SEG_ROWS", "SEG_TILES", "SEARCH", "TILE", "TILES", "ROWS_CAP", "N_OPTS")
+
+
+def split_kernels(found: dict) -> None:
+    """The split kernels at their production configs: ``split/...`` (forward) and ``split_expand/...``, each with the
+    programs an SM its two roles aim at together (``aim``) and the 128-bit loads of a long-role tile a lane
+    (``loads_a_tile``)."""
+    for n_cols, dt, ops in SPLIT_CASES:
+        cfg = split_config(n_cols, TORCH_DTYPES[dt])
+        ptr = f"*{dt}"
+        tiles = dict(zip(SPLIT_NAMES, split_constexprs(cfg)))
+        vector_elements = 16 // (4 if dt == "fp32" else 2)
+        aim = {"aim": 2 * cfg.programs_per_sm,
+               "loads_a_tile": cfg.block_l * cfg.block_m // (32 * cfg.num_warps) // vector_elements}
+        sig = {"values_ptr": ptr, "offsets_ptr": "*i64", "out_ptr": ptr, "ws_ptr": "*fp32", "n_rows": "i32",
+               "n_segments": "i32", "units_per_program": "i32", "n_programs": "i32", "N_COLS": "constexpr",
+               "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "BLOCK_L": "constexpr",
+               **{name: "constexpr" for name in tiles}}
+        for op in ops:
+            constexprs = {"N_COLS": n_cols, "MEAN": op == "mean", "EMPTY_ZERO": False, "BLOCK_L": cfg.block_l, **tiles}
+            compiled = compile_one(split._split_reduce_kernel, sig, constexprs, (0, 1, 2, 3), cfg.num_warps)
+            found[f"split/{dt}/{n_cols}/{op}"] = {**describe(compiled, cfg.num_warps, stores=False), **aim}
+        if n_cols == 64 and dt == "fp32":
+            esig = {"grad_ptr": ptr, "offsets_ptr": "*i64", "out_ptr": ptr, "n_rows": "i32", "n_segments": "i32",
+                    "units_per_program": "i32", "N_COLS": "constexpr", "MEAN": "constexpr", "BLOCK_L": "constexpr",
+                    **{name: "constexpr" for name in tiles}}
+            constexprs = {"N_COLS": n_cols, "MEAN": True, "BLOCK_L": cfg.block_l, **tiles, "WINDOW": cfg.expand_window}
+            compiled = compile_one(split._split_expand_kernel, esig, constexprs, (0, 1, 2), cfg.num_warps)
+            found[f"split_expand/{dt}/{n_cols}/mean"] = {**describe(compiled, cfg.num_warps, stores=True), **aim}
 
 
 if __name__ == "__main__":

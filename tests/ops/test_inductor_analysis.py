@@ -17,8 +17,8 @@ from helpers.isolated import run_script
 
 pytest.importorskip("triton")
 
-PATHS = ("chunks", "rowblock", "segments", "segments-loop", "merge", "merge-tiny", "expand-chunks", "expand-segments",
-         "expand-merge")
+PATHS = ("chunks", "rowblock", "segments", "segments-loop", "merge", "merge-tiny", "split", "split-tiny",
+         "expand-chunks", "expand-segments", "expand-merge", "expand-split")
 
 
 @pytest.fixture(scope="module")

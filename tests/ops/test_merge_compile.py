@@ -1,11 +1,12 @@
-"""The merge-path kernels compiled for sm_90 by the installed Triton, no GPU (``helpers/merge_compile.py``): what the H200
-needs of their code, checked in CPU CI.
+"""The merge-path and split kernels compiled for sm_90 by the installed Triton, no GPU (``helpers/merge_compile.py``):
+what the H200 needs of their code, checked in CPU CI.
 
 - 128-bit global loads (stores for the backward): M is a compile-time value, so a row's address is a known multiple
   of M's power-of-two factor (a runtime M of 4, 8 or 24 gave scalar 32-bit accesses).
-- Registers that leave the programs an SM the config aims at resident (``config.MERGE_TILES``): every program has the
-  same share of units, so the grid is one wave; a kernel past its register budget turns it into 1.3-2 waves (fp32
-  M = 64 at 16 programs an SM and 166 registers: 26 µs at the 512 × 64 seed shape against 19 at 8, H200).
+- Registers that leave the programs an SM the config aims at resident (``config.MERGE_TILES``; the split's two roles
+  together, ``config.SPLIT_TILES``): every program has the same share of units, so the grid is one wave; a kernel
+  past its register budget turns it into 1.3-2 waves (fp32 M = 64 at 16 programs an SM and 166 registers: 26 µs at
+  the 512 × 64 seed shape against 19 at 8, H200).
 - No local memory (spills).
 - A tile's loads issued together: a run of at least a tile's 128-bit loads before any add (each tile is loaded one
   iteration before it is added; a plain ``acc += load`` loop let ptxas interleave each load with its adds, one load in
@@ -29,7 +30,7 @@ def compiled() -> dict:
 
 
 def test_every_merge_kernel_has_vector_accesses_and_no_local_memory(compiled):
-    assert len(compiled) >= 9, sorted(compiled)
+    assert len(compiled) >= 13, sorted(compiled)
     for name, found in compiled.items():
         if not name.startswith("combine/"):
             assert found["vector"], f"{name}: no 128-bit global accesses"
@@ -45,6 +46,6 @@ def test_registers_leave_the_programs_an_sm_the_config_aims_at(compiled):
 
 def test_a_tiles_loads_are_in_flight_together(compiled):
     for name, found in compiled.items():
-        if name.startswith("reduce/"):
+        if name.startswith(("reduce/", "split/")):
             assert found["load_run"] >= found["loads_a_tile"], (
                 f"{name}: at most {found['load_run']} 128-bit loads in a row, a tile is {found['loads_a_tile']}")

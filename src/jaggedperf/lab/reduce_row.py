@@ -72,6 +72,22 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float(num / den) if float(den) > 0 else float(num)
 
 
+def elementwise_error(out: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor) -> float:
+    """The largest |out - ref| / scale over the elements (ref and scale float64, scale the error's scale: Σ|x| of
+    the element's rows, or |ref|); where scale is 0 the element must equal ref exactly. inf where NaNs or infinities
+    differ, or an element past a zero scale differs: unlike ``rel_error``, one wrong element among millions shows."""
+    got = out.detach().to(ref.device, torch.float64)
+    nan = torch.isnan(ref)
+    infinite = ~torch.isfinite(ref) & ~nan
+    if not torch.equal(torch.isnan(got), nan) or not torch.equal(got[infinite], ref[infinite]):
+        return float("inf")
+    finite = torch.isfinite(ref)
+    diff, scale = (got - ref).abs()[finite], scale[finite]
+    if bool((diff[scale == 0] > 0).any()) or not bool(torch.isfinite(diff).all()):
+        return float("inf")
+    return float((diff / scale.clamp_min(1e-300)).max()) if diff.numel() else 0.0
+
+
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal bits (so NaN == NaN when its bits are)."""
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.contiguous().view(torch.uint8),

@@ -339,6 +339,64 @@ def _merge_bucket(n_cols: int, element_size: int) -> MergeConfig:
                        block_p=max(8192 // block_m, 16), combine_warps=4)
 
 
+@dataclass(frozen=True)
+class SplitConfig(MergeConfig):
+    """The split reduction (``reduce.split``): the merge path's fields for the long segments' role (its grid, search,
+    windows and tiles), and the whole-segments role's tile. The grid is the merge path's, so the native path replays it
+    as a merge plan (``launch.plan.Plan.native_plan``); its axis 2 holds the two roles."""
+
+    tile: int = 8192  # elements of the whole-segments role's (GROUP, ROWS, BLOCK_M) tile (power of two)
+    tiles: int = 4  # a segment of more than ROWS·tiles rows is long: the merge role takes it
+    rows_cap: int = 256  # the most rows of each segment a whole-segments tile holds (power of two)
+
+    @property
+    def row_options(self) -> tuple[int, ...]:
+        """The whole-segments tile's rows per segment the kernel chooses from on the device (by N / B): 1, 4, 16, ...
+        up to the cap (``tile // block_m`` at most), the cap included."""
+        cap = max(min(self.rows_cap, self.tile // self.block_m), 1)
+        options, rows = [], 1
+        while rows < cap:
+            options.append(rows)
+            rows *= 4
+        return (*options, cap)
+
+
+# The split reduction's tiles, by element size: (tile elements, warps, programs an SM aimed at, long-role tile
+# elements). Two roles share a kernel (grid axis 2), so an SM holds 2 × programs_per_sm programs: one wave at the
+# registers the offline sm_90 compile reports (tests/ops/test_merge_compile.py). The whole-segments tile keeps 16 KB
+# of a program's rows in flight, as the whole-segments kernel's 8192-element fp32 tile does at half the programs; the
+# long role's contiguous and gathered tiles hold 32 elements a lane, as the merge path's.
+SPLIT_TILES = {4: (8192, 2, 2, 2048), 2: (8192, 2, 2, 2048)}
+SPLIT_TILES_PER_SEGMENT = 4
+
+
+def split_config(n_cols: int, dtype: torch.dtype) -> SplitConfig:
+    """The split reduction's config for rows of ``n_cols`` elements of ``dtype`` (cached; M specialised under
+    torch.compile, never N or B: the whole-segments tile's shape is chosen on the device from N / B).
+
+    Args:
+        n_cols: M.
+        dtype: the values' dtype.
+
+    Returns:
+        the config.
+    """
+    return _split_bucket(int(n_cols), dtype.itemsize)
+
+
+@functools.lru_cache(maxsize=None)
+def _split_bucket(n_cols: int, element_size: int) -> SplitConfig:
+    tile, warps, programs, long_tile = SPLIT_TILES[min(element_size, 4)]
+    block_m = min(next_pow2(n_cols), 256)
+    long_rows = max(long_tile // block_m, 1)
+    seg_rows = min(16 if block_m <= 8 else 8 if block_m <= 32 else 4, long_rows)
+    window = 128 if block_m <= 16 else 64
+    return SplitConfig(block_m=block_m, block_l=long_rows, group=max(long_rows // seg_rows, 1), seg_rows=seg_rows,
+                       seg_tiles=4, window=window, expand_window=min(window, MERGE_EXPAND_WINDOW), search=MERGE_SEARCH,
+                       num_warps=warps, programs_per_sm=programs, min_units=16, block_p=max(8192 // block_m, 16),
+                       combine_warps=4, tile=max(tile, block_m), tiles=SPLIT_TILES_PER_SEGMENT)
+
+
 @contextlib.contextmanager
 def override(cfg: ReduceConfig | dict | None = None, **fields):
     """``with override(block_l=64, num_warps=2): ...`` — temporarily replace the bucket choice.

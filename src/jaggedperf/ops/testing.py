@@ -18,8 +18,8 @@ import triton
 import triton.language as tl
 
 from jaggedperf.ops.config import (SEGMENT_TILE_ELEMENTS, MergeConfig, ReduceConfig, SegmentsConfig,  # noqa: F401
-                                   merge_config, next_pow2, override, reduce_config, set_override, sm_count,
-                                   whole_segments)
+                                   SplitConfig, merge_config, next_pow2, override, reduce_config, set_override,
+                                   sm_count, split_config, whole_segments)
 from jaggedperf.ops.launch import TIERS, eager_key, force_tier, launch_all, launch_path  # noqa: F401
 from jaggedperf.ops.launch.plan import Launch, Plan  # noqa: F401
 from jaggedperf.ops.launch.tiers import prebuilt
@@ -36,9 +36,8 @@ from jaggedperf.ops.tiles import TileConfig, tile_config  # noqa: F401
 
 __all__ = [
     # configs: the buckets, and overriding them (the native path stands aside meanwhile)
-    "MergeConfig", "ReduceConfig", "RowBlockConfig", "SegmentsConfig", "merge_config", "override", "reduce_config",
-    "rowblock_config",
-    "segments_config", "set_override", "sm_count",
+    "MergeConfig", "ReduceConfig", "RowBlockConfig", "SegmentsConfig", "SplitConfig", "merge_config", "override",
+    "reduce_config", "rowblock_config", "segments_config", "set_override", "sm_count", "split_config",
     # launch tiers: pin one (the native path stands aside meanwhile), run a plan through them, their state
     "TIERS", "eager_key", "force_tier", "launch_all", "launch_path",
     # forced plans, launched through the JIT (the interpreter's path); the families' splits at a forced part count
@@ -66,7 +65,7 @@ def group_bounds(offsets_ptr, g, n_segments, GROUP: tl.constexpr):
 def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False, max_seqlen=None,
                 rows_per_chunk: int | None = None, segments: SegmentsConfig | None = None,
                 rowblock: RowBlockConfig | bool | None = None, merge: MergeConfig | bool | None = None,
-                poison: float | None = None) -> Plan:
+                split: SplitConfig | bool | None = None, poison: float | None = None) -> Plan:
     """``reduce.plan.plan_reduce``, or a forced path: every path is correct whatever the lengths.
 
     Args:
@@ -76,13 +75,17 @@ def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False
         rowblock: force the row blocks (``reduce.rowblock``): True for the production config, or a
             RowBlockConfig; ``rows_per_chunk`` then forces their rows per program R (wins over both).
         merge: force the merge-path kernels (``reduce.merge``): True for the production config, or a MergeConfig;
-            ``rows_per_chunk`` then forces their units per program K (wins over all the others).
+            ``rows_per_chunk`` then forces their units per program K (wins over all but ``split``).
+        split: force the split kernels (``reduce.split``): True for the production config, or a SplitConfig;
+            ``rows_per_chunk`` then forces the long role's units per program K (wins over all the others).
         poison: fill every tensor the launches write (output and workspace) with this value first.
 
     Returns:
         the Plan (a forced one is never replayed by the native path).
     """
-    if merge is not None and merge is not False:
+    if split is not None and split is not False:
+        planned = plan.plan_split(values, offsets, mean, empty_zero, None if split is True else split, rows_per_chunk)
+    elif merge is not None and merge is not False:
         planned = plan.plan_merge(values, offsets, mean, empty_zero, None if merge is True else merge, rows_per_chunk)
     elif rowblock is not None and rowblock is not False:
         cfg = None if rowblock is True else rowblock
@@ -101,18 +104,20 @@ def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False
 
 def plan_expand(grad, offsets, n_rows, *, mean: bool = False, max_seqlen=None, rows_per_chunk: int | None = None,
                 segments: SegmentsConfig | None = None, merge: MergeConfig | bool | None = None,
-                poison: float | None = None) -> Plan:
+                split: SplitConfig | bool | None = None, poison: float | None = None) -> Plan:
     """``reduce.plan.plan_expand``, or a forced path (as ``plan_reduce``; a forced config's ``programs`` is
     ignored by the backward).
 
     Args:
         grad, offsets, n_rows, mean, max_seqlen: as for ``plan_expand``.
-        rows_per_chunk, segments, merge, poison: as for ``plan_reduce``.
+        rows_per_chunk, segments, merge, split, poison: as for ``plan_reduce``.
 
     Returns:
         the Plan.
     """
-    if merge is not None and merge is not False:
+    if split is not None and split is not False:
+        planned = plan.expand_split(grad, offsets, n_rows, mean, None if split is True else split, rows_per_chunk)
+    elif merge is not None and merge is not False:
         planned = plan.expand_merge(grad, offsets, n_rows, mean, None if merge is True else merge, rows_per_chunk)
     elif segments is not None:
         planned = plan.expand_segments(grad, offsets, n_rows, mean, segments, max_seqlen)
@@ -139,7 +144,7 @@ def run_direct(launches) -> None:
 def launch_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False, max_seqlen=None,
                   rows_per_chunk: int | None = None, segments: SegmentsConfig | None = None,
                   rowblock: RowBlockConfig | bool | None = None, merge: MergeConfig | bool | None = None,
-                  poison: float | None = None) -> torch.Tensor:
+                  split: SplitConfig | bool | None = None, poison: float | None = None) -> torch.Tensor:
     """Plan (``plan_reduce``) and run the sum/mean kernels through the JIT: no operator, no checks (tests run
     it under TRITON_INTERPRET=1).
 
@@ -151,14 +156,14 @@ def launch_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = Fal
     """
     planned = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen,
                           rows_per_chunk=rows_per_chunk, segments=segments, rowblock=rowblock, merge=merge,
-                          poison=poison)
+                          split=split, poison=poison)
     run_direct(planned.launches)
     return planned.out
 
 
 def launch_expand(grad, offsets, n_rows, *, mean: bool = False, max_seqlen=None, rows_per_chunk: int | None = None,
                   segments: SegmentsConfig | None = None, merge: MergeConfig | bool | None = None,
-                  poison: float | None = None) -> torch.Tensor:
+                  split: SplitConfig | bool | None = None, poison: float | None = None) -> torch.Tensor:
     """Plan (``plan_expand``) and run the backward kernel through the JIT.
 
     Args:
@@ -168,7 +173,7 @@ def launch_expand(grad, offsets, n_rows, *, mean: bool = False, max_seqlen=None,
         the (n_rows, M) output.
     """
     planned = plan_expand(grad, offsets, n_rows, mean=mean, max_seqlen=max_seqlen, rows_per_chunk=rows_per_chunk,
-                          segments=segments, merge=merge, poison=poison)
+                          segments=segments, merge=merge, split=split, poison=poison)
     run_direct(planned.launches)
     return planned.out
 

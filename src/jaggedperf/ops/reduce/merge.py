@@ -194,6 +194,19 @@ def _merge_reduce_kernel(
     SEG_TILES: tl.constexpr,  # gathered tiles at most: a segment's rows past SEG_ROWS·SEG_TILES go contiguous
     SEARCH: tl.constexpr,  # probes a bound a step of the boundary search
 ):
+    _merge_units(values_ptr, offsets_ptr, out_ptr, ws_ptr, n_rows, n_segments, units_per_program, n_programs, 0,
+                 N_COLS, MEAN, EMPTY_ZERO, BLOCK_L, BLOCK_M, WINDOW, GROUP, SEG_ROWS, SEG_TILES, SEARCH, False)
+
+
+@triton.jit
+def _merge_units(values_ptr, offsets_ptr, out_ptr, ws_ptr, n_rows, n_segments, units_per_program, n_programs, limit,
+                 N_COLS: tl.constexpr, MEAN: tl.constexpr, EMPTY_ZERO: tl.constexpr, BLOCK_L: tl.constexpr,
+                 BLOCK_M: tl.constexpr, WINDOW: tl.constexpr, GROUP: tl.constexpr, SEG_ROWS: tl.constexpr,
+                 SEG_TILES: tl.constexpr, SEARCH: tl.constexpr, LONG_ONLY: tl.constexpr):
+    # The merge-path reduction of program_id(0)'s share of the units (the arguments: _merge_reduce_kernel's). With
+    # LONG_ONLY, only the segments of more than `limit` rows count: the others are no lane of any window (neither
+    # summed nor written, nor a head or a tail), so the program writes the outputs and pieces of the long ones alone
+    # (the split reduction: reduce.split).
     pid = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < N_COLS
@@ -227,6 +240,8 @@ def _merge_reduce_kernel(
         ahead = win + WINDOW
         next_start = tl.load(offsets_ptr + ahead, mask=ahead < s1, other=0)
         next_stop = tl.load(offsets_ptr + ahead + 1, mask=ahead < s1, other=0)
+        if LONG_ONLY:
+            w_ok = w_ok & (seg_stop - seg_start > limit)
         start = tl.minimum(tl.maximum(seg_start, r0), r1)
         length = tl.where(w_ok, tl.minimum(tl.maximum(seg_stop, start), r1) - start, 0)
         owned = w_ok & (win >= s0)
@@ -300,7 +315,8 @@ def _merge_combine_kernel(
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < N_COLS
     slots = (ws_ptr + (pid.to(tl.int64) * 0 + n_programs) * 2 * N_COLS).to(tl.pointer_type(tl.int32))
-    s = tl.load(slots + pid).to(tl.int64)
+    # (a grid of two on axis 2 is the split's: its second half's programs own the long segments' pieces)
+    s = tl.load(slots + pid, mask=tl.program_id(2) == tl.num_programs(2) - 1, other=-1).to(tl.int64)
     if s >= 0:
         start = tl.load(offsets_ptr + s).to(tl.int64)
         end = tl.load(offsets_ptr + s + 1).to(tl.int64)
@@ -343,7 +359,17 @@ def _merge_expand_kernel(
     SEG_TILES: tl.constexpr,  # gathered tiles at most
     SEARCH: tl.constexpr,  # probes a bound a step of the boundary search
 ):
+    _merge_expand_units(grad_ptr, offsets_ptr, out_ptr, n_rows, n_segments, units_per_program, 0, N_COLS, MEAN,
+                        BLOCK_L, BLOCK_M, WINDOW, GROUP, SEG_ROWS, SEG_TILES, SEARCH, False)
+
+
+@triton.jit
+def _merge_expand_units(grad_ptr, offsets_ptr, out_ptr, n_rows, n_segments, units_per_program, limit,
+                        N_COLS: tl.constexpr, MEAN: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr,
+                        WINDOW: tl.constexpr, GROUP: tl.constexpr, SEG_ROWS: tl.constexpr, SEG_TILES: tl.constexpr,
+                        SEARCH: tl.constexpr, LONG_ONLY: tl.constexpr):
     # The forward's split and windows (from segment s0 - 1: the head's rows), as stores: no workspace, no second pass.
+    # With LONG_ONLY, only the rows of segments of more than `limit` rows (as _merge_units).
     pid = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < N_COLS
@@ -370,6 +396,8 @@ def _merge_expand_kernel(
         ahead = win + WINDOW
         next_start = tl.load(offsets_ptr + ahead, mask=ahead < s1, other=0)
         next_stop = tl.load(offsets_ptr + ahead + 1, mask=ahead < s1, other=0)
+        if LONG_ONLY:
+            w_ok = w_ok & (seg_stop - seg_start > limit)
         start = tl.minimum(tl.maximum(seg_start, r0), r1)
         length = tl.where(w_ok, tl.minimum(tl.maximum(seg_stop, start), r1) - start, 0)
         if (WINDOW <= BLOCK_L) & (tl.max(length, axis=0) <= 1):

@@ -1,14 +1,15 @@
 """Planning a jagged sum/mean (and its backward): the output, the workspace and the launches.
 
-``plan_reduce`` / ``plan_expand`` choose the kernels (``kernels``, ``merge``) and their grids from the call's
-shapes and the configs (``jaggedperf.ops.config``), allocate what the kernels write, and return a
+``plan_reduce`` / ``plan_expand`` choose the kernels (``kernels``, ``merge``, ``split``) and their grids from the
+call's shapes and the configs (``jaggedperf.ops.config``), allocate what the kernels write, and return a
 ``Plan`` (``jaggedperf.ops.launch.plan``); the caller runs its launches (``op``: through the fast tiers
-eagerly, ``wrap_triton`` when traced). The whole-segments kernels when ``max_seqlen`` is known and
-short (and not far past the mean length: ``merge_beats_whole``), the balanced chunks when it is known and long;
-else the merge path. Nothing here reads a tensor's
-values: under ``torch.compile(dynamic=True)`` N and B may be SymInts and planning installs no guard on them.
-``plan_segments`` / ``plan_merge`` / ``plan_chunks`` (and the expand ones) take the choice as arguments: the
-production functions make it, and ``jaggedperf.ops.testing`` forces one to exercise every path.
+eagerly, ``wrap_triton`` when traced). Without ``max_seqlen``, the split (whole segments and the merge path in one
+launch). With it: the whole-segments kernels when it is short (and not far past the mean length:
+``merge_beats_whole``), the balanced chunks when it is long, the merge path when it is far past the mean length or
+at most 1. Nothing here reads a tensor's values: under ``torch.compile(dynamic=True)`` N and B may be SymInts and
+planning installs no guard on them. ``plan_segments`` / ``plan_merge`` / ``plan_chunks`` / ``plan_split`` (and the
+expand ones) take the choice as arguments: the production functions make it, and ``jaggedperf.ops.testing`` forces
+one to exercise every path.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ import dataclasses
 import torch
 
 from jaggedperf.ops.config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMENT_TILES, MergeConfig, ReduceConfig,
-                                   SegmentsConfig, merge_config, reduce_config, segments_config, sm_count)
+                                   SegmentsConfig, SplitConfig, merge_config, reduce_config, segments_config,
+                                   sm_count, split_config)
 from jaggedperf.ops.launch.layout import FEW_SEGMENTS, GridKind, Source
 from jaggedperf.ops.launch.plan import Launch, NativeKernel, Plan, chunking, sym_max
 from jaggedperf.ops.tiles import hint_of
 from jaggedperf.ops.reduce.kernels import (_combine_kernel, _expand_kernel, _reduce_kernel, _segments_expand_kernel,
                                           _segments_kernel, _segments_loop_kernel)
 from jaggedperf.ops.reduce.merge import _merge_combine_kernel, _merge_expand_kernel, _merge_reduce_kernel
+from jaggedperf.ops.reduce.split import _split_expand_kernel, _split_reduce_kernel
 
 # what fills each forward kernel's runtime arguments, in order, and how its grid is sized (the native path)
 SEGMENTS_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.N_ROWS, Source.N_COLS,
@@ -59,24 +62,30 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
         max_seqlen: an upper bound on the lengths (a host int, or a SymInt under torch.compile), or None.
             When known and short enough (``segments_config``, ``merge_beats_whole``), one program per group of
             whole segments: one launch, no search. When known and long, the balanced chunks (equal rows a program,
-            then a combine of the segments cut at a chunk's edge). Otherwise the merge path: equal shares of rows plus
-            segments a program, and a second launch that combines the pieces of the segments cut at a program's edge.
+            then a combine of the segments cut at a chunk's edge); when known and at most 1 or far past the mean
+            length, the merge path (equal shares of rows plus segments a program, and a second launch that combines
+            the pieces of the segments cut at a program's edge). Without it the split (``plan_split``): whole
+            segments where they are short and the merge path where they are long, side by side in one launch, then
+            the merge path's combine.
 
     Returns:
         the Plan: its ``out`` (B, M) in values' dtype, filled once its launches have run.
     """
     n_cols = values.shape[1]
-    if max_seqlen is not None and not merge_beats_whole(values.shape[0], offsets.shape[0] - 1, max_seqlen):
+    if max_seqlen is None:
+        # Every call without max_seqlen takes the split: whole segments sized on the device by N / B beside the merge
+        # path for the long ones (reduce/split.py). The choice reads shapes only (no length, no sync), so one plan
+        # serves every N, B and distribution.
+        return plan_split(values, offsets, mean, empty_zero)
+    if not merge_beats_whole(values.shape[0], offsets.shape[0] - 1, max_seqlen):
         segments = _segments_for(n_cols, max_seqlen, offsets.shape[0] - 1, values.device)
         if segments is not None:
             return plan_segments(values, offsets, mean, empty_zero, segments)
         # Known long, not skewed lengths: the balanced chunks, which hold the long-row bars at the floor
         # (tests/gpu/test_bars_gpu.py; the merge path measured 1.19x them at 1024 × 256 × <= 1000 rows).
         return plan_sized_chunks(values, offsets, mean, empty_zero)
-    # Every call without max_seqlen takes the merge path. The balanced chunks measured faster on small batches of long
-    # even segments (benchmarks/results/h200/merge-path.md: B <= 4096 and >= 27 rows a segment, e.g. 512 × 64 14.8
-    # against 19.4 µs) and slower below 11 rows a segment or from B = 10^4 up; a rule on B and N / B between those
-    # points is not measured, so it is not routed.
+    # A known max_seqlen <= 1 or far past the mean length: the merge path, as measured against the whole segments
+    # (MERGE_SEQLEN_RATIO below); the split is not measured against it there.
     return plan_merge(values, offsets, mean, empty_zero)
 
 
@@ -215,13 +224,15 @@ def plan_expand(grad, offsets, n_rows, *, mean: bool, max_seqlen=None) -> Plan:
         n_rows: N, the forward's values.shape[0].
         mean: divide by each segment's length.
         max_seqlen: as for ``plan_reduce``: when known and short (``_segments_for``), one program per group
-            of whole segments; otherwise the merge path.
+            of whole segments; when known otherwise, the merge path; without it, the split (``expand_split``).
 
     Returns:
         the Plan: its ``out`` (n_rows, M) in grad's dtype; row r gets grad[segment of r] (/ its length).
     """
     n_cols = grad.shape[1]
-    if max_seqlen is not None and not merge_beats_whole(n_rows, grad.shape[0], max_seqlen, backward=True):
+    if max_seqlen is None:  # as the forward: the split, chosen from shapes alone
+        return expand_split(grad, offsets, n_rows, mean)
+    if not merge_beats_whole(n_rows, grad.shape[0], max_seqlen, backward=True):
         segments = _segments_for(n_cols, max_seqlen, grad.shape[0], grad.device)
         if segments is not None:
             return expand_segments(grad, offsets, n_rows, mean, segments, max_seqlen)
@@ -368,4 +379,76 @@ def expand_merge(grad, offsets, n_rows, mean: bool, cfg: MergeConfig | None = No
             cfg.expand_window, cfg.group, cfg.seg_rows, cfg.seg_tiles, cfg.search)
     launch = Launch(_merge_expand_kernel, (n_programs, -(-n_cols // cfg.block_m), 1), args, cfg.num_warps, (out,),
                     ("merge_expand", *args[-9:]), MERGE_EXPAND_NATIVE)
+    return Plan(out, (launch,), cfg if replayed else None, merge_programs(grad.device, cfg) if replayed else 0)
+
+
+def split_constexprs(cfg: SplitConfig) -> tuple:
+    """The split kernels' trailing constexprs after BLOCK_L: (BLOCK_M, WINDOW, GROUP, SEG_ROWS, SEG_TILES, SEARCH,
+    TILE, TILES, ROWS_CAP, N_OPTS)."""
+    options = cfg.row_options
+    return (cfg.block_m, cfg.window, cfg.group, cfg.seg_rows, cfg.seg_tiles, cfg.search, cfg.tile, cfg.tiles,
+            options[-1], len(options))
+
+
+def plan_split(values, offsets, mean: bool, empty_zero: bool, cfg: SplitConfig | None = None,
+               units_per_program=None) -> Plan:
+    """The split reduction's two launches (``_split_reduce_kernel``: whole segments and long ones side by side on
+    grid axis 2; then the merge path's combine) and their workspace: the merge path's grid and workspace, so the
+    native path replays it as a merge plan.
+
+    Args:
+        values, offsets, mean, empty_zero: as for ``plan_reduce``.
+        cfg: the tiles (``split_config`` when None).
+        units_per_program: the long role's K, forced (tests: any K >= 1 is correct); None: ``merge_grid``'s.
+
+    Returns:
+        the Plan.
+    """
+    n_rows, n_cols = values.shape
+    n_cols = int(n_cols)
+    n_segments = offsets.shape[0] - 1
+    cfg = cfg or split_config(n_cols, values.dtype)
+    replayed = units_per_program is None
+    if replayed:
+        units_per_program, n_programs = merge_grid(n_rows, n_segments, n_cols, values.device, cfg)
+    else:
+        n_programs = sym_max(-(-(n_rows + n_segments) // units_per_program), 1)
+    out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
+    ws = torch.empty((2 * n_programs * n_cols + 2 * n_programs,), dtype=torch.float32, device=values.device)
+    grid = (n_programs, -(-n_cols // cfg.block_m), 2)
+    args = (values, offsets, out, ws, n_rows, n_segments, units_per_program, n_programs, n_cols, mean, empty_zero,
+            cfg.block_l, *split_constexprs(cfg))
+    combine_args = (offsets, out, ws, n_programs, n_cols, mean, empty_zero, cfg.block_p, cfg.block_m)
+    launches = (Launch(_split_reduce_kernel, grid, args, cfg.num_warps, (out, ws), ("split", *args[-13:]),
+                       MERGE_NATIVE),
+                Launch(_merge_combine_kernel, grid, combine_args, cfg.combine_warps, (out,),
+                       ("merge_combine", *combine_args[-5:]), MERGE_COMBINE_NATIVE))
+    return Plan(out, launches, cfg if replayed else None, merge_programs(values.device, cfg) if replayed else 0)
+
+
+def expand_split(grad, offsets, n_rows, mean: bool, cfg: SplitConfig | None = None, units_per_program=None) -> Plan:
+    """The backward by the split: short segments' rows by their groups, long ones' by the merge path's split, one
+    launch (each row written once).
+
+    Args:
+        grad, offsets, n_rows, mean: as for ``plan_expand``.
+        cfg: the tiles (``split_config`` when None).
+        units_per_program: the long role's K, forced (any K >= 1 is correct); None: ``merge_grid``'s.
+
+    Returns:
+        the Plan.
+    """
+    n_segments, n_cols = grad.shape
+    n_cols = int(n_cols)
+    cfg = cfg or split_config(n_cols, grad.dtype)
+    replayed = units_per_program is None
+    if replayed:
+        units_per_program, n_programs = merge_grid(n_rows, n_segments, n_cols, grad.device, cfg)
+    else:
+        n_programs = sym_max(-(-(n_rows + n_segments) // units_per_program), 1)
+    out = torch.empty((n_rows, n_cols), dtype=grad.dtype, device=grad.device)
+    args = (grad, offsets, out, n_rows, n_segments, units_per_program, n_cols, mean, cfg.block_l,
+            *split_constexprs(cfg)[:1], cfg.expand_window, *split_constexprs(cfg)[2:])
+    launch = Launch(_split_expand_kernel, (n_programs, -(-n_cols // cfg.block_m), 2), args, cfg.num_warps, (out,),
+                    ("split_expand", *args[-12:]), MERGE_EXPAND_NATIVE)
     return Plan(out, (launch,), cfg if replayed else None, merge_programs(grad.device, cfg) if replayed else 0)
