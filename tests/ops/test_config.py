@@ -22,21 +22,15 @@ def test_buckets_are_powers_of_two_and_cover_the_row(M, dtype):
 
 @pytest.mark.parametrize("n_rows", [0, 1, 15, 16, 17, 1000, 123457, 2**31 + 5])
 @pytest.mark.parametrize("M", [1, 64, 300])
-@pytest.mark.parametrize("path", ["merge", "split"])
-def test_merge_programs_cover_all_units_at_least_one_program(n_rows, M, path):
-    # the merge path's plan and the production plan without max_seqlen (the split, on the merge path's grid with its
-    # two roles on axis 2) on meta tensors (no memory, any N): the reduce launch's K, P and grid
+def test_merge_programs_cover_all_units_at_least_one_program(n_rows, M):
+    # the production plan on meta tensors (no memory, any N): its reduce launch's K, P and grid
+    cfg = config.merge_config(M, torch.float32)
     values = torch.empty(n_rows, M, device="meta")
     offsets = torch.empty(8, dtype=torch.int64, device="meta")
-    if path == "merge":
-        cfg, roles = config.merge_config(M, torch.float32), 1
-        reduce_launch = plan.plan_merge(values, offsets, True, False).launches[0]
-    else:
-        cfg, roles = config.split_config(M, torch.float32), 2
-        reduce_launch = plan.plan_reduce(values, offsets, mean=True, empty_zero=False).launches[0]
+    reduce_launch = plan.plan_reduce(values, offsets, mean=True, empty_zero=False).launches[0]
     units, programs = reduce_launch.args[6:8]
     col_blocks = reduce_launch.grid[1]
-    assert reduce_launch.grid == (programs, col_blocks, roles)
+    assert reduce_launch.grid == (programs, col_blocks, 1)
     assert programs >= 1 and units >= cfg.min_units
     assert units * programs >= n_rows + 7 and units * (programs - 1) < n_rows + 7
     assert col_blocks * cfg.block_m >= M

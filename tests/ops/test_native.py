@@ -178,20 +178,12 @@ def _meta(n_rows, n_cols, n_segments, dtype=torch.float32):
 @pytest.mark.parametrize("n_cols", [1, 8, 33, 64, 300, 4096])
 @pytest.mark.parametrize("n_rows,n_segments", [(0, 0), (0, 10**6), (31, 7), (123_457, 7), (5_000_000, 1),
                                                (2**31 + 5, 10**5)])
-@pytest.mark.parametrize("path", ["merge", "split"])
-def test_native_merge_geometry_is_the_python_plans(built, monkeypatch, n_rows, n_segments, n_cols, dtype, sms, path):
-    # the native path redoes the merge path's split per call in C++ (geometry_of over N + B units): the Python plan's,
-    # for the merge path and for the split without max_seqlen (the merge path's grid, its two roles on axis 2)
+def test_native_merge_geometry_is_the_python_plans(built, monkeypatch, n_rows, n_segments, n_cols, dtype, sms):
+    # the native path redoes the merge path's split per call in C++ (geometry_of over N + B units): the Python plan's
     monkeypatch.setattr(plan, "sm_count", lambda device: sms)
-    values, offsets = _meta(n_rows, n_cols, n_segments, dtype)
-    if path == "merge":
-        planned, cfg = plan.plan_merge(values, offsets, True, False), config.merge_config(n_cols, dtype)
-    else:
-        planned = plan.plan_reduce(values, offsets, mean=True, empty_zero=False)
-        cfg = config.split_config(n_cols, dtype)
+    planned = plan.plan_reduce(*_meta(n_rows, n_cols, n_segments, dtype), mean=True, empty_zero=False)
     grids = planned.native_plan()
-    assert grids.units == 1 and grids.chunk_programs == sms * cfg.programs_per_sm
-    assert grids.grid_z == (2 if path == "split" else 1)
+    assert grids.units == 1 and grids.chunk_programs == sms * config.merge_config(n_cols, dtype).programs_per_sm
     got = built.geometry(**dataclasses.asdict(grids), grid_kinds=[step.native.grid for step in planned.launches],
                          n_rows=n_rows, n_cols=n_cols, n_segments=n_segments)
     units, programs = planned.launches[0].args[6:8]
@@ -226,13 +218,10 @@ def test_native_segment_geometry_is_the_python_plans(built, n_segments, n_cols, 
 @pytest.mark.parametrize("sms", [4, 132])
 @pytest.mark.parametrize("n_cols", [1, 33, 64, 4096])
 @pytest.mark.parametrize("n_rows", [0, 1, 1000, 5_000_000, 2**31 + 5])
-@pytest.mark.parametrize("path", ["merge", "split"])
-def test_native_geometry_of_the_backwards_merge_is_the_python_plans(built, monkeypatch, n_rows, n_cols, sms, path):
+def test_native_geometry_of_the_backwards_merge_is_the_python_plans(built, monkeypatch, n_rows, n_cols, sms):
     monkeypatch.setattr(plan, "sm_count", lambda device: sms)
     grad, offsets = _meta(7, n_cols, 7)
-    planned = plan.expand_merge(grad, offsets, n_rows, True) if path == "merge" else \
-        plan.plan_expand(grad, offsets, n_rows, mean=True)
-    assert planned.launches[0].grid[2] == planned.native_plan().grid_z == (2 if path == "split" else 1)
+    planned = plan.plan_expand(grad, offsets, n_rows, mean=True)
     assert [step.native for step in planned.launches] == [plan.MERGE_EXPAND_NATIVE]
     got = built.geometry(**dataclasses.asdict(planned.native_plan()), grid_kinds=[CHUNKS], n_rows=n_rows,
                          n_cols=n_cols, n_segments=7)

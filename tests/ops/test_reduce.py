@@ -12,7 +12,7 @@ import jaggedperf
 from jaggedperf.ops import config
 from jaggedperf.ops.config import SegmentsConfig
 from jaggedperf.ops import testing
-from jaggedperf.ops.reduce import api, kernels, merge, plan, split
+from jaggedperf.ops.reduce import api, kernels, merge, plan
 
 FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
 
@@ -98,7 +98,7 @@ def test_known_max_seqlen_picks_the_whole_segments_kernel_and_stays_correct():
     launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=max(lengths)).launches
     assert [launch.kernel for launch in launches] == [kernels._segments_kernel]
     launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False).launches
-    assert [launch.kernel for launch in launches] == [split._split_reduce_kernel, merge._merge_combine_kernel]
+    assert [launch.kernel for launch in launches] == [merge._merge_reduce_kernel, merge._merge_combine_kernel]
     # too few segments to fill the (4 interpreter) SMs, or too long, and not skewed: the balanced chunks
     few, few_offsets = make([30, 2], 5, FP32, torch.int64, seed=12)
     launches = plan.plan_reduce(few, few_offsets, mean=True, empty_zero=False, max_seqlen=30).launches

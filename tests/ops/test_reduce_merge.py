@@ -132,11 +132,12 @@ def test_merge_bounds_split_units_evenly_whatever_the_lengths():
                 assert int(got[2 * d + lane]) == want, (lengths, at)
 
 
-def test_the_merge_path_plans_two_launches_and_serves_a_long_max_seqlen_backward():
-    # (without max_seqlen the split is routed: tests/ops/test_reduce_split.py)
+def test_without_max_seqlen_the_merge_path_plans_both_ways():
     values, offsets = make([3, 0, 7, 1], 5, FP32, torch.int64)
-    launches = plan.plan_merge(values, offsets, True, False).launches
+    launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False).launches
     assert [step.kernel for step in launches] == [merge._merge_reduce_kernel, merge._merge_combine_kernel]
+    back = plan.plan_expand(torch.randn(4, 5), offsets, values.shape[0], mean=True).launches
+    assert [step.kernel for step in back] == [merge._merge_expand_kernel]
     # a max_seqlen past the whole-segments tiles: the forward takes the balanced chunks, the backward the merge path
     long_values, long_offsets = make([3000, 2], 5, FP32, torch.int64)
     launches = plan.plan_reduce(long_values, long_offsets, mean=True, empty_zero=False, max_seqlen=3000).launches

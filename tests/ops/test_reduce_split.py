@@ -20,7 +20,7 @@ from helpers.reference import assert_matches, reference_expand
 
 from jaggedperf.ops import testing
 from jaggedperf.ops.config import SplitConfig, split_config
-from jaggedperf.ops.reduce import merge, plan, split
+from jaggedperf.ops.reduce import merge, split
 
 FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
 I32, I64 = torch.int32, torch.int64
@@ -171,36 +171,6 @@ def test_row_options_are_powers_of_four_then_the_cap():
         for dtype in (FP32, BF16, FP16):
             cfg = split_config(M, dtype)
             assert all(cfg.tile // (rows * cfg.block_m) >= 1 for rows in cfg.row_options)
-
-
-def test_without_max_seqlen_the_split_plans_both_ways_and_is_replayable():
-    values, offsets = make([3, 0, 7, 1], 8, FP32, I64)
-    planned = plan.plan_reduce(values, offsets, mean=True, empty_zero=False)
-    assert [step.kernel for step in planned.launches] == [split._split_reduce_kernel, merge._merge_combine_kernel]
-    back = plan.plan_expand(torch.randn(4, 8), offsets, values.shape[0], mean=True)
-    assert [step.kernel for step in back.launches] == [split._split_expand_kernel]
-    # the native path replays it as a merge plan: the merge path's grid (axis 2: the two roles) and workspace
-    native = planned.native_plan()
-    assert native.units == 1 and native.grid_z == 2 and native.chunk_programs > 0
-    assert planned.launches[0].grid == planned.launches[1].grid
-    assert [step.native for step in planned.launches] == [plan.MERGE_NATIVE, plan.MERGE_COMBINE_NATIVE]
-    assert back.native_plan().grid_z == 2 and back.launches[0].native == plan.MERGE_EXPAND_NATIVE
-    assert plan.plan_split(values, offsets, False, False, units_per_program=3).native_plan() is None
-    # a known max_seqlen keeps its measured routes: <= 1 or far past the mean length, the merge path
-    ones, one_offsets = make([1] * 20000, 1, FP32, I64)
-    for hinted in (plan.plan_reduce(ones, one_offsets, mean=False, empty_zero=False, max_seqlen=1),
-                   plan.plan_expand(torch.randn(20000, 1), one_offsets, 20000, mean=False, max_seqlen=1)):
-        assert hinted.launches[0].kernel in (merge._merge_reduce_kernel, merge._merge_expand_kernel)
-
-
-def test_one_split_plan_serves_every_batch_and_length():
-    # the tile's shape is chosen on the device: the kernels and their constexprs never depend on N or B
-    def keys(n_rows, n_segments):
-        values = torch.empty(n_rows, 24, device="meta")
-        offsets = torch.empty(n_segments + 1, dtype=I64, device="meta")
-        return tuple(step.key for step in plan.plan_reduce(values, offsets, mean=False, empty_zero=False).launches)
-
-    assert len({keys(n, b) for n, b in ((0, 0), (10**6, 1), (10**6, 10**6), (41_000, 512), (2 * 10**9, 3))}) == 1
 
 
 def test_split_kernels_use_no_atomics():

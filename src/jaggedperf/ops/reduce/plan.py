@@ -1,15 +1,14 @@
 """Planning a jagged sum/mean (and its backward): the output, the workspace and the launches.
 
-``plan_reduce`` / ``plan_expand`` choose the kernels (``kernels``, ``merge``, ``split``) and their grids from the
-call's shapes and the configs (``jaggedperf.ops.config``), allocate what the kernels write, and return a
+``plan_reduce`` / ``plan_expand`` choose the kernels (``kernels``, ``merge``) and their grids from the call's
+shapes and the configs (``jaggedperf.ops.config``), allocate what the kernels write, and return a
 ``Plan`` (``jaggedperf.ops.launch.plan``); the caller runs its launches (``op``: through the fast tiers
-eagerly, ``wrap_triton`` when traced). Without ``max_seqlen``, the split (whole segments and the merge path in one
-launch). With it: the whole-segments kernels when it is short (and not far past the mean length:
-``merge_beats_whole``), the balanced chunks when it is long, the merge path when it is far past the mean length or
-at most 1. Nothing here reads a tensor's values: under ``torch.compile(dynamic=True)`` N and B may be SymInts and
-planning installs no guard on them. ``plan_segments`` / ``plan_merge`` / ``plan_chunks`` / ``plan_split`` (and the
-expand ones) take the choice as arguments: the production functions make it, and ``jaggedperf.ops.testing`` forces
-one to exercise every path.
+eagerly, ``wrap_triton`` when traced). The whole-segments kernels when ``max_seqlen`` is known and
+short (and not far past the mean length: ``merge_beats_whole``), the balanced chunks when it is known and long;
+else the merge path. Nothing here reads a tensor's
+values: under ``torch.compile(dynamic=True)`` N and B may be SymInts and planning installs no guard on them.
+``plan_segments`` / ``plan_merge`` / ``plan_chunks`` (and the expand ones) take the choice as arguments: the
+production functions make it, and ``jaggedperf.ops.testing`` forces one to exercise every path.
 """
 
 from __future__ import annotations
@@ -62,30 +61,24 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
         max_seqlen: an upper bound on the lengths (a host int, or a SymInt under torch.compile), or None.
             When known and short enough (``segments_config``, ``merge_beats_whole``), one program per group of
             whole segments: one launch, no search. When known and long, the balanced chunks (equal rows a program,
-            then a combine of the segments cut at a chunk's edge); when known and at most 1 or far past the mean
-            length, the merge path (equal shares of rows plus segments a program, and a second launch that combines
-            the pieces of the segments cut at a program's edge). Without it the split (``plan_split``): whole
-            segments where they are short and the merge path where they are long, side by side in one launch, then
-            the merge path's combine.
+            then a combine of the segments cut at a chunk's edge). Otherwise the merge path: equal shares of rows plus
+            segments a program, and a second launch that combines the pieces of the segments cut at a program's edge.
 
     Returns:
         the Plan: its ``out`` (B, M) in values' dtype, filled once its launches have run.
     """
     n_cols = values.shape[1]
-    if max_seqlen is None:
-        # Every call without max_seqlen takes the split: whole segments sized on the device by N / B beside the merge
-        # path for the long ones (reduce/split.py). The choice reads shapes only (no length, no sync), so one plan
-        # serves every N, B and distribution.
-        return plan_split(values, offsets, mean, empty_zero)
-    if not merge_beats_whole(values.shape[0], offsets.shape[0] - 1, max_seqlen):
+    if max_seqlen is not None and not merge_beats_whole(values.shape[0], offsets.shape[0] - 1, max_seqlen):
         segments = _segments_for(n_cols, max_seqlen, offsets.shape[0] - 1, values.device)
         if segments is not None:
             return plan_segments(values, offsets, mean, empty_zero, segments)
         # Known long, not skewed lengths: the balanced chunks, which hold the long-row bars at the floor
         # (tests/gpu/test_bars_gpu.py; the merge path measured 1.19x them at 1024 × 256 × <= 1000 rows).
         return plan_sized_chunks(values, offsets, mean, empty_zero)
-    # A known max_seqlen <= 1 or far past the mean length: the merge path, as measured against the whole segments
-    # (MERGE_SEQLEN_RATIO below); the split is not measured against it there.
+    # Every call without max_seqlen takes the merge path. The balanced chunks measured faster on small batches of long
+    # even segments (benchmarks/results/h200/merge-path.md: B <= 4096 and >= 27 rows a segment, e.g. 512 × 64 14.8
+    # against 19.4 µs) and slower below 11 rows a segment or from B = 10^4 up; a rule on B and N / B between those
+    # points is not measured, so it is not routed.
     return plan_merge(values, offsets, mean, empty_zero)
 
 
@@ -224,15 +217,13 @@ def plan_expand(grad, offsets, n_rows, *, mean: bool, max_seqlen=None) -> Plan:
         n_rows: N, the forward's values.shape[0].
         mean: divide by each segment's length.
         max_seqlen: as for ``plan_reduce``: when known and short (``_segments_for``), one program per group
-            of whole segments; when known otherwise, the merge path; without it, the split (``expand_split``).
+            of whole segments; otherwise the merge path.
 
     Returns:
         the Plan: its ``out`` (n_rows, M) in grad's dtype; row r gets grad[segment of r] (/ its length).
     """
     n_cols = grad.shape[1]
-    if max_seqlen is None:  # as the forward: the split, chosen from shapes alone
-        return expand_split(grad, offsets, n_rows, mean)
-    if not merge_beats_whole(n_rows, grad.shape[0], max_seqlen, backward=True):
+    if max_seqlen is not None and not merge_beats_whole(n_rows, grad.shape[0], max_seqlen, backward=True):
         segments = _segments_for(n_cols, max_seqlen, grad.shape[0], grad.device)
         if segments is not None:
             return expand_segments(grad, offsets, n_rows, mean, segments, max_seqlen)
