@@ -327,11 +327,8 @@ def plan_merge(values, offsets, mean: bool, empty_zero: bool, cfg: MergeConfig |
     n_cols = int(n_cols)
     n_segments = offsets.shape[0] - 1
     cfg = cfg or merge_config(n_cols, values.dtype)
-    replayed = units_per_program is None  # the native path redoes merge_grid per call
-    if replayed:
-        units_per_program, n_programs = merge_grid(n_rows, n_segments, n_cols, values.device, cfg)
-    else:
-        n_programs = sym_max(-(-(n_rows + n_segments) // units_per_program), 1)
+    units_per_program, n_programs, replayed = _merge_grid_or_forced(n_rows, n_segments, n_cols, values.device, cfg,
+                                                                    units_per_program)
     out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
     # heads (P, M) and tails (P, M) fp32, then P int32 crossing slots and P int32 first-segment slots
     ws = torch.empty((2 * n_programs * n_cols + 2 * n_programs,), dtype=torch.float32, device=values.device)
@@ -360,11 +357,8 @@ def expand_merge(grad, offsets, n_rows, mean: bool, cfg: MergeConfig | None = No
     n_segments, n_cols = grad.shape
     n_cols = int(n_cols)
     cfg = cfg or merge_config(n_cols, grad.dtype)
-    replayed = units_per_program is None
-    if replayed:
-        units_per_program, n_programs = merge_grid(n_rows, n_segments, n_cols, grad.device, cfg)
-    else:
-        n_programs = sym_max(-(-(n_rows + n_segments) // units_per_program), 1)
+    units_per_program, n_programs, replayed = _merge_grid_or_forced(n_rows, n_segments, n_cols, grad.device, cfg,
+                                                                    units_per_program)
     out = torch.empty((n_rows, n_cols), dtype=grad.dtype, device=grad.device)
     args = (grad, offsets, out, n_rows, n_segments, units_per_program, n_cols, mean, cfg.block_l, cfg.block_m,
             cfg.expand_window, cfg.group, cfg.seg_rows, cfg.seg_tiles, cfg.search)
@@ -399,11 +393,8 @@ def plan_split(values, offsets, mean: bool, empty_zero: bool, cfg: SplitConfig |
     n_cols = int(n_cols)
     n_segments = offsets.shape[0] - 1
     cfg = cfg or split_config(n_cols, values.dtype)
-    replayed = units_per_program is None
-    if replayed:
-        units_per_program, n_programs = merge_grid(n_rows, n_segments, n_cols, values.device, cfg)
-    else:
-        n_programs = sym_max(-(-(n_rows + n_segments) // units_per_program), 1)
+    units_per_program, n_programs, replayed = _merge_grid_or_forced(n_rows, n_segments, n_cols, values.device, cfg,
+                                                                    units_per_program)
     out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
     ws = torch.empty((2 * n_programs * n_cols + 2 * n_programs,), dtype=torch.float32, device=values.device)
     grid = (n_programs, -(-n_cols // cfg.block_m), 2)
@@ -432,14 +423,19 @@ def expand_split(grad, offsets, n_rows, mean: bool, cfg: SplitConfig | None = No
     n_segments, n_cols = grad.shape
     n_cols = int(n_cols)
     cfg = cfg or split_config(n_cols, grad.dtype)
-    replayed = units_per_program is None
-    if replayed:
-        units_per_program, n_programs = merge_grid(n_rows, n_segments, n_cols, grad.device, cfg)
-    else:
-        n_programs = sym_max(-(-(n_rows + n_segments) // units_per_program), 1)
+    units_per_program, n_programs, replayed = _merge_grid_or_forced(n_rows, n_segments, n_cols, grad.device, cfg,
+                                                                    units_per_program)
     out = torch.empty((n_rows, n_cols), dtype=grad.dtype, device=grad.device)
     args = (grad, offsets, out, n_rows, n_segments, units_per_program, n_cols, mean, cfg.block_l,
             *split_constexprs(cfg)[:1], cfg.expand_window, *split_constexprs(cfg)[2:])
     launch = Launch(_split_expand_kernel, (n_programs, -(-n_cols // cfg.block_m), 2), args, cfg.num_warps, (out,),
                     ("split_expand", *args[-12:]), MERGE_EXPAND_NATIVE)
     return Plan(out, (launch,), cfg if replayed else None, merge_programs(grad.device, cfg) if replayed else 0)
+
+
+def _merge_grid_or_forced(n_rows, n_segments, n_cols, device, cfg, units_per_program):
+    """(K, programs, replayed) of a merge-path grid (the split's long role too): ``merge_grid``'s, which the native path
+    redoes per call (replayed), or a forced K (any K >= 1 is correct) over cdiv(N + B, K) programs."""
+    if units_per_program is None:
+        return (*merge_grid(n_rows, n_segments, n_cols, device, cfg), True)
+    return units_per_program, sym_max(-(-(n_rows + n_segments) // units_per_program), 1), False
