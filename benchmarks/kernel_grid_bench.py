@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Issue #16's grid on the GPU: our jagged sum/mean against every peer on every shape of the lab's
-``kernels`` preset (``jaggedperf.lab.grid.KERNEL_CLASSES``), judged against the issue's five bars.
+"""The kernel grid on the GPU: our jagged sum/mean against every peer on every shape of the lab's
+``kernels`` preset (``jaggedperf.lab.grid.KERNEL_CLASSES``), judged against the kernel bars.
 
 Per shape (cases interleaved across classes, so that a spent budget still leaves every class measured; the row is
 ``jaggedperf.lab.reduce_row.measure_case``, the kernel bars' own, ``tests/gpu/test_kernel_bars_gpu.py``):
@@ -154,7 +154,7 @@ def _mark(v) -> str:
 
 def markdown(results: dict) -> str:
     meta = results["meta"]
-    lines = [f"# Issue #16's kernel grid ({meta.get('gpu')}, commit {str(meta.get('git_commit'))[:10]})", "",
+    lines = [f"# The kernel grid ({meta.get('gpu')}, commit {str(meta.get('git_commit'))[:10]})", "",
              f"`{meta.get('command')}`; torch {meta.get('torch')}, triton {meta.get('triton')}; copy bandwidth "
              f"{results.get('copy_gbps', 0):.0f} GB/s; op jagged_{meta.get('op')}; device µs by CUDA-graph replay, "
              "L2 flushed (median); floor = must-move bytes / copy bandwidth.", "",
