@@ -26,6 +26,18 @@ def options() -> runner.Options:
     return opts
 
 
+@pytest.mark.parametrize("mode", [modes.SEED_COMPILED_MODE, BOUNDARY])
+@pytest.mark.parametrize("implementation", ["nanmean_padded", "sum_padded"])
+def test_the_seeds_njt_implementations_compile_and_match_float64(implementation, mode):
+    """The compiled cells of the bar below, compiled (max-autotune) into the run's Inductor cache in the parallel pass
+    and checked against float64 by the lab: the bar loads them instead of compiling them while nothing else runs."""
+    cells = runner.plan("jagged_mean", [SEED], [implementation], [mode])
+    record = runner.run(cells, runner.Options(device=torch.device("cuda"), warmup=1, iters=3, device_time=False,
+                                              cold_compile=False, stability=stats.Policy(attempts=1, cpu_slack=None)))
+    for r in record.results:
+        assert r.status in TIMED, (r.implementation, r.mode, r.reason)
+
+
 @pytest.mark.timed
 def test_the_boundary_beats_the_seeds_compiled_mode_on_the_seeds_njt_implementations():
     cells = runner.plan("jagged_mean", [SEED], ["nanmean_padded", "sum_padded"],
