@@ -43,6 +43,7 @@ def _serial(item) -> bool:
     return any(item.get_closest_marker(name) is not None for name in ("bars", "timed", "memory"))
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected theirs: the order is of what runs
 def pytest_collection_modifyitems(config, items):
     if TIMED_TESTS in ("defer", "only"):
         keep_timed = TIMED_TESTS == "only"
@@ -51,6 +52,11 @@ def pytest_collection_modifyitems(config, items):
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+        if TIMED_TESTS == "defer" and workers >= 2:  # the parallel pass: its longest tests first (helpers/schedule.py)
+            from helpers.schedule import longest_first
+
+            items[:] = longest_first(items, workers)
     if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
