@@ -30,6 +30,10 @@ SECONDS = {
     # the rec block: 82 s for four implementations in the max-autotune mode, 12 in compile:default
     "tests/gpu/test_model_gpu.py::test_rec_block_runs_correctly_in_every_mode_family_at_the_seed_shape"
     "[jagged-compile:max-autotune-no-cudagraphs": 25,
+    # ours in that mode: the model bar's compile-and-check (test_compile_bars_gpu.py) compiles the same graphs; started
+    # after it, these load them (started beside it, both would compile them)
+    "tests/gpu/test_model_gpu.py::test_rec_block_runs_correctly_in_every_mode_family_at_the_seed_shape"
+    "[jagged-compile:max-autotune-no-cudagraphs-jaggedperf": 8,
     "tests/gpu/test_model_gpu.py::test_rec_block_runs_correctly_in_every_mode_family_at_the_seed_shape": 3,
     "tests/gpu/test_model_gpu.py::test_the_seeds_njt_implementations_compile_and_match_float64": 10,
     # the model bar's cells: 53 / 29 / 22 / 18 s for both seed cases in one test, now one case a test
