@@ -30,7 +30,12 @@ cores=$(nproc 2>/dev/null || echo 1)
 if [ "$cores" -ge 8 ]; then workers=$(( cores / 2 < 8 ? cores / 2 : 8 )); else workers=$cores; fi
 if [ "$cores" -ge 2 ] && python -c 'import xdist' 2>/dev/null && [[ " $* " != *" -n "* ]]; then
   start=$SECONDS
-  JAGGEDPERF_TIMED_TESTS=defer run_pytest -n "$workers" "$@"; rc_parallel=$?
+  # The parallel pass lists the files that hold the serial tests; the serial pass collects only those.
+  JAGGEDPERF_SERIAL_FILES=$(mktemp "${TMPDIR:-/tmp}/jaggedperf-serial.XXXXXX")
+  export JAGGEDPERF_SERIAL_FILES
+  # One test at a time to a worker (xdist's chunks kept a file's slow tests on one worker), the longest first
+  # (tests/conftest.py, tests/helpers/schedule.py).
+  JAGGEDPERF_TIMED_TESTS=defer run_pytest -n "$workers" --dist load --maxschedchunk 1 "$@"; rc_parallel=$?
   # ... but not the autotuners' picks: each kernel's best config was benchmarked beside the other workers' kernels,
   # so the timed pass tunes each kernel again, alone, on its first call (and a graph compiled again benchmarks its
   # matmul choices again; a loaded graph keeps the choice it was compiled with).
@@ -42,7 +47,7 @@ if [ "$cores" -ge 2 ] && python -c 'import xdist' 2>/dev/null && [[ " $* " != *"
   sleep 0.2  # the summaries' tail processes finish writing
   # the closing line: the whole run's totals (each pass's own line counts only its half, and "deselected" the other)
   python "$(dirname "$0")/test_totals.py" "$summaries" $(( SECONDS - start ))
-  rm -f "$summaries"
+  rm -f "$summaries" "$JAGGEDPERF_SERIAL_FILES"
   exit $(( rc_parallel != 0 ? rc_parallel : rc_timed ))
 fi
 run_pytest "$@"; rc=$?

@@ -12,6 +12,10 @@ HAS_CUDA = torch.cuda.is_available()
 # tensors beside them leave too little: out of memory on a 140 GB H200). JAGGEDPERF_TIMED_TESTS=defer | only
 # selects a pass.
 TIMED_TESTS = os.environ.get("JAGGEDPERF_TIMED_TESTS", "")
+# scripts/test.sh names a file here: the parallel pass writes into it the test files that hold the serial tests it left
+# out, and the serial pass collects only those (collecting every file took ~20 s of the H200's serial pass).
+SERIAL_FILES = os.environ.get("JAGGEDPERF_SERIAL_FILES", "")
+_SERIAL_HEADER = "# the test files that hold serial tests\n"
 
 
 def _share_the_cores() -> None:
@@ -39,17 +43,58 @@ def pytest_configure(config):
 
 
 def _serial(item) -> bool:
-    return "bars" in item.keywords or "timed" in item.keywords or "memory" in item.keywords
+    # by its marks, not its keywords: a parameter's id is a keyword too (the kernel bars' shape class "bars")
+    return any(item.get_closest_marker(name) is not None for name in ("bars", "timed", "memory"))
 
 
+def _write_serial_files(serial_items) -> None:
+    """The files of ``serial_items`` into ``SERIAL_FILES``, whole (each xdist worker writes the same list)."""
+    text = _SERIAL_HEADER + "".join(f"{path}\n" for path in sorted({str(item.path) for item in serial_items}))
+    partial = f"{SERIAL_FILES}.{os.getpid()}"
+    with open(partial, "w") as f:
+        f.write(text)
+    os.replace(partial, SERIAL_FILES)
+
+
+_serial_files_read: list = []
+
+
+def _serial_files() -> set | None:
+    """The files the parallel pass listed, or None where it listed none (the serial pass run on its own)."""
+    if not _serial_files_read:
+        try:
+            with open(SERIAL_FILES) as f:
+                text = f.read()
+        except OSError:
+            text = ""
+        _serial_files_read.append(set(text.splitlines()[1:]) if text.startswith(_SERIAL_HEADER) else None)
+    return _serial_files_read[0]
+
+
+def pytest_ignore_collect(collection_path, config):
+    if TIMED_TESTS != "only" or not SERIAL_FILES or not collection_path.name.startswith("test_") \
+            or collection_path.suffix != ".py":
+        return None
+    listed = _serial_files()
+    return None if listed is None or str(collection_path) in listed else True
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected theirs: the order is of what runs
 def pytest_collection_modifyitems(config, items):
     if TIMED_TESTS in ("defer", "only"):
         keep_timed = TIMED_TESTS == "only"
         kept = [item for item in items if _serial(item) == keep_timed]
         dropped = [item for item in items if _serial(item) != keep_timed]
+        if TIMED_TESTS == "defer" and SERIAL_FILES:
+            _write_serial_files(dropped)
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+        if TIMED_TESTS == "defer" and workers >= 2:  # the parallel pass: its longest tests first (helpers/schedule.py)
+            from helpers.schedule import longest_first
+
+            items[:] = longest_first(items, workers)
     if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -22,13 +22,23 @@ pytestmark = pytest.mark.gpu
 OPS = torch.ops.jaggedperf
 
 
-@pytest.mark.parametrize("native", ["0", "build"], ids=["python-path", "native-path"])
-def test_any_offsets_through_the_cuda_kernels_never_crash(native):
+# The Python path's examples compile the kernels they reach, and M is compiled into them: each width is its own set of
+# Triton compiles (all five widths in one process made it the parallel pass's longest test, 130 s on the H200). So it
+# runs one width a part, 300 examples each (every other strategy branch is drawn in each: valid, one broken and any
+# offsets, huge values, both offsets dtypes, with and without max_seqlen, every entry point), on as many workers. The
+# native path draws every width: its first call of each plan takes the Python path, whose kernels the parts have left
+# in Triton's on-disk cache by then (the parallel pass starts the longest tests first).
+OFFSETS_PATHS = [*(pytest.param("0", (m, m), id=f"python-path-M{m}") for m in range(1, 6)),
+                 pytest.param("build", (1, 5), id="native-path")]
+
+
+@pytest.mark.parametrize("native,widths", OFFSETS_PATHS)
+def test_any_offsets_through_the_cuda_kernels_never_crash(native, widths):
     # valid offsets give the reference, invalid ones an output of the right shape; never a crash or a CUDA error
-    tally = run_isolated("""
+    tally = run_isolated(f"""
         from helpers import offsets_property
         jaggedperf.ops.prepare_native_launch()
-        result = offsets_property.run(300, "cuda")
+        result = offsets_property.run(300, "cuda", widths={widths})
         result["native"] = jaggedperf.ops.launch_path()["native"]["status"]
     """, env={"JAGGEDPERF_NATIVE": native})
     assert tally["reference"] > 50 and tally["unspecified"] > 50, tally

@@ -18,12 +18,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from jaggedperf.inputs import Case
+import jaggedperf
+from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab import reduce_row
 from jaggedperf.lab.measure import timing
 from jaggedperf.lab.grid import SEED_CASES
 
-pytestmark = [pytest.mark.gpu, pytest.mark.bars, pytest.mark.timed]
+# The bars (``bars``: timed, alone after the untimed tests) and, untimed beside them, their contenders compiled and
+# checked in the parallel pass.
+pytestmark = pytest.mark.gpu
 
 CUDA = torch.device("cuda")
 
@@ -132,12 +135,36 @@ def copy_gbps(record_testsuite_property):
 
 
 _ROWS: dict = {}
+PADDED_MAX_BYTES = 8e9  # Inductor's padded peer only where its padded tensor fits under this
+
+
+@pytest.mark.parametrize("cls", list(SHAPES))
+def test_contenders_compile_and_ours_match_float64(cls, record_property):
+    """Each shape's compiled contenders in the parallel pass, as ``measured`` builds them: Inductor's padded sum
+    (``reduce_row.measure_case``: a Dynamo reset, then ``torch.compile(dynamic=False)`` of the same function at the same
+    shape) into the run's Inductor cache, and our kernels with and without max_seqlen into Triton's, ours checked
+    against float64. The timed pass loads them instead of compiling while nothing else may run (and checks every
+    contender again before timing; a peer that does not compile is recorded there, not a failure, as here)."""
+    batch = make_batch(SHAPES[cls], CUDA)
+    values, offsets, hint = batch.values, batch.offsets, batch.max_seqlen
+    ref = reduce_row.reference(values, offsets, mean=False)
+    for name, out in (("with max_seqlen", jaggedperf.jagged_sum(values, offsets, max_seqlen=hint)),
+                      ("without", jaggedperf.jagged_sum(values, offsets))):
+        err = reduce_row.rel_error(out, ref)
+        assert err <= reduce_row.tolerance(values.dtype), f"ours {name}: relative error {err:.2e}"
+    if batch.B * max(hint, 1) * batch.M * values.element_size() <= PADDED_MAX_BYTES:
+        torch._dynamo.reset()
+        try:
+            torch.compile(reduce_row.padded_fn("sum", max(hint, 1)), dynamic=False)(values, offsets)
+        except Exception as exc:  # noqa: BLE001 - as the row: a peer that does not compile is no peer
+            record_property("inductor_padded", f"compile failed: {type(exc).__name__}: {str(exc)[:300]}")
 
 
 def measured(cls: str, gbps: float) -> dict:
     """One measurement per shape for every bar of it (cached for the module)."""
     if cls not in _ROWS:
-        row = reduce_row.measure_case(cls, SHAPES[cls], gbps, op="sum", padded_max_bytes=8e9, inductor_left=[120.0])
+        row = reduce_row.measure_case(cls, SHAPES[cls], gbps, op="sum", padded_max_bytes=PADDED_MAX_BYTES,
+                                      inductor_left=[120.0])
         _ROWS[cls] = row
     return _ROWS[cls]
 
@@ -156,6 +183,7 @@ def _assert_correct(row: dict) -> None:
         f"ours incorrect: {row.get('ours_hinted_rel_error')}, {row.get('ours_plain_rel_error')}"
 
 
+@pytest.mark.bars
 @pytest.mark.parametrize("cls,variant", cells("1", SHAPES))
 def test_ahead_of_the_best_peer(cls, variant, copy_gbps, record_property):
     row = measured(cls, copy_gbps)
@@ -170,6 +198,7 @@ def test_ahead_of_the_best_peer(cls, variant, copy_gbps, record_property):
 BAR2 = [c for c in SHAPES if c not in ("seed", "narrow")]  # bar 2 applies at >= 64 MB and to power-law < 100 MB
 
 
+@pytest.mark.bars
 @pytest.mark.parametrize("cls,variant", cells("2", BAR2))
 def test_near_the_floor(cls, variant, copy_gbps, record_property):
     row = measured(cls, copy_gbps)
@@ -184,6 +213,7 @@ def test_near_the_floor(cls, variant, copy_gbps, record_property):
 PLAIN_LIMITS = {"seed": SEED_PLAIN, "narrow": NARROW_PLAIN, "bars": BAR_PLAIN, "odd_width": ODD_PLAIN}
 
 
+@pytest.mark.bars
 @pytest.mark.parametrize("cls", [pytest.param(c, marks=_xfail(PLAIN_LIMITS[c])) if c in PLAIN_LIMITS else c
                                  for c in SHAPES])
 def test_without_max_seqlen_within_15_percent_of_with_it(cls, copy_gbps, record_property):
@@ -194,12 +224,14 @@ def test_without_max_seqlen_within_15_percent_of_with_it(cls, copy_gbps, record_
     assert row["bars"]["3"], f"without max_seqlen {p:.1f} µs = {p / h:.2f}× with it ({h:.1f} µs)"
 
 
+@pytest.mark.bars
 @pytest.mark.parametrize("cls", list(SHAPES))
 def test_bitwise_deterministic(cls, copy_gbps):
     row = measured(cls, copy_gbps)
     assert row["deterministic"], "repeats differ bitwise"
 
 
+@pytest.mark.bars
 @pytest.mark.parametrize("case", [pytest.param(c, marks=_xfail(TRAINING)) for c in SEED_CASES], ids=lambda c: c.label)
 def test_training_step_within_3x_the_forward_and_half_segment_reduce(case, copy_gbps, record_property):
     t = reduce_row.training_walls(case, rounds=3, iters=200)
