@@ -57,6 +57,9 @@ _SEQLEN_TENSORS: dict[tuple[int, int], torch.Tensor] = {}
 _SEQLEN_TENSORS_MAX = 4096
 # Where torch._dynamo.mark_dynamic records its dims (the NJT constructor calls it on its cached seqlens)
 _STRICT_MARK = "_dynamo_dynamic_indices"
+# ... and maybe_mark_dynamic its weak marks (Dynamo's since torch 2.1): a tensor that carries the mark on dim 0 skips
+# the decorated call, an attribute read instead; if the name ever changes the check misses and the public call runs
+_WEAK_MARK = "_dynamo_weak_dynamic_indices"
 # Bound once: what every call looks up.
 _Tensor = torch.Tensor
 _is_grad_enabled = torch.is_grad_enabled
@@ -119,16 +122,8 @@ def seqlen_tensor(size: int, place: int, mark: bool) -> torch.Tensor:
     return t
 
 
-def _mark_dim0_dynamic(t: torch.Tensor) -> None:
-    """``torch._dynamo.maybe_mark_dynamic(t, 0)``, skipped for a tensor that already carries that mark (an attribute
-    read instead of a decorated call; the attribute is Dynamo's since torch 2.1, and if it ever changes the check
-    misses and the public call runs)."""
-    if 0 not in getattr(t, "_dynamo_weak_dynamic_indices", ()):
-        torch._dynamo.maybe_mark_dynamic(t, 0)
-
-
 def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list) -> str:
-    """Append ``nt``'s parts to ``flat``; return its layout code."""
+    """Append ``nt``'s parts to ``flat``; return its layout code. (Inlined reads: this runs on every call, cold.)"""
     values = nt._values
     if grad:
         with _NoSubclassTorchFunction():  # requires_grad read without the NJT's __torch_function__ (~20x cheaper)
@@ -136,12 +131,16 @@ def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list) -> str:
         if needs_edge:
             values = Unwrap.apply(nt)
     offsets = nt._offsets
-    if mark:
-        _mark_dim0_dynamic(values)
-        _mark_dim0_dynamic(offsets)
+    if mark:  # _mark_dim0_dynamic, inlined
+        if 0 not in getattr(values, _WEAK_MARK, ()):
+            torch._dynamo.maybe_mark_dynamic(values, 0)
+        if 0 not in getattr(offsets, _WEAK_MARK, ()):
+            torch._dynamo.maybe_mark_dynamic(offsets, 0)
     flat.append(values)
     flat.append(offsets)
     cache = nt._metadata_cache
+    if not cache:
+        return "j--"
     low, high = cache.get("min_seqlen"), cache.get("max_seqlen")
     if low is not None:
         flat.append(seqlen_tensor(low.shape[0] + MIN_SEQLEN_SHIFT, len(flat), mark))
@@ -156,26 +155,24 @@ def _cross_leaves(leaves, spec: Any, mark: bool) -> Crossing:
     reason = None
     grad = None
     seen: dict[int, int] | None = None
-    for i, leaf in enumerate(leaves):
+    i = 0
+    for leaf in leaves:
         if not isinstance(leaf, NestedTensor):
             layout.append(ANY)
             flat.append(leaf)
-            continue
-        if seen is not None and id(leaf) in seen:
+        elif seen is not None and id(leaf) in seen:
             layout.append(f"={seen[id(leaf)]}")
-            continue
-        why = fallback_reason(leaf)
-        if why is not None:
-            reason = why
+        elif leaf._lengths is not None or leaf._ragged_idx != 1:
+            reason = fallback_reason(leaf)
             layout.append(ANY)
             flat.append(leaf)
-            continue
-        if grad is None:
-            grad = _is_grad_enabled()
-        if seen is None:
-            seen = {}
-        seen[id(leaf)] = i
-        layout.append(_cross_njt(leaf, grad, mark, flat))
+        else:
+            if grad is None:
+                grad = _is_grad_enabled()
+                seen = {}
+            seen[id(leaf)] = i
+            layout.append(_cross_njt(leaf, grad, mark, flat))
+        i += 1
     return Crossing(spec, leaves, tuple(layout), flat, reason)
 
 
