@@ -310,6 +310,52 @@ def merge_grid(n_rows, n_segments, n_cols, device, cfg: MergeConfig):
     return chunking(n_rows + n_segments, col_blocks, merge_programs(device, cfg), 1, cfg.min_units)
 
 
+@dataclasses.dataclass(frozen=True)
+class _MergeGrid:
+    """The merge path's grid for one forward call and what its reduce and combine launches share: the output and the
+    workspace the combine reads (the merge path's and the split's reductions both write it, so it is laid out here
+    once)."""
+
+    n_rows: object  # N (an int or a SymInt)
+    n_segments: object  # B
+    n_cols: int  # M
+    units_per_program: object  # K
+    n_programs: object  # P
+    replayed: bool  # the grid is merge_grid's (the native path replays it), not a forced K
+    out: torch.Tensor  # (B, M) in values' dtype
+    ws: torch.Tensor  # heads (P, M) and tails (P, M) fp32, then P int32 crossing slots and P int32 first-segment slots
+
+    def grid(self, cfg, roles: int) -> tuple:
+        """(P, column blocks, roles): the split puts its two roles on axis 2; the merge path has one."""
+        return (self.n_programs, -(-self.n_cols // cfg.block_m), roles)
+
+    def reduce_args(self, values, offsets, mean: bool, empty_zero: bool, cfg) -> tuple:
+        """The reduction kernels' arguments up to BLOCK_L (both kernels take these first, in this order)."""
+        return (values, offsets, self.out, self.ws, self.n_rows, self.n_segments, self.units_per_program,
+                self.n_programs, self.n_cols, mean, empty_zero, cfg.block_l)
+
+    def plan(self, reduce: Launch, offsets, mean: bool, empty_zero: bool, cfg, roles: int, device) -> Plan:
+        """``reduce`` then the merge path's combine on the same grid, as a Plan."""
+        combine_args = (offsets, self.out, self.ws, self.n_programs, self.n_cols, mean, empty_zero, cfg.block_p,
+                        cfg.block_m)
+        combine = Launch(_merge_combine_kernel, self.grid(cfg, roles), combine_args, cfg.combine_warps, (self.out,),
+                         ("merge_combine", *combine_args[-5:]), MERGE_COMBINE_NATIVE)
+        return Plan(self.out, (reduce, combine), cfg if self.replayed else None,
+                    merge_programs(device, cfg) if self.replayed else 0)
+
+
+def _merge_grid_and_outputs(values, offsets, cfg, units_per_program) -> _MergeGrid:
+    """The merge path's grid (``_merge_grid_or_forced``), its output and its workspace for ``values``."""
+    n_rows, n_cols = values.shape
+    n_cols = int(n_cols)
+    n_segments = offsets.shape[0] - 1
+    units_per_program, n_programs, replayed = _merge_grid_or_forced(n_rows, n_segments, n_cols, values.device, cfg,
+                                                                    units_per_program)
+    out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
+    ws = torch.empty((2 * n_programs * n_cols + 2 * n_programs,), dtype=torch.float32, device=values.device)
+    return _MergeGrid(n_rows, n_segments, n_cols, units_per_program, n_programs, replayed, out, ws)
+
+
 def plan_merge(values, offsets, mean: bool, empty_zero: bool, cfg: MergeConfig | None = None,
                units_per_program=None) -> Plan:
     """The merge-path reduction's two launches (``_merge_reduce_kernel``, then ``_merge_combine_kernel``) and
@@ -323,24 +369,13 @@ def plan_merge(values, offsets, mean: bool, empty_zero: bool, cfg: MergeConfig |
     Returns:
         the Plan.
     """
-    n_rows, n_cols = values.shape
-    n_cols = int(n_cols)
-    n_segments = offsets.shape[0] - 1
-    cfg = cfg or merge_config(n_cols, values.dtype)
-    units_per_program, n_programs, replayed = _merge_grid_or_forced(n_rows, n_segments, n_cols, values.device, cfg,
-                                                                    units_per_program)
-    out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
-    # heads (P, M) and tails (P, M) fp32, then P int32 crossing slots and P int32 first-segment slots
-    ws = torch.empty((2 * n_programs * n_cols + 2 * n_programs,), dtype=torch.float32, device=values.device)
-    col_blocks = -(-n_cols // cfg.block_m)
-    args = (values, offsets, out, ws, n_rows, n_segments, units_per_program, n_programs, n_cols, mean, empty_zero,
-            cfg.block_l, cfg.block_m, cfg.window, cfg.group, cfg.seg_rows, cfg.seg_tiles, cfg.search)
-    combine_args = (offsets, out, ws, n_programs, n_cols, mean, empty_zero, cfg.block_p, cfg.block_m)
-    launches = (Launch(_merge_reduce_kernel, (n_programs, col_blocks, 1), args, cfg.num_warps, (out, ws),
-                       ("merge", *args[-10:]), MERGE_NATIVE),
-                Launch(_merge_combine_kernel, (n_programs, col_blocks, 1), combine_args, cfg.combine_warps, (out,),
-                       ("merge_combine", *combine_args[-5:]), MERGE_COMBINE_NATIVE))
-    return Plan(out, launches, cfg if replayed else None, merge_programs(values.device, cfg) if replayed else 0)
+    cfg = cfg or merge_config(int(values.shape[1]), values.dtype)
+    grid = _merge_grid_and_outputs(values, offsets, cfg, units_per_program)
+    args = grid.reduce_args(values, offsets, mean, empty_zero, cfg) + (cfg.block_m, cfg.window, cfg.group,
+                                                                        cfg.seg_rows, cfg.seg_tiles, cfg.search)
+    launch = Launch(_merge_reduce_kernel, grid.grid(cfg, 1), args, cfg.num_warps, (grid.out, grid.ws),
+                    ("merge", *args[-10:]), MERGE_NATIVE)
+    return grid.plan(launch, offsets, mean, empty_zero, cfg, 1, values.device)
 
 
 def expand_merge(grad, offsets, n_rows, mean: bool, cfg: MergeConfig | None = None, units_per_program=None) -> Plan:
@@ -389,23 +424,12 @@ def plan_split(values, offsets, mean: bool, empty_zero: bool, cfg: SplitConfig |
     Returns:
         the Plan.
     """
-    n_rows, n_cols = values.shape
-    n_cols = int(n_cols)
-    n_segments = offsets.shape[0] - 1
-    cfg = cfg or split_config(n_cols, values.dtype)
-    units_per_program, n_programs, replayed = _merge_grid_or_forced(n_rows, n_segments, n_cols, values.device, cfg,
-                                                                    units_per_program)
-    out = torch.empty((n_segments, n_cols), dtype=values.dtype, device=values.device)
-    ws = torch.empty((2 * n_programs * n_cols + 2 * n_programs,), dtype=torch.float32, device=values.device)
-    grid = (n_programs, -(-n_cols // cfg.block_m), 2)
-    args = (values, offsets, out, ws, n_rows, n_segments, units_per_program, n_programs, n_cols, mean, empty_zero,
-            cfg.block_l, *split_constexprs(cfg))
-    combine_args = (offsets, out, ws, n_programs, n_cols, mean, empty_zero, cfg.block_p, cfg.block_m)
-    launches = (Launch(_split_reduce_kernel, grid, args, cfg.num_warps, (out, ws), ("split", *args[-13:]),
-                       MERGE_NATIVE),
-                Launch(_merge_combine_kernel, grid, combine_args, cfg.combine_warps, (out,),
-                       ("merge_combine", *combine_args[-5:]), MERGE_COMBINE_NATIVE))
-    return Plan(out, launches, cfg if replayed else None, merge_programs(values.device, cfg) if replayed else 0)
+    cfg = cfg or split_config(int(values.shape[1]), values.dtype)
+    grid = _merge_grid_and_outputs(values, offsets, cfg, units_per_program)
+    args = grid.reduce_args(values, offsets, mean, empty_zero, cfg) + split_constexprs(cfg)
+    launch = Launch(_split_reduce_kernel, grid.grid(cfg, 2), args, cfg.num_warps, (grid.out, grid.ws),
+                    ("split", *args[-13:]), MERGE_NATIVE)
+    return grid.plan(launch, offsets, mean, empty_zero, cfg, 2, values.device)
 
 
 def expand_split(grad, offsets, n_rows, mean: bool, cfg: SplitConfig | None = None, units_per_program=None) -> Plan:
