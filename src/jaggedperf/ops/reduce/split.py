@@ -61,6 +61,18 @@ def _split_choice(n_rows, n_segments, ROWS_CAP: tl.constexpr, N_OPTS: tl.constex
 
 
 @triton.jit
+def _groups(n_segments, GROUP: tl.constexpr):
+    # The whole-segments role's groups, forward and backward alike: groups p, p + P, ... of program p (P = grid axis
+    # 0), each of min(GROUP, cdiv(B, P)) segments, so that small batches still spread over every program. Returns
+    # (B as int64, segments a group, groups, this program's first group, the step to its next). Arithmetic only.
+    step = tl.num_programs(0)
+    segments = tl.program_id(0).to(tl.int64) * 0 + n_segments
+    per_group = tl.minimum(tl.maximum((segments + step - 1) // step, 1), GROUP)
+    n_groups = (segments + per_group - 1) // per_group
+    return segments, per_group, n_groups, tl.program_id(0).to(tl.int64), step
+
+
+@triton.jit
 def _group_of(g, per_group, n_segments, GROUP: tl.constexpr):
     # group g's segment indices (GROUP,) (per_group of them used) and which exist. Arithmetic only, no pointer: its
     # results may address stores (Inductor's write analysis: the note in kernels._reduce_kernel).
@@ -93,15 +105,10 @@ def _rows_tile(values_ptr, start, length, short, r, n_rows, N_COLS: tl.constexpr
 def _whole_groups(values_ptr, offsets_ptr, out_ptr, n_rows, n_segments, cols, col_mask, N_COLS: tl.constexpr,
                   MEAN: tl.constexpr, EMPTY_ZERO: tl.constexpr, ROWS: tl.constexpr, GROUP: tl.constexpr,
                   BLOCK_M: tl.constexpr, TILES: tl.constexpr):
-    # The whole-segments role: groups p, p + P, ... of program p (P = grid axis 0), each segment of at most
-    # ROWS · TILES rows reduced and written. A group holds min(GROUP, cdiv(B, P)) segments, so that small batches
-    # still spread over every program.
+    # The whole-segments role: program p's groups (``_groups``), each segment of at most ROWS · TILES rows reduced
+    # and written.
     limit = ROWS * TILES
-    step = tl.num_programs(0)
-    segments = tl.program_id(0).to(tl.int64) * 0 + n_segments
-    per_group = tl.minimum(tl.maximum((segments + step - 1) // step, 1), GROUP)
-    n_groups = (segments + per_group - 1) // per_group
-    g = tl.program_id(0).to(tl.int64)
+    segments, per_group, n_groups, g, step = _groups(n_segments, GROUP)
     segs, ok = _group_of(g, per_group, segments, GROUP)
     start, end = _bounds_of(offsets_ptr, segs, ok)
     while g < n_groups:
@@ -176,11 +183,7 @@ def _whole_groups_expand(grad_ptr, offsets_ptr, out_ptr, n_rows, n_segments, col
                          TILES: tl.constexpr):
     # The backward's whole-segments role: each short segment's rows of groups p, p + P, ... get its gradient row.
     limit = ROWS * TILES
-    step = tl.num_programs(0)
-    segments = tl.program_id(0).to(tl.int64) * 0 + n_segments
-    per_group = tl.minimum(tl.maximum((segments + step - 1) // step, 1), GROUP)
-    n_groups = (segments + per_group - 1) // per_group
-    g = tl.program_id(0).to(tl.int64)
+    segments, per_group, n_groups, g, step = _groups(n_segments, GROUP)
     steps = tl.arange(0, ROWS)
     while g < n_groups:
         segs, ok = _group_of(g, per_group, segments, GROUP)
