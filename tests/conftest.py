@@ -1,3 +1,4 @@
+import functools
 import os
 
 import pytest
@@ -56,19 +57,15 @@ def _write_serial_files(serial_items) -> None:
     os.replace(partial, SERIAL_FILES)
 
 
-_serial_files_read: list = []
-
-
-def _serial_files() -> set | None:
+@functools.cache
+def _serial_files() -> frozenset | None:
     """The files the parallel pass listed, or None where it listed none (the serial pass run on its own)."""
-    if not _serial_files_read:
-        try:
-            with open(SERIAL_FILES) as f:
-                text = f.read()
-        except OSError:
-            text = ""
-        _serial_files_read.append(set(text.splitlines()[1:]) if text.startswith(_SERIAL_HEADER) else None)
-    return _serial_files_read[0]
+    try:
+        with open(SERIAL_FILES) as f:
+            text = f.read()
+    except OSError:
+        return None
+    return frozenset(text.splitlines()[1:]) if text.startswith(_SERIAL_HEADER) else None
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -123,7 +123,7 @@ def seqlen_tensor(size: int, place: int, mark: bool) -> torch.Tensor:
 
 
 def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list) -> str:
-    """Append ``nt``'s parts to ``flat``; return its layout code. (Inlined reads: this runs on every call, cold.)"""
+    """Append ``nt``'s parts to ``flat``; return its layout code. (Reads inlined: this runs on every call.)"""
     values = nt._values
     if grad:
         with _NoSubclassTorchFunction():  # requires_grad read without the NJT's __torch_function__ (~20x cheaper)
@@ -131,7 +131,7 @@ def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list) -> str:
         if needs_edge:
             values = Unwrap.apply(nt)
     offsets = nt._offsets
-    if mark:  # _mark_dim0_dynamic, inlined
+    if mark:  # maybe_mark_dynamic(t, 0) where t does not carry that mark yet (``_WEAK_MARK``)
         if 0 not in getattr(values, _WEAK_MARK, ()):
             torch._dynamo.maybe_mark_dynamic(values, 0)
         if 0 not in getattr(offsets, _WEAK_MARK, ()):
@@ -162,8 +162,8 @@ def _cross_leaves(leaves, spec: Any, mark: bool) -> Crossing:
             flat.append(leaf)
         elif seen is not None and id(leaf) in seen:
             layout.append(f"={seen[id(leaf)]}")
-        elif leaf._lengths is not None or leaf._ragged_idx != 1:
-            reason = fallback_reason(leaf)
+        elif (why := fallback_reason(leaf)) is not None:
+            reason = why
             layout.append(ANY)
             flat.append(leaf)
         else:
