@@ -2,18 +2,19 @@
 """Without max_seqlen, how close does the jagged sum come to the best peer, to the same call with max_seqlen and to
 its floors, on every length distribution? (the split, the merge path, and the routing of calls without max_seqlen)
 
-Per shape (the issue's classes first: seed 512 × 64, narrow 10^4 × 4, odd width 2048 × 24, 90% empty 10^5 × 64,
-power-law 4096 × 64, all-one-row 10^6 × 8, bimodal 10^5 × 8; then their neighbours and bf16), every contender in the
-same run:
+Per shape (first ``HELD_OUT``, shapes the route's rule was not fitted on; then the issue's classes: seed 512 × 64,
+narrow 10^4 × 4, odd width 2048 × 24, 90% empty 10^5 × 64, power-law 4096 × 64, all-one-row 10^6 × 8, bimodal
+10^5 × 8; then their neighbours and bf16), every contender in the same run:
 
-- correctness first, strict: the routed plan without max_seqlen (the split) through the JIT with its outputs and
+- correctness first, strict: the routed plan without max_seqlen (the split or the merge path) through the JIT with its outputs and
   workspace poisoned, sum and mean forward and the mean backward, each element against float64 within the dtype's
   tolerance of Σ|x| (``checks``); then each timed contender against float64 by relative error
   (``jaggedperf.lab.reduce_row``; a wrong one is recorded, not timed);
 - device time by CUDA-graph replay with L2 flushed (``harness.device_time``; a call that cannot be captured is
   recorded as failed): ours without max_seqlen (as routed: ``plan.plan_reduce``; the path it took is recorded), ours
-  with it, the merge path forced (``plan.plan_merge``), ``torch.segment_reduce``, Inductor's padded sum given the true
-  max (where the padded tensor fits and the compile budget lasts); bitwise repeats of ours;
+  with it, the merge path and the split forced (``plan.plan_merge``, ``plan.plan_split``), ``torch.segment_reduce``,
+  Inductor's padded sum given the true max (where the padded tensor fits and the compile budget lasts); bitwise
+  repeats of ours; the route's bar: ours without max_seqlen within 5% of the faster of the two forced paths;
 - the split's neighbours (``plan.plan_split`` forced): its grid at 1 and 4 programs an SM a role (the same compiled
   kernels), and on ``VARIANT_SHAPES`` its whole-segments tile at half the elements and with one tile a short
   segment (TILES = 1: longer ones go to the long role);
@@ -25,7 +26,7 @@ same run:
 
 Run on the GPU machine from the repository root (``--warm-workers K``: every contender's compiles first, in K
 processes at once, into the Triton and Inductor caches the timed process then reads, for at most ``--warm-s``;
-``--deadline-s`` bounds the whole run: no shape starts past it less a shape's margin, the issue's classes first):
+``--deadline-s`` bounds the whole run: no shape starts past it less a shape's margin, the held-out shapes first):
 
     PYTHONPATH=src python3 benchmarks/merge_path_bench.py --out $OUT/split --warm-workers 12 --commit HASH
 
@@ -58,11 +59,33 @@ from jaggedperf.lab.measure import timing
 DEVICE = torch.device("cuda")
 SMOKE_RUN = False  # --cpu-smoke: one wall-timed call a contender
 # the bars: without max_seqlen <= 1.1× the best peer and <= 1.15× the call with it; >= 16 MB <= 1.3× the practical
-# floor, sum and mean within 5%; the backward without <= 1.1× with; bitwise repeats
-BAR1, BAR1_HINT, BAR2, BAR2_SPREAD, BAR3 = 1.1, 1.15, 1.3, 0.05, 1.1
+# floor, sum and mean within 5%; the backward without <= 1.1× with; bitwise repeats; the route within 5% of the faster
+# of the split and the merge path
+BAR1, BAR1_HINT, BAR2, BAR2_SPREAD, BAR3, BAR6 = 1.1, 1.15, 1.3, 0.05, 1.1, 1.05
 NAME = "split"
 
-SHAPES = [  # (class, a Case or ("bimodal", B, M, dtype)): the issue's classes first, then neighbours and bf16
+# The route's check (plan.split_beats_merge: the split at 4-255 rows a segment in fp32): fp32 shapes its rule was not
+# fitted on, inside the split's classes (at both edges, empty-heavy above 4 rows a segment, M of 32-256) and outside
+# them (3 and 425-496 rows a segment). Mean rows a segment in the comments.
+HELD_OUT = [
+    Case(50_000, 32, 10, 0.0),  # 8.5
+    Case(100_000, 32, 128, 0.9, "empty"),  # 6.4, 90% empty
+    Case(20_000, 64, 32, 0.75, "empty"),  # 4.0, 75% empty
+    Case(32768, 32, 200, 0.0, "heavy"),  # 4.9, power-law
+    Case(200_000, 8, 12, 0.0),  # 10.5
+    Case(8192, 128, 64, 0.5),  # 32
+    Case(4096, 256, 128, 0.5),  # 64
+    Case(256, 48, 300, 0.2),  # 222
+    Case(1024, 64, 400, 0.4),  # 237
+    Case(4096, 128, 1000, 0.0, "heavy"),  # 27, power-law (the kernel bars' powerlaw_small)
+    Case(2048, 1000, 256, 0.2),  # 192, M = 1000 (the kernel bars' odd width)
+    Case(100_000, 16, 6, 0.5),  # 3.0: the merge path
+    Case(3000, 40, 500, 0.0),  # 425: the merge path
+    Case(512, 64, 700, 0.3),  # 496: the merge path
+]
+SHAPES = [  # (class, a Case or ("bimodal", B, M, dtype)): the held-out shapes first, then the issue's classes, then
+    # neighbours and bf16
+    *(("held_out", case) for case in HELD_OUT),
     ("seed", Case(512, 64, 100, 0.1)),
     ("narrow", Case(10_000, 4, 16, 0.5)),
     ("odd_width", Case(2048, 24, 256, 0.2)),
@@ -78,7 +101,6 @@ SHAPES = [  # (class, a Case or ("bimodal", B, M, dtype)): the issue's classes f
     ("powerlaw", Case(16384, 20, 1000, 0.0, "heavy")),
     ("powerlaw", Case(4096, 128, 1000, 0.0, "heavy", "bfloat16")),
     ("ones", Case(1_000_000, 8, 1, 0.0, "fixed", "bfloat16")),
-    ("odd_width", Case(2048, 1000, 256, 0.2)),
     ("bars", Case(1024, 256, 1000, 0.5)),
     ("bimodal", ("bimodal", 100_000, 8, "bfloat16")),
     ("powerlaw_large", Case(20000, 128, 2000, 0.0, "heavy")),
@@ -248,7 +270,8 @@ def contenders(label, values, offsets, hint, must) -> list:
     variants = split_variants(values)
     out = [("ours_plain", ours(values, offsets), False),
            ("ours_hinted", ours(values, offsets, max_seqlen=hint), False),
-           ("merge_plain", forced(plan.plan_merge, values, offsets, False, False), False)]
+           ("merge_plain", forced(plan.plan_merge, values, offsets, False, False), False),
+           ("split_plain", forced(plan.plan_split, values, offsets, False, False), False)]
     for name in VARIANTS[:2] + (VARIANTS[2:] if label in VARIANT_SHAPES else ()):
         out.append((name, forced(plan.plan_split, values, offsets, False, False, variants[name]), False))
     out.append(("segment_reduce", lambda: torch.segment_reduce(values, "sum", offsets=off64, axis=0), False))
@@ -336,6 +359,7 @@ def judge(row: dict) -> dict:
     big = row["MB"] >= 16
     ep, eh = med.get("expand_plain"), med.get("expand_hinted")
     predicted = row.get("predicted_us")
+    forced_paths = [med[k] for k in ("merge_plain", "split_plain") if med.get(k) is not None]
     return {"0_checks": bool(row.get("checks_ok")),
             "1_peer": None if p is None or not peers else p <= BAR1 * min(peers.values()),
             "1_hinted": None if p is None or h is None else p <= BAR1_HINT * h,
@@ -343,11 +367,12 @@ def judge(row: dict) -> dict:
             "2_sum_mean": None if p is None or mean is None or not big else abs(mean - p) <= BAR2_SPREAD * p,
             "3_backward": None if ep is None or eh is None else ep <= BAR3 * eh,
             "4_deterministic": bool(row.get("ours_plain_deterministic") and row.get("ours_hinted_deterministic")),
-            "5_predicted": None if p is None or not predicted else predicted[1] <= p <= predicted[2]}
+            "5_predicted": None if p is None or not predicted else predicted[1] <= p <= predicted[2],
+            "6_route": None if p is None or len(forced_paths) < 2 else p <= BAR6 * min(forced_paths)}
 
 
 BAR_KEYS = ("0_checks", "1_peer", "1_hinted", "2_floor", "2_sum_mean", "3_backward", "4_deterministic",
-            "5_predicted")
+            "5_predicted", "6_route")
 
 
 def _fmt(value) -> str:
@@ -371,15 +396,17 @@ def markdown(data: dict) -> str:
              "Bars: 0 the split's strict checks (poisoned outputs; sum, mean and the mean backward, each element "
              "against float64); 1 without max_seqlen ≤ 1.1× the best peer and ≤ 1.15× the same call with "
              "max_seqlen; 2 (≥ 16 MB) ≤ 1.3× the practical floor, sum and mean within 5%; 3 the backward without ≤ "
-             "1.1× with; 4 bitwise repeats; 5 inside the range predicted before the run. `split 1 / 4 / ½ / t1`: "
+             "1.1× with; 4 bitwise repeats; 5 inside the range predicted before the run; 6 the route (ours without) "
+             "within 5% of the faster of the merge path and the split forced. `split 1 / 4 / ½ / t1`: "
              "the split at 1 and 4 programs an SM a role (production: "
              f"{data.get('split_pps', '?')}), with half its whole-segments tile, and with TILES = 1.", "",
-             "| class | case | MB | floor | practical | predicted | ours without (path) | merge | split 1 / 4 / ½ / t1 | "
-             "ours with (path) | segment_reduce | Inductor padded | mean without | bwd without / with / merge | "
-             "0 | 1 peer | 1 with | 2 floor | 2 sum≈mean | 3 | 4 | 5 |", "|" + "---|" * 22]
+             "| class | case | MB | floor | practical | predicted | ours without (path) | merge | split | "
+             "split 1 / 4 / ½ / t1 | ours with (path) | segment_reduce | Inductor padded | mean without | "
+             "bwd without / with / merge | 0 | 1 peer | 1 with | 2 floor | 2 sum≈mean | 3 | 4 | 5 | 6 route |",
+             "|" + "---|" * 24]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['class']} | {r['case']} | error: {r['error'][:80]} |" + " |" * 19)
+            lines.append(f"| {r['class']} | {r['case']} | error: {r['error'][:80]} |" + " |" * 21)
             continue
         b = r["bars"]
         back = "—" if not isinstance(r.get("expand_plain"), dict) else \
@@ -389,7 +416,7 @@ def markdown(data: dict) -> str:
         lines.append(
             f"| {r['class']} | {r['case']} | {r['MB']} | {r['floor_us']:.1f} | {r['practical_floor_us']:.1f} | "
             f"{predicted} | {_fmt(r.get('ours_plain'))} ({r['plain_path']}) | {_fmt(r.get('merge_plain'))} | "
-            f"{split} | {_fmt(r.get('ours_hinted'))} ({r['hinted_path']}) | "
+            f"{_fmt(r.get('split_plain'))} | {split} | {_fmt(r.get('ours_hinted'))} ({r['hinted_path']}) | "
             f"{_fmt(r.get('segment_reduce'))} | {_fmt(r.get('inductor_padded'))} | {_fmt(r.get('ours_plain_mean'))} | "
             f"{back} | " + " | ".join(_mark(b.get(k)) for k in BAR_KEYS) + " |")
     counts: dict = {}
@@ -517,7 +544,7 @@ def main() -> int:
             data["errors"][label] = traceback.format_exc()
         data["rows"].append(row)
         print(f"[{run.elapsed():6.1f}s] {cls} {label}: checks {row.get('checks')}, " +
-              ", ".join(f"{k} {_fmt(row.get(k))}" for k in ("ours_plain", "merge_plain", "ours_hinted",
+              ", ".join(f"{k} {_fmt(row.get(k))}" for k in ("ours_plain", "merge_plain", "split_plain", "ours_hinted",
                                                             "segment_reduce", "inductor_padded")),
               flush=True)
         if DEVICE.type == "cuda":

@@ -47,3 +47,18 @@ def test_rows_are_judged_and_rendered_a_bar_a_column(tmp_path):
     assert len(lines) == 3 and all(line.count("|") == header.count("|") for line in lines[:2])
     assert "10.5 (9–12.5)" in lines[0] and "10.0 (split)" in lines[0]
     assert "Strict checks failed: B10000-M4-L16-s0.5" in text and "B1-M64-L2000000-s0-fixed" in text
+
+
+def test_the_route_is_judged_against_the_faster_forced_path(tmp_path):
+    merge, split = dict(TIMING, median_us=20.0), dict(TIMING, median_us=10.0)
+    data = {"meta": {"gpu": "g", "torch": "t", "triton": "t"}, "copy_gbps": 4230.0, "empty_kernel_us": 4.8,
+            "two_empty_kernels_us": 5.8, "split_pps": 2, "skipped": [], "errors": {},
+            "rows": [_row(merge_plain=merge, split_plain=split),  # ours 10.0: the split's time
+                     _row(case="B50000-M32-L10-s0", merge_plain=merge, split_plain=split,
+                          ours_plain=dict(TIMING, median_us=10.6)),  # 6% past the faster path
+                     _row(case="B3000-M40-L500-s0", merge_plain=merge)]}  # no forced split: not judged
+    text, judged = render(data, tmp_path)
+    assert [row["bars"]["6_route"] for row in judged["rows"]] == [True, False, None]
+    header = next(line for line in text.splitlines() if line.startswith("| class"))
+    assert header.endswith("| 6 route |")
+    assert all(line.count("|") == header.count("|") for line in text.splitlines() if line.startswith("| seed"))
