@@ -139,7 +139,8 @@ def _measure(call, reference: torch.Tensor, dtype: str, floor_us: float, device:
 
 def _on(device: torch.device, reference: torch.Tensor) -> torch.Tensor:
     """The float64 reference on the contenders' device, where each output is compared with it (on the CPU a
-    806 MB shape's comparison took seconds a contender); on the CPU still when the device has no room for it."""
+    806 MB shape's comparison took seconds a contender). It is computed there (``impls.reference``) unless the
+    device ran out of memory for its work: then moved if the result alone fits, else left on the CPU."""
     try:
         return reference.to(device)
     except torch.cuda.OutOfMemoryError:
