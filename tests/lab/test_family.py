@@ -114,4 +114,6 @@ def test_a_benchmark_row_checks_then_times_every_contender_but_those_skipped(mon
     torch_eager = [c["median_us"] for n, c in row["contenders"].items() if n in ("unbind_softmax", "softmax_padded",
                                                                                    "njt_softmax")]
     assert row["best_torch_eager_us"] == min(torch_eager)
-    assert set(row["seconds"]) == {"inputs", "backward", *row["contenders"]}
+    assert set(row["seconds"]) == {"inputs", "reference", "inductor_compile", "backward", *row["contenders"]}
+    assert all(seconds >= 0 for seconds in row["seconds"].values()), row["seconds"]
+    assert all("first_call_s" in c for c in row["contenders"].values())
