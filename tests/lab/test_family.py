@@ -1,6 +1,6 @@
 """The jagged family in the lab: jagged_sum, jagged_softmax and jagged_layer_norm registered with
-tritonbench's torch contenders and ours, each equal to its op's float64 reference on the CPU, and the
-command line running them."""
+tritonbench's torch contenders and ours, each equal to its op's float64 reference (here on the CPU), the references
+held to a loop over sequences, and the command line running them."""
 
 import pytest
 import torch
@@ -27,20 +27,40 @@ def _batch_with_empties(dtype):
     return JaggedBatch.from_tensors(values, offsets, padded_len=12)
 
 
-def test_the_softmax_reference_is_torchs_softmax_of_each_sequence():
-    # the reference reduces all sequences at once; the definition is torch.softmax(t, dim=0) of each sequence, in a
-    # loop: empty sequences, a one-row one, a constant one, large values, NaN and ±inf included
-    lengths = [0, 1, 7, 0, 30, 3, 2, 4]
+# Each op's definition on one sequence t (a (len, M) tensor), as a loop over sequences computes it; the references
+# compute every sequence at once (index_add, scatter_reduce), on the batch's device.
+PER_SEQUENCE = {
+    "jagged_softmax": (lambda t: torch.softmax(t, dim=0), True),  # (definition, rows kept: (total_len, M))
+    "jagged_layer_norm": (lambda t: torch.layer_norm(t, t.shape, eps=1e-5), True),
+    "jagged_sum": (lambda t: t.sum(0), False),  # one row a sequence: (B, M)
+    "jagged_mean": (lambda t: t.mean(0), False),
+}
+
+
+@pytest.mark.parametrize("op", list(PER_SEQUENCE))
+def test_each_reference_is_its_op_on_each_sequence_in_a_loop(op):
+    # empty sequences, a one-row one, a constant one, large values, NaN and ±inf included
+    lengths = [0, 1, 7, 0, 30, 3, 2, 4, 6]
     offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
     values = torch.randn(sum(lengths), 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3
     values[8:38] += 1e4  # the long sequence far from 0
     values[38:41] = 2.5  # a constant sequence
     values[41, 1], values[43, 2], values[44, 0] = float("nan"), float("inf"), float("-inf")
+    values[46, 3] = float("inf")  # +inf alone in its sequence and column
+    given = values.clone()
     batch = JaggedBatch.from_tensors(values, offsets, padded_len=30)
-    got = get_op("jagged_softmax").reference(batch)
+    got = get_op(op).reference(batch)
+    definition, rowwise = PER_SEQUENCE[op]
     bounds = offsets.tolist()
-    expected = torch.cat([torch.softmax(values[a:b], dim=0) for a, b in zip(bounds[:-1], bounds[1:])])
-    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12, equal_nan=True)
+    each = [definition(values[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    expected = torch.cat(each) if rowwise else torch.stack(each)
+    assert got.dtype == torch.float64 and got.device == values.device
+    # the layer norm's mean and variance are summed in another order than torch's: ~1e-12 off where a sequence sits
+    # 1e4 from 0
+    tol = 1e-10 if op == "jagged_layer_norm" else 1e-12
+    torch.testing.assert_close(got, expected, rtol=tol, atol=tol, equal_nan=True)
+    assert torch.equal(values.isnan(), given.isnan()) and torch.equal(values.nan_to_num(), given.nan_to_num()), \
+        "a reference changed its batch (a float64 batch's values are the reference's own input)"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -94,4 +114,6 @@ def test_a_benchmark_row_checks_then_times_every_contender_but_those_skipped(mon
     torch_eager = [c["median_us"] for n, c in row["contenders"].items() if n in ("unbind_softmax", "softmax_padded",
                                                                                    "njt_softmax")]
     assert row["best_torch_eager_us"] == min(torch_eager)
-    assert set(row["seconds"]) == {"inputs", "backward", *row["contenders"]}
+    assert set(row["seconds"]) == {"inputs", "reference", "inductor_compile", "backward", *row["contenders"]}
+    assert all(seconds >= 0 for seconds in row["seconds"].values()), row["seconds"]
+    assert all("first_call_s" in c for c in row["contenders"].values())

@@ -7,20 +7,31 @@ import torch
 
 from jaggedperf import ops
 from jaggedperf.batch import JaggedBatch
+from jaggedperf.impls.reference import on_batch_device
 from jaggedperf.impls.rowwise import register_rowwise
 
 EPS = 1e-5  # torch.layer_norm's default, and ours
 
 
-def reference(batch: JaggedBatch) -> torch.Tensor:
-    """float64 on the CPU: torch.layer_norm(t, t.shape) of each sequence t, in a loop."""
-    values = batch.values.detach().to("cpu", torch.float64)
-    bounds = batch.offsets.tolist()
-    out = torch.empty_like(values)
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        if b > a:
-            out[a:b] = torch.layer_norm(values[a:b], values[a:b].shape, eps=EPS)
-    return out
+@on_batch_device
+def reference(batch: JaggedBatch, device: torch.device) -> torch.Tensor:
+    """float64 on the batch's device (``impls.reference``): torch.layer_norm(t, t.shape) of each sequence t, every
+    sequence at once: (x − mean) / sqrt(var + eps) over its len × M elements, the biased variance taken from the
+    centred values (two passes, as exact as float64 allows); NaN and ±inf make their sequence NaN, as torch's does
+    (tests/lab hold it to the loop).
+
+    Not a loop over sequences: that is a launch or more a sequence on the GPU (65536 at the family's short shape)
+    and a layer norm call a sequence on the CPU.
+    """
+    values = batch.values.detach().to(device, torch.float64, copy=True)  # its own copy: centred in place below
+    lengths = batch.offsets.to(device, torch.int64).diff()
+    segment = torch.repeat_interleave(torch.arange(batch.B, device=device), lengths, output_size=values.shape[0])
+    count = (lengths * batch.M).to(torch.float64)  # an empty sequence's 0/0 is never gathered back
+    zeros = torch.zeros(batch.B, dtype=torch.float64, device=device)
+    mean = zeros.index_add(0, segment, values.sum(1)) / count
+    centred = values.sub_(mean[segment].unsqueeze(1))
+    var = zeros.index_add(0, segment, centred.square().sum(1)) / count
+    return centred.mul_(torch.rsqrt(var + EPS)[segment].unsqueeze(1))
 
 
 def _masked_layer_norm(padded, lengths):

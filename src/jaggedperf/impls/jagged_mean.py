@@ -11,16 +11,18 @@ import torch
 
 from jaggedperf import ops
 from jaggedperf.batch import JaggedBatch
+from jaggedperf.impls.reference import on_batch_device
 from jaggedperf.impls.registry import Op, implementation, register_op
 
 
-def reference(batch: JaggedBatch) -> torch.Tensor:
-    """float64 on the CPU: per-sequence sums by index_add, divided by the lengths (0/0 -> NaN)."""
-    values = batch.values.detach().to("cpu", torch.float64)
-    offsets = batch.offsets.to("cpu", torch.int64)
-    lengths = offsets.diff()
-    segment = torch.repeat_interleave(torch.arange(batch.B), lengths, output_size=values.shape[0])
-    sums = torch.zeros(batch.B, batch.M, dtype=torch.float64).index_add_(0, segment, values)
+@on_batch_device
+def reference(batch: JaggedBatch, device: torch.device) -> torch.Tensor:
+    """float64 on the batch's device (``impls.reference``): per-sequence sums by index_add, divided by the lengths
+    (0/0 -> NaN)."""
+    values = batch.values.detach().to(device, torch.float64)
+    lengths = batch.offsets.to(device, torch.int64).diff()
+    segment = torch.repeat_interleave(torch.arange(batch.B, device=device), lengths, output_size=values.shape[0])
+    sums = torch.zeros(batch.B, batch.M, dtype=torch.float64, device=device).index_add_(0, segment, values)
     return sums / lengths.unsqueeze(1).to(torch.float64)
 
 

@@ -7,24 +7,29 @@ import torch
 
 from jaggedperf import ops
 from jaggedperf.batch import JaggedBatch
+from jaggedperf.impls.reference import on_batch_device
 from jaggedperf.impls.rowwise import register_rowwise
 
 
-def reference(batch: JaggedBatch) -> torch.Tensor:
-    """float64 on the CPU: torch.softmax(t, dim=0) of each sequence t, every sequence at once: per sequence and
-    column exp(x − max) / Σ exp(x − max) (NaN and ±inf propagate as torch's does; tests/lab hold it to the loop).
+@on_batch_device
+def reference(batch: JaggedBatch, device: torch.device) -> torch.Tensor:
+    """float64 on the batch's device (``impls.reference``): torch.softmax(t, dim=0) of each sequence t, every
+    sequence at once: per sequence and column exp(x − max) / Σ exp(x − max) (NaN and ±inf propagate as torch's do,
+    whatever order the device's atomics take: a NaN or inf reaches its column's sum; tests/lab hold it to the loop).
 
-    Not a loop over sequences: torch.softmax over dim 0 of a small tensor takes its parallel path once per sequence,
-    whose cost grows with the threads per core, as when many test workers share a machine (3.1 M float64 rows: 0.81 s on one
-    thread, 9.6 s with 16).
+    Not a loop over sequences: torch.softmax over dim 0 of a small tensor takes its parallel path once per sequence
+    on the CPU, whose cost grows with the threads per core, as when many test workers share a machine (3.1 M float64
+    rows: 0.81 s on one thread, 9.6 s with 16); on the GPU a loop is a launch or more a sequence.
     """
-    values = batch.values.detach().to("cpu", torch.float64)
-    lengths = batch.offsets.to("cpu", torch.int64).diff()
-    segment = torch.repeat_interleave(torch.arange(batch.B), lengths, output_size=values.shape[0])
+    values = batch.values.detach().to(device, torch.float64, copy=True)  # its own copy: changed in place below
+    lengths = batch.offsets.to(device, torch.int64).diff()
+    segment = torch.repeat_interleave(torch.arange(batch.B, device=device), lengths, output_size=values.shape[0])
     index = segment.unsqueeze(1).expand_as(values)
-    top = torch.full((batch.B, batch.M), float("-inf"), dtype=torch.float64).scatter_reduce_(0, index, values, "amax")
-    exps = (values - top[segment]).exp_()  # a tensor of its own: exp and the division in place (memory, not speed)
-    return exps.div_(torch.zeros(batch.B, batch.M, dtype=torch.float64).index_add_(0, segment, exps)[segment])
+    top = torch.full((batch.B, batch.M), float("-inf"), dtype=torch.float64, device=device)
+    top.scatter_reduce_(0, index, values, "amax")
+    exps = values.sub_(top[segment]).exp_()  # in place, as the division: two float64 copies of the values at most
+    sums = torch.zeros(batch.B, batch.M, dtype=torch.float64, device=device).index_add_(0, segment, exps)
+    return exps.div_(sums[segment])
 
 
 def _masked_softmax(padded, lengths):

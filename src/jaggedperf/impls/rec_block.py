@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from jaggedperf import ops
 from jaggedperf.impls.jagged_mean import native_launch
+from jaggedperf.impls.reference import on_batch_device
 from jaggedperf.impls.registry import Op, implementation, register_op
 from jaggedperf.inputs import Case, make_offsets
 
@@ -117,14 +118,15 @@ def make_lookup_batch(case: Case, device: torch.device) -> LookupBatch:
     return LookupBatch(ids, offsets.to(device), longest, shortest, max(case.seqlen, longest), table, w1, b1, w2, b2)
 
 
-def reference(batch: LookupBatch) -> torch.Tensor:
-    """float64 on the CPU: gather, per-sequence sums by index_add divided by the lengths (0/0 -> NaN), MLP."""
-    cpu = [t.detach().to("cpu", torch.float64) for t in batch.params]
-    table, w1, b1, w2, b2 = cpu
-    ids = batch.values.to("cpu")
-    lengths = batch.offsets.to("cpu").diff()
-    segment = torch.repeat_interleave(torch.arange(batch.B), lengths, output_size=ids.shape[0])
-    sums = torch.zeros(batch.B, batch.M, dtype=torch.float64).index_add_(0, segment, table[ids])
+@on_batch_device
+def reference(batch: LookupBatch, device: torch.device) -> torch.Tensor:
+    """float64 on the batch's device (``impls.reference``): gather, per-sequence sums by index_add divided by the
+    lengths (0/0 -> NaN), MLP."""
+    table, w1, b1, w2, b2 = (t.detach().to(device, torch.float64) for t in batch.params)
+    ids = batch.values.to(device)
+    lengths = batch.offsets.to(device).diff()
+    segment = torch.repeat_interleave(torch.arange(batch.B, device=device), lengths, output_size=ids.shape[0])
+    sums = torch.zeros(batch.B, batch.M, dtype=torch.float64, device=device).index_add_(0, segment, table[ids])
     pooled = sums / lengths.unsqueeze(1).to(torch.float64)
     return torch.relu(pooled @ w1.T + b1) @ w2.T + b2
 

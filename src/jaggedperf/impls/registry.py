@@ -125,7 +125,8 @@ class Implementation:
 @dataclass
 class Op:
     name: str
-    reference: Callable[[Batch], torch.Tensor]  # float64 result on the CPU
+    # float64 result on the batch's device, or on the CPU where that device ran out of memory (impls.reference)
+    reference: Callable[[Batch], torch.Tensor]
     must_move_bytes: Callable[[Batch], int]  # fewest bytes any implementation must move
     description: str
     implementations: dict[str, Implementation] = field(default_factory=dict)

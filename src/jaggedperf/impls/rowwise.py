@@ -46,7 +46,7 @@ def register_rowwise(name: str, description: str, reference, *, per_sequence: Ca
     Args:
         name: the op's name.
         description: one line for ``jaggedperf list``.
-        reference: batch → float64 (total_len, M) on the CPU.
+        reference: batch → float64 (total_len, M) on the batch's device (``impls.reference``).
         per_sequence: (len, M) → (len, M), the torch op on one sequence (``unbind_*``).
         njt_op: NJT → NJT, torch's op on the NestedTensor (``njt_*``), or None when torch has none.
         njt_note: how the NJT contender calls torch.

@@ -10,6 +10,7 @@ fp32 (many mid-length sequences, many short ones, a few very long ones: the loop
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -70,15 +71,19 @@ def check_inductor_padded(op: str, case: Case) -> tuple[bool, float, str]:
 def row(op: str, case: Case, copy_gbps: float, *, skip: tuple[str, ...] = (),
         device: torch.device = DEVICE) -> dict:
     """Every contender of ``op`` at ``case`` but those named in ``skip``: correctness, device time and × floor each;
-    the best torch eager contender; Helion over ours; our backward against its floor (row-wise ops). ``seconds``:
-    how long each part of the row took (the batch and reference, each contender, the backward)."""
+    the best torch eager contender; Helion over ours; our backward against its floor (row-wise ops).
+
+    ``seconds``: where the row's time went, the parts adding up to the row: ``inputs`` (the batch and the backward's
+    gradient), ``reference`` (float64, on the device), each contender by name (its checked first call, one wall call
+    and its device time), ``inductor_compile`` (the first call of Inductor's padded program: its compile or cache
+    load and its kernels' autotuning, apart from ``inductor_padded``, the rest of that contender) and ``backward``.
+    """
+    clock = _Clock(timing.synchronizer(device))
     # each case compiles Inductor's padded program anew (dynamic=False): without a reset the shared code object
     # passes Dynamo's recompile limit after 8 shapes and then runs eager under the compiled name
     torch._dynamo.reset()
-    clock = _Clock()
     spec = get_op(op)
     batch = spec.make_batch(case, device)
-    reference = _on(device, spec.reference(batch))
     # the backward's output gradient, drawn before any capture from a private generator: a capture that fails
     # mid-way (a contender that syncs) leaves torch 2.11's default CUDA generator registered with the dead graph,
     # and its next draw raises "Offset increment outside graph capture"
@@ -88,6 +93,8 @@ def row(op: str, case: Case, copy_gbps: float, *, skip: tuple[str, ...] = (),
     row = {"op": op, "case": case.label, "dtype": case.dtype, "values_mb": batch.values.numel() *
            batch.values.element_size() / 1e6, "floor_us": floor_us, "contenders": {}, "seconds": {}}
     row["seconds"]["inputs"] = clock.lap()
+    reference = _on(device, spec.reference(batch))
+    row["seconds"]["reference"] = clock.lap()
     calls = {name: (lambda impl=impl: impl.fn(*impl.prepare(batch))) for name, impl in spec.implementations.items()
              if device.type in impl.devices}
     ours = getattr(jaggedperf, op)
@@ -98,8 +105,11 @@ def row(op: str, case: Case, copy_gbps: float, *, skip: tuple[str, ...] = (),
     for name, call in calls.items():
         if name in skip:
             continue
-        row["contenders"][name] = _measure(call, reference, case.dtype, floor_us, device)
+        entry = row["contenders"][name] = _measure(call, reference, case.dtype, floor_us, device)
         row["seconds"][name] = clock.lap()
+        if name == "inductor_padded" and "first_call_s" in entry:
+            row["seconds"]["inductor_compile"] = entry["first_call_s"]
+            row["seconds"][name] = round(row["seconds"][name] - entry["first_call_s"], 3)
     torch_eager = [c["median_us"] for n, c in row["contenders"].items()
                    if "median_us" in c and not n.startswith(NOT_TORCH)]
     row["best_torch_eager_us"] = min(torch_eager) if torch_eager else None
@@ -113,11 +123,17 @@ def row(op: str, case: Case, copy_gbps: float, *, skip: tuple[str, ...] = (),
 
 
 def _measure(call, reference: torch.Tensor, dtype: str, floor_us: float, device: torch.device) -> dict:
-    """One contender: its output against float64, then (when correct) its device time and × floor, or, for a call
-    slower than ``SLOW_US``, one call's wall; a failure recorded, never raised."""
+    """One contender: its first call's seconds (``first_call_s``: a compiled program's compile and autotuning) and
+    output against float64, then (when correct) its device time and × floor, or, for a call slower than
+    ``SLOW_US``, one call's wall; a failure recorded, never raised."""
     entry: dict = {}
     try:
-        ok, rel, reason = check_output(call(), reference, dtype)
+        start = time.perf_counter()
+        out = call()
+        timing.synchronizer(device)()
+        entry["first_call_s"] = round(time.perf_counter() - start, 3)
+        ok, rel, reason = check_output(out, reference, dtype)
+        del out
         entry.update(ok=ok, rel_error=rel, reason=reason)
         # one call by the seed's method (the correctness call warmed it); a slow one once more, its faster call
         # kept: the first cells of a process may still build a fast tier (ours at a process's first cell was
@@ -139,7 +155,8 @@ def _measure(call, reference: torch.Tensor, dtype: str, floor_us: float, device:
 
 def _on(device: torch.device, reference: torch.Tensor) -> torch.Tensor:
     """The float64 reference on the contenders' device, where each output is compared with it (on the CPU a
-    806 MB shape's comparison took seconds a contender); on the CPU still when the device has no room for it."""
+    806 MB shape's comparison took seconds a contender). It is computed there (``impls.reference``) unless the
+    device ran out of memory for its work: then moved if the result alone fits, else left on the CPU."""
     try:
         return reference.to(device)
     except torch.cuda.OutOfMemoryError:
@@ -148,11 +165,13 @@ def _on(device: torch.device, reference: torch.Tensor) -> torch.Tensor:
 
 
 class _Clock:
-    def __init__(self) -> None:
+    def __init__(self, sync: Callable[[], None]) -> None:
+        self.sync = sync  # the device's queue is waited for at each lap: its work counts in the part that queued it
         self.at = time.perf_counter()
 
     def lap(self) -> float:
         """Seconds since the last lap (or the start), to the ms."""
+        self.sync()
         now = time.perf_counter()
         seconds, self.at = now - self.at, now
         return round(seconds, 3)

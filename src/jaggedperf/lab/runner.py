@@ -200,7 +200,7 @@ def input_result(cell: Cell, device: torch.device, problem: Exception) -> Result
 
 
 def prepare_case(op: str, case: Case, options: Options) -> tuple[Batch | Exception, torch.Tensor | None]:
-    """The case's batch on the device and the op's float64 reference, or the reason there is none.
+    """The case's batch on the device and the op's float64 reference on the host, or the reason there is none.
 
     Args:
         op: a registered op.
@@ -219,7 +219,10 @@ def prepare_case(op: str, case: Case, options: Options) -> tuple[Batch | Excepti
         spec = get_op(op)
         batch = spec.make_batch(case, options.device)
         check_offsets(batch.values, batch.offsets)
-        return batch, spec.reference(batch)
+        # computed on the batch's device (impls.reference: fast there) but kept on the host: the runner holds it
+        # through every cell of the case, and a cell may fill the device up to the byte limit (a padded tensor);
+        # each check moves the cell's output to it
+        return batch, spec.reference(batch).cpu()
     except torch.cuda.OutOfMemoryError as exc:
         _release_memory(options.device)
         return RuntimeError(f"out of memory making the batch: {_first_line(exc)}"), None
