@@ -4,7 +4,8 @@ its floors, on every length distribution? (the split, the merge path, and the ro
 
 Per shape (first ``HELD_OUT``, shapes the route's rule was not fitted on; then the issue's classes: seed 512 × 64,
 narrow 10^4 × 4, odd width 2048 × 24, 90% empty 10^5 × 64, power-law 4096 × 64, all-one-row 10^6 × 8, bimodal
-10^5 × 8; then their neighbours and bf16), every contender in the same run:
+10^5 × 8; then ``ROUTE_FIT``, the route's first check; then the neighbours and bf16), every contender in the same
+run:
 
 - correctness first, strict: the routed plan without max_seqlen (the split or the merge path) through the JIT with its outputs and
   workspace poisoned, sum and mean forward and the mean backward, each element against float64 within the dtype's
@@ -64,10 +65,25 @@ SMOKE_RUN = False  # --cpu-smoke: one wall-timed call a contender
 BAR1, BAR1_HINT, BAR2, BAR2_SPREAD, BAR3, BAR6 = 1.1, 1.15, 1.3, 0.05, 1.1, 1.05
 NAME = "split"
 
-# The route's check (plan.split_beats_merge: the split at 4-255 rows a segment in fp32): fp32 shapes its rule was not
-# fitted on, inside the split's classes (at both edges, empty-heavy above 4 rows a segment, M of 32-256) and outside
-# them (3 and 425-496 rows a segment). Mean rows a segment in the comments.
+# The route's check (plan.split_beats_merge: the split on fp32 rows of <= 32 columns at 2-255 rows a segment): shapes
+# its rule was not fitted on, inside (narrow widths M = 1-32, empty-heavy, power-law, 2 rows a segment, 225) and
+# outside it (M = 16 at 701 rows: the merge path). Mean rows a segment in the comments.
 HELD_OUT = [
+    Case(100_000, 16, 64, 0.9, "empty"),  # 3.2, 90% empty
+    Case(50_000, 8, 128, 0.9, "empty"),  # 6.4, 90% empty
+    Case(300_000, 1, 20, 0.5),  # 10.0, M = 1
+    Case(30_000, 3, 100, 0.2),  # 75, M = 3
+    Case(8192, 32, 300, 0.2),  # 225
+    Case(65536, 12, 16, 0.0, "heavy"),  # 2.0, power-law
+    Case(20_000, 32, 40, 0.5),  # 20
+    Case(1_000_000, 4, 6, 0.0),  # 5.5
+    Case(2048, 17, 400, 0.6),  # 157, M = 17
+    Case(1_000_000, 8, 2, 0.0, "fixed"),  # 2 rows each
+    Case(200_000, 16, 2, 0.0),  # 2.0, lengths 1-2
+    Case(4096, 16, 1000, 0.3),  # 701: the merge path
+]
+# The route's first check, now part of its fit: a class-only rule (4-255 rows, any M) lost on 7 of these 14.
+ROUTE_FIT = [
     Case(50_000, 32, 10, 0.0),  # 8.5
     Case(100_000, 32, 128, 0.9, "empty"),  # 6.4, 90% empty
     Case(20_000, 64, 32, 0.75, "empty"),  # 4.0, 75% empty
@@ -79,9 +95,9 @@ HELD_OUT = [
     Case(1024, 64, 400, 0.4),  # 237
     Case(4096, 128, 1000, 0.0, "heavy"),  # 27, power-law (the kernel bars' powerlaw_small)
     Case(2048, 1000, 256, 0.2),  # 192, M = 1000 (the kernel bars' odd width)
-    Case(100_000, 16, 6, 0.5),  # 3.0: the merge path
-    Case(3000, 40, 500, 0.0),  # 425: the merge path
-    Case(512, 64, 700, 0.3),  # 496: the merge path
+    Case(100_000, 16, 6, 0.5),  # 3.0
+    Case(3000, 40, 500, 0.0),  # 425
+    Case(512, 64, 700, 0.3),  # 496
 ]
 SHAPES = [  # (class, a Case or ("bimodal", B, M, dtype)): the held-out shapes first, then the issue's classes, then
     # neighbours and bf16
@@ -93,6 +109,7 @@ SHAPES = [  # (class, a Case or ("bimodal", B, M, dtype)): the held-out shapes f
     ("powerlaw", Case(4096, 64, 400, 0.0, "heavy")),
     ("ones", Case(1_000_000, 8, 1, 0.0, "fixed")),
     ("bimodal", ("bimodal", 100_000, 8, "float32")),
+    *(("route_fit", case) for case in ROUTE_FIT),
     ("seed", Case(512, 64, 100, 0.1, dtype="bfloat16")),
     ("narrow", Case(100_000, 8, 16, 0.5)),
     ("bars", Case(65536, 16, 64, 0.5)),

@@ -99,22 +99,24 @@ def test_one_plan_a_mean_length_class_serves_new_lengths_and_batch_sizes_from_th
     # call of its class has registered the class's plan; each class is registered here by an even batch of the same
     # N // B and other B
     for case in (Case(900, 96, 40, 0.5), Case(FEW_SEGMENTS, 96, 2000, 0.0, "heavy"), Case(20000, 96, 10, 0.9),
-                 Case(1, 96, 50_000, 0.0, "fixed"), Case(600, 96, 120, 0.2), Case(4096, 96, 400, 0.0, "heavy")):
+                 Case(1, 96, 50_000, 0.0, "fixed"), Case(600, 32, 120, 0.2), Case(4096, 32, 400, 0.0, "heavy"),
+                 Case(100_000, 8, 6, 0.5)):  # (the last three: the split's classes)
         batch = make_batch(case, "cuda")
         n_rows, n_segments = batch.values.shape[0], batch.offsets.numel() - 1
         mean_rows, others = n_rows // max(n_segments, 1), n_segments // 2 + 1
         even = torch.arange(others + 1, device="cuda") * mean_rows
-        jaggedperf.jagged_mean(torch.randn(mean_rows * others, 96, device="cuda"), even)  # registers the class's plan
+        width = batch.values.shape[1]
+        jaggedperf.jagged_mean(torch.randn(mean_rows * others, width, device="cuda"), even)  # registers the plan
         assert plan.mean_length_class(mean_rows * others, others) == plan.mean_length_class(n_rows, n_segments)
         before = _served()
         out = jaggedperf.jagged_mean(batch.values, batch.offsets)
         assert _served() == before + 1, case  # no Python path first
         check(out, batch.values, batch.offsets, mean=True)
         assert _bitwise(out, _python_path(batch.values, batch.offsets, None))
-    # the route changes with the class: the split at 4-255 rows a segment in fp32, the merge path elsewhere
+    # the route changes with the class: the split at 2-255 rows a segment in fp32 rows of <= 32 columns
     kernels = {plan.plan_reduce(make_batch(case, "cuda").values, make_batch(case, "cuda").offsets, mean=True,
-                                empty_zero=False).launches[0].key[0] for case in (Case(600, 96, 120, 0.2),
-                                                                                   Case(20000, 96, 10, 0.9))}
+                                empty_zero=False).launches[0].key[0] for case in (Case(600, 32, 120, 0.2),
+                                                                                   Case(20000, 32, 10, 0.9))}
     assert kernels == {"split", "merge"}
 
 

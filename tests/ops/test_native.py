@@ -81,8 +81,10 @@ def test_without_max_seqlen_one_key_serves_every_batch_size_and_length_of_a_mean
     values, offsets = _batch()  # 10 rows, 3 segments: N // B = 3, class 2
     key = built.key(values, offsets, -1, True, False)
     assert key[5:7] == [-1, -2 - plan.mean_length_class(10, 3)]  # whatever B and N come within the class
-    longer, more = _batch(n_rows=30, lengths=(3, 0, 7, 20))  # 30 // 4 = 7: class 3, where the route changes
+    longer, more = _batch(n_rows=30, lengths=(3, 0, 7, 20))  # 30 // 4 = 7: class 3
     assert built.key(longer, more, -1, True, False) != key
+    fewer, one_each = _batch(n_rows=3, lengths=(1, 1, 1))  # class 1, where the route changes
+    assert built.key(fewer, one_each, -1, True, False) != key
     many, many_offsets = _batch(n_rows=2 * (FEW_SEGMENTS + 1), lengths=(2,) * (FEW_SEGMENTS + 1))
     assert built.key(many, many_offsets, -1, True, False) == key
     # the class is plan.mean_length_class, the one the route reads, for any N and B (B = 0 counts as 1)
@@ -190,8 +192,9 @@ def test_native_merge_geometry_is_the_python_plans(built, monkeypatch, n_rows, n
     monkeypatch.setattr(plan, "sm_count", lambda device: sms)
     planned = plan.plan_reduce(*_meta(n_rows, n_cols, n_segments, dtype), mean=True, empty_zero=False)
     grids = planned.native_plan()
-    # the split (4-255 rows a segment in fp32) runs on the merge path's grid, its two roles on axis 2
-    split = plan.split_beats_merge(n_rows, n_segments, dtype)
+    # the split (fp32 rows of <= 32 columns, 2-255 rows a segment) runs on the merge path's grid, its two roles on
+    # axis 2
+    split = plan.split_beats_merge(n_rows, n_segments, n_cols, dtype)
     cfg = (config.split_config if split else config.merge_config)(n_cols, dtype)
     assert grids.units == 1 and grids.chunk_programs == sms * cfg.programs_per_sm and grids.grid_z == 1 + split
     got = built.geometry(**dataclasses.asdict(grids), grid_kinds=[step.native.grid for step in planned.launches],

@@ -133,10 +133,10 @@ def test_merge_bounds_split_units_evenly_whatever_the_lengths():
 
 
 def test_without_max_seqlen_the_merge_path_plans_both_ways():
-    values, offsets = make([3, 0, 7, 1], 5, FP32, torch.int64)
+    values, offsets = make([3, 0, 7, 1], 40, FP32, torch.int64)  # rows wider than the split's (plan.SPLIT_MAX_COLUMNS)
     launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False).launches
     assert [step.kernel for step in launches] == [merge._merge_reduce_kernel, merge._merge_combine_kernel]
-    back = plan.plan_expand(torch.randn(4, 5), offsets, values.shape[0], mean=True).launches
+    back = plan.plan_expand(torch.randn(4, 40), offsets, values.shape[0], mean=True).launches
     assert [step.kernel for step in back] == [merge._merge_expand_kernel]
     # a max_seqlen past the whole-segments tiles: the forward takes the balanced chunks, the backward the merge path
     long_values, long_offsets = make([3000, 2], 5, FP32, torch.int64)
