@@ -2,10 +2,10 @@
 """Without max_seqlen, how close does the jagged sum come to the best peer, to the same call with max_seqlen and to
 its floors, on every length distribution? (the split, the merge path, and the routing of calls without max_seqlen)
 
-Per shape (first ``HELD_OUT``, shapes the route's rule was not fitted on; then the issue's classes: seed 512 × 64,
-narrow 10^4 × 4, odd width 2048 × 24, 90% empty 10^5 × 64, power-law 4096 × 64, all-one-row 10^6 × 8, bimodal
-10^5 × 8; then ``ROUTE_FIT``, the route's first check; then the neighbours and bf16), every contender in the same
-run:
+Per shape (first ``NARROW_RULE_CHECK``; then the issue's classes: seed 512 × 64, narrow 10^4 × 4, odd width
+2048 × 24, 90% empty 10^5 × 64, power-law 4096 × 64, all-one-row 10^6 × 8, bimodal 10^5 × 8; then
+``CLASS_RULE_CHECK``; then the neighbours and bf16; the two checks are the shapes two candidate routing rules were
+checked on), every contender in the same run:
 
 - correctness first, strict: the routed plan without max_seqlen (the split or the merge path) through the JIT with its outputs and
   workspace poisoned, sum and mean forward and the mean backward, each element against float64 within the dtype's
@@ -15,7 +15,8 @@ run:
   recorded as failed): ours without max_seqlen (as routed: ``plan.plan_reduce``; the path it took is recorded), ours
   with it, the merge path and the split forced (``plan.plan_merge``, ``plan.plan_split``), ``torch.segment_reduce``,
   Inductor's padded sum given the true max (where the padded tensor fits and the compile budget lasts); bitwise
-  repeats of ours; the route's bar: ours without max_seqlen within 5% of the faster of the two forced paths;
+  repeats of ours; the route's bar: ours without max_seqlen within 5% of the faster of the two forced paths
+  (where it fails, the path main does not take was faster);
 - the split's neighbours (``plan.plan_split`` forced): its grid at 1 and 4 programs an SM a role (the same compiled
   kernels), and on ``VARIANT_SHAPES`` its whole-segments tile at half the elements and with one tile a short
   segment (TILES = 1: longer ones go to the long role);
@@ -27,7 +28,7 @@ run:
 
 Run on the GPU machine from the repository root (``--warm-workers K``: every contender's compiles first, in K
 processes at once, into the Triton and Inductor caches the timed process then reads, for at most ``--warm-s``;
-``--deadline-s`` bounds the whole run: no shape starts past it less a shape's margin, the held-out shapes first):
+``--deadline-s`` bounds the whole run: no shape starts past it less a shape's margin, in that order):
 
     PYTHONPATH=src python3 benchmarks/merge_path_bench.py --out $OUT/split --warm-workers 12 --commit HASH
 
@@ -65,10 +66,12 @@ SMOKE_RUN = False  # --cpu-smoke: one wall-timed call a contender
 BAR1, BAR1_HINT, BAR2, BAR2_SPREAD, BAR3, BAR6 = 1.1, 1.15, 1.3, 0.05, 1.1, 1.05
 NAME = "split"
 
-# The route's check (plan.split_beats_merge: the split on fp32 rows of <= 32 columns at 2-255 rows a segment): shapes
-# its rule was not fitted on, inside (narrow widths M = 1-32, empty-heavy, power-law, 2 rows a segment, 225) and
-# outside it (M = 16 at 701 rows: the merge path). Mean rows a segment in the comments.
-HELD_OUT = [
+# Two shape-only rules for routing calls without max_seqlen to the split, each checked on shapes it was not fitted
+# on (docs/performance.md 3d): the split where N // B is 4-255 rows (fp32, any M), checked on CLASS_RULE_CHECK; the
+# split on fp32 rows of <= 32 columns at 2-255 rows, fitted on those too, checked on NARROW_RULE_CHECK. Both failed
+# (the split lost on empty-heavy, high-variance and one-column shapes inside them): main routes neither. Mean rows a
+# segment in the comments.
+NARROW_RULE_CHECK = [
     Case(100_000, 16, 64, 0.9, "empty"),  # 3.2, 90% empty
     Case(50_000, 8, 128, 0.9, "empty"),  # 6.4, 90% empty
     Case(300_000, 1, 20, 0.5),  # 10.0, M = 1
@@ -82,8 +85,7 @@ HELD_OUT = [
     Case(200_000, 16, 2, 0.0),  # 2.0, lengths 1-2
     Case(4096, 16, 1000, 0.3),  # 701: the merge path
 ]
-# The route's first check, now part of its fit: a class-only rule (4-255 rows, any M) lost on 7 of these 14.
-ROUTE_FIT = [
+CLASS_RULE_CHECK = [
     Case(50_000, 32, 10, 0.0),  # 8.5
     Case(100_000, 32, 128, 0.9, "empty"),  # 6.4, 90% empty
     Case(20_000, 64, 32, 0.75, "empty"),  # 4.0, 75% empty
@@ -99,9 +101,9 @@ ROUTE_FIT = [
     Case(3000, 40, 500, 0.0),  # 425
     Case(512, 64, 700, 0.3),  # 496
 ]
-SHAPES = [  # (class, a Case or ("bimodal", B, M, dtype)): the held-out shapes first, then the issue's classes, then
-    # neighbours and bf16
-    *(("held_out", case) for case in HELD_OUT),
+SHAPES = [  # (class, a Case or ("bimodal", B, M, dtype)): the second rule's check, the issue's classes, the first
+    # rule's check, then neighbours and bf16
+    *(("narrow_rule_check", case) for case in NARROW_RULE_CHECK),
     ("seed", Case(512, 64, 100, 0.1)),
     ("narrow", Case(10_000, 4, 16, 0.5)),
     ("odd_width", Case(2048, 24, 256, 0.2)),
@@ -109,7 +111,7 @@ SHAPES = [  # (class, a Case or ("bimodal", B, M, dtype)): the held-out shapes f
     ("powerlaw", Case(4096, 64, 400, 0.0, "heavy")),
     ("ones", Case(1_000_000, 8, 1, 0.0, "fixed")),
     ("bimodal", ("bimodal", 100_000, 8, "float32")),
-    *(("route_fit", case) for case in ROUTE_FIT),
+    *(("class_rule_check", case) for case in CLASS_RULE_CHECK),
     ("seed", Case(512, 64, 100, 0.1, dtype="bfloat16")),
     ("narrow", Case(100_000, 8, 16, 0.5)),
     ("bars", Case(65536, 16, 64, 0.5)),

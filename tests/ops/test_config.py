@@ -23,12 +23,11 @@ def test_buckets_are_powers_of_two_and_cover_the_row(M, dtype):
 @pytest.mark.parametrize("n_rows", [0, 1, 15, 16, 17, 1000, 123457, 2**31 + 5])
 @pytest.mark.parametrize("M", [1, 64, 300])
 def test_merge_programs_cover_all_units_at_least_one_program(n_rows, M):
-    # the merge path's production plan on meta tensors (no memory, any N): its reduce launch's K, P and grid (the
-    # route takes the split at some of these N: its grid is the same with a second role on axis 2)
+    # the production plan on meta tensors (no memory, any N): its reduce launch's K, P and grid
     cfg = config.merge_config(M, torch.float32)
     values = torch.empty(n_rows, M, device="meta")
     offsets = torch.empty(8, dtype=torch.int64, device="meta")
-    reduce_launch = plan.plan_merge(values, offsets, mean=True, empty_zero=False).launches[0]
+    reduce_launch = plan.plan_reduce(values, offsets, mean=True, empty_zero=False).launches[0]
     units, programs = reduce_launch.args[6:8]
     col_blocks = reduce_launch.grid[1]
     assert reduce_launch.grid == (programs, col_blocks, 1)

@@ -77,29 +77,21 @@ def test_key_names_everything_the_plan_depends_on(built):
     assert key != built.key(misaligned, offsets, 5, True, False)
 
 
-def test_without_max_seqlen_one_key_serves_every_batch_size_and_length_of_a_mean_length_class(built):
-    values, offsets = _batch()  # 10 rows, 3 segments: N // B = 3, class 2
+def test_without_max_seqlen_one_key_serves_every_batch_size_and_length(built):
+    values, offsets = _batch()
     key = built.key(values, offsets, -1, True, False)
-    assert key[5:7] == [-1, -2 - plan.mean_length_class(10, 3)]  # whatever B and N come within the class
-    longer, more = _batch(n_rows=30, lengths=(3, 0, 7, 20))  # 30 // 4 = 7: class 3
-    assert built.key(longer, more, -1, True, False) != key
-    fewer, one_each = _batch(n_rows=3, lengths=(1, 1, 1))  # class 1, where the route changes
-    assert built.key(fewer, one_each, -1, True, False) != key
-    many, many_offsets = _batch(n_rows=2 * (FEW_SEGMENTS + 1), lengths=(2,) * (FEW_SEGMENTS + 1))
+    assert key[5:7] == [-1, -1]  # the merge path takes whatever B and N come
+    longer, more = _batch(n_rows=30, lengths=(3, 0, 7, 20))
+    assert built.key(longer, more, -1, True, False) == key
+    many, many_offsets = _batch(n_rows=60, lengths=(1,) * (FEW_SEGMENTS + 1))
     assert built.key(many, many_offsets, -1, True, False) == key
-    # the class is plan.mean_length_class, the one the route reads, for any N and B (B = 0 counts as 1)
-    for n_rows in (0, 1, 3, 4, 7, 8, 255, 256, 10**6):
-        for n_segments in (0, 1, 2, 3, 7, 100):
-            rows, segs = torch.empty(n_rows, 8), torch.zeros(n_segments + 1, dtype=torch.int64)
-            assert built.key(rows, segs, -1, False, False)[6] == -2 - plan.mean_length_class(n_rows, n_segments)
 
 
 def test_one_merge_plan_serves_few_and_many_segments(built):
     # the merge path spreads one segment over every program whatever B: the same kernels and config for any B (the
-    # balanced chunks' wide combine for few segments, and the key's split for it, served the chunks alone); 10^4
-    # rows over 4000 segments is 2 a segment, below the split's classes
+    # balanced chunks' wide combine for few segments, and the key's split for it, served the chunks alone)
     plans = [plan.plan_reduce(*_meta(10_000, 64, n), mean=False, empty_zero=False) for n in (1, FEW_SEGMENTS,
-                                                                                            FEW_SEGMENTS + 1, 4000)]
+                                                                                            FEW_SEGMENTS + 1, 512)]
     assert len({tuple(step.key for step in planned.launches) for planned in plans}) == 1
     assert len({planned.native_plan() for planned in plans}) == 1
 
@@ -184,19 +176,14 @@ def _meta(n_rows, n_cols, n_segments, dtype=torch.float32):
 @pytest.mark.parametrize("sms", [4, 132])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("n_cols", [1, 8, 33, 64, 300, 4096])
-@pytest.mark.parametrize("n_rows,n_segments", [(0, 0), (0, 10**6), (31, 7), (123_457, 7), (123_457, 1000),
-                                               (5_000_000, 1), (2**31 + 5, 10**5)])
+@pytest.mark.parametrize("n_rows,n_segments", [(0, 0), (0, 10**6), (31, 7), (123_457, 7), (5_000_000, 1),
+                                               (2**31 + 5, 10**5)])
 def test_native_merge_geometry_is_the_python_plans(built, monkeypatch, n_rows, n_segments, n_cols, dtype, sms):
     # the native path redoes the merge path's split per call in C++ (geometry_of over N + B units): the Python plan's
-    # (the split's too: the merge path's grid)
     monkeypatch.setattr(plan, "sm_count", lambda device: sms)
     planned = plan.plan_reduce(*_meta(n_rows, n_cols, n_segments, dtype), mean=True, empty_zero=False)
     grids = planned.native_plan()
-    # the split (fp32 rows of <= 32 columns, 2-255 rows a segment) runs on the merge path's grid, its two roles on
-    # axis 2
-    split = plan.split_beats_merge(n_rows, n_segments, n_cols, dtype)
-    cfg = (config.split_config if split else config.merge_config)(n_cols, dtype)
-    assert grids.units == 1 and grids.chunk_programs == sms * cfg.programs_per_sm and grids.grid_z == 1 + split
+    assert grids.units == 1 and grids.chunk_programs == sms * config.merge_config(n_cols, dtype).programs_per_sm
     got = built.geometry(**dataclasses.asdict(grids), grid_kinds=[step.native.grid for step in planned.launches],
                          n_rows=n_rows, n_cols=n_cols, n_segments=n_segments)
     units, programs = planned.launches[0].args[6:8]

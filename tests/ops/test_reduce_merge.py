@@ -133,10 +133,10 @@ def test_merge_bounds_split_units_evenly_whatever_the_lengths():
 
 
 def test_without_max_seqlen_the_merge_path_plans_both_ways():
-    values, offsets = make([3, 0, 7, 1], 40, FP32, torch.int64)  # rows wider than the split's (plan.SPLIT_MAX_COLUMNS)
+    values, offsets = make([3, 0, 7, 1], 5, FP32, torch.int64)
     launches = plan.plan_reduce(values, offsets, mean=True, empty_zero=False).launches
     assert [step.kernel for step in launches] == [merge._merge_reduce_kernel, merge._merge_combine_kernel]
-    back = plan.plan_expand(torch.randn(4, 40), offsets, values.shape[0], mean=True).launches
+    back = plan.plan_expand(torch.randn(4, 5), offsets, values.shape[0], mean=True).launches
     assert [step.kernel for step in back] == [merge._merge_expand_kernel]
     # a max_seqlen past the whole-segments tiles: the forward takes the balanced chunks, the backward the merge path
     long_values, long_offsets = make([3000, 2], 5, FP32, torch.int64)
@@ -173,3 +173,21 @@ def test_merge_kernels_use_no_atomics():
 
     source = Path(merge.__file__).read_text()
     assert "atomic" not in source.replace("no atomics", "")
+
+
+def test_a_known_max_seqlen_of_two_over_many_segments_takes_the_merge_path_forward():
+    # tiles of <= 2 rows over 10^6 segments: the merge path, as for one row; the backward and small batches keep
+    # the whole-segments kernels
+    def first_kernel(n_segments, max_seqlen, backward=False):
+        offsets = torch.empty(n_segments + 1, dtype=torch.int64, device="meta")
+        if backward:
+            return plan.plan_expand(torch.empty(n_segments, 8, device="meta"), offsets, 2 * n_segments, mean=True,
+                                    max_seqlen=max_seqlen).launches[0].kernel
+        values = torch.empty(2 * n_segments, 8, device="meta")
+        return plan.plan_reduce(values, offsets, mean=True, empty_zero=False, max_seqlen=max_seqlen).launches[0].kernel
+
+    assert first_kernel(10**6, 2) is merge._merge_reduce_kernel
+    assert first_kernel(10**6, 1) is merge._merge_reduce_kernel
+    assert first_kernel(512, 2) is not merge._merge_reduce_kernel
+    assert first_kernel(10**6, 3) is not merge._merge_reduce_kernel
+    assert first_kernel(10**6, 2, backward=True) is not merge._merge_expand_kernel

@@ -179,30 +179,3 @@ def test_split_kernels_use_no_atomics():
     for module in (split, merge):
         source = Path(module.__file__).read_text()
         assert "tl.atomic" not in source, module.__name__
-
-
-def test_without_max_seqlen_the_split_is_routed_by_width_and_mean_length_class():
-    from jaggedperf.ops.reduce import plan
-
-    def first_kernel(n_rows, n_segments, n_cols=8, dtype=FP32, max_seqlen=None):
-        values = torch.empty(n_rows, n_cols, dtype=dtype)
-        offsets = torch.linspace(0, n_rows, n_segments + 1).round().long()
-        launches = plan.plan_reduce(values, offsets, mean=False, empty_zero=False, max_seqlen=max_seqlen).launches
-        return launches[0].kernel
-
-    # 2-255 rows a segment on average (classes 2-8) in fp32 rows of <= 32 columns: the split; fewer or more rows,
-    # wider rows or 2-byte types: the merge path
-    for n_rows, n_segments in ((20, 10), (79, 10), (2559, 10), (800, 100), (8000, 1000)):
-        for n_cols in (1, 3, 8, 32):
-            assert first_kernel(n_rows, n_segments, n_cols) is split._split_reduce_kernel, (n_rows, n_segments, n_cols)
-        assert first_kernel(n_rows, n_segments, 33) is merge._merge_reduce_kernel
-        assert first_kernel(n_rows, n_segments, 64) is merge._merge_reduce_kernel
-        assert first_kernel(n_rows, n_segments, dtype=BF16) is merge._merge_reduce_kernel
-        assert first_kernel(n_rows, n_segments, dtype=FP16) is merge._merge_reduce_kernel
-    for n_rows, n_segments in ((0, 0), (0, 5), (19, 10), (10, 10), (2560, 10), (5000, 1)):
-        assert first_kernel(n_rows, n_segments) is merge._merge_reduce_kernel, (n_rows, n_segments)
-    # max_seqlen known: the whole-segments kernels, as before
-    assert first_kernel(80, 10, max_seqlen=8) is not split._split_reduce_kernel
-    # the class is the bit length of N // B, the native path's key reads the same (tests/ops/test_native.py)
-    assert [plan.mean_length_class(n, 10) for n in (0, 9, 10, 19, 20, 39, 40, 2559, 2560)] == [0, 0, 1, 1, 2, 2, 3, 8, 9]
-    assert plan.mean_length_class(7, 0) == 3

@@ -104,17 +104,9 @@ std::optional<Key> key_of(const at::Tensor& values, const at::Tensor& offsets, i
   // the JIT's int32/int64 choice for the varying integers, as tiers.eager_key makes it
   const int64_t rows = expand ? std::max(values.size(0), expand_rows) : values.size(0);
   const bool fits = std::max(rows, n_segments + 1) < INT32_MAX;
-  // the batch field: B itself when max_seqlen is given (the whole-segments grid depends on it). Without it a
-  // reduction's plan depends on the mean length's class alone (reduce/plan.py's mean_length_class, which its route
-  // reads): -2 - the bit length of N / B, so every B and N of a class share one plan; the backward's merge path serves
-  // any B (-1).
-  int64_t batch = n_segments;
-  if (max_seqlen == -1 && expand) {
-    batch = -1;
-  } else if (max_seqlen == -1) {
-    const uint64_t mean_rows = static_cast<uint64_t>(rows / std::max<int64_t>(n_segments, 1));
-    batch = -2 - (mean_rows == 0 ? 0 : 64 - __builtin_clzll(mean_rows));
-  }
+  // the batch field: B itself when max_seqlen is given (the whole-segments grid depends on it); without it the merge
+  // path serves any B (-1)
+  const int64_t batch = max_seqlen != -1 ? n_segments : -1;
   return Key{mean, empty_zero, static_cast<int64_t>(values.scalar_type()), static_cast<int64_t>(offsets.scalar_type()),
              n_cols, max_seqlen, batch, values.device().index(),
              static_cast<int64_t>(reinterpret_cast<uintptr_t>(values.data_ptr()) % 16 == 0) |

@@ -5,9 +5,8 @@ shapes and the configs (``jaggedperf.ops.config``), allocate what the kernels wr
 ``Plan`` (``jaggedperf.ops.launch.plan``); the caller runs its launches (``op``: through the fast tiers
 eagerly, ``wrap_triton`` when traced). The whole-segments kernels when ``max_seqlen`` is known and
 short (and not far past the mean length: ``merge_beats_whole``), the balanced chunks when it is known and long;
-without it the split on narrow rows of 2-255 rows a segment (fp32: ``split_beats_merge``), else the merge path.
-Nothing here reads a tensor's values: under ``torch.compile(dynamic=True)`` N and B may be SymInts and planning
-installs no guard on them.
+else the merge path. Nothing here reads a tensor's
+values: under ``torch.compile(dynamic=True)`` N and B may be SymInts and planning installs no guard on them.
 ``plan_segments`` / ``plan_merge`` / ``plan_chunks`` (and the expand ones) take the choice as arguments: the
 production functions make it, and ``jaggedperf.ops.testing`` forces one to exercise every path.
 """
@@ -62,10 +61,8 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
         max_seqlen: an upper bound on the lengths (a host int, or a SymInt under torch.compile), or None.
             When known and short enough (``segments_config``, ``merge_beats_whole``), one program per group of
             whole segments: one launch, no search. When known and long, the balanced chunks (equal rows a program,
-            then a combine of the segments cut at a chunk's edge). Otherwise the split on narrow rows whose mean
-            length is short to medium (``split_beats_merge``: whole segments in groups beside the merge path for
-            the long ones, one launch, then the combine), else the merge path: equal shares of rows plus segments a program, and a
-            second launch that combines the pieces of the segments cut at a program's edge.
+            then a combine of the segments cut at a chunk's edge). Otherwise the merge path: equal shares of rows plus
+            segments a program, and a second launch that combines the pieces of the segments cut at a program's edge.
 
     Returns:
         the Plan: its ``out`` (B, M) in values' dtype, filled once its launches have run.
@@ -78,42 +75,11 @@ def plan_reduce(values, offsets, *, mean: bool, empty_zero: bool, max_seqlen=Non
         # Known long, not skewed lengths: the balanced chunks, which hold the long-row bars at the floor
         # (tests/gpu/test_bars_gpu.py; the merge path measured 1.19x them at 1024 × 256 × <= 1000 rows).
         return plan_sized_chunks(values, offsets, mean, empty_zero)
-    # Without max_seqlen: the split on narrow rows of short to medium mean length (``split_beats_merge``), else the
-    # merge path. (The balanced chunks measured faster than the merge path on small batches of long even segments, but no
-    # rule on B and N / B between the measured points is, so they are not routed here.)
-    if split_beats_merge(values.shape[0], offsets.shape[0] - 1, n_cols, values.dtype):
-        return plan_split(values, offsets, mean, empty_zero)
+    # Every call without max_seqlen takes the merge path. The balanced chunks measured faster on small batches of long
+    # even segments (benchmarks/results/h200/merge-path.md: B <= 4096 and >= 27 rows a segment, e.g. 512 × 64 14.8
+    # against 19.4 µs) and slower below 11 rows a segment or from B = 10^4 up; a rule on B and N / B between those
+    # points is not measured, so it is not routed.
     return plan_merge(values, offsets, mean, empty_zero)
-
-
-# Without max_seqlen the route reads the row width and the mean length's class, the bit length of N // B (0 for
-# N < B, 2 for 2-3 rows, 8 for 128-255): the native path keys its plans by the same class and M (native.cpp's key_of),
-# so a call never replays a plan another class chose. The split, whole segments in groups beside the merge path for
-# the long ones, beat the merge path on the H200 (benchmarks/results/h200/split.md, fp32, 33 shapes) on every row of
-# at most 32 columns at 2-255 rows a segment but one: narrow 10^4 × 4 9.8 against 22.3 µs, 10^5 × 8 24.5 against
-# 54.2, 50000 × 32 36.1 against 85.1, odd width 2048 × 24 25.6 against 38.9, 65536 × 16 70.8 against 97.6, 3 rows
-# 100000 × 16 29.7 against 46.3; the exception is 90% empty at 6.4 rows (100000 × 32: 109 against 72), the empty
-# lanes its groups walk. On wider rows it lost on 7 of 10 (M = 128 at 32 rows 102 against 73, the seed 22.1 against
-# 19.6), as below 2 rows (one row: 78 against 52), past 255 (bimodal 484 against 386, the giant) and in bf16 (the
-# seed 41.9 against 18.6). A class-only rule (4-255 rows, any M) failed on 7 of 14 shapes it was not fitted on.
-SPLIT_CLASSES = range(2, 9)
-SPLIT_MAX_COLUMNS = 32
-SPLIT_ELEMENT_SIZES = (4,)
-
-
-def mean_length_class(n_rows: int, n_segments: int) -> int:
-    """The bit length of N // B (B = 0 counts as 1): the class the route and the native path's key read."""
-    return (n_rows // max(n_segments, 1)).bit_length()
-
-
-def split_beats_merge(n_rows, n_segments, n_cols, dtype: torch.dtype) -> bool:
-    """Whether a call without max_seqlen takes the split instead of the merge path: fp32 rows of at most 32 columns
-    and a mean length of 2-255 rows (``SPLIT_CLASSES``). N and B may be SymInts: their hints, no guard (a compiled
-    graph keeps its first call's choice, which changes only the speed); M is specialised."""
-    rows, segments = hint_of(n_rows), hint_of(n_segments)
-    if rows is None or segments is None or dtype.itemsize not in SPLIT_ELEMENT_SIZES or n_cols > SPLIT_MAX_COLUMNS:
-        return False
-    return mean_length_class(rows, segments) in SPLIT_CLASSES
 
 
 # With max_seqlen known, the whole-segments kernels size their tiles by it; where it far exceeds the mean length
@@ -147,12 +113,16 @@ def merge_beats_whole(n_rows, n_segments, max_seqlen, backward: bool = False) ->
 
     Returns:
         True where max_seqlen <= 1, or max_seqlen >= MERGE_SEQLEN_RATIO × the mean length N / B (and, forward,
-        B >= MERGE_MIN_SEGMENTS).
+        B >= MERGE_MIN_SEGMENTS), or, forward, max_seqlen 2 with B >= MERGE_MIN_SEGMENTS.
     """
     rows, segments, longest = hint_of(n_rows), hint_of(n_segments), hint_of(max_seqlen)
     if rows is None or segments is None or longest is None or segments == 0:
         return False
     if longest <= 1:
+        return True
+    if longest <= 2 and segments >= MERGE_MIN_SEGMENTS and not backward:
+        # 10^6 segments of 2 rows: the whole-segments kernel 474.7 µs against the merge path's 143.0
+        # (benchmarks/results/h200/split-narrow-rule.md); the backward there is not measured
         return True
     skewed = longest * segments >= MERGE_SEQLEN_RATIO * max(rows, segments)
     return skewed and (backward or segments >= MERGE_MIN_SEGMENTS)
