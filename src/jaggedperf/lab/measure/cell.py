@@ -133,7 +133,7 @@ def retime_wall_and_host(call: Callable, result: Result, options: Options) -> Re
     out = replace(result, wall=t.wall, stability=t.stability, host_call=t.host_call, sync_wait=t.sync_wait,
                   extra={**result.extra, "host_wall_gap": timing.host_wall_gap(t.host_call, t.sync_wait, t.wall)})
     if result.device_time is not None:
-        out.host_us = t.wall.median_ms * 1e3 - result.device_time.median_us
+        out.host_us = _host_us(out)
     out.status, out.reason = result.status, result.reason
     _judge(out)
     return out
@@ -209,11 +209,16 @@ def measure_device(call: Callable, cell: Cell, result: Result, options: Options,
 
 def fill_bandwidth(result: Result, copy_gbps: float | None) -> None:
     """``result``'s host time (wall − device), bandwidth and share of the copy bandwidth, from its device time."""
-    result.host_us = result.wall.median_ms * 1e3 - result.device_time.median_us
+    result.host_us = _host_us(result)
     if result.device_time.median_us > 0 and result.bytes_moved:
         result.gbps = result.bytes_moved / (result.device_time.median_us * 1e-6) / 1e9
         if copy_gbps:
             result.pct_of_copy = 100 * result.gbps / copy_gbps
+
+
+def _host_us(result: Result) -> float:
+    """The host's µs a call: its wall median less its device time's."""
+    return result.wall.median_ms * 1e3 - result.device_time.median_us
 
 
 def device_time(call: Callable, mode: str, device: torch.device, flush: bool) -> DeviceTime | None:

@@ -393,17 +393,10 @@ def expand_merge(grad, offsets, n_rows, mean: bool, cfg: MergeConfig | None = No
     Returns:
         the Plan.
     """
-    n_segments, n_cols = grad.shape
-    n_cols = int(n_cols)
-    cfg = cfg or merge_config(n_cols, grad.dtype)
-    units_per_program, n_programs, replayed = _merge_grid_or_forced(n_rows, n_segments, n_cols, grad.device, cfg,
-                                                                    units_per_program)
-    out = torch.empty((n_rows, n_cols), dtype=grad.dtype, device=grad.device)
-    args = (grad, offsets, out, n_rows, n_segments, units_per_program, n_cols, mean, cfg.block_l, cfg.block_m,
-            cfg.expand_window, cfg.group, cfg.seg_rows, cfg.seg_tiles, cfg.search)
-    launch = Launch(_merge_expand_kernel, (n_programs, -(-n_cols // cfg.block_m), 1), args, cfg.num_warps, (out,),
-                    ("merge_expand", *args[-9:]), MERGE_EXPAND_NATIVE)
-    return Plan(out, (launch,), cfg if replayed else None, merge_programs(grad.device, cfg) if replayed else 0)
+    cfg = cfg or merge_config(int(grad.shape[1]), grad.dtype)
+    constexprs = (cfg.block_m, cfg.expand_window, cfg.group, cfg.seg_rows, cfg.seg_tiles, cfg.search)
+    return _expand_on_merge_grid(_merge_expand_kernel, "merge_expand", grad, offsets, n_rows, mean, cfg,
+                                 units_per_program, constexprs, roles=1)
 
 
 def split_constexprs(cfg: SplitConfig) -> tuple:
@@ -448,16 +441,25 @@ def expand_split(grad, offsets, n_rows, mean: bool, cfg: SplitConfig | None = No
     Returns:
         the Plan.
     """
+    cfg = cfg or split_config(int(grad.shape[1]), grad.dtype)
+    forward = split_constexprs(cfg)  # the backward's window in place of the forward's
+    return _expand_on_merge_grid(_split_expand_kernel, "split_expand", grad, offsets, n_rows, mean, cfg,
+                                 units_per_program, (forward[0], cfg.expand_window, *forward[2:]), roles=2)
+
+
+def _expand_on_merge_grid(kernel, name: str, grad, offsets, n_rows, mean: bool, cfg: MergeConfig, units_per_program,
+                          constexprs: tuple, roles: int) -> Plan:
+    """The merge path's and the split's backward: the (N, M) output and one launch of ``kernel`` on the merge grid
+    (``roles`` on axis 2), its arguments (grad, offsets, out, N, B, K, M, MEAN, BLOCK_L, *constexprs); the native path
+    replays it where the grid is ``merge_grid``'s. The launch's key names the kernel and every compile-time argument."""
     n_segments, n_cols = grad.shape
     n_cols = int(n_cols)
-    cfg = cfg or split_config(n_cols, grad.dtype)
     units_per_program, n_programs, replayed = _merge_grid_or_forced(n_rows, n_segments, n_cols, grad.device, cfg,
                                                                     units_per_program)
     out = torch.empty((n_rows, n_cols), dtype=grad.dtype, device=grad.device)
-    args = (grad, offsets, out, n_rows, n_segments, units_per_program, n_cols, mean, cfg.block_l,
-            *split_constexprs(cfg)[:1], cfg.expand_window, *split_constexprs(cfg)[2:])
-    launch = Launch(_split_expand_kernel, (n_programs, -(-n_cols // cfg.block_m), 2), args, cfg.num_warps, (out,),
-                    ("split_expand", *args[-12:]), MERGE_EXPAND_NATIVE)
+    args = (grad, offsets, out, n_rows, n_segments, units_per_program, n_cols, mean, cfg.block_l, *constexprs)
+    launch = Launch(kernel, (n_programs, -(-n_cols // cfg.block_m), roles), args, cfg.num_warps, (out,),
+                    (name, *args[6:]), MERGE_EXPAND_NATIVE)
     return Plan(out, (launch,), cfg if replayed else None, merge_programs(grad.device, cfg) if replayed else 0)
 
 
