@@ -7,7 +7,7 @@ import torch
 
 from jaggedperf import ops
 from jaggedperf.batch import JaggedBatch
-from jaggedperf.impls.reference import on_batch_device
+from jaggedperf.impls.reference import on_batch_device, segment_sums, segments
 from jaggedperf.impls.rowwise import register_rowwise
 
 EPS = 1e-5  # torch.layer_norm's default, and ours
@@ -24,13 +24,11 @@ def reference(batch: JaggedBatch, device: torch.device) -> torch.Tensor:
     and a layer norm call a sequence on the CPU.
     """
     values = batch.values.detach().to(device, torch.float64, copy=True)  # its own copy: centred in place below
-    lengths = batch.offsets.to(device, torch.int64).diff()
-    segment = torch.repeat_interleave(torch.arange(batch.B, device=device), lengths, output_size=values.shape[0])
+    lengths, segment = segments(batch, device)
     count = (lengths * batch.M).to(torch.float64)  # an empty sequence's 0/0 is never gathered back
-    zeros = torch.zeros(batch.B, dtype=torch.float64, device=device)
-    mean = zeros.index_add(0, segment, values.sum(1)) / count
+    mean = segment_sums(values.sum(1), segment, batch.B) / count
     centred = values.sub_(mean[segment].unsqueeze(1))
-    var = zeros.index_add(0, segment, centred.square().sum(1)) / count
+    var = segment_sums(centred.square().sum(1), segment, batch.B) / count
     return centred.mul_(torch.rsqrt(var + EPS)[segment].unsqueeze(1))
 
 

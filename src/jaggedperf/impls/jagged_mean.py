@@ -11,7 +11,7 @@ import torch
 
 from jaggedperf import ops
 from jaggedperf.batch import JaggedBatch
-from jaggedperf.impls.reference import on_batch_device
+from jaggedperf.impls.reference import on_batch_device, segment_sums, segments
 from jaggedperf.impls.registry import Op, implementation, register_op
 
 
@@ -19,10 +19,8 @@ from jaggedperf.impls.registry import Op, implementation, register_op
 def reference(batch: JaggedBatch, device: torch.device) -> torch.Tensor:
     """float64 on the batch's device (``impls.reference``): per-sequence sums by index_add, divided by the lengths
     (0/0 -> NaN)."""
-    values = batch.values.detach().to(device, torch.float64)
-    lengths = batch.offsets.to(device, torch.int64).diff()
-    segment = torch.repeat_interleave(torch.arange(batch.B, device=device), lengths, output_size=values.shape[0])
-    sums = torch.zeros(batch.B, batch.M, dtype=torch.float64, device=device).index_add_(0, segment, values)
+    lengths, segment = segments(batch, device)
+    sums = segment_sums(batch.values.detach().to(device, torch.float64), segment, batch.B)
     return sums / lengths.unsqueeze(1).to(torch.float64)
 
 

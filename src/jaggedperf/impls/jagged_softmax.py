@@ -7,7 +7,7 @@ import torch
 
 from jaggedperf import ops
 from jaggedperf.batch import JaggedBatch
-from jaggedperf.impls.reference import on_batch_device
+from jaggedperf.impls.reference import on_batch_device, segment_sums, segments
 from jaggedperf.impls.rowwise import register_rowwise
 
 
@@ -22,14 +22,12 @@ def reference(batch: JaggedBatch, device: torch.device) -> torch.Tensor:
     rows: 0.81 s on one thread, 9.6 s with 16); on the GPU a loop is a launch or more a sequence.
     """
     values = batch.values.detach().to(device, torch.float64, copy=True)  # its own copy: changed in place below
-    lengths = batch.offsets.to(device, torch.int64).diff()
-    segment = torch.repeat_interleave(torch.arange(batch.B, device=device), lengths, output_size=values.shape[0])
+    _, segment = segments(batch, device)
     index = segment.unsqueeze(1).expand_as(values)
     top = torch.full((batch.B, batch.M), float("-inf"), dtype=torch.float64, device=device)
     top.scatter_reduce_(0, index, values, "amax")
     exps = values.sub_(top[segment]).exp_()  # in place, as the division: two float64 copies of the values at most
-    sums = torch.zeros(batch.B, batch.M, dtype=torch.float64, device=device).index_add_(0, segment, exps)
-    return exps.div_(sums[segment])
+    return exps.div_(segment_sums(exps, segment, batch.B)[segment])
 
 
 def _masked_softmax(padded, lengths):

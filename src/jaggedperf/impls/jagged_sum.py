@@ -12,7 +12,7 @@ from jaggedperf import ops
 from jaggedperf.batch import JaggedBatch
 from jaggedperf.impls.jagged_mean import _padded, native_launch
 from jaggedperf.impls.jagged_mean import must_move_bytes as mean_bytes
-from jaggedperf.impls.reference import on_batch_device
+from jaggedperf.impls.reference import on_batch_device, segment_sums, segments
 from jaggedperf.impls.registry import Op, implementation, register_op
 
 
@@ -21,10 +21,8 @@ def reference(batch: JaggedBatch, device: torch.device) -> torch.Tensor:
     """float64 on the batch's device (``impls.reference``): each sequence's rows summed, every sequence at once by
     index_add (an empty sequence sums to 0; tests/lab hold it to the loop). Not a loop: a launch a sequence on the
     GPU."""
-    values = batch.values.detach().to(device, torch.float64)
-    lengths = batch.offsets.to(device, torch.int64).diff()
-    segment = torch.repeat_interleave(torch.arange(batch.B, device=device), lengths, output_size=values.shape[0])
-    return torch.zeros(batch.B, batch.M, dtype=torch.float64, device=device).index_add_(0, segment, values)
+    _, segment = segments(batch, device)
+    return segment_sums(batch.values.detach().to(device, torch.float64), segment, batch.B)
 
 
 register_op(Op("jagged_sum", reference, mean_bytes, "sum over each sequence's rows: (B, M)"))

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from jaggedperf import ops
 from jaggedperf.impls.jagged_mean import native_launch
-from jaggedperf.impls.reference import on_batch_device
+from jaggedperf.impls.reference import on_batch_device, segment_sums, segments
 from jaggedperf.impls.registry import Op, implementation, register_op
 from jaggedperf.inputs import Case, make_offsets
 
@@ -123,10 +123,8 @@ def reference(batch: LookupBatch, device: torch.device) -> torch.Tensor:
     """float64 on the batch's device (``impls.reference``): gather, per-sequence sums by index_add divided by the
     lengths (0/0 -> NaN), MLP."""
     table, w1, b1, w2, b2 = (t.detach().to(device, torch.float64) for t in batch.params)
-    ids = batch.values.to(device)
-    lengths = batch.offsets.to(device).diff()
-    segment = torch.repeat_interleave(torch.arange(batch.B, device=device), lengths, output_size=ids.shape[0])
-    sums = torch.zeros(batch.B, batch.M, dtype=torch.float64, device=device).index_add_(0, segment, table[ids])
+    lengths, segment = segments(batch, device)
+    sums = segment_sums(table[batch.values.to(device)], segment, batch.B)
     pooled = sums / lengths.unsqueeze(1).to(torch.float64)
     return torch.relu(pooled @ w1.T + b1) @ w2.T + b2
 

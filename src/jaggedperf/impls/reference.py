@@ -44,3 +44,17 @@ def on_batch_device(compute: Callable[[B, torch.device], torch.Tensor]) -> Calla
         return compute(batch, CPU)
 
     return reference
+
+
+def segments(batch: B, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lengths (B,), the segment of each of the N rows (N,)), int64 on ``device``: what every reference groups the
+    batch's rows by."""
+    lengths = batch.offsets.to(device, torch.int64).diff()
+    rows = batch.values.shape[0]
+    return lengths, torch.repeat_interleave(torch.arange(batch.B, device=device), lengths, output_size=rows)
+
+
+def segment_sums(rows: torch.Tensor, segment: torch.Tensor, n_segments: int) -> torch.Tensor:
+    """float64 sums of ``rows`` (N, ...) by ``segment`` (N,): (n_segments, ...), 0 for an empty segment."""
+    sums = torch.zeros((n_segments, *rows.shape[1:]), dtype=torch.float64, device=rows.device)
+    return sums.index_add_(0, segment, rows)
