@@ -344,8 +344,7 @@ class _MergeGrid:
                         cfg.block_m)
         combine = Launch(_merge_combine_kernel, self.grid(cfg, roles), combine_args, cfg.combine_warps, (self.out,),
                          ("merge_combine", *combine_args[-5:]), MERGE_COMBINE_NATIVE)
-        return Plan(self.out, (reduce, combine), cfg if self.replayed else None,
-                    merge_programs(device, cfg) if self.replayed else 0)
+        return _merge_plan(self.out, (reduce, combine), cfg, self.replayed, device)
 
 
 def _merge_grid_and_outputs(values, offsets, cfg, units_per_program) -> _MergeGrid:
@@ -460,7 +459,13 @@ def _expand_on_merge_grid(kernel, name: str, grad, offsets, n_rows, mean: bool, 
     args = (grad, offsets, out, n_rows, n_segments, units_per_program, n_cols, mean, cfg.block_l, *constexprs)
     launch = Launch(kernel, (n_programs, -(-n_cols // cfg.block_m), roles), args, cfg.num_warps, (out,),
                     (name, *args[6:]), MERGE_EXPAND_NATIVE)
-    return Plan(out, (launch,), cfg if replayed else None, merge_programs(grad.device, cfg) if replayed else 0)
+    return _merge_plan(out, (launch,), cfg, replayed, grad.device)
+
+
+def _merge_plan(out, launches: tuple, cfg: MergeConfig, replayed: bool, device) -> Plan:
+    """A Plan on the merge path's grid: the native path replays it (the config and its programs) only where the grid
+    is ``merge_grid``'s, which it redoes per call; a forced K stays on the Python path."""
+    return Plan(out, launches, cfg if replayed else None, merge_programs(device, cfg) if replayed else 0)
 
 
 def _merge_grid_or_forced(n_rows, n_segments, n_cols, device, cfg, units_per_program):
