@@ -330,7 +330,13 @@ def merge_config(n_cols: int, dtype: torch.dtype) -> MergeConfig:
 def _merge_bucket(n_cols: int, element_size: int) -> MergeConfig:
     block_m = min(next_pow2(n_cols), 256)
     bucket = "narrow" if block_m <= 16 else "mid" if block_m <= 64 else "wide"
-    elements, warps, window, programs = MERGE_TILES[(min(element_size, 4), bucket)]
+    return merge_tiles(n_cols, *MERGE_TILES[(min(element_size, 4), bucket)])
+
+
+def merge_tiles(n_cols: int, elements: int, warps: int, window: int, programs: int) -> MergeConfig:
+    """The merge-path config of rows of ``n_cols`` columns for one ``MERGE_TILES`` entry (tile elements, warps,
+    window, programs an SM): ``merge_config``'s, and a benchmark's variants of it."""
+    block_m = min(next_pow2(n_cols), 256)
     rows = max(elements // block_m, 1)  # rows of a contiguous tile
     seg_rows = min(16 if block_m <= 8 else 8 if block_m <= 32 else 4, rows)
     return MergeConfig(block_m=block_m, block_l=rows, group=max(rows // seg_rows, 1), seg_rows=seg_rows, seg_tiles=4,

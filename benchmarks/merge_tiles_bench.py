@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Without max_seqlen, where does the merge path lose to the balanced chunks, for the sum and the mean, and which of
+its tile configs closes the gap? (the merge path's tiles against the chunks on even and skewed lengths)
+
+Per shape (the ops benchmark's bar shapes, where the chunks led, then the classes where the merge path leads), every
+contender in the same run, fp32 unless named:
+
+- correctness first: each contender's output against float64 (``reduce_row.rel_error`` within the dtype's
+  tolerance); a wrong one is recorded, not timed;
+- device time by CUDA-graph replay with L2 flushed (``harness.device_time``): the merge path at its production config
+  (sum and mean), the balanced chunks at theirs (``plan.plan_sized_chunks``: the path without max_seqlen before the
+  merge path; sum and mean), and the mean on the merge path at the bucket's variants (``VARIANTS``: tile elements,
+  warps, window, programs an SM; ``config.merge_tiles``);
+- the merge path's mean split by kernel (torch.profiler, L2 flushed): the reduction and the combine;
+- the floor: bytes that must move / the copy bandwidth measured in the same run.
+
+Run on the GPU machine from the repository root:
+    PYTHONPATH=src python3 benchmarks/merge_tiles_bench.py --out $OUT/tiles
+``--cpu-smoke``: tiny shapes through the interpreter (TRITON_INTERPRET=1), one call each: the script's plumbing only.
+Writes ``OUT/merge-tiles.{json,md}`` (rewritten after each shape).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from jaggedperf.inputs import Case, make_batch
+from jaggedperf.lab import harness, reduce_row
+from jaggedperf.lab.measure import timing
+from jaggedperf.ops import testing
+from jaggedperf.ops.config import merge_config, merge_tiles
+from jaggedperf.ops.reduce import plan
+
+SHAPES = [  # (where the chunks led in the ops benchmark, or where the merge path leads, the case)
+    ("chunks led", Case(512, 64, 100, 0.1)),
+    ("chunks led", Case(512, 64, 500, 0.75)),
+    ("chunks led", Case(1024, 256, 1000, 0.5)),
+    ("chunks led", Case(4096, 512, 512, 0.2)),
+    ("chunks led", Case(4096, 512, 512, 0.2, dtype="bfloat16")),
+    ("chunks led", Case(256, 64, 20000, 0.5)),
+    ("chunks led", Case(4096, 128, 32768, 0.0, "heavy")),
+    ("chunks led", Case(8, 4096, 4000, 0.0, "fixed")),
+    ("chunks led", Case(65536, 16, 64, 0.2)),
+    ("chunks led", Case(32768, 64, 32, 0.2)),
+    ("merge led", Case(10_000, 4, 16, 0.5)),
+    ("merge led", Case(1_000_000, 8, 1, 0.0, "fixed")),
+    ("merge led", Case(100_000, 64, 64, 0.9, "empty")),
+    ("merge led", Case(4096, 64, 400, 0.0, "heavy")),
+    ("merge led", Case(2048, 24, 256, 0.2)),
+    ("merge led", Case(2048, 1000, 256, 0.2)),
+]
+SMOKE = [("chunks led", Case(6, 256, 40, 0.2)), ("merge led", Case(40, 4, 16, 0.5)),
+         ("chunks led", Case(5, 24, 40, 0.2, dtype="bfloat16"))]
+# (tile elements, warps, window, programs an SM) beside production's, by the bucket of the row width
+VARIANTS = {
+    "narrow": [(1024, 1, 128, 16), (2048, 2, 128, 12), (1024, 1, 64, 12)],
+    "mid": [(1024, 1, 64, 12), (1024, 1, 64, 16), (2048, 2, 64, 8), (2048, 2, 64, 12)],
+    "wide": [(4096, 8, 64, 3), (4096, 8, 64, 6), (2048, 4, 64, 6), (4096, 4, 64, 2), (8192, 8, 64, 3)],
+}
+
+
+def bucket(n_cols: int) -> str:
+    block_m = merge_config(n_cols, torch.float32).block_m
+    return "narrow" if block_m <= 16 else "mid" if block_m <= 64 else "wide"
+
+
+def planned(planner, *args):
+    """A plan forced and run through the JIT, returning its output."""
+    def call():
+        p = planner(*args)
+        testing.run_direct(p.launches)
+        return p.out
+    return call
+
+
+def contenders(values, offsets) -> list[tuple[str, bool, object]]:
+    """(name, mean?, callable) of a shape's contenders."""
+    out = [("merge sum", False, planned(plan.plan_merge, values, offsets, False, False)),
+           ("merge mean", True, planned(plan.plan_merge, values, offsets, True, False)),
+           ("chunks sum", False, planned(plan.plan_sized_chunks, values, offsets, False, False)),
+           ("chunks mean", True, planned(plan.plan_sized_chunks, values, offsets, True, False))]
+    for tiles in VARIANTS[bucket(values.shape[1])]:
+        cfg = merge_tiles(values.shape[1], *tiles)
+        out.append((f"merge mean {'/'.join(map(str, tiles))}", True,
+                    planned(plan.plan_merge, values, offsets, True, False, cfg)))
+    return out
+
+
+def measure(label: str, values, offsets, copy_gbps: float | None, smoke: bool) -> dict:
+    must = reduce_row.must_move_bytes(values, offsets)
+    row: dict = {"case": label, "dtype": str(values.dtype).removeprefix("torch."), "MB": round(must / 1e6, 1),
+                 "floor_us": round(must / copy_gbps / 1e3, 2) if copy_gbps else None, "times": {}, "errors": {}}
+    refs = {mean: reduce_row.reference(values, offsets, mean=mean) for mean in (False, True)}
+    tol = reduce_row.tolerance(values.dtype)
+    for name, mean, fn in contenders(values, offsets):
+        err = reduce_row.rel_error(fn(), refs[mean])
+        if not err <= tol:
+            row["errors"][name] = err
+            continue
+        if smoke:
+            row["times"][name] = {"median_us": 0.0, "p20_us": 0.0, "p80_us": 0.0}
+            continue
+        t = harness.device_time(fn, values.device, rep_ms=30)
+        row["times"][name] = {k: round(t[k], 2) for k in ("median_us", "p20_us", "p80_us")}
+    if not smoke:
+        prof = timing.profile_kernels(planned(plan.plan_merge, values, offsets, True, False), values.device)
+        row["merge_mean_kernels"] = {k.name[:60]: round(k.us_per_call, 2) for k in prof.kernels}
+    return row
+
+
+def _us(t: dict | None) -> str:
+    if t is None:
+        return "—"
+    star = "*" if t["median_us"] and (t["p80_us"] - t["p20_us"]) > 0.1 * t["median_us"] else ""
+    return f"{t['median_us']:.1f}{star}"
+
+
+def render(rows: list[dict]) -> str:
+    fixed = ["merge sum", "merge mean", "chunks sum", "chunks mean"]
+    head = ["class", "case", "dtype", "MB", "floor", *fixed, "best variant (mean)", "every variant (mean)",
+            "merge mean by kernel"]
+    lines = ["# The merge path's tiles against the balanced chunks, without max_seqlen", "",
+             "Device µs by CUDA-graph replay with L2 flushed (median; * where p20–p80 passes 10% of it); floor = bytes "
+             "that must move / the copy bandwidth of the same run. A variant `E/W/w/P`: the merge path's mean with "
+             "tiles of E elements, W warps, a window of w segments, P programs an SM (production: `merge mean`, "
+             "`config.MERGE_TILES`). `wrong`: failed its check against float64, not timed.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        variants = {n.removeprefix("merge mean "): t for n, t in r["times"].items() if n.startswith("merge mean ")}
+        best = min(variants.items(), key=lambda kv: kv[1]["median_us"], default=None)
+        cells = [("wrong" if n in r["errors"] else _us(r["times"].get(n))) for n in fixed]
+        kernels = "; ".join(f"{k.split('_kernel')[0].lstrip('_')} {v}" for k, v in r.get("merge_mean_kernels", {}).items())
+        lines.append("| " + " | ".join([
+            r["class"], r["case"], r["dtype"], str(r["MB"]), str(r["floor_us"]), *cells,
+            f"{best[0]}: {_us(best[1])}" if best else "—",
+            "; ".join(f"{n} {_us(t)}" for n, t in variants.items()) + "".join(
+                f"; {n.removeprefix('merge mean ')} wrong" for n in r["errors"] if n.startswith("merge mean ")),
+            kernels or "—"]) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes under TRITON_INTERPRET=1")
+    args = parser.parse_args()
+    device = torch.device("cpu" if args.cpu_smoke else "cuda")
+    copy_gbps = None if args.cpu_smoke else timing.copy_bandwidth_gbps(device)
+    rows: list[dict] = []
+    data = {"meta": harness.meta(), "copy_gbps": copy_gbps, "rows": rows}
+    for cls, case in (SMOKE if args.cpu_smoke else SHAPES):
+        batch = make_batch(case, device)
+        try:
+            rows.append({"class": cls, **measure(case.label, batch.values, batch.offsets, copy_gbps, args.cpu_smoke)})
+        except Exception as exc:  # noqa: BLE001 - a shape that fails is recorded, the run goes on
+            rows.append({"class": cls, "case": case.label, "dtype": case.dtype, "MB": None, "floor_us": None,
+                         "times": {}, "errors": {"shape": f"{type(exc).__name__}: {str(exc)[:300]}"}})
+        del batch
+        for path in harness.write_summary(args.out, "merge-tiles", data, render(rows)):
+            print(path, file=sys.stderr)
+        print(rows[-1]["case"], {k: v["median_us"] for k, v in rows[-1]["times"].items()}, rows[-1]["errors"],
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
