@@ -53,6 +53,21 @@ SHAPES = [  # (where the chunks led in the ops benchmark, or where the merge pat
     ("merge led", Case(2048, 24, 256, 0.2)),
     ("merge led", Case(2048, 1000, 256, 0.2)),
 ]
+# --wide: the fp32 rows of more than 64 columns again, the five above and five the variants were not chosen on, with
+# the candidates from the first run (and their neighbours at the programs an SM their registers leave), sum and mean
+WIDE_CHECK = [
+    ("seen", Case(1024, 256, 1000, 0.5)),
+    ("seen", Case(4096, 512, 512, 0.2)),
+    ("seen", Case(4096, 128, 32768, 0.0, "heavy")),
+    ("seen", Case(8, 4096, 4000, 0.0, "fixed")),
+    ("seen", Case(2048, 1000, 256, 0.2)),
+    ("unseen", Case(8192, 128, 64, 0.5)),
+    ("unseen", Case(4096, 256, 128, 0.5)),
+    ("unseen", Case(20000, 128, 2000, 0.0, "heavy")),
+    ("unseen", Case(1024, 192, 300, 0.3)),
+    ("unseen", Case(100_000, 128, 32, 0.9, "empty")),
+]
+WIDE_CANDIDATES = [(4096, 8, 64, 6), (4096, 8, 64, 2), (4096, 8, 64, 4), (2048, 4, 64, 6), (2048, 4, 64, 4)]
 SMOKE = [("chunks led", Case(6, 256, 40, 0.2)), ("merge led", Case(40, 4, 16, 0.5)),
          ("chunks led", Case(5, 24, 40, 0.2, dtype="bfloat16"))]
 # (tile elements, warps, window, programs an SM) beside production's, by the bucket of the row width
@@ -77,26 +92,27 @@ def planned(planner, *args):
     return call
 
 
-def contenders(values, offsets) -> list[tuple[str, bool, object]]:
-    """(name, mean?, callable) of a shape's contenders."""
+def contenders(values, offsets, wide: bool = False) -> list[tuple[str, bool, object]]:
+    """(name, mean?, callable) of a shape's contenders; ``wide``: ``WIDE_CANDIDATES``' sum and mean."""
     out = [("merge sum", False, planned(plan.plan_merge, values, offsets, False, False)),
            ("merge mean", True, planned(plan.plan_merge, values, offsets, True, False)),
            ("chunks sum", False, planned(plan.plan_sized_chunks, values, offsets, False, False)),
            ("chunks mean", True, planned(plan.plan_sized_chunks, values, offsets, True, False))]
-    for tiles in VARIANTS[bucket(values.shape[1])]:
+    for tiles in (WIDE_CANDIDATES if wide else VARIANTS[bucket(values.shape[1])]):
         cfg = merge_tiles(values.shape[1], *tiles)
-        out.append((f"merge mean {'/'.join(map(str, tiles))}", True,
-                    planned(plan.plan_merge, values, offsets, True, False, cfg)))
+        for mean in (False, True) if wide else (True,):
+            out.append((f"merge {'mean' if mean else 'sum'} {'/'.join(map(str, tiles))}", mean,
+                        planned(plan.plan_merge, values, offsets, mean, False, cfg)))
     return out
 
 
-def measure(label: str, values, offsets, copy_gbps: float | None, smoke: bool) -> dict:
+def measure(label: str, values, offsets, copy_gbps: float | None, smoke: bool, wide: bool = False) -> dict:
     must = reduce_row.must_move_bytes(values, offsets)
     row: dict = {"case": label, "dtype": str(values.dtype).removeprefix("torch."), "MB": round(must / 1e6, 1),
                  "floor_us": round(must / copy_gbps / 1e3, 2) if copy_gbps else None, "times": {}, "errors": {}}
     refs = {mean: reduce_row.reference(values, offsets, mean=mean) for mean in (False, True)}
     tol = reduce_row.tolerance(values.dtype)
-    for name, mean, fn in contenders(values, offsets):
+    for name, mean, fn in contenders(values, offsets, wide):
         err = reduce_row.rel_error(fn(), refs[mean])
         if not err <= tol:
             row["errors"][name] = err
@@ -121,16 +137,17 @@ def _us(t: dict | None) -> str:
 
 def render(rows: list[dict]) -> str:
     fixed = ["merge sum", "merge mean", "chunks sum", "chunks mean"]
-    head = ["class", "case", "dtype", "MB", "floor", *fixed, "best variant (mean)", "every variant (mean)",
+    head = ["class", "case", "dtype", "MB", "floor", *fixed, "best variant", "every variant",
             "merge mean by kernel"]
     lines = ["# The merge path's tiles against the balanced chunks, without max_seqlen", "",
              "Device µs by CUDA-graph replay with L2 flushed (median; * where p20–p80 passes 10% of it); floor = bytes "
-             "that must move / the copy bandwidth of the same run. A variant `E/W/w/P`: the merge path's mean with "
+             "that must move / the copy bandwidth of the same run. A variant `mean E/W/w/P`: the merge path's mean with "
              "tiles of E elements, W warps, a window of w segments, P programs an SM (production: `merge mean`, "
              "`config.MERGE_TILES`). `wrong`: failed its check against float64, not timed.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        variants = {n.removeprefix("merge mean "): t for n, t in r["times"].items() if n.startswith("merge mean ")}
+        variants = {n.removeprefix("merge "): t for n, t in r["times"].items()
+                    if n.startswith(("merge mean ", "merge sum ")) and n not in fixed}
         best = min(variants.items(), key=lambda kv: kv[1]["median_us"], default=None)
         cells = [("wrong" if n in r["errors"] else _us(r["times"].get(n))) for n in fixed]
         kernels = "; ".join(f"{k.split('_kernel')[0].lstrip('_')} {v}" for k, v in r.get("merge_mean_kernels", {}).items())
@@ -138,7 +155,7 @@ def render(rows: list[dict]) -> str:
             r["class"], r["case"], r["dtype"], str(r["MB"]), str(r["floor_us"]), *cells,
             f"{best[0]}: {_us(best[1])}" if best else "—",
             "; ".join(f"{n} {_us(t)}" for n, t in variants.items()) + "".join(
-                f"; {n.removeprefix('merge mean ')} wrong" for n in r["errors"] if n.startswith("merge mean ")),
+                f"; {n.removeprefix('merge ')} wrong" for n in r["errors"] if n.startswith("merge ")),
             kernels or "—"]) + " |")
     return "\n".join(lines)
 
@@ -147,20 +164,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes under TRITON_INTERPRET=1")
+    parser.add_argument("--wide", action="store_true", help="WIDE_CHECK's shapes, WIDE_CANDIDATES' sum and mean")
     args = parser.parse_args()
     device = torch.device("cpu" if args.cpu_smoke else "cuda")
     copy_gbps = None if args.cpu_smoke else timing.copy_bandwidth_gbps(device)
     rows: list[dict] = []
     data = {"meta": harness.meta(), "copy_gbps": copy_gbps, "rows": rows}
-    for cls, case in (SMOKE if args.cpu_smoke else SHAPES):
+    shapes = SMOKE if args.cpu_smoke else WIDE_CHECK if args.wide else SHAPES
+    for cls, case in shapes:
         batch = make_batch(case, device)
         try:
-            rows.append({"class": cls, **measure(case.label, batch.values, batch.offsets, copy_gbps, args.cpu_smoke)})
+            rows.append({"class": cls, **measure(case.label, batch.values, batch.offsets, copy_gbps, args.cpu_smoke,
+                                                      args.wide)})
         except Exception as exc:  # noqa: BLE001 - a shape that fails is recorded, the run goes on
             rows.append({"class": cls, "case": case.label, "dtype": case.dtype, "MB": None, "floor_us": None,
                          "times": {}, "errors": {"shape": f"{type(exc).__name__}: {str(exc)[:300]}"}})
         del batch
-        for path in harness.write_summary(args.out, "merge-tiles", data, render(rows)):
+        for path in harness.write_summary(args.out, "merge-tiles-wide" if args.wide else "merge-tiles", data,
+                                          render(rows)):
             print(path, file=sys.stderr)
         print(rows[-1]["case"], {k: v["median_us"] for k, v in rows[-1]["times"].items()}, rows[-1]["errors"],
               flush=True)
