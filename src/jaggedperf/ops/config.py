@@ -300,13 +300,18 @@ class MergeConfig:
 # aims at one wave or less; on the H200 (benchmarks/results/h200/merge-path.md) fp32 rows of 32-64 columns ran 8-26% faster at
 # 8 programs an SM than at 16 (16 is 1.33 waves at 166 registers) and rows of <= 16 columns 26-35% slower at 6 than
 # at 12; a 128-segment window took the 95%-empty 10^6 × 16 batch from 105 to 95 µs and a 64-segment one the
-# 1024 × 256 rows from 224 to 167 µs (its 168 registers at 128 had made the 4 programs an SM aimed at 1.3 waves; 4096-
-# element tiles aim at 3, which both Triton 3.6 (128 registers) and 3.7.1 (163) leave resident).
+# 1024 × 256 rows from 224 to 167 µs. fp32 rows of more than 64 columns: 2048-element tiles at 4 warps, 4 programs an
+# SM (128 registers a lane on Triton 3.6: 4 resident). The 4096-element tile at 3 an SM ran the *mean* at 1.0-2.3×
+# the sum on the same bytes (1024 × 256: 267.9 against 191.5 µs), though both compile to the same registers and load
+# runs; over ten shapes, five of them new to every candidate, 2048/4/4 ran sum and mean within 2% of each other,
+# the mean 1.0-2.2× faster than before and the sum at 0.73-1.04× (benchmarks/results/h200/merge-tiles-wide.md).
 MERGE_EXPAND_WINDOW = 64  # the backward's window at most (its stores measured at 64 on the H200; 128 not measured)
 MERGE_SEARCH = 128  # probes a bound a step: B = 10^4 in 2 dependent steps, 2·10^6 in 3
 MERGE_TILES = {  # (element size, column bucket) -> (elements, warps, window, programs an SM)
-    (4, "narrow"): (1024, 1, 128, 12), (4, "mid"): (1024, 1, 64, 8), (4, "wide"): (4096, 4, 64, 3),
+    (4, "narrow"): (1024, 1, 128, 12), (4, "mid"): (1024, 1, 64, 8), (4, "wide"): (2048, 4, 64, 4),
     (2, "narrow"): (1024, 1, 64, 12), (2, "mid"): (1024, 1, 64, 12), (2, "wide"): (4096, 4, 64, 3)}
+# The backward's stores keep the tiles they were measured at (the forward's fp32 wide tile is not measured for them).
+MERGE_EXPAND_TILES = {**MERGE_TILES, (4, "wide"): (4096, 4, 64, 3)}
 
 
 def merge_config(n_cols: int, dtype: torch.dtype) -> MergeConfig:
@@ -323,14 +328,19 @@ def merge_config(n_cols: int, dtype: torch.dtype) -> MergeConfig:
     Returns:
         the config (cached).
     """
-    return _merge_bucket(int(n_cols), dtype.itemsize)
+    return _merge_bucket(int(n_cols), dtype.itemsize, False)
+
+
+def merge_expand_config(n_cols: int, dtype: torch.dtype) -> MergeConfig:
+    """``merge_config`` for the backward (``MERGE_EXPAND_TILES``)."""
+    return _merge_bucket(int(n_cols), dtype.itemsize, True)
 
 
 @functools.lru_cache(maxsize=None)
-def _merge_bucket(n_cols: int, element_size: int) -> MergeConfig:
+def _merge_bucket(n_cols: int, element_size: int, backward: bool) -> MergeConfig:
     block_m = min(next_pow2(n_cols), 256)
     bucket = "narrow" if block_m <= 16 else "mid" if block_m <= 64 else "wide"
-    return merge_tiles(n_cols, *MERGE_TILES[(min(element_size, 4), bucket)])
+    return merge_tiles(n_cols, *(MERGE_EXPAND_TILES if backward else MERGE_TILES)[(min(element_size, 4), bucket)])
 
 
 def merge_tiles(n_cols: int, elements: int, warps: int, window: int, programs: int) -> MergeConfig:

@@ -18,8 +18,8 @@ import dataclasses
 import torch
 
 from jaggedperf.ops.config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMENT_TILES, MergeConfig, ReduceConfig,
-                                   SegmentsConfig, SplitConfig, merge_config, reduce_config, segments_config,
-                                   sm_count, split_config)
+                                   SegmentsConfig, SplitConfig, merge_config, merge_expand_config, reduce_config,
+                                   segments_config, sm_count, split_config)
 from jaggedperf.ops.launch.layout import FEW_SEGMENTS, GridKind, Source
 from jaggedperf.ops.launch.plan import Launch, NativeKernel, Plan, chunking, sym_max
 from jaggedperf.ops.tiles import hint_of
@@ -386,13 +386,13 @@ def expand_merge(grad, offsets, n_rows, mean: bool, cfg: MergeConfig | None = No
 
     Args:
         grad, offsets, n_rows, mean: as for ``plan_expand``.
-        cfg: the tiles (``merge_config`` when None).
+        cfg: the tiles (``merge_expand_config`` when None).
         units_per_program: K, forced (any K >= 1 is correct); None: ``merge_grid``'s.
 
     Returns:
         the Plan.
     """
-    cfg = cfg or merge_config(int(grad.shape[1]), grad.dtype)
+    cfg = cfg or merge_expand_config(int(grad.shape[1]), grad.dtype)
     constexprs = (cfg.block_m, cfg.expand_window, cfg.group, cfg.seg_rows, cfg.seg_tiles, cfg.search)
     return _expand_on_merge_grid(_merge_expand_kernel, "merge_expand", grad, offsets, n_rows, mean, cfg,
                                  units_per_program, constexprs, roles=1)
