@@ -60,10 +60,10 @@ REPRO_MODES = (modes_mod.EAGER, modes_mod.SEED_COMPILED_MODE, modes_mod.boundary
 # unbind_mean's compiled cells compile one mean per sequence, B = 512 unrolled, for minutes (on the CPU 64 s in
 # torch.compile, over 600 s through jaggedperf.compile, which compiles it again with unbacked lengths). repro caps a
 # cell, compile included, so that the one command finishes, and marks a cut cell with the budget it passed.
-# On a GPU the cap is sized for the seed's first row: torch.compile's unbind_mean compiled in 74 s at the first seed
-# shape on the H200 (benchmarks/results/h200/seed-table-shape1.json; cut at 60 s in a later run): 240 s leaves it
-# three times that (tests/test_cli_lab.py holds the budget to the committed figure). At the second shape its
-# compile passed 250 s twice: there the table shows `cut > 240 s`, the bound measured.
+# On a GPU the cap is sized for the seed's first row: torch.compile's unbind_mean compiled in 66-74 s at the first
+# seed shape on the H200 (benchmarks/results/h200/seed-table-shape1.json; cut at 60 s in a later run): 240 s leaves
+# it three times that (tests/test_cli_lab.py holds the budget to the committed figure). At the second shape its
+# compile passed 250 s twice and 240 s once: there the table shows `cut > 240 s`, the bound measured.
 REPRO_GPU_CELL_TIMEOUT_S = 240.0
 # On the CPU, the seed's method (50 + 200 calls of 30 cells, compiles uncapped) took over 30 minutes: fewer calls, and
 # a budget meant to cut only unbind_mean's compiles: the others' cold compiles took 3-10 s on a 2-core machine with

@@ -176,6 +176,12 @@ def _fig(cell: Shown | None, disagree: set[Shown]) -> str:
     return "—" if cell is None else f"{cell.median_ms:.3f}{marks(cell, disagree)}"
 
 
+def _cut(r: Result | None) -> str | None:
+    """A cell cut by its time budget (compile included) as the table shows it, e.g. ``cut > 240 s``; else None."""
+    found = re.search(r"timed out after (\d+(?:\.\d+)?) s", r.reason or "") if r is not None else None
+    return f"cut > {float(found.group(1)):g} s" if found else None
+
+
 def seed_record(root: Path) -> RunRecord:
     """The two seed-table files as one record; a cell measured in both keeps the later file's result."""
     records = [load_results(root / path) for path in SEED_TABLES]
@@ -199,13 +205,15 @@ def repro_block(record: RunRecord, disagree: set[Shown]) -> str:
             eager, compiled = index.get((impl, EAGER, case)), index.get((impl, SEED_COMPILED_MODE, case))
             cells.append(_fig(shown_of("repro", eager), disagree) if eager is not None else "—")
             speedup = f" ({compiled.speedup_vs_eager:.2f}×)" if _ok(compiled) and compiled.speedup_vs_eager else ""
-            cells.append((_fig(shown_of("repro", compiled), disagree) if compiled is not None else "—") + speedup)
+            cells.append(_cut(compiled) or (_fig(shown_of("repro", compiled), disagree) if compiled is not None
+                                             else "—") + speedup)
         lines.append(f"| {impl} | {' | '.join(cells)} |")
     env = record.environment
     return "\n".join([
         f"`jaggedperf repro` on the {env.get('gpu')} (torch {env.get('torch')}): wall per call in ms, eager vs "
         f"`{SEED_COMPILED_MODE}` (speedup vs eager; below 1× is the seed's finding). Files: `{SEED_TABLES[0]}`, "
-        f"`{SEED_TABLES[1]}` (— : not measured, the compile was cut).",
+        f"`{SEED_TABLES[1]}` (`cut > N s`: the cell passed its budget of N s, compile included, and was stopped; "
+        "— : not measured).",
         "",
         *lines,
     ])
