@@ -234,12 +234,7 @@ def forced(planner, *args):
     """A planned path forced (``plan.plan_merge``, ``plan.plan_split`` with its arguments), run through the JIT."""
     from jaggedperf.ops import testing
 
-    def call():
-        planned = planner(*args)
-        testing.run_direct(planned.launches)
-        return planned.out
-
-    return call
+    return testing.forced_call(planner, *args)
 
 
 def split_variants(values) -> dict:

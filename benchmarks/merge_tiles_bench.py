@@ -83,26 +83,17 @@ def bucket(n_cols: int) -> str:
     return "narrow" if block_m <= 16 else "mid" if block_m <= 64 else "wide"
 
 
-def planned(planner, *args):
-    """A plan forced and run through the JIT, returning its output."""
-    def call():
-        p = planner(*args)
-        testing.run_direct(p.launches)
-        return p.out
-    return call
-
-
 def contenders(values, offsets, wide: bool = False) -> list[tuple[str, bool, object]]:
     """(name, mean?, callable) of a shape's contenders; ``wide``: ``WIDE_CANDIDATES``' sum and mean."""
-    out = [("merge sum", False, planned(plan.plan_merge, values, offsets, False, False)),
-           ("merge mean", True, planned(plan.plan_merge, values, offsets, True, False)),
-           ("chunks sum", False, planned(plan.plan_sized_chunks, values, offsets, False, False)),
-           ("chunks mean", True, planned(plan.plan_sized_chunks, values, offsets, True, False))]
+    out = [("merge sum", False, testing.forced_call(plan.plan_merge, values, offsets, False, False)),
+           ("merge mean", True, testing.forced_call(plan.plan_merge, values, offsets, True, False)),
+           ("chunks sum", False, testing.forced_call(plan.plan_sized_chunks, values, offsets, False, False)),
+           ("chunks mean", True, testing.forced_call(plan.plan_sized_chunks, values, offsets, True, False))]
     for tiles in (WIDE_CANDIDATES if wide else VARIANTS[bucket(values.shape[1])]):
         cfg = merge_tiles(values.shape[1], *tiles)
         for mean in (False, True) if wide else (True,):
             out.append((f"merge {'mean' if mean else 'sum'} {'/'.join(map(str, tiles))}", mean,
-                        planned(plan.plan_merge, values, offsets, mean, False, cfg)))
+                        testing.forced_call(plan.plan_merge, values, offsets, mean, False, cfg)))
     return out
 
 
@@ -123,7 +114,7 @@ def measure(label: str, values, offsets, copy_gbps: float | None, smoke: bool, w
         t = harness.device_time(fn, values.device, rep_ms=30)
         row["times"][name] = {k: round(t[k], 2) for k in ("median_us", "p20_us", "p80_us")}
     if not smoke:
-        prof = timing.profile_kernels(planned(plan.plan_merge, values, offsets, True, False), values.device)
+        prof = timing.profile_kernels(testing.forced_call(plan.plan_merge, values, offsets, True, False), values.device)
         row["merge_mean_kernels"] = {k.name[:60]: round(k.us_per_call, 2) for k in prof.kernels}
     return row
 

@@ -141,6 +141,18 @@ def run_direct(launches) -> None:
         step.kernel[step.grid](*step.args, num_warps=step.num_warps)
 
 
+def forced_call(planner: Callable[..., Plan], *args) -> Callable[[], torch.Tensor]:
+    """A call that plans with ``planner(*args)`` (a planner of ``reduce.plan``, e.g. ``plan_merge`` with a config)
+    and runs its launches through the JIT, returning the plan's output: a forced path for benchmarks to time."""
+
+    def call() -> torch.Tensor:
+        planned = planner(*args)
+        run_direct(planned.launches)
+        return planned.out
+
+    return call
+
+
 def launch_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False, max_seqlen=None,
                   rows_per_chunk: int | None = None, segments: SegmentsConfig | None = None,
                   rowblock: RowBlockConfig | bool | None = None, merge: MergeConfig | bool | None = None,
