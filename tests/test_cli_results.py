@@ -206,7 +206,7 @@ def test_a_wrongly_typed_field_is_one_clean_error_line(tmp_path, small, capsys, 
         assert main(argv) == 2
         captured = capsys.readouterr()
         assert "Traceback" not in captured.err + captured.out
-        assert re.fullmatch(rf'jaggedperf: error: .*sweep\.jsonl:4: "{field}[.a-z_]*" must be .*\n', captured.err)
+        assert re.fullmatch(rf'jaggedperf: error: .*sweep\.jsonl:4: {field}[.a-z_]*: expected .*\n', captured.err)
     assert not (tmp_path / "r.md").exists()
 
 

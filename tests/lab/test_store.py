@@ -159,9 +159,9 @@ def test_missing_file(tmp_path):
         ('{"op": "x", "implementation": "y", "mode": "eager", "device": "cpu", "status": "fine",'
          ' "case": {"B": 1, "M": 1, "seqlen": 1, "sparsity": 0}}\n', r"bad:1: unknown status 'fine'"),
         ('{"op": "x", "implementation": "y", "mode": "eager", "device": "cpu",'
-         ' "case": {"B": 1, "M": 1, "seqlen": 1, "sparsity": 2}}\n', r"bad:1: not a valid result \(sparsity must be in"),
+         ' "case": {"B": 1, "M": 1, "seqlen": 1, "sparsity": 2}}\n', r"bad:1: case: not a valid Case: sparsity must be in"),
         ('{"op": "x", "implementation": "y", "mode": "eager", "device": "cpu", "wall": {"median_ms": 1},'
-         ' "case": {"B": 1, "M": 1, "seqlen": 1, "sparsity": 0}}\n', r"bad:1: not a valid result"),
+         ' "case": {"B": 1, "M": 1, "seqlen": 1, "sparsity": 0}}\n', r"bad:1: wall: missing required field 'mean_ms' of WallStats"),
     ],
 )
 def test_bad_content_is_one_clear_error(tmp_path, content, message):
@@ -269,20 +269,20 @@ _GOOD = {"op": "x", "implementation": "y", "mode": "eager", "device": "cpu",
 
 @pytest.mark.parametrize("change,message", [
     ({"wall": {"mean_ms": 1, "std_ms": 0, "median_ms": "fast", "min_ms": 1, "max_ms": 1, "n": 2}},
-     '"wall.median_ms" must be a number, got a string "fast"'),
+     'wall.median_ms: expected a number, got a string "fast"'),
     ({"wall": {"mean_ms": 1, "std_ms": 0, "median_ms": 1, "min_ms": 1, "max_ms": 1, "n": 2.5}},
-     '"wall.n" must be an integer, got a number 2.5'),
+     'wall.n: expected an integer, got a number 2.5'),
     ({"device_time": {"median_us": 1, "p20_us": 1, "p80_us": 1, "method": "graph", "l2_flushed": "yes"}},
-     '"device_time.l2_flushed" must be true or false, got a string "yes"'),
-    ({"wall": [1, 2]}, '"wall" must be an object or null, got a list [1, 2]'),
-    ({"rel_error": "big"}, '"rel_error" must be a number or null, got a string "big"'),
-    ({"speedup_vs_eager": True}, '"speedup_vs_eager" must be a number or null, got a boolean true'),
-    ({"kernel_names": "abc"}, '"kernel_names" must be a list of strings, got a string "abc"'),
-    ({"extra": []}, '"extra" must be an object, got a list []'),
-    ({"reason": 3}, '"reason" must be a string or null, got a number 3'),
-    ({"case": {"B": "8", "M": 1, "seqlen": 1, "sparsity": 0}}, '"case.B" must be an integer, got a string "8"'),
-    ({"case": {"B": 8, "M": 1, "seqlen": 1, "sparsity": 0, "dtype": None}}, '"case.dtype" must be a string, got null'),
-    ({"op": 7}, '"op" must be a string, got a number 7'),
+     'device_time.l2_flushed: expected a boolean, got a string "yes"'),
+    ({"wall": [1, 2]}, 'wall: expected an object (WallStats), got a list [1, 2]'),
+    ({"rel_error": "big"}, 'rel_error: expected a number, got a string "big"'),
+    ({"speedup_vs_eager": True}, 'speedup_vs_eager: expected a number, got a boolean true'),
+    ({"kernel_names": "abc"}, 'kernel_names: expected a list, got a string "abc"'),
+    ({"extra": []}, 'extra: expected an object, got a list []'),
+    ({"reason": 3}, 'reason: expected a string, got a number 3'),
+    ({"case": {"B": "8", "M": 1, "seqlen": 1, "sparsity": 0}}, 'case.B: expected an integer, got a string "8"'),
+    ({"case": {"B": 8, "M": 1, "seqlen": 1, "sparsity": 0, "dtype": None}}, 'case.dtype: expected a string, got null'),
+    ({"op": 7}, 'op: expected a string, got a number 7'),
 ])
 def test_a_field_of_the_wrong_type_is_one_clear_error(tmp_path, change, message):
     path = tmp_path / "bad.jsonl"

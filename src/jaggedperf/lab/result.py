@@ -11,13 +11,14 @@ of a result from them.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from jaggedperf.inputs import Case
 from jaggedperf.lab.measure import stats
+from jaggedperf.lab.results.typed import from_data
 
 # status of a cell
 OK = "ok"  # correct and timed, and the timing was stable
@@ -156,19 +157,13 @@ class Result:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Result":
-        known = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in d.items() if k in known}
-        kw["case"] = Case.from_dict(d["case"])
-        if kw.get("wall") is not None:
-            kw["wall"] = WallStats(**kw["wall"])
-        if kw.get("device_time") is not None:
-            kw["device_time"] = DeviceTime(**kw["device_time"])
-        if kw.get("stability") is not None:
-            kw["stability"] = Stability(**kw["stability"])
-        for key in ("host_call", "sync_wait"):
-            if kw.get(key) is not None:
-                kw[key] = WallStats(**kw[key])
-        return cls(**kw)
+        """A result from its ``to_dict`` form: every field by its annotated type, the parts (case, wall, device
+        time, stability) by theirs; unknown keys ignored (``results.typed``, the one reader of results).
+
+        Raises:
+            IncompatibleData (a ValueError): a required field is missing or a value is not of its field's type.
+        """
+        return from_data(cls, d)
 
     @property
     def timed(self) -> bool:

@@ -15,25 +15,23 @@ A process killed while appending loses at most the line in flight: each line is 
 with a warning when reading; the next append cuts it off first so that the file stays one object per line.
 
 Every problem with a file's content raises ``ResultsFileError`` naming the file (and the line for JSON
-lines). Nothing here prints: warnings are returned to the caller. Whole files (a JSON document, CSV, a
+lines). A result's fields are read by ``typed.from_data`` (by their annotated types), the reader the doctor's saved
+evidence and ``Result.from_dict`` use too: one rule for what a results file may hold. Nothing here prints: warnings are returned to the caller. Whole files (a JSON document, CSV, a
 report) are written atomically by ``atomic``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import gzip
 import json
 import os
-import types
-import typing
 import zlib
 from pathlib import Path
 from typing import Any
 
 from jaggedperf.lab.result import STATUSES, Result, RunRecord
 from jaggedperf.lab.results.atomic import fsync_dir
+from jaggedperf.lab.results.typed import IncompatibleData, from_data
 
 RETRY = "retry"  # extra[RETRY] on a result: it re-ran a failed cell of the file (what failed, from the scheduler)
 RESULT_KEYS = ("op", "implementation", "mode", "case", "device")  # a result line needs at least these
@@ -255,93 +253,10 @@ def _result_from_dict(path: Path, lineno: int | None, d: Any, where: str) -> Res
     status = d.get("status", "ok")
     if status not in STATUSES:
         raise _error(path, lineno, f"{where}unknown status {status!r} (expected one of {', '.join(STATUSES)})")
-    wrong = _wrong_type(Result, d, "")
-    if wrong is not None:
-        raise _error(path, lineno, f"{where}{wrong}")
     try:
-        return Result.from_dict(d)
-    except (TypeError, ValueError, KeyError) as err:
-        raise _error(path, lineno, f"{where}not a valid result ({_one_line(err)})") from None
-
-
-def _wrong_type(cls: type, d: dict, prefix: str) -> str | None:
-    """What is wrongly typed in ``d``, the fields of dataclass ``cls`` (nested dataclasses by their own
-    fields), as ``"wall.median_ms" must be a number, got a string``; None when every field it has is of its
-    annotated type. Keys that are not fields are left to ``from_dict`` (it ignores them); missing ones too.
-    The types come from the annotations, so a field added to ``Result`` or its parts is checked as well."""
-    hints = _field_types(cls)
-    for name, v in d.items():
-        if name not in hints:
-            continue
-        wanted = hints[name]
-        nested = next((t for t in (wanted, *typing.get_args(wanted)) if dataclasses.is_dataclass(t)), None)
-        if nested is not None and isinstance(v, dict):  # say which field inside is wrong
-            inner = _wrong_type(nested, v, f"{prefix}{name}.")
-            if inner is not None:
-                return inner
-        elif not _is_a(v, wanted):
-            return f'"{prefix}{name}" must be {_describe(wanted)}, got {_kind_of(v)}'
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def _field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _is_a(v: Any, hint: Any) -> bool:
-    """Whether the JSON value ``v`` is of type ``hint`` (an annotation of a results dataclass)."""
-    if hint is Any:
-        return True
-    args = typing.get_args(hint)
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_is_a(v, a) for a in args)
-    if hint is type(None):
-        return v is None
-    if hint is bool:
-        return isinstance(v, bool)
-    if hint is int:
-        return isinstance(v, int) and not isinstance(v, bool)
-    if hint is float:  # JSON has one number type: an integer is a float here
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-    if hint is str:
-        return isinstance(v, str)
-    if dataclasses.is_dataclass(hint):
-        return isinstance(v, dict) and _wrong_type(hint, v, "") is None
-    if origin in (list, tuple):
-        return isinstance(v, list) and (not args or all(_is_a(x, args[0]) for x in v))
-    if origin is dict or hint is dict:
-        return isinstance(v, dict) and (len(args) < 2 or all(_is_a(x, args[1]) for x in v.values()))
-    return True  # an annotation this check does not know: left to the constructor
-
-
-def _describe(hint: Any) -> str:
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        named = [_describe(a) for a in args if a is not type(None)]
-        return " or ".join(named) + (" or null" if type(None) in args else "")
-    if hint in (int, float):
-        return "an integer" if hint is int else "a number"
-    if hint is str:
-        return "a string"
-    if hint is bool:
-        return "true or false"
-    if typing.get_origin(hint) in (list, tuple):
-        return f"a list of {_describe(args[0]).split(' ', 1)[-1]}s" if args else "a list"
-    if dataclasses.is_dataclass(hint) or typing.get_origin(hint) is dict or hint is dict:
-        return "an object"
-    return str(hint)
-
-
-def _kind_of(v: Any) -> str:
-    """``v`` for a message: its JSON kind and, when short, the value."""
-    kind = _kind(v)
-    if v is None:
-        return "null"
-    shown = json.dumps(v)
-    article = "an" if kind[0] in "aeiou" else "a"
-    return f"{article} {kind} {shown}" if len(shown) <= 40 else f"{article} {kind}"
+        return from_data(Result, d)  # every field by its annotated type, nested dataclasses by theirs
+    except IncompatibleData as err:
+        raise _error(path, lineno, f"{where}{err}") from None
 
 
 def _number_or_none(path: Path, lineno: int | None, name: str, v: Any) -> float | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import json
 import types
 import typing
 from typing import Any, TypeVar
@@ -58,8 +59,13 @@ def _fail(where: str, message: str) -> IncompatibleData:
 
 
 def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", _NONE: "null"}.get(
+    """``value`` for a message: its JSON kind, and the value itself where it is short (``a string "fast"``)."""
+    kind = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", _NONE: "null"}.get(
         type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+    if value is None or not isinstance(value, (dict, list, str, bool, int, float)):
+        return kind
+    shown = json.dumps(value)
+    return f"{kind} {shown}" if len(shown) <= 40 else kind
 
 
 def _name(tp: Any) -> str:
