@@ -22,6 +22,12 @@ def timed_out(result: Result) -> bool:
     return result.status == ERROR and (result.reason or "").startswith(TIMED_OUT)
 
 
+def status_text(result: Result) -> str:
+    """A cell's status as tables and figures show it: "timed out" for an error that is a cut at the time budget
+    (``docs/columns.md``)."""
+    return "timed out" if timed_out(result) else result.status
+
+
 def cut_after_s(result: Result) -> float | None:
     """The budget a cell was cut at (seconds), or None when it was not cut."""
     if not timed_out(result):

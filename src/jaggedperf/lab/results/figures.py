@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jaggedperf.lab.budget import timed_out
+from jaggedperf.lab.budget import status_text
 from jaggedperf.lab.result import OK, UNSTABLE, Result, RunRecord
 from jaggedperf.lab.results.views import (
     EAGER,
@@ -138,8 +138,7 @@ def heatmap_data(record: RunRecord) -> list[Heatmap]:
                 mine = [r for r in in_mode if r.implementation == impl]
                 mask = shaky(mine, True)
                 panels.append(Panel(impl, grid(mine, speedup), mask, np.where(mask, grid(mine, shaky_speedup), np.nan)))
-            left_out = Counter("timed out" if timed_out(r) else r.status
-                               for r in rs if r.mode in (EAGER, mode) and r.status not in (OK, UNSTABLE))
+            left_out = Counter(status_text(r) for r in rs if r.mode in (EAGER, mode) and r.status not in (OK, UNSTABLE))
             # a panel's implementation × case with no result in this mode (a cut compile a file never recorded) is an
             # empty cell of the figure too: counted, so that its note never says "all cells ok" over a gap
             measured = {(r.implementation, r.case) for r in in_mode}

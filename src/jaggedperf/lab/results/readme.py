@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jaggedperf.lab.measure import stats
+from jaggedperf.lab.budget import cut_after_s
 from jaggedperf.lab.doctor import saved, verdicts
 from jaggedperf.lab.modes import EAGER, SEED_COMPILED_MODE, boundary_twin
 from jaggedperf.lab.result import OK, TIMED, Result, RunRecord
@@ -178,8 +179,8 @@ def _fig(cell: Shown | None, disagree: set[Shown]) -> str:
 
 def _cut(r: Result | None) -> str | None:
     """A cell cut by its time budget (compile included) as the table shows it, e.g. ``cut > 240 s``; else None."""
-    found = re.search(r"timed out after (\d+(?:\.\d+)?) s", r.reason or "") if r is not None else None
-    return f"cut > {float(found.group(1)):g} s" if found else None
+    cut = cut_after_s(r) if r is not None else None
+    return f"cut > {cut:g} s" if cut is not None else None
 
 
 def seed_record(root: Path) -> RunRecord:

@@ -16,8 +16,8 @@ with a warning when reading; the next append cuts it off first so that the file 
 
 Every problem with a file's content raises ``ResultsFileError`` naming the file (and the line for JSON
 lines). A result's fields are read by ``typed.from_data`` (by their annotated types), the reader the doctor's saved
-evidence and ``Result.from_dict`` use too: one rule for what a results file may hold. Nothing here prints: warnings are returned to the caller. Whole files (a JSON document, CSV, a
-report) are written atomically by ``atomic``.
+evidence and ``Result.from_dict`` use too: one rule for what a results file may hold. Nothing here prints: warnings
+are returned to the caller. Whole files (a JSON document, CSV, a report) are written atomically by ``atomic``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Sequence
 from rich import box
 from rich.table import Table
 
-from jaggedperf.lab.budget import cut_after_s, timed_out
+from jaggedperf.lab.budget import cut_after_s, status_text, timed_out
 from jaggedperf.lab.modes import EAGER
 from jaggedperf.lab.result import OK, SKIPPED, TIMED, UNSTABLE, Result
 
@@ -74,11 +74,6 @@ def _us(value: float | None) -> str:
     if value is None:
         return "—"
     return f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
-
-
-def status_text(r: Result) -> str:
-    """A cell's status as a table shows it: "timed out" for an error that is a cut at the time budget (``docs/columns.md``)."""
-    return "timed out" if timed_out(r) else r.status
 
 
 def _wall_cell(r: Result | None) -> str:
