@@ -24,6 +24,7 @@ Run:  python3 benchmarks/before_after.py --before DIR [--after .] --out OUT
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -120,8 +121,6 @@ def _ops_measures(data: dict) -> dict[tuple[str, str, str, str], tuple[float, fl
 
 def ops_rows(raw: Path) -> list[OpsRow]:
     """Both trees' ops rounds in ``raw`` as rows (medians of the rounds' medians)."""
-    import json
-
     rounds = {name: [_ops_measures(json.loads(p.read_text())) for p in sorted(raw.glob(f"ops-{name}-*.json"))]
               for name in TREES}
     keys = set.intersection(*(set(r) for name in TREES for r in rounds[name]))
@@ -143,10 +142,9 @@ def summarise(raw: Path, min_change: float, seconds: dict[str, float] | None,
     """The summary's data and Markdown from the runs in ``raw``; ``labels``: each tree's commit where its runs
     could not read it (a tree without git)."""
     rows = ops_rows(raw)
-    before, after = load(raw / "repro-before.json"), load(raw / "repro-after.json")
-    cmp = after.compare(before)  # a: before (the baseline), b: after; ratios after / before
-    commits = {name: (labels or {}).get(name) or load(raw / f"repro-{name}.json").environment.get("git_commit")
-               for name in TREES}
+    repro = {name: load(raw / f"repro-{name}.json") for name in TREES}
+    cmp = repro["after"].compare(repro["before"])  # a: before (the baseline), b: after; ratios after / before
+    commits = {name: (labels or {}).get(name) or repro[name].environment.get("git_commit") for name in TREES}
     moved = [r for r in rows if r.moved(min_change)]
     data = {"commits": commits, "min_change": min_change, "seconds": seconds,
             "ops": [dict(asdict(r), ratio=r.ratio, moved=r.moved(min_change)) for r in rows],

@@ -5,8 +5,8 @@ shapes and the configs (``jaggedperf.ops.config``), allocate what the kernels wr
 ``Plan`` (``jaggedperf.ops.launch.plan``); the caller runs its launches (``op``: through the fast tiers
 eagerly, ``wrap_triton`` when traced). The whole-segments kernels when ``max_seqlen`` is known and
 short (and not far past the mean length: ``merge_beats_whole``), the balanced chunks when it is known and long;
-else the merge path. Nothing here reads a tensor's
-values: under ``torch.compile(dynamic=True)`` N and B may be SymInts and planning installs no guard on them.
+else the merge path. Nothing here reads a tensor's values: under ``torch.compile(dynamic=True)`` N and B may be
+SymInts and planning installs no guard on them.
 ``plan_segments`` / ``plan_merge`` / ``plan_chunks`` (and the expand ones) take the choice as arguments: the
 production functions make it, and ``jaggedperf.ops.testing`` forces one to exercise every path.
 """
