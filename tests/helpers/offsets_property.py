@@ -7,7 +7,7 @@ import re
 import sys
 
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from helpers.reference import assert_matches, reference_expand, reference_reduce
 
@@ -19,6 +19,12 @@ OFFSET_ERRORS = re.compile(r"offsets\[0\] must be 0; got |offsets must be non-de
                            r"offsets\[-1\] must equal (values\.shape\[0\]|n_rows)=")
 HUGE = [2**31 - 1, -(2**31), 2**40, -(2**40), 2**62, -(2**63), 2**63 - 1]
 ENTRY_POINTS = ["sum", "mean-nan", "mean-zero", "ops.sum", "ops.mean", "ops.expand"]
+# Examples every run takes first, whatever it draws: (entry, (n_rows, offsets, valid), m, max_seqlen). An offset near
+# +-2**63 overflows an int64 row index unless a kernel bounds its ranges before it adds to them (with max_seqlen given
+# a start past its end reaches the balanced chunks' first tile); the draws reach these values too rarely.
+EDGE_CASES = [(entry, (n_rows, torch.tensor(offsets), False), m, max_seqlen)
+              for entry in ("sum", "ops.mean", "ops.expand") for m in (4, 5) for max_seqlen in (None, 2, 40)
+              for n_rows, offsets in ((0, [2**63 - 1, 0]), (5, [0, 2**63 - 1, 5]), (5, [0, -(2**63), 5]))]
 
 
 @st.composite
@@ -112,6 +118,9 @@ def run(examples: int, device: str = "cpu", device_kernels: bool = False, seed: 
     def prop(entry, case, m, max_seqlen):
         tally[check_example(entry, case, m, max_seqlen, device, device_kernels)] += 1
 
+    for entry, case, m, max_seqlen in EDGE_CASES:
+        if widths[0] <= m <= widths[1]:
+            prop = example(entry=entry, case=case, m=m, max_seqlen=max_seqlen)(prop)
     torch.manual_seed(seed)
     prop()
     return tally

@@ -27,9 +27,11 @@ def test_every_op_gives_the_reference_or_the_documented_error(entry):
 
 
 @needs_interpreter
-def test_the_rowwise_kernels_never_crash_on_any_offsets():
+def test_the_rowwise_kernels_never_crash_nor_touch_memory_outside_their_tensors_on_any_offsets():
+    # every unmasked load and store inside a tensor argument of its launch (helpers.bounds), as on the GPU
     tally = run_isolated("""
-        from helpers import family_property
+        from helpers import bounds, family_property
+        bounds.check_bounds()
         result = family_property.run_kernels(60)
     """, env={"TRITON_INTERPRET": "1"})
     assert tally["reference"] > 0 and tally["unspecified"] > 0, tally

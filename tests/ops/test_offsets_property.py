@@ -4,6 +4,8 @@ the float64 reference or a documented error, never a crash. Each property runs i
 crash fails the test (naming the last example) instead of killing pytest."""
 
 
+import pytest
+
 from helpers.interpret import INTERP_EXAMPLES, PROFILE, needs_interpreter
 from helpers.isolated import run_isolated
 
@@ -20,10 +22,20 @@ def test_any_offsets_on_the_cpu_give_the_reference_or_a_documented_error():
     assert tally["unspecified"] == 0
 
 
+# The grids the kernels are planned on: the CPU's default SM count and the H200's (132); the merge path's programs and
+# the chunks' rows per chunk follow from it. The property's explicit edge cases (offsets near +-2**63) run in both.
+SM_COUNTS = (4, 132)
+
+
 @needs_interpreter
-def test_any_offsets_through_the_triton_kernels_never_crash():
+@pytest.mark.parametrize("sm_count", SM_COUNTS, ids=lambda n: f"{n}-SMs")
+def test_any_offsets_through_the_triton_kernels_never_crash_nor_touch_memory_outside_their_tensors(sm_count):
+    # every unmasked load and store inside a tensor argument of its launch (helpers.bounds), as on the GPU
     tally = run_isolated(f"""
-        from helpers import offsets_property
-        result = offsets_property.run({INTERP_EXAMPLES * 2}, "cpu", device_kernels=True)
+        from helpers import bounds, offsets_property
+        import jaggedperf.ops.config
+        jaggedperf.ops.config.DEFAULT_SM_COUNT = {sm_count}
+        bounds.check_bounds()
+        result = offsets_property.run({INTERP_EXAMPLES}, "cpu", device_kernels=True, widths=(1, 5))
     """, env={"TRITON_INTERPRET": "1"})
     assert tally["reference"] > 0 and tally["unspecified"] > 0 and tally["documented error"] == 0

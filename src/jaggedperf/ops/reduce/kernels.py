@@ -95,6 +95,10 @@ def _sum_rows(values_ptr, r0, r1, n_cols, cols, col_mask, BLOCK_L: tl.constexpr,
     # is added: in a plain `acc += load` loop ptxas (Triton 3.6) interleaves the loads with the adds for the sum but
     # not the mean (4 against 8 128-bit loads in a row at M = 128, offline sm_90), and the sum ran 1.42x the floor
     # where the mean ran at it (4096 × 128 heavy). Wider tiles hold 128 elements a lane: a second tile would spill.
+    # r0 > r1 (invalid offsets: a start past its end, up to 2**63 - 1) is an empty range: r0 = min(r0, r1) keeps every
+    # row index at or below r1 <= N, so neither the first tile's rows nor the loop's r0 + BLOCK_L can overflow int64
+    # into an unmasked negative row.
+    r0 = tl.minimum(r0, r1)
     acc = tl.zeros([BLOCK_L, BLOCK_M], dtype=tl.float32)
     steps = tl.arange(0, BLOCK_L)
     if (BLOCK_M <= 128) and (values_ptr.dtype.element_ty == tl.float32):
