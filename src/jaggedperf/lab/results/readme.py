@@ -36,16 +36,20 @@ from jaggedperf.lab.results.store import load_results
 from jaggedperf.lab.results.views import impl_rank
 
 H200 = Path("benchmarks/results/h200")
-SEED_TABLES = (H200 / "seed-table-shape1.json", H200 / "seed-table-shape2.json")
-DOCTOR = H200 / "doctor-seed.json.gz"  # `jaggedperf doctor --json` at the seed shapes, stage timings dropped
-HEADLINE = H200 / "boundary-seed.json"  # benchmarks/boundary_bench.py's --out
+# `jaggedperf repro` runs, later files first for the cells they share: the seed's table with unbind_mean (two modes, one
+# file a shape), then one run of five implementations in the main job's three modes (the headline's and the repro
+# table's shared cells are then one measurement each: they cannot disagree).
+SEED_TABLES = (H200 / "seed-table-shape1.json", H200 / "seed-table-shape2.json", H200 / "seed-table.json.gz")
+DOCTOR = H200 / "doctor-seed.json.gz"  # `jaggedperf doctor --json` at the seed shapes
+HEADLINE = H200 / "boundary-seed.json"  # benchmarks/boundary_bench.py's --out: the headline's plain-twin column
+HEADLINE_IMPLS = ("nanmean_padded", "sum_padded", "njt_mean", "jaggedperf_njt")  # the NJT implementations
 FIGURE = H200 / "figures" / "seed-speedup.png"
 BOUNDARY_MODE = boundary_twin(SEED_COMPILED_MODE)
 PLAIN_TWIN = "plain twin"  # the headline's fourth column: the same computation compiled on (values, offsets)
 # The H200 commands whose outputs, run in one session, replace the files above (then commit them and run this script).
-REGENERATE = ("jaggedperf repro --json benchmarks/results/h200/seed-table-shape1.json (then split by shape, or point "
-              "SEED_TABLES at the one file); jaggedperf doctor --json benchmarks/results/h200/doctor-seed.json "
-              "(gzip it); python3 benchmarks/boundary_bench.py --out DIR --impls "
+REGENERATE = ("jaggedperf repro --impls nanmean_padded sum_padded njt_mean jaggedperf jaggedperf_njt --timeout 150 "
+              "--json seed-table.json; jaggedperf doctor --json doctor-seed.json (gzip both into "
+              "benchmarks/results/h200); python3 benchmarks/boundary_bench.py --out DIR --impls "
               "nanmean_padded,sum_padded,njt_mean,jaggedperf_njt (DIR/boundary-seed.json)")
 UNSTABLE_MARK, DISAGREES_MARK = "†", "‡"
 
@@ -114,20 +118,20 @@ def shown_of(table: str, r: Result, mode: str | None = None) -> Shown | None:
                  r.wall.p80_ms, stable)
 
 
-def headline_cells(root: Path) -> list[Shown]:
-    """The headline's figures (``HEADLINE``), each judged stable or not from its own samples by today's ``lab.measure.stats``."""
-    doc = json.loads((root / HEADLINE).read_text())
-    modes = {"eager": EAGER, "torch.compile": SEED_COMPILED_MODE, "jaggedperf.compile": BOUNDARY_MODE,
-             "plain twin": PLAIN_TWIN}
-    cells = []
-    for r in doc["results"]:
+def headline_cells(root: Path, record: RunRecord) -> list[Shown]:
+    """The headline's figures: eager, torch.compile and jaggedperf.compile of ``HEADLINE_IMPLS`` from the seed record
+    (the repro table's own results where they share a cell), and the plain twin from ``HEADLINE``, judged stable or
+    not from its samples by today's ``lab.measure.stats``."""
+    cells = [c for r in record.results if r.implementation in HEADLINE_IMPLS
+             and r.mode in (EAGER, SEED_COMPILED_MODE, BOUNDARY_MODE) and (c := shown_of("headline", r))]
+    for r in json.loads((root / HEADLINE).read_text())["results"]:
         w = r.get("wall")
-        if not r.get("ok") or not w:
+        if r["variant"] != PLAIN_TWIN or not r.get("ok") or not w:
             continue
         samples = stats.decode(w["samples_ms"]) if isinstance(w.get("samples_ms"), str) else w.get("samples_ms")
         stable = stats.stability(samples, stats.Policy(), to_us=1e3).stable if samples is not None else None
-        cells.append(Shown("headline", r["implementation"], modes[r["variant"]], r["case"], w["median_ms"],
-                           w.get("p20_ms"), w.get("p80_ms"), stable))
+        cells.append(Shown("headline", r["implementation"], PLAIN_TWIN, r["case"], w["median_ms"], w.get("p20_ms"),
+                           w.get("p80_ms"), stable))
     return cells
 
 
@@ -144,14 +148,13 @@ def doctor_cells(root: Path, path: Path) -> list[Shown]:
             and (c := shown_of("doctor", r))]
 
 
-def headline_block(root: Path, every: list[Shown], disagree: set[Shown]) -> str:
+def headline_block(record: RunRecord, every: list[Shown], disagree: set[Shown]) -> str:
     """Per case and implementation: eager, torch.compile and jaggedperf.compile in the seed's mode (speedup vs eager,
     bold where the boundary wins), and the plain twin compiled; ms. Its legend covers the marks of ``every`` table."""
     cells = [c for c in every if c.table == "headline"]
-    doc = json.loads((root / HEADLINE).read_text())
     index = {c.key: c for c in cells}
-    cases = list(dict.fromkeys(c.case for c in cells))
-    impls = list(dict.fromkeys(c.implementation for c in cells))
+    cases = list(dict.fromkeys(c.case for c in cells if c.mode != PLAIN_TWIN))
+    impls = [i for i in HEADLINE_IMPLS if any(c.implementation == i for c in cells)]
     lines = ["| case | implementation | eager | `torch.compile` | `jaggedperf.compile` | plain twin compiled |",
              "|---|---|---:|---:|---:|---:|"]
     for case in cases:
@@ -166,11 +169,12 @@ def headline_block(root: Path, every: list[Shown], disagree: set[Shown]) -> str:
                     text += f" (**{speedup:.2f}×**)" if mode == BOUNDARY_MODE and speedup > 1 else f" ({speedup:.2f}×)"
                 row.append(text)
             lines.append(f"| {' | '.join(row)} |")
-    env = doc["environment"]
+    env = record.environment
     return "\n".join([
         f"Wall per call in ms, median of the timed calls with a sync after each (the issue's method); mode "
-        f"`{doc['mode']}`, speedups against eager. {env.get('device')}, torch {env.get('torch')}; source "
-        f"`{HEADLINE}` (`benchmarks/boundary_bench.py`).", "", *lines, "", footnote(every, disagree)]).rstrip()
+        f"`{SEED_COMPILED_MODE}`, speedups against eager. `jaggedperf repro` on the {env.get('gpu')}, torch "
+        f"{env.get('torch')}, one run (`{SEED_TABLES[-1]}`); the plain twin from another run (`{HEADLINE}`, "
+        "`benchmarks/boundary_bench.py`).", "", *lines, "", footnote(every, disagree)]).rstrip()
 
 
 def _fig(cell: Shown | None, disagree: set[Shown]) -> str:
@@ -212,8 +216,8 @@ def repro_block(record: RunRecord, disagree: set[Shown]) -> str:
     env = record.environment
     return "\n".join([
         f"`jaggedperf repro` on the {env.get('gpu')} (torch {env.get('torch')}): wall per call in ms, eager vs "
-        f"`{SEED_COMPILED_MODE}` (speedup vs eager; below 1× is the seed's finding). Files: `{SEED_TABLES[0]}`, "
-        f"`{SEED_TABLES[1]}` (`cut > N s`: the cell passed its budget of N s, compile included, and was stopped; "
+        f"`{SEED_COMPILED_MODE}` (speedup vs eager; below 1× is the seed's finding). Files: "
+        f"{', '.join(f'`{p}`' for p in SEED_TABLES)}, the later one's where they share a cell (`cut > N s`: the cell passed its budget of N s, compile included, and was stopped; "
         "— : not measured).",
         "",
         *lines,
@@ -245,7 +249,7 @@ def draw_figure(record: RunRecord, to: Path) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         (figure,) = [f for f in plot.speedup_heatmaps(record, tmp) if f.name.startswith("speedup_")
-                     and SEED_COMPILED_MODE.replace(":", "-") in f.name]
+                     and f.name.endswith("_" + SEED_COMPILED_MODE.replace(":", "-"))]
         to.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(figure.png, to)
 
@@ -266,14 +270,14 @@ def render(readme: str, blocks: dict[str, str]) -> str:
 
 def shown(root: Path, record: RunRecord) -> list[Shown]:
     """Every figure the README's tables show."""
-    return headline_cells(root) + repro_cells(record) + doctor_cells(root, DOCTOR)
+    return headline_cells(root, record) + repro_cells(record) + doctor_cells(root, DOCTOR)
 
 
 def blocks(root: Path, record: RunRecord) -> dict[str, str]:
     """The README's blocks by marker name."""
     cells = shown(root, record)
     disagree = disagreeing(cells)
-    return {"headline": headline_block(root, cells, disagree),
+    return {"headline": headline_block(record, cells, disagree),
             "repro": repro_block(record, disagree) + "\n\n" + figure_block(), "doctor": doctor_block(root, DOCTOR, disagree)}
 
 
