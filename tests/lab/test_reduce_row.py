@@ -72,3 +72,43 @@ def test_one_wrong_element_among_many_fails_where_the_relative_l2_error_passes()
     assert reduce_row.rel_error(out, ref) < 1e-2
     assert reduce_row.elementwise_error(out, ref, ref.abs() + 1) > 1e-2
     assert reduce_row.elementwise_error(ref.float(), ref, ref.abs() + 1) < 1e-6
+
+
+def _row(ours_hinted, ours_plain, practical, *, floor=10.0, peer=20.0, mb=100e6, distribution="uniform"):
+    """A measured row as ``measure_case`` leaves it, before ``judge``."""
+    return {"floor_us": floor, "must_move_bytes": mb, "distribution": distribution,
+            "ours_hinted": {"median_us": ours_hinted}, "ours_plain": {"median_us": ours_plain},
+            "segment_reduce": {"median_us": peer}, "segment_reduce_correct": True, "practical_floor_us": practical,
+            "empty_kernel_us": 4.0, "copy_us": practical - 4.0}
+
+
+def test_each_bars_threshold_and_the_judgement_on_it():
+    row = _row(17.0, 20.0, 12.0)
+    limits = reduce_row.thresholds(row)
+    assert limits["1_ours_hinted"] == pytest.approx(18.0) and limits["2_ours_plain"] == pytest.approx(11.5)
+    assert limits["3"] == pytest.approx(1.15 * 17.0) and row["best_peer_us"] == 20.0
+    bars = reduce_row.judge(row)
+    assert bars["1_ours_hinted"] and not bars["1_ours_plain"] and not bars["2_ours_hinted"] and not bars["3"]
+    small = _row(17.0, 20.0, 12.0, mb=1e6)
+    assert reduce_row.thresholds(small)["2_ours_hinted"] is None  # bar 2: >= 64 MB, or power-law lengths
+    assert reduce_row.thresholds(_row(17.0, 20.0, 12.0, mb=1e6, distribution="heavy"))["2_ours_hinted"] == 20.0
+    near = _row(10.4, 10.4, 11.0, peer=10.2)  # a peer within 5% of the floor: the bar is 1.05x the floor
+    assert reduce_row.thresholds(near)["1_ours_hinted"] == pytest.approx(10.5)
+
+
+def test_a_missed_bar_is_at_the_limit_only_out_of_reach_and_within_the_practical_floors_margin():
+    # bar 2 (1.15x the floor: 11.5 us) lies below the practical floor (12 us): out of reach
+    row = _row(13.0, 14.0, 12.0)
+    assert reduce_row.out_of_reach(row)["2_ours_hinted"] is True
+    assert reduce_row.at_the_limit(row, "2_ours_hinted", 13.0)  # within 1.1x of 12
+    assert not reduce_row.at_the_limit(row, "2_ours_plain", 14.0)  # past it: the design's miss
+    # bar 1 (0.9x the peer: 18 us) lies above it: within reach, never at the limit however close ours is
+    assert reduce_row.out_of_reach(row)["1_ours_plain"] is False
+    assert not reduce_row.at_the_limit(row, "1_ours_plain", 12.5)
+    assert reduce_row.out_of_reach({**row, "practical_floor_us": None})["1_ours_plain"] is None
+
+
+def test_the_practical_floor_is_an_empty_kernels_launch_and_the_bytes_at_the_copy_bandwidth():
+    floor = reduce_row.practical_floor(1 << 20, 100.0, 40, torch.device("cpu"))  # the CPU: walls, the plumbing only
+    assert floor["practical_floor_us"] == pytest.approx(floor["empty_kernel_us"] + (1 << 20) / 100e3)
+    assert floor["empty_kernel_us"] > 0 and floor["copy_us"] > 0
