@@ -36,8 +36,8 @@ from jaggedperf.lab.results.store import load_results
 from jaggedperf.lab.results.views import impl_rank
 
 H200 = Path("benchmarks/results/h200")
-# `jaggedperf repro` runs, later files first for the cells they share: the seed's table with unbind_mean (two modes, one
-# file a shape), then one run of five implementations in the main job's three modes (the headline's and the repro
+# `jaggedperf repro` runs; a cell in several keeps the last file's result: the seed's table with unbind_mean (two modes,
+# one file a shape), then one run of five implementations in the main job's three modes (the headline's and the repro
 # table's shared cells are then one measurement each: they cannot disagree).
 SEED_TABLES = (H200 / "seed-table-shape1.json", H200 / "seed-table-shape2.json", H200 / "seed-table.json.gz")
 DOCTOR = H200 / "doctor-seed.json.gz"  # `jaggedperf doctor --json` at the seed shapes
@@ -217,8 +217,8 @@ def repro_block(record: RunRecord, disagree: set[Shown]) -> str:
     return "\n".join([
         f"`jaggedperf repro` on the {env.get('gpu')} (torch {env.get('torch')}): wall per call in ms, eager vs "
         f"`{SEED_COMPILED_MODE}` (speedup vs eager; below 1× is the seed's finding). Files: "
-        f"{', '.join(f'`{p}`' for p in SEED_TABLES)}, the later one's where they share a cell (`cut > N s`: the cell passed its budget of N s, compile included, and was stopped; "
-        "— : not measured).",
+        f"{', '.join(f'`{p}`' for p in SEED_TABLES)}, the later one's where they share a cell (`cut > N s`: the cell "
+        "passed its budget of N s, compile included, and was stopped; — : not measured).",
         "",
         *lines,
     ])
