@@ -34,6 +34,19 @@ def _share_the_cores() -> None:
 _share_the_cores()
 
 
+def _check_interpreted_kernels() -> None:
+    """Under TRITON_INTERPRET=1 every unmasked load and store of every kernel the tests run must lie inside a tensor
+    argument of its launch (``helpers.bounds``): the interpreter reads host memory where a GPU would fault. Each xdist
+    worker imports this conftest, so each checks its own launches; subprocesses check their own where they call it."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        from helpers import bounds
+
+        bounds.check_bounds()
+
+
+_check_interpreted_kernels()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     # Each pass writes its own --junitxml (NAME.untimed.xml, NAME.timed.xml): the second would overwrite the first.

@@ -32,3 +32,12 @@ def test_an_unmasked_read_past_the_tensor_is_an_error_and_masked_lanes_are_not_c
     assert result["inside"] is True
     assert "OutOfBounds" in result["past the end"] and "copy: unmasked load of 1 address" in result["past the end"], \
         result["past the end"]
+
+
+@needs_interpreter
+def test_the_suite_runs_every_interpreted_kernel_under_the_check():
+    # tests/conftest.py turns it on in every pytest process that interprets kernels
+    from triton.runtime import interpreter
+
+    assert interpreter.InterpreterBuilder.create_masked_load.__name__ == "masked_load"
+    assert interpreter.InterpreterBuilder.create_masked_store.__name__ == "masked_store"

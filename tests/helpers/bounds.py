@@ -7,8 +7,9 @@ that runs it (views included: the whole storage counts, as a CUDA allocation wou
 checked: the kernels compute wild addresses there on purpose and never touch them.
 
 It patches the interpreter's private hooks (``GridExecutor._init_args_hst``, the builder's masked load and store),
-for the process: call it in a subprocess (``helpers.isolated.run_isolated``) before the first launch. A Triton
-without those hooks raises, so that the check can never be silently absent.
+for the process, before its first launch: ``tests/conftest.py`` does so in every pytest process that interprets
+kernels, and a subprocess (``helpers.isolated.run_isolated``) calls it itself. A Triton without those hooks raises, so
+that the check can never be silently absent.
 """
 
 from __future__ import annotations
