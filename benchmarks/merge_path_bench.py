@@ -230,13 +230,6 @@ def checks(row: dict, values, offsets) -> None:
     row["checks_ok"] = "error" not in found and all(v <= tol for v in found.values())
 
 
-def forced(planner, *args):
-    """A planned path forced (``plan.plan_merge``, ``plan.plan_split`` with its arguments), run through the JIT."""
-    from jaggedperf.ops import testing
-
-    return testing.forced_call(planner, *args)
-
-
 def split_variants(values) -> dict:
     """The split's neighbours: the production config's grid at 1 and 4 programs an SM a role, its whole-segments
     tile at half the elements, and one tile a short segment."""
@@ -279,6 +272,7 @@ def ours(values, offsets, *, mean: bool = False, max_seqlen=None):
 def contenders(label, values, offsets, hint, must) -> list:
     """(name, callable, mean?) of every contender of a shape, in timing order (the backward's apart)."""
     from jaggedperf.ops.reduce import plan
+    from jaggedperf.ops.testing import forced_call as forced  # a planned path forced, run through the JIT
 
     off64 = offsets.long()
     variants = split_variants(values)
