@@ -53,7 +53,7 @@ def markdown(data: dict) -> str:
         lines.append(f"| {c['workload']} | {c['case']} | {c['kind']} | {m['eager']:.1f} | {m['torch.compile']:.1f} | "
                      f"{m['jaggedperf.compile']:.1f} | **{c['ratio_jp_tc']:.2f}** ({c['ratio_jp_tc_p20']:.2f}–"
                      f"{c['ratio_jp_tc_p80']:.2f}) | {_ratio(c['ratio_floor_tc'])} | "
-                     f"{_ratio(c.get('ratio_limit_tc'))} | {step_verdict(c)} | {g.get('torch.compile', '—')} / "
+                     f"{_limit(c)} | {step_verdict(c)} | {g.get('torch.compile', '—')} / "
                      f"{g.get('jaggedperf.compile', '—')} |")
     lines += ["", "¹ Dynamo's graphs over four batches (one checked, forward and backward, then three of other lengths);"
               " jaggedperf.compile's count includes a graph it does not compile (one that only rebuilds unused NJTs).",
@@ -70,8 +70,11 @@ def markdown(data: dict) -> str:
 
 
 LIMIT_NOTE = ("A training step's limit where the input NJT trains: the floor plus the autograd engine's own "
-              "cost of that NJT leaf (its backward alone, an NJT root and an NJT gradient accumulated, less a plain "
-              "leaf's), in the same rounds: no step on that NJT, torch.compile's included, takes less.")
+              "cost of an NJT crossing autograd (a node with an NJT in and out, `clone`, stepped less called under "
+              "no_grad: the NJT output's metadata, its root gradient, the NJT gradient checked on its edge and "
+              "accumulated; less the same of a plain node), in the same rounds: no step on that NJT, torch.compile's "
+              "included, takes less. Marked (leaf): a run before that definition, which counted the NJT leaf's "
+              "backward alone (no NJT output), a lower limit.")
 VERDICT_NOTE = ("The bar, a training step ≤ 0.8× torch.compile's: holds; at the limit (the floor or the limit "
                 "is above 0.8×, and jaggedperf.compile within it: out of any boundary's reach); fails.")
 
@@ -94,6 +97,14 @@ def _ratio(r: float | None) -> str:
     return "—" if r is None else f"{r:.2f}"
 
 
+def _limit(cell: dict) -> str:
+    """The cell's limit (``LIMIT_NOTE``), marked where its run measured the earlier, leaf-only definition."""
+    text = _ratio(cell.get("ratio_limit_tc"))
+    if cell.get("ratio_limit_tc") is not None and "engine fwd" not in cell["walls_us"]:
+        text += " (leaf)"
+    return text
+
+
 def compare(paths: list[Path], out: Path) -> str:
     """One table over runs of this script (e.g. one per torch version): per cell, torch.compile's and
     jaggedperf.compile's wall, their within-round ratio with its spread, and the boundary's floor; writes ``out``'s
@@ -113,7 +124,7 @@ def compare(paths: list[Path], out: Path) -> str:
             lines.append(f"| {version} | {c['workload']} | {c['case']} | {c['kind']} | {m['torch.compile']:.1f} | "
                          f"{m['jaggedperf.compile']:.1f} | **{c['ratio_jp_tc']:.2f}** ({c['ratio_jp_tc_p20']:.2f}–"
                          f"{c['ratio_jp_tc_p80']:.2f}) | {_ratio(c['ratio_floor_tc'])} | "
-                         f"{_ratio(c.get('ratio_limit_tc'))} | {step_verdict(c)} | {c['quiet_rounds']} of "
+                         f"{_limit(c)} | {step_verdict(c)} | {c['quiet_rounds']} of "
                          f"{len(c['walls_us']['eager'])} |")
     lines += ["", f"`limit / tc`: {LIMIT_NOTE}", f"`step ≤ 0.8× tc`: {VERDICT_NOTE}"]
     lines += ["", "Fell back to torch.compile:", ""]

@@ -10,16 +10,20 @@ from jaggedperf.lab import njt_workloads
 CASE = Case(8, 8, 10, 0.5)
 
 
-def test_engine_steps_backpropagate_into_the_njt_leaf_and_a_plain_one_and_reset_them():
+def test_engine_steps_cross_an_njt_node_into_the_leaf_and_a_plain_one_and_reset_them():
     built = njt_workloads.get("ragged_softmax").build(make_batch(CASE, "cpu"), torch.float32)
     steps = njt_workloads.engine_steps(built)
-    assert set(steps) == {"engine", "engine plain"}
+    assert set(steps) == {"engine", "engine fwd", "engine plain", "engine plain fwd"}
     seen = []
-    hook = built.x.register_hook(lambda g: seen.append(g._values.clone()))
+    hook = built.x.register_hook(lambda g: seen.append(g))
     steps["engine"]()
     hook.remove()
-    assert len(seen) == 1 and seen[0].shape == built.x._values.shape and built.x.grad is None
-    steps["engine plain"]()  # a plain leaf of the same shape: no error, its gradient reset
+    # the gradient reached the NJT leaf through a node (an NJT, the leaf's shape), and the leaf was reset
+    assert len(seen) == 1 and seen[0].is_nested and seen[0]._values.shape == built.x._values.shape
+    assert built.x.grad is None
+    # the forwards record nothing; the plain node's step leaves no gradient behind
+    assert steps["engine fwd"]().grad_fn is None and steps["engine plain fwd"]().grad_fn is None
+    steps["engine plain"]()
     assert built.x.grad is None
 
 
@@ -33,5 +37,5 @@ def test_a_training_step_whose_njt_trains_carries_its_limit_and_a_forward_none()
     forward = njt_workloads.time_cell(njt_workloads.get("ragged_softmax"), CASE, "forward", ways, built,
                                       torch.device("cpu"), n_rounds=1)
     assert step.ratio_floor_tc is not None and step.ratio_limit_tc is not None and step.ratio_limit_tc > 0
-    assert {"engine", "engine plain", "floor"} <= set(step.walls_us)
+    assert {"engine", "engine fwd", "engine plain", "engine plain fwd", "floor"} <= set(step.walls_us)
     assert forward.ratio_limit_tc is None and "engine" not in forward.walls_us

@@ -162,9 +162,9 @@ class Cell:
     ratio_jp_tc_p80: float
     ratio_tc_eager: float | None  # median within-round torch.compile / eager; None: eager mode was not timed
     ratio_floor_tc: float | None  # the boundary's floor (its region on pre-split parts) / torch.compile; None: none
-    # That floor plus the autograd engine's own cost of a step whose input is an NJT leaf that trains (the backward
-    # of that leaf alone, an NJT root and an NJT gradient accumulated, less the same of a plain leaf): the least any
-    # step on that NJT can take, torch.compile's included; None: no NJT input trains (or no floor)
+    # That floor plus the autograd engine's own cost of an NJT crossing autograd where the input NJT trains (an NJT
+    # node's, less a plain node's: ``engine_steps``): the least any step on that NJT can take, torch.compile's
+    # included; None: no NJT input trains (or no floor)
     ratio_limit_tc: float | None
     rounds: int
     quiet_rounds: int
@@ -293,10 +293,15 @@ def time_cell(workload: Workload, case: Case, kind: str, ways: dict[str, Callabl
 
 
 def engine_steps(built: Built) -> dict[str, Callable[[], object]]:
-    """The autograd engine's own cost of a step on ``built``'s input NJT that trains, and of a plain leaf's: the
-    backward of the leaf itself (its output gradient a gradient of its shape), gradient reset. "engine" less
-    "engine plain" is what a step pays for its NJT leaf, whoever computes the rest: the engine's handling of an NJT
-    root and the accumulation of an NJT gradient (always a copy: autograd never takes an NJT gradient as it is)."""
+    """The autograd engine's own cost of one node with an NJT in and an NJT out on ``built``'s input NJT that trains,
+    and of the same node on a plain leaf: ``clone`` (a C++ node whose backward passes its gradient on) stepped with
+    a gradient of its shape ("engine", "engine plain") and called under no_grad ("engine fwd", "engine plain fwd").
+
+    (engine - engine fwd) - (engine plain - engine plain fwd) is what a step pays for an NJT crossing autograd,
+    whoever computes the rest: an NJT output's autograd metadata (its sizes and layout read through the NJT's
+    dispatch), the NJT gradient handed to the root, the NJT gradient checked against the input's metadata on its
+    edge and accumulated into the leaf (always a copy: autograd never takes an NJT gradient as it is).
+    torch.compile's step on the NJT pays each of them around its compiled function."""
     x = built.x
     plain = x._values.detach().requires_grad_()
     grad = torch.nested.nested_tensor_from_jagged(torch.randn_like(x._values), x._offsets,
@@ -304,20 +309,30 @@ def engine_steps(built: Built) -> dict[str, Callable[[], object]]:
     plain_grad = grad._values
 
     def engine():
-        x.backward(grad)
+        x.clone().backward(grad)
         x.grad = None
 
+    def engine_fwd():
+        with torch.no_grad():
+            return x.clone()
+
     def engine_plain():
-        plain.backward(plain_grad)
+        plain.clone().backward(plain_grad)
         plain.grad = None
 
-    return {"engine": engine, "engine plain": engine_plain}
+    def engine_plain_fwd():
+        with torch.no_grad():
+            return plain.clone()
+
+    return {"engine": engine, "engine fwd": engine_fwd, "engine plain": engine_plain,
+            "engine plain fwd": engine_plain_fwd}
 
 
 def _limit_ratio(result: rounds.Rounds) -> float:
-    """Median over the rounds of (floor + engine - engine plain) / torch.compile (``Cell.ratio_limit_tc``)."""
-    per_round = [(w["floor"] + w["engine"] - w["engine plain"]) / w["torch.compile"]
-                 for w in (r.walls_us for r in result.rounds)]
+    """Median over the rounds of (floor + the NJT node's engine cost less a plain node's) / torch.compile
+    (``Cell.ratio_limit_tc``; ``engine_steps`` says what the node's cost holds)."""
+    per_round = [(w["floor"] + (w["engine"] - w["engine fwd"]) - (w["engine plain"] - w["engine plain fwd"]))
+                 / w["torch.compile"] for w in (r.walls_us for r in result.rounds)]
     return statistics.median(per_round)
 
 
