@@ -136,8 +136,8 @@ def compare(paths: list[Path], out: Path) -> str:
               f"`{run['environment']['command']}`" for p, run in zip(paths, runs)]
     text = "\n".join(lines) + "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".md").write_text(text)
-    out.with_suffix(".json").write_text(json.dumps({"runs": {Path(p).name: run for p, run in zip(paths, runs)}},
+    _beside(out, ".md").write_text(text)
+    _beside(out, ".json").write_text(json.dumps({"runs": {Path(p).name: run for p, run in zip(paths, runs)}},
                                                    indent=1))
     return text
 
@@ -189,9 +189,14 @@ def _write(args, dtype, device, start: float, checks: list, cells: list) -> dict
             "environment": _environment(device, time.perf_counter() - start),
             "checks": [asdict(c) for c in checks], "cells": [asdict(c) for c in cells]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(data, indent=1))
-    args.out.with_suffix(".md").write_text(markdown(data))
+    _beside(args.out, ".json").write_text(json.dumps(data, indent=1))
+    _beside(args.out, ".md").write_text(markdown(data))
     return data
+
+
+def _beside(stem: Path, suffix: str) -> Path:
+    """``stem`` + ``suffix``: a stem may hold dots of its own (``small-torch-2.13``), which ``with_suffix`` replaces."""
+    return stem.with_name(stem.name + suffix)
 
 
 def _environment(device, seconds: float) -> dict:
