@@ -1,14 +1,20 @@
 """Jagged NestedTensors (NJTs) built without their dispatch where autograd has nothing to record.
 
 An NJT's construction goes through its ``__torch_function__`` / ``__torch_dispatch__``: ``nested_tensor_from_jagged``
-is a dispatched view op, and the constructor itself (torch 2.11) marks its dims dynamic through ``dim()`` calls that
-its ``__torch_function__`` routes. On a small eager call that host work costs more than the kernel (~105 µs for
-the constructor under torch 2.11, ~25 under 2.13, on the CPU). ``wrap`` is the cheapest form: the constructor with the NJT's
-``__torch_function__`` off. It records no autograd edge: callers use it eagerly, where no gradient flows into the
-values, and the public op otherwise.
+is a dispatched view op, and the constructor's ``__init__`` (torch 2.11) marks the new NJT's dims dynamic through
+``dim()`` calls that its ``__torch_dispatch__`` serves: 8 Python dispatches, ~95 of the constructor's ~125 µs on the
+H200 machine's host (torch 2.13: ~35 µs, no dispatch). ``wrap`` builds the same NJT without them: the constructor's
+``__new__``, then the fields and the dynamic marks its ``__init__`` leaves, learned from the constructor itself on
+scratch tensors once a process (``_learn``) and used only where a build both ways compared equal in every attribute
+(the NJT's, its values', its cached seqlens'), sizes, strides and dispatch keys; else the constructor serves.
+``wrap`` records no autograd edge: callers use it eagerly, where no gradient flows into the values, and in the
+boundary's autograd nodes (``boundary.differentiable``).
 """
 
 from __future__ import annotations
+
+import copy
+from typing import Any, NamedTuple
 
 import torch
 
@@ -21,7 +27,7 @@ __all__ = ["JAGGED_CLASS", "cached_seqlen", "wrap"]
 
 
 def wrap(values: torch.Tensor, offsets: torch.Tensor, metadata_cache: dict | None = None) -> torch.Tensor:
-    """An NJT over ``values`` and ``offsets`` by its constructor, its ``__torch_function__`` off while it runs.
+    """The NJT over ``values`` and ``offsets`` that its constructor builds (the module's docstring says how).
 
     Its ragged structure is ``offsets``' (torch keeps one nested int per offsets tensor): over another NJT's own
     offsets tensor the result has that NJT's shape, and the two combine elementwise.
@@ -39,8 +45,132 @@ def wrap(values: torch.Tensor, offsets: torch.Tensor, metadata_cache: dict | Non
     """
     if JAGGED_CLASS == ():
         raise RuntimeError("this torch has no jagged NestedTensor class (torch.nested._internal.nested_tensor)")
+    marks = _MARKS if _MARKS is not None else _marks()
+    if marks is False:
+        return _constructed(values, offsets, metadata_cache)
+    return _built(values, offsets, metadata_cache, marks)
+
+
+# --- the constructor's end state, without its dispatches -----------------------------------------------------------
+
+_FIELDS = ("_values", "_offsets", "_lengths", "_metadata_cache")  # what __init__ sets from its arguments
+
+
+class _Marks(NamedTuple):
+    """What the constructor's ``__init__`` sets beyond its fields: (name, value, unites) triples, ``unites`` where it
+    adds a set's members to the set the tensor holds, else it assigns the value; and how it marks a cached seqlen."""
+
+    own: tuple  # on the new NJT
+    values: tuple  # on its values
+    seqlen_keeps_marked: bool  # a cached seqlen whose dim 0 is marked dynamic already is left as it is (torch 2.15)
+
+
+_MARKS: _Marks | bool | None = None  # None: not learned yet; False: the constructor serves every build
+_mark_dynamic = None  # torch._dynamo.mark_dynamic, bound when learning (importing Dynamo costs a second)
+
+
+def _constructed(values: torch.Tensor, offsets: torch.Tensor, cache: dict | None) -> torch.Tensor:
     with torch._C.DisableTorchFunctionSubclass():
-        return JAGGED_CLASS(values, offsets, _metadata_cache=metadata_cache or {})
+        return JAGGED_CLASS(values, offsets, _metadata_cache=cache or {})
+
+
+def _built(values: torch.Tensor, offsets: torch.Tensor, cache: dict | None, marks: _Marks) -> torch.Tensor:
+    cache = cache or {}
+    with torch._C.DisableTorchFunctionSubclass():
+        nt = JAGGED_CLASS.__new__(JAGGED_CLASS, values, offsets, _metadata_cache=cache)
+    held = nt.__dict__
+    held["_values"], held["_offsets"], held["_lengths"], held["_metadata_cache"] = values, offsets, None, cache
+    _apply(held, marks.own)
+    _apply(values.__dict__, marks.values)
+    for key in ("max_seqlen", "min_seqlen"):  # the constructor's own call, in its order
+        seqlen = cache.get(key)
+        if seqlen is not None and not (marks.seqlen_keeps_marked
+                                       and 0 in seqlen.__dict__.get("_dynamo_dynamic_indices", ())):
+            _mark_dynamic(seqlen, 0)
+    return nt
+
+
+def _apply(held: dict, marks: tuple) -> None:
+    for name, value, unites in marks:
+        if unites and isinstance(held.get(name), set):
+            held[name] |= value
+        else:
+            held[name] = set(value) if isinstance(value, set) else copy.deepcopy(value)
+
+
+def _scratch() -> tuple[torch.Tensor, torch.Tensor, dict]:
+    return torch.zeros(5, 3), torch.tensor([0, 2, 5]), {"min_seqlen": torch.empty(2, 0), "max_seqlen": torch.empty(3, 0)}
+
+
+def _set_by(before: dict, after: dict, skip: tuple = ()) -> dict[str, Any]:
+    return {k: v for k, v in after.items() if k not in skip and (k not in before or before[k] != v)}
+
+
+def _learn() -> _Marks | bool:
+    """The constructor's marks (``_Marks``), or False where a build with them differs from the constructor's.
+    Learned outside any dispatch mode (a first call while torch.compile traces sees real scratch tensors)."""
+    global _mark_dynamic
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    try:
+        with _disable_current_modes():
+            _mark_dynamic = torch._dynamo.mark_dynamic
+            return _learned()
+    except Exception:  # noqa: BLE001 (any surprise in torch's private class: the constructor serves)
+        return False
+
+
+def _learned() -> _Marks | bool:
+    values, offsets, cache = _scratch()
+    with torch._C.DisableTorchFunctionSubclass():
+        bare = JAGGED_CLASS.__new__(JAGGED_CLASS, values, offsets, _metadata_cache=cache)
+    before = dict(values.__dict__)
+    nt = _constructed(values, offsets, cache)
+    own = _set_by(bare.__dict__, nt.__dict__, _FIELDS)
+    on_values = _set_by(before, values.__dict__)
+    # Probed on fresh scratch: does a set the values held before survive (united) or go (assigned)? Does a
+    # cached seqlen marked with a range of its own keep it (left as it is) or lose it (marked again)?
+    probe_values, probe_offsets, probe_cache = _scratch()
+    sentinel = object()
+    for name, value in on_values.items():
+        if isinstance(value, set):
+            probe_values.__dict__[name] = {sentinel}
+    _mark_dynamic(probe_cache["max_seqlen"], 0, min=2, max=9)
+    ranged = copy.deepcopy(probe_cache["max_seqlen"].__dict__)
+    _constructed(probe_values, probe_offsets, probe_cache)
+    unites = {k for k, v in on_values.items() if isinstance(v, set) and sentinel in probe_values.__dict__[k]}
+    marks = _Marks(tuple((k, v, isinstance(v, set)) for k, v in own.items()),
+                   tuple((k, v, k in unites) for k, v in on_values.items()),
+                   probe_cache["max_seqlen"].__dict__ == ranged)
+    return marks if _same_builds(marks) else False
+
+
+def _same_builds(marks: _Marks) -> bool:
+    """Whether ``_built`` and the constructor leave equal NJTs, values and cached seqlens on fresh scratch tensors
+    (every attribute, sizes, strides, dtype, device, requires_grad, dispatch keys), with and without seqlens."""
+    for seqlens in (True, False):
+        (va, offsets, ca), (vb, _, cb) = _scratch(), _scratch()
+        if not seqlens:
+            ca, cb = {}, {}
+        a, b = _constructed(va, offsets, ca), _built(vb, offsets, cb, marks)
+        swap = {id(vb): va, **{id(cb[k]): ca[k] for k in cb}}
+
+        def state(t: torch.Tensor) -> dict:
+            return {k: swap.get(id(v), v) for k, v in t.__dict__.items() if k != "_metadata_cache"}
+
+        if not (type(a) is type(b) and a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
+                and a.device == b.device and a.requires_grad == b.requires_grad
+                and torch._C._dispatch_keys(a) == torch._C._dispatch_keys(b)
+                and state(a) == state(b) and a._metadata_cache.keys() == b._metadata_cache.keys()
+                and all(state(ca[k]) == state(cb[k]) for k in ca) and state(va) == state(vb)):
+            return False
+    return True
+
+
+def _marks() -> _Marks | bool:
+    global _MARKS
+    _MARKS = _learn()
+    return _MARKS
 
 
 def cached_seqlen(nt: torch.Tensor, which: str):

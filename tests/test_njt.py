@@ -1,0 +1,87 @@
+"""``jaggedperf.njt.wrap``: the NJT its constructor builds, without the constructor's dispatches, or the constructor."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from jaggedperf import njt
+
+
+def _parts(width: tuple[int, ...] = (4,), seqlens: tuple[str, ...] = ("min", "max")):
+    offsets = torch.tensor([0, 3, 3, 7])
+    values = torch.randn(7, *width)
+    sizes = {"min": 0, "max": 4}
+    return values, offsets, {f"{k}_seqlen": torch.empty(sizes[k], 0) for k in seqlens}
+
+
+def _state(nt: torch.Tensor) -> dict:
+    return {"type": type(nt), "shape": tuple(nt.shape), "stride": nt.stride(), "dtype": nt.dtype,
+            "requires_grad": nt.requires_grad, "keys": str(torch._C._dispatch_keys(nt)),
+            "dict": {k: v for k, v in nt.__dict__.items() if not isinstance(v, (torch.Tensor, dict))},
+            "values": {k: v for k, v in nt._values.__dict__.items()},
+            "seqlens": {k: dict(t.__dict__) for k, t in nt._metadata_cache.items()}}
+
+
+def test_this_torch_has_its_constructor_learned():
+    marks = njt._marks()
+    assert marks is not False, "the fast build differs from the constructor's on this torch: wrap is the constructor"
+    assert marks.own and marks.values  # the constructor marks the NJT's ragged dim and its values' dim 0 dynamic
+
+
+@pytest.mark.parametrize("width", [(4,), (2, 3), ()])
+@pytest.mark.parametrize("seqlens", [("min", "max"), ("max",), ("min",), ()])
+def test_wrap_leaves_what_the_constructor_leaves(width, seqlens):
+    a_values, offsets, a_cache = _parts(width, seqlens)
+    b_values, b_cache = a_values.clone(), {k: torch.empty(t.shape[0], 0) for k, t in a_cache.items()}
+    built = njt._constructed(a_values, offsets, a_cache)
+    wrapped = njt.wrap(b_values, offsets, b_cache)
+    assert _state(wrapped) == _state(built)
+    assert wrapped._values is b_values and wrapped._offsets is offsets and wrapped._metadata_cache == b_cache
+    assert wrapped._lengths is None and wrapped._ragged_idx == 1
+    # one ragged structure: the two combine elementwise, and the cached seqlens read as the constructor's
+    assert torch.equal((wrapped - built).values(), torch.zeros_like(a_values))
+    assert (wrapped._maybe_min_seqlen, wrapped._maybe_max_seqlen) == (built._maybe_min_seqlen, built._maybe_max_seqlen)
+
+
+def test_a_seqlen_marked_with_a_range_of_its_own_fares_as_under_the_constructor():
+    values, offsets, cache = _parts()
+    twin = {k: torch.empty(t.shape[0], 0) for k, t in cache.items()}
+    for t in (cache["max_seqlen"], twin["max_seqlen"]):
+        torch._dynamo.mark_dynamic(t, 0, min=2, max=9)
+    njt._constructed(values, offsets, cache)
+    njt.wrap(values.clone(), offsets, twin)
+    assert twin["max_seqlen"].__dict__ == cache["max_seqlen"].__dict__
+
+
+def test_repeated_wraps_over_one_values_tensor_leave_the_constructor_s_marks():
+    values, offsets, cache = _parts()
+    twin_values = values.clone()
+    for _ in range(3):
+        njt._constructed(values, offsets, dict(cache))
+        njt.wrap(twin_values, offsets, dict(cache))
+    assert twin_values.__dict__ == values.__dict__
+
+
+def test_compiled_code_on_wrapped_njts_takes_the_graphs_it_takes_on_constructed_ones():
+    def graphs(make) -> int:
+        torch._dynamo.reset()
+        fn = torch.compile(lambda nt: (nt * 2).sin(), backend="eager")
+        before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        for total in (7, 9, 12):  # other total lengths and batch sizes: the ragged dims are dynamic either way
+            offsets = torch.tensor([0, 3, total - 2, total]) if total != 12 else torch.tensor([0, 5, 12])
+            fn(make(torch.randn(total, 4), offsets, {"max_seqlen": torch.empty(5, 0)}))
+        return torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+
+    assert graphs(njt.wrap) == graphs(njt._constructed)
+
+
+def test_where_the_builds_differ_the_constructor_serves(monkeypatch):
+    monkeypatch.setattr(njt, "_MARKS", None)
+    monkeypatch.setattr(njt, "_same_builds", lambda marks: False)
+    values, offsets, cache = _parts()
+    calls = []
+    real = njt._constructed
+    monkeypatch.setattr(njt, "_constructed", lambda *a: calls.append(a) or real(*a))
+    wrapped = njt.wrap(values, offsets, cache)
+    assert njt._MARKS is False and calls[-1][0] is values and wrapped._values is values
