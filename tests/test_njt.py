@@ -16,9 +16,11 @@ def _parts(width: tuple[int, ...] = (4,), seqlens: tuple[str, ...] = ("min", "ma
 
 
 def _state(nt: torch.Tensor) -> dict:
-    return {"type": type(nt), "shape": tuple(nt.shape), "stride": nt.stride(), "dtype": nt.dtype,
+    # sizes and strides as text: two builds' nested-int multiples (``4*j0``) need not compare equal as SymInts (2.11)
+    return {"type": type(nt), "shape": str(tuple(nt.shape)), "stride": str(nt.stride()), "dtype": nt.dtype,
             "requires_grad": nt.requires_grad, "keys": str(torch._C._dispatch_keys(nt)),
-            "dict": {k: v for k, v in nt.__dict__.items() if not isinstance(v, (torch.Tensor, dict))},
+            "dict": {k: str(v) if isinstance(v, tuple) else v for k, v in nt.__dict__.items()
+                     if not isinstance(v, (torch.Tensor, dict)) and not njt._is_cache(v)},
             "values": {k: v for k, v in nt._values.__dict__.items()},
             "seqlens": {k: dict(t.__dict__) for k, t in nt._metadata_cache.items()}}
 

@@ -103,7 +103,14 @@ def _scratch() -> tuple[torch.Tensor, torch.Tensor, dict]:
 
 
 def _set_by(before: dict, after: dict, skip: tuple = ()) -> dict[str, Any]:
-    return {k: v for k, v in after.items() if k not in skip and (k not in before or before[k] != v)}
+    return {k: v for k, v in after.items()
+            if k not in skip and not _is_cache(v) and (k not in before or before[k] != v)}
+
+
+def _is_cache(value: Any) -> bool:
+    """A C++ cache the tensor keeps of its own sizes or strides (torch 2.11's ``_sym_sizes_capsule``, made on the
+    first read of them): one per tensor, never copied, made again where absent."""
+    return type(value).__name__ == "PyCapsule"
 
 
 def _learn() -> _Marks | bool:
@@ -156,15 +163,27 @@ def _same_builds(marks: _Marks) -> bool:
         swap = {id(vb): va, **{id(cb[k]): ca[k] for k in cb}}
 
         def state(t: torch.Tensor) -> dict:
-            return {k: swap.get(id(v), v) for k, v in t.__dict__.items() if k != "_metadata_cache"}
+            return {k: _comparable(swap.get(id(v), v)) for k, v in t.__dict__.items()
+                    if k != "_metadata_cache" and not _is_cache(v)}
 
-        if not (type(a) is type(b) and a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
+        if not (type(a) is type(b) and _comparable(a.shape) == _comparable(b.shape)
+                and _comparable(a.stride()) == _comparable(b.stride()) and a.dtype == b.dtype
                 and a.device == b.device and a.requires_grad == b.requires_grad
                 and torch._C._dispatch_keys(a) == torch._C._dispatch_keys(b)
                 and state(a) == state(b) and a._metadata_cache.keys() == b._metadata_cache.keys()
                 and all(state(ca[k]) == state(cb[k]) for k in ca) and state(va) == state(vb)):
             return False
     return True
+
+
+def _comparable(value: Any) -> Any:
+    """``value`` with its SymInts as text: a nested int's multiple (a stride ``4*j0``) made twice need not compare
+    equal as SymInts (torch 2.11), where its text names the nested int and the factor."""
+    if isinstance(value, torch.SymInt):
+        return str(value)
+    if isinstance(value, tuple):
+        return tuple(_comparable(v) for v in value)
+    return value
 
 
 def _marks() -> _Marks | bool:
