@@ -74,9 +74,13 @@ def test_reuses_torch_of_a_virtualenv_host_offline(tmp_path):
     assert Path(torch_file).resolve() == Path(torch.__file__).resolve()
     assert Path(project_file).resolve().is_relative_to(ROOT / "src")
     assert cli == "CLI-OK"
-    again = _source_and_run(env, "python -c 'import jaggedperf'")  # a second run keeps what the first made
+    # a second run keeps what the first made, and the shell that sourced it has its own options back (bash -c's
+    # default: no errexit, no nounset, no pipefail)
+    again = _source_and_run(env, "python -c 'import jaggedperf' && echo \"flags=$- $(set -o | grep pipefail)\"")
     assert again.returncode == 0, again.stderr
     assert "reuse torch" not in again.stderr
+    flags = again.stdout.strip().splitlines()[-1]
+    assert flags.startswith("flags=") and not {"e", "u"} & set(flags.split()[0]) and flags.endswith("off"), flags
 
 
 def test_host_without_torch_offline_fails_with_one_clear_error(tmp_path):
