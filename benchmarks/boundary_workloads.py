@@ -138,7 +138,7 @@ def compare(paths: list[Path], out: Path) -> str:
     out.parent.mkdir(parents=True, exist_ok=True)
     _beside(out, ".md").write_text(text)
     _beside(out, ".json").write_text(json.dumps({"runs": {Path(p).name: run for p, run in zip(paths, runs)}},
-                                                   indent=1))
+                                                indent=1))
     return text
 
 

@@ -103,8 +103,9 @@ def _scratch() -> tuple[torch.Tensor, torch.Tensor, dict]:
 
 
 def _set_by(before: dict, after: dict, skip: tuple = ()) -> dict[str, Any]:
+    """What ``after`` holds that ``before`` did not (or held otherwise), sizes and strides compared as text."""
     return {k: v for k, v in after.items()
-            if k not in skip and not _is_cache(v) and (k not in before or before[k] != v)}
+            if k not in skip and not _is_cache(v) and (k not in before or _comparable(before[k]) != _comparable(v))}
 
 
 def _is_cache(value: Any) -> bool:

@@ -21,7 +21,7 @@ def test_engine_steps_cross_an_njt_node_into_the_leaf_and_a_plain_one_and_reset_
     # the gradient reached the NJT leaf through a node (an NJT, the leaf's shape), and the leaf was reset
     assert len(seen) == 1 and seen[0].is_nested and seen[0]._values.shape == built.x._values.shape
     assert built.x.grad is None
-    # the forwards record nothing; the plain node's step leaves no gradient behind
+    # the forwards record nothing; the plain node's step (on a leaf of its own) leaves the NJT's gradient alone
     assert steps["engine fwd"]().grad_fn is None and steps["engine plain fwd"]().grad_fn is None
     steps["engine plain"]()
     assert built.x.grad is None
