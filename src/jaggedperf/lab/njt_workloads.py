@@ -306,26 +306,24 @@ def engine_steps(built: Built) -> dict[str, Callable[[], object]]:
     plain = x._values.detach().requires_grad_()
     grad = torch.nested.nested_tensor_from_jagged(torch.randn_like(x._values), x._offsets,
                                                   min_seqlen=x._maybe_min_seqlen, max_seqlen=x._maybe_max_seqlen)
-    plain_grad = grad._values
-
-    def engine():
-        x.clone().backward(grad)
-        x.grad = None
-
-    def engine_fwd():
-        with torch.no_grad():
-            return x.clone()
-
-    def engine_plain():
-        plain.clone().backward(plain_grad)
-        plain.grad = None
-
-    def engine_plain_fwd():
-        with torch.no_grad():
-            return plain.clone()
-
+    engine, engine_fwd = _clone_node(x, grad)
+    engine_plain, engine_plain_fwd = _clone_node(plain, grad._values)
     return {"engine": engine, "engine fwd": engine_fwd, "engine plain": engine_plain,
             "engine plain fwd": engine_plain_fwd}
+
+
+def _clone_node(leaf: torch.Tensor, grad: torch.Tensor) -> tuple[Callable[[], object], Callable[[], object]]:
+    """(a ``clone`` of ``leaf`` stepped with ``grad``, its gradient reset; the same ``clone`` under no_grad)."""
+
+    def step():
+        leaf.clone().backward(grad)
+        leaf.grad = None
+
+    def forward():
+        with torch.no_grad():
+            return leaf.clone()
+
+    return step, forward
 
 
 def _limit_ratio(result: rounds.Rounds) -> float:
