@@ -5,8 +5,10 @@ is a dispatched view op, and the constructor's ``__init__`` (torch 2.11) marks t
 ``dim()`` calls that its ``__torch_dispatch__`` serves: 8 Python dispatches, ~95 of the constructor's ~125 µs on the
 H200 machine's host (torch 2.13: ~35 µs, no dispatch). ``wrap`` builds the same NJT without them: the constructor's
 ``__new__``, then the fields and the dynamic marks its ``__init__`` leaves, learned from the constructor itself on
-scratch tensors once a process (``_learn``) and used only where a build both ways compared equal in every attribute
-(the NJT's, its values', its cached seqlens'), sizes, strides and dispatch keys; else the constructor serves.
+scratch tensors once a process for each values' dimensionality (``_learn``: torch 2.11 marks the inner tensors that
+share the NJT's dimensionality, so a 2-D NJT's (n, 0) cached seqlens get marks a 3-D one's do not) and used only
+where a build both ways compared equal in every attribute (the NJT's, its values', its cached seqlens'), sizes,
+strides and dispatch keys; else the constructor serves.
 ``wrap`` records no autograd edge: callers use it eagerly, where no gradient flows into the values, and in the
 boundary's autograd nodes (``boundary.differentiable``).
 """
@@ -45,7 +47,9 @@ def wrap(values: torch.Tensor, offsets: torch.Tensor, metadata_cache: dict | Non
     """
     if JAGGED_CLASS == ():
         raise RuntimeError("this torch has no jagged NestedTensor class (torch.nested._internal.nested_tensor)")
-    marks = _MARKS if _MARKS is not None else _marks()
+    marks = _MARKS.get(values.dim())
+    if marks is None:
+        marks = _marks(values.dim())
     if marks is False:
         return _constructed(values, offsets, metadata_cache)
     return _built(values, offsets, metadata_cache, marks)
@@ -62,10 +66,11 @@ class _Marks(NamedTuple):
 
     own: tuple  # on the new NJT
     values: tuple  # on its values
+    seqlens: tuple  # on a cached seqlen beyond ``mark_dynamic(seqlen, 0)`` (2.11, a 2-D NJT: its ragged dim, weakly)
     seqlen_keeps_marked: bool  # a cached seqlen whose dim 0 is marked dynamic already is left as it is (torch 2.15)
 
 
-_MARKS: _Marks | bool | None = None  # None: not learned yet; False: the constructor serves every build
+_MARKS: dict[int, _Marks | bool] = {}  # by values.dim(); absent: not learned yet; False: the constructor serves
 _mark_dynamic = None  # torch._dynamo.mark_dynamic, bound when learning (importing Dynamo costs a second)
 
 
@@ -87,6 +92,8 @@ def _built(values: torch.Tensor, offsets: torch.Tensor, cache: dict | None, mark
         if seqlen is not None and not (marks.seqlen_keeps_marked
                                        and 0 in seqlen.__dict__.get("_dynamo_dynamic_indices", ())):
             _mark_dynamic(seqlen, 0)
+        if seqlen is not None:
+            _apply(seqlen.__dict__, marks.seqlens)
     return nt
 
 
@@ -98,8 +105,9 @@ def _apply(held: dict, marks: tuple) -> None:
             held[name] = set(value) if isinstance(value, set) else copy.deepcopy(value)
 
 
-def _scratch() -> tuple[torch.Tensor, torch.Tensor, dict]:
-    return torch.zeros(5, 3), torch.tensor([0, 2, 5]), {"min_seqlen": torch.empty(2, 0), "max_seqlen": torch.empty(3, 0)}
+def _scratch(ndim: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    values = torch.zeros(5, *(3,) * (ndim - 1))
+    return values, torch.tensor([0, 2, 5]), {"min_seqlen": torch.empty(2, 0), "max_seqlen": torch.empty(3, 0)}
 
 
 def _set_by(before: dict, after: dict, skip: tuple = ()) -> dict[str, Any]:
@@ -114,31 +122,35 @@ def _is_cache(value: Any) -> bool:
     return type(value).__name__ == "PyCapsule"
 
 
-def _learn() -> _Marks | bool:
-    """The constructor's marks (``_Marks``), or False where a build with them differs from the constructor's.
-    Learned outside any dispatch mode (a first call while torch.compile traces sees real scratch tensors)."""
+def _learn(ndim: int) -> _Marks | bool:
+    """The constructor's marks over values of ``ndim`` dims (``_Marks``), or False where a build with them differs
+    from the constructor's. Learned outside any dispatch mode (a first call while torch.compile traces sees real
+    scratch tensors)."""
     global _mark_dynamic
     from torch.utils._python_dispatch import _disable_current_modes
 
     try:
         with _disable_current_modes():
             _mark_dynamic = torch._dynamo.mark_dynamic
-            return _learned()
+            return _learned(ndim)
     except Exception:  # noqa: BLE001 (any surprise in torch's private class: the constructor serves)
         return False
 
 
-def _learned() -> _Marks | bool:
-    values, offsets, cache = _scratch()
+def _learned(ndim: int) -> _Marks | bool:
+    values, offsets, cache = _scratch(ndim)
     with torch._C.DisableTorchFunctionSubclass():
         bare = JAGGED_CLASS.__new__(JAGGED_CLASS, values, offsets, _metadata_cache=cache)
     before = dict(values.__dict__)
     nt = _constructed(values, offsets, cache)
     own = _set_by(bare.__dict__, nt.__dict__, _FIELDS)
     on_values = _set_by(before, values.__dict__)
+    plain = torch.empty(3, 0)  # a seqlen as the constructor's own mark_dynamic(seqlen, 0) alone leaves it
+    _mark_dynamic(plain, 0)
+    on_seqlen = _set_by(plain.__dict__, cache["max_seqlen"].__dict__)
     # Probed on fresh scratch: does a set the values held before survive (united) or go (assigned)? Does a
     # cached seqlen marked with a range of its own keep it (left as it is) or lose it (marked again)?
-    probe_values, probe_offsets, probe_cache = _scratch()
+    probe_values, probe_offsets, probe_cache = _scratch(ndim)
     sentinel = object()
     for name, value in on_values.items():
         if isinstance(value, set):
@@ -149,15 +161,17 @@ def _learned() -> _Marks | bool:
     unites = {k for k, v in on_values.items() if isinstance(v, set) and sentinel in probe_values.__dict__[k]}
     marks = _Marks(tuple((k, v, isinstance(v, set)) for k, v in own.items()),
                    tuple((k, v, k in unites) for k, v in on_values.items()),
+                   tuple((k, v, isinstance(v, set)) for k, v in on_seqlen.items()),
                    probe_cache["max_seqlen"].__dict__ == ranged)
-    return marks if _same_builds(marks) else False
+    return marks if _same_builds(marks, ndim) else False
 
 
-def _same_builds(marks: _Marks) -> bool:
-    """Whether ``_built`` and the constructor leave equal NJTs, values and cached seqlens on fresh scratch tensors
-    (every attribute, sizes, strides, dtype, device, requires_grad, dispatch keys), with and without seqlens."""
+def _same_builds(marks: _Marks, ndim: int) -> bool:
+    """Whether ``_built`` and the constructor leave equal NJTs, values and cached seqlens on fresh scratch tensors of
+    ``ndim`` dims (every attribute, sizes, strides, dtype, device, requires_grad, dispatch keys), with and without
+    seqlens."""
     for seqlens in (True, False):
-        (va, offsets, ca), (vb, _, cb) = _scratch(), _scratch()
+        (va, offsets, ca), (vb, _, cb) = _scratch(ndim), _scratch(ndim)
         if not seqlens:
             ca, cb = {}, {}
         a, b = _constructed(va, offsets, ca), _built(vb, offsets, cb, marks)
@@ -187,10 +201,9 @@ def _comparable(value: Any) -> Any:
     return value
 
 
-def _marks() -> _Marks | bool:
-    global _MARKS
-    _MARKS = _learn()
-    return _MARKS
+def _marks(ndim: int) -> _Marks | bool:
+    _MARKS[ndim] = _learn(ndim)
+    return _MARKS[ndim]
 
 
 def cached_seqlen(nt: torch.Tensor, which: str):
