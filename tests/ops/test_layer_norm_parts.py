@@ -1,13 +1,14 @@
 """The layer norm split over parts (few long segments: several programs per segment, per-part moments combined in
 a fixed order) against the float64 references, under TRITON_INTERPRET=1: every case of the family's tests, one to
-eight parts, tiles smaller than the segments (the looping passes) and the automatic tile; outputs poisoned with
-NaN so an unwritten element fails; bitwise-equal repeats."""
+eight parts, tiles smaller than the segments (the looping passes) and the automatic tile (every pair of them);
+outputs poisoned with NaN so an unwritten element fails; bitwise-equal repeats."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from helpers.interpret import needs_interpreter
+from helpers.pairwise import pairwise
 from helpers.family import (CASES, EPS, IDS, backward_tolerance, assert_close, make, reference,
                                      reference_backward)
 
@@ -36,10 +37,15 @@ def backward(values, offsets, grad, parts, cfg):
     return planned.out
 
 
-@pytest.mark.parametrize("cfg", TILES, ids=["auto", "tiny"])
-@pytest.mark.parametrize("parts", [1, 2, 8])
-@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,note", CASES, ids=IDS)
-def test_split_forward_and_backward_match_float64(lengths, M, dtype, offsets_dtype, note, parts, cfg):
+PARTS, TILE_IDS = [1, 2, 8], ["auto", "tiny"]
+# every pair of (case, parts, tile) values in some row, 30 rows where the full cross was 60 (helpers.pairwise)
+GRID = pairwise([len(CASES), len(PARTS), len(TILES)])
+
+
+@pytest.mark.parametrize("case,parts,tile", GRID, ids=[f"{IDS[c]}-{PARTS[p]}-{TILE_IDS[t]}" for c, p, t in GRID])
+def test_split_forward_and_backward_match_float64(case, parts, tile):
+    lengths, M, dtype, offsets_dtype, _ = CASES[case]
+    parts, cfg = PARTS[parts], TILES[tile]
     values, offsets = make(lengths, M, dtype, offsets_dtype)
     ref = reference("layer_norm", values, offsets)
     assert_close(forward(values, offsets, parts, cfg), ref, dtype)

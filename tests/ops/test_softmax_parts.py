@@ -1,13 +1,14 @@
 """The softmax split over parts (few long sequences: several programs per (segment, column block), per-part column
 max and sum combined in a fixed order) against the float64 references, under TRITON_INTERPRET=1: every case of the
-family's tests, one to eight parts, tiles smaller than the segments and the automatic tile; outputs poisoned with
-NaN so an unwritten element fails; bitwise-equal repeats; where the plan routes to it."""
+family's tests, one to eight parts, tiles smaller than the segments and the automatic tile (every pair of them);
+outputs poisoned with NaN so an unwritten element fails; bitwise-equal repeats; where the plan routes to it."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from helpers.interpret import needs_interpreter
+from helpers.pairwise import pairwise
 from helpers.family import CASES, FP32, IDS, assert_close, make, reference
 
 from jaggedperf.ops import testing
@@ -29,12 +30,17 @@ def forward(values, offsets, parts, cfg, per_element=False):
 PASSES = pytest.mark.parametrize("per_element", [False, True], ids=["per_column", "per_element"])
 
 
+PARTS, TILE_IDS, PASS_IDS = [1, 2, 8], ["auto", "tiny"], ["per_column", "per_element"]
+# every pair of (case, parts, tile, pass) values in some row, 30 rows where the full cross was 120 (helpers.pairwise)
+GRID = pairwise([len(CASES), len(PARTS), len(TILES), len(PASS_IDS)])
+
+
 @needs_interpreter
-@PASSES
-@pytest.mark.parametrize("cfg", TILES, ids=["auto", "tiny"])
-@pytest.mark.parametrize("parts", [1, 2, 8])
-@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,note", CASES, ids=IDS)
-def test_split_matches_float64(lengths, M, dtype, offsets_dtype, note, parts, cfg, per_element):
+@pytest.mark.parametrize("case,parts,tile,per_element", GRID,
+                         ids=[f"{IDS[c]}-{PARTS[p]}-{TILE_IDS[t]}-{PASS_IDS[e]}" for c, p, t, e in GRID])
+def test_split_matches_float64(case, parts, tile, per_element):
+    lengths, M, dtype, offsets_dtype, _ = CASES[case]
+    parts, cfg, per_element = PARTS[parts], TILES[tile], bool(per_element)
     values, offsets = make(lengths, M, dtype, offsets_dtype)
     assert_close(forward(values, offsets, parts, cfg, per_element), reference("softmax", values, offsets), dtype)
 
