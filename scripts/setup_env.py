@@ -124,8 +124,9 @@ def _has_pip(python: Path) -> bool:
 
 
 def _pip(python: Path, *args: str, quiet: bool = False) -> None:
-    # quiet: pip's own output captured (a best-effort install says its one line instead)
-    cmd = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args]
+    # quiet: pip's own output captured (a best-effort install says its one line instead). --no-compile: no .pyc of
+    # every installed module up front (torch's ~10^4 files, most never imported); Python writes those it imports.
+    cmd = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", *args]
     if subprocess.run(cmd, capture_output=quiet).returncode != 0:
         raise SetupError(f"pip failed: {' '.join(cmd[3:])}")
 
