@@ -125,8 +125,9 @@ def _has_pip(python: Path) -> bool:
 
 def _pip(python: Path, *args: str, quiet: bool = False) -> None:
     # quiet: pip's own output captured (a best-effort install says its one line instead). pip byte-compiles what it
-    # installs: where PYTHONDONTWRITEBYTECODE is set (CI's machines) Python never writes a .pyc, so without pip's every
-    # process compiled torch's modules from source again (--no-compile saved 36 s of set-up, cost ~3 min of tests).
+    # installs: where PYTHONDONTWRITEBYTECODE is set (the CPU machine this was measured on) Python never writes a .pyc,
+    # so without pip's every process compiled torch's modules from source again (--no-compile saved 36 s of set-up and
+    # cost ~3 min of tests).
     cmd = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args]
     if subprocess.run(cmd, capture_output=quiet).returncode != 0:
         raise SetupError(f"pip failed: {' '.join(cmd[3:])}")
