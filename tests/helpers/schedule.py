@@ -7,10 +7,9 @@ dry, and the pass took 290 s for ~1600 s of work on 8 workers. Longest first, th
 short ones fill in behind them (list scheduling: the pass ends near its work / workers, or its longest test).
 
 ``SECONDS`` are the H200's durations in the parallel pass (its slowest tests, from the suite's last whole run, and
-the parts of the tests split since then by their share), then the CPU's (CI's two cores: the interpreter's kernels, the
-subprocess-heavy lab tests; on the H200 most of them skip or take less); a key names a test, or the start of a test id
-with its parameters. Any other test counts as ``DEFAULT_S``. A figure only orders the tests: a stale one costs
-minutes, never a result.
+the parts of the tests split since then by their share); a key names a test, or the start of a test id with its
+parameters. Any other test counts as ``DEFAULT_S``. A figure only orders the tests: a stale one costs minutes, never
+a result.
 """
 
 from __future__ import annotations
@@ -67,41 +66,6 @@ SECONDS = {
     "tests/gpu/test_ops_gpu.py::test_large_cases_match_float64": 8,
     "tests/gpu/test_ops_gpu.py::test_compiled_backward": 8,
     "tests/gpu/test_native_gpu.py::test_backward_served_natively_and_equal_to_the_python_path": 7,
-    # the CPU's, from CI's durations (2 workers on 2 cores): a module fixture's cost counts on its module's first test
-    "tests/ops/test_properties.py::test_triton_kernels_give_reference[fp32]": 49,
-    "tests/ops/test_properties.py::test_triton_kernels_give_reference": 15,
-    "tests/test_setup_env.py::test_reuses_torch_of_a_virtualenv_host_offline": 37,
-    "tests/ops/test_family_properties.py::test_every_op_gives_the_reference_or_the_documented_error[compile": 30,
-    "tests/ops/test_family_properties.py::test_every_op_gives_the_reference_or_the_documented_error[jaggedperf.compile]":
-        24,
-    "tests/ops/test_family_properties.py": 11,
-    "tests/test_cli_lab.py::test_run_with_a_timeout_gives_the_same_cells_and_tables_as_in_process": 28,
-    "tests/test_cli_lab.py::test_run_with_a_timeout_records_a_hanging_cell_as_timed_out_and_goes_on": 15,
-    "tests/test_export.py::test_export_and_aot_inductor_package_match_eager": 26,
-    "tests/lab/test_sweep_ray.py::test_a_grid_on_two_actors_records_where_each_cell_ran_and_a_rerun_resumes": 24,
-    "tests/lab/test_sweep_ray.py::test_a_killed_actor_loses_its_cell_in_flight_the_rest_finish_and_a_retry_finishes_it":
-        16,
-    "tests/lab/test_sweep_ray.py::test_an_actor_lost_with_its_node_has_its_cells_in_flight_requeued_not_recorded": 15,
-    "tests/lab/test_sweep_envs.py::test_a_job_runs_in_the_environment_with_the_ordinary_engine_and_resumes": 24,
-    "tests/lab/test_sweep_envs.py::test_sweep_cli_torch_runs_each_version_and_puts_them_side_by_side": 21,
-    "tests/lab/test_sweep.py::test_killing_the_sweep_keeps_finished_lines_leaves_no_orphans_and_resumes": 23,
-    "tests/lab/test_sweep.py::test_hang_exit_raise_and_a_broken_device_are_recorded_and_the_other_cells_finish": 19,
-    "tests/lab/test_sweep.py::test_sweep_appends_a_header_and_a_line_per_cell_and_resumes_a_partial_file": 12,
-    "tests/ops/test_rowblock.py::test_rowblock_property": 21,
-    "tests/test_readme.py::test_quickstart_runs_as_written": 16,
-    "tests/test_cli_sweep.py::test_a_resume_with_other_settings_is_refused_listing_them_unless_accepted": 20,
-    "tests/test_cli_sweep.py::test_retry_failed_reruns_exactly_the_failed_cells_and_the_latest_result_is_read_back": 13,
-    "tests/test_cli_sweep.py::test_a_cell_past_its_timeout_reads_timed_out_in_the_summary": 13,
-    "tests/lab/test_njt_workloads.py::test_a_training_step_whose_njt_trains_carries_its_limit_and_a_forward_none": 20,
-    "tests/boundary/test_function.py::test_seed_implementations_match_eager_and_torch_compile[unbind_mean]": 18,
-    "tests/ops/test_reduce_merge.py::test_merge_over_length_distributions": 12,
-    "tests/ops/test_offsets_property.py::test_any_offsets_through_the_triton_kernels_never_crash": 14,
-    "tests/ops/test_inductor_analysis.py::test_inductor_sees_only_the_declared_outputs_written[chunks-int64]": 18,
-    "tests/ops/test_inductor_analysis.py::test_inductor_sees_only_the_declared_outputs_written[rowblock-int64]": 16,
-    "tests/ops/test_merge_compile.py::test_every_merge_kernel_has_vector_accesses_and_no_local_memory": 15,
-    "tests/ops/test_merge_compile.py::test_a_tiles_loads_are_in_flight_together": 15,
-    "tests/ops/test_native.py::test_without_max_seqlen_one_key_serves_every_batch_size_and_length": 17,
-    "tests/ops/test_native.py::test_key_names_everything_the_plan_depends_on": 17,
 }
 
 
