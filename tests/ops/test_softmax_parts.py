@@ -27,10 +27,11 @@ def forward(values, offsets, parts, cfg, per_element=False):
     return planned.out
 
 
-PASSES = pytest.mark.parametrize("per_element", [False, True], ids=["per_column", "per_element"])
+PASS_IDS = ["per_column", "per_element"]
+PASSES = pytest.mark.parametrize("per_element", [False, True], ids=PASS_IDS)
 
 
-PARTS, TILE_IDS, PASS_IDS = [1, 2, 8], ["auto", "tiny"], ["per_column", "per_element"]
+PARTS, TILE_IDS = [1, 2, 8], ["auto", "tiny"]
 # every pair of (case, parts, tile, pass) values in some row, 30 rows where the full cross was 120 (helpers.pairwise)
 GRID = pairwise([len(CASES), len(PARTS), len(TILES), len(PASS_IDS)])
 
