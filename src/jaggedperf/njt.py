@@ -89,11 +89,11 @@ def _built(values: torch.Tensor, offsets: torch.Tensor, cache: dict | None, mark
     _apply(values.__dict__, marks.values)
     for key in ("max_seqlen", "min_seqlen"):  # the constructor's own call, in its order
         seqlen = cache.get(key)
-        if seqlen is not None and not (marks.seqlen_keeps_marked
-                                       and 0 in seqlen.__dict__.get("_dynamo_dynamic_indices", ())):
+        if seqlen is None:
+            continue
+        if not (marks.seqlen_keeps_marked and 0 in seqlen.__dict__.get("_dynamo_dynamic_indices", ())):
             _mark_dynamic(seqlen, 0)
-        if seqlen is not None:
-            _apply(seqlen.__dict__, marks.seqlens)
+        _apply(seqlen.__dict__, marks.seqlens)
     return nt
 
 
