@@ -206,6 +206,87 @@ def test_gradients_reach_leaf_njts_and_module_parameters():
         assert_close(got, expected)
 
 
+@pytest.mark.parametrize("leaf", [True, False], ids=["leaf-njt", "njt-of-values-that-train"])
+def test_a_softmax_over_the_ragged_dim_without_a_cached_max_seqlen_trains(leaf):
+    # The softmax computes the max_seqlen (a host read eager mode caches on the NJT): Dynamo breaks the graph there
+    # unless the region is compiled whole, and the NJT handed between the two graphs came back in the backward with
+    # that cached seqlen, which the first graph's backward rejected (an AssertionError in backward(), no fallback).
+    # Compiled whole, the read fails once; the boundary then computes the max_seqlen before crossing, as eager mode
+    # computes it, and compiles on the components with no fallback.
+    def fn(nt):
+        return torch.softmax(nt, dim=1) * 3.0
+
+    boundary = jaggedperf.compile(fn, backend="aot_eager")
+    grads, caches = [], []
+    for run in (fn, torch.compile(fn, backend="aot_eager"), boundary):
+        nt, values = make_njt(5, 4, min_len=1, cache="", requires_grad=leaf)
+        source = nt if leaf else values.requires_grad_()
+        if not leaf:
+            nt = torch.nested.nested_tensor_from_jagged(source, nt.offsets())
+        out = run(nt)
+        (out.values() * torch.arange(out.values().numel()).view_as(out.values())).sum().backward()
+        grads.append((out.values().detach(), (source.grad.values() if leaf else source.grad).clone()))
+        caches.append((seqlens(nt), seqlens(out)))
+    for got in grads[1:]:
+        for g, expected in zip(got, grads[0]):
+            assert_close(g, expected)
+    assert boundary.last_fallback is None and not boundary.fallbacks and boundary.seqlens_first == ("max",)
+    assert caches[2] == caches[1] == caches[0] == ((None, 4), (None, 4))  # the max cached on the NJT and its output
+
+
+def test_a_region_is_compiled_whole_so_data_dependent_reads_compile_once_per_b():
+    # Reading the lengths as Python numbers inside: one graph for each B, not a graph break and a recompile a call
+    def per_segment_sum(nt):
+        return torch.stack([p.sum(0) for p in torch.split(nt.values(), nt.offsets().diff().tolist())])
+
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = jaggedperf.compile(per_segment_sum, backend=counter)
+    frames = []
+    for seed, (B, max_len) in enumerate([(5, 6), (5, 4), (5, 8), (7, 3)]):
+        nt, _ = make_njt(B, max_len, seed=seed, min_len=1)
+        assert_close(compiled(nt), per_segment_sum(nt))
+        frames.append(counter.frame_count)
+    assert compiled.last_fallback is None and [f - frames[0] for f in frames] == [0, 0, 0, 1]
+
+
+def test_a_function_that_breaks_the_graph_on_the_components_falls_back_with_a_warning():
+    def noisy(nt):
+        torch._dynamo.graph_break()
+        return nt.values().sum(0)
+
+    compiled = jaggedperf.compile(noisy, backend="aot_eager")
+    nt, _ = make_njt(4, 5)
+    with pytest.warns(BoundaryFallbackWarning, match="graph_break|graph break|Unsupported"):
+        assert_close(compiled(nt), noisy(nt))
+    assert compiled.last_fallback is not None
+
+
+@pytest.mark.parametrize("trains", ["leaf-njt", "parameters"])
+def test_a_gradient_penalty_keeps_its_history_and_raises_as_torch_compile_does(trains):
+    # grad(..., create_graph=True) through the boundary: the gradient keeps its edges (requires_grad, a grad_fn), so
+    # differentiating it again reaches the compiled backward, which raises as torch.compile's does; the penalty is
+    # never dropped from a loss silently.
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(3, 3)
+
+    def fn(nt):
+        return linear(nt).tanh() if trains == "parameters" else nt.sin() * 2.0
+
+    outcomes = []
+    for run in (torch.compile(fn, backend="aot_eager"), jaggedperf.compile(fn, backend="aot_eager")):
+        nt, _ = make_njt(4, 5, min_len=1, requires_grad=trains == "leaf-njt")
+        wrt = nt if trains == "leaf-njt" else linear.weight
+        out = run(nt)
+        (grad,) = torch.autograd.grad(out.values().sum(), wrt, create_graph=True)
+        state = (grad.requires_grad, grad.grad_fn is not None)
+        penalty = ((grad.values() if grad.is_nested else grad) ** 2).sum()
+        with pytest.raises(RuntimeError) as raised:
+            (out.values().sum() + penalty).backward()
+        outcomes.append((state, str(raised.value).splitlines()[0]))
+        linear.zero_grad()
+    assert outcomes[1] == outcomes[0] and outcomes[0][0] == (True, True)
+
+
 def test_no_grad_calls_cross_without_autograd():
     nt, _ = make_njt(4, 5, requires_grad=True)
     with torch.no_grad():
@@ -214,8 +295,7 @@ def test_no_grad_calls_cross_without_autograd():
 
 
 def test_a_function_reading_the_lengths_compiles_once_per_batch_size_without_falling_back():
-    # The seed's unbind_mean reads every length (nt.unbind()): on symbolic components Dynamo fails on the
-    # data-dependent values, so the boundary compiles it again with them as unbacked symbols; then the lengths
+    # The seed's unbind_mean reads every length (nt.unbind()): compiled whole on the components, the lengths
     # change freely and only a new B (the number of unrolled means) compiles a graph.
     impl = get_implementation("jagged_mean", "unbind_mean")
     counter = CompileCounterWithBackend("aot_eager")
@@ -227,7 +307,7 @@ def test_a_function_reading_the_lengths_compiles_once_per_batch_size_without_fal
             nt, _ = make_njt(B, max_len, seed=seed, min_len=1)
             assert_close(compiled(nt), impl.fn(nt))
             frames.append(counter.frame_count)
-    assert compiled.dynamo_config and compiled.last_fallback is None and not compiled.fallbacks
+    assert compiled.last_fallback is None and not compiled.fallbacks
     assert [f - frames[0] for f in frames] == [0, 0, 0, 1, 1, 1]
     assert not torch._dynamo.config.capture_scalar_outputs  # the settings are the boundary's, not global
 
@@ -308,7 +388,7 @@ def test_a_failure_outside_dynamos_exceptions_falls_back_too():
 
 def test_only_the_failing_signature_falls_back():
     def fn(nt):
-        if nt._maybe_min_seqlen is None:  # a branch only one signature's graph takes
+        if nt._min_seqlen_tensor is None:  # a branch only one signature's graph takes
             return nt.values().sum(0)
         return nt.values().mean(0)
 

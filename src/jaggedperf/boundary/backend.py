@@ -13,6 +13,15 @@ convention costs (four dynamic sizes a call).
 The backend is rebuilt as ``torch.compile`` builds it (its inductor wrapper with ``mode``/``options``, or its
 wrapper of any other backend): private classes of torch since 2.0. Where they are missing or take other arguments,
 the regions are compiled by ``torch.compile`` itself, and such graphs are called as any other.
+
+A region is compiled whole (``fullgraph=True``, whatever the caller asked for ``fn``): a graph break inside it would
+hand the NJTs rebuilt inside to Python between two graphs, each graph then returning and taking NJTs as tensor
+subclasses. That costs the subclass handling and NJT guards the boundary exists to remove, and it is not safe:
+eager code between the graphs caches seqlens on such an NJT (a softmax over the ragged dim computes its max_seqlen),
+so the gradient reaching the first graph's backward has another metadata cache than the one traced, and AOTAutograd
+raises there, in the backward, where no fallback can act. A function that breaks the graph on the components fails
+to compile instead, and ``BoundaryFunction`` sends its signature to ``torch.compile(fn)`` (the caller's own settings),
+with its warning.
 """
 
 from __future__ import annotations
@@ -84,15 +93,16 @@ def _only_unused_rebuilds(gm: torch.fx.GraphModule) -> bool:
 
 
 def compile_region(region: Callable, compile_kwargs: dict[str, Any]) -> tuple[Callable, SkipEmpty | None]:
-    """``torch.compile(region, **compile_kwargs)`` with the backend ``torch.compile`` would build wrapped in
-    ``SkipEmpty``, and that wrapper; plain ``torch.compile`` and None where that backend cannot be rebuilt here."""
-    kwargs = dict(compile_kwargs)
+    """``torch.compile(region, **compile_kwargs, fullgraph=True)`` with the backend ``torch.compile`` would build
+    wrapped in ``SkipEmpty``, and that wrapper; plain ``torch.compile`` and None where that backend cannot be rebuilt
+    here."""
+    kwargs = dict(compile_kwargs, fullgraph=True)  # (the module's docstring says why)
     backend = kwargs.pop("backend", "inductor")
     mode = kwargs.pop("mode", None)
     options = kwargs.pop("options", None)
     if (mode is not None and options is not None) or (isinstance(options, dict)
                                                       and ({"guard_filter_fn", "use_aoti"} & set(options))):
-        return torch.compile(region, **compile_kwargs), None  # torch.compile's own checks and options
+        return torch.compile(region, **kwargs, backend=backend, mode=mode, options=options), None  # its own checks
     if mode is None and options is None:
         mode = "default"
     try:
@@ -101,6 +111,6 @@ def compile_region(region: Callable, compile_kwargs: dict[str, Any]) -> tuple[Ca
         else:
             inner = torch._TorchCompileWrapper(backend, mode, options, kwargs.get("dynamic"))
     except (AttributeError, TypeError):
-        return torch.compile(region, **compile_kwargs), None
+        return torch.compile(region, **kwargs, backend=backend, mode=mode, options=options), None
     backend = SkipEmpty(inner)
     return torch.compile(region, backend=backend, **kwargs), backend

@@ -13,6 +13,9 @@ Invariants:
   nested int, so the gradient has the NJT's shape and metadata and accumulates into ``nt.grad`` as eager mode's.
 - ``Join``'s backward takes the gradient NJT's values; a gradient with another layout (holes, another ragged dim)
   is made contiguous over the output's structure first.
+- In a backward that builds a graph (``create_graph=True``), a gradient that requires grad crosses through the other
+  node (``Join`` for ``Unwrap``'s, ``Unwrap`` for ``Join``'s), so higher-order gradients keep their edges as eager
+  mode's do (a compiled backward then raises on being differentiated, as torch.compile's does), never losing them.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class Unwrap(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        if grad.requires_grad:  # a backward with create_graph: the gradient NJT keeps grad's history
+            return Join.apply(grad, ctx.offsets, ctx.cache)
         return wrap(grad, ctx.offsets, ctx.cache)
 
 
@@ -50,5 +55,7 @@ class Join(torch.autograd.Function):
         if isinstance(grad, JAGGED_CLASS):
             if grad._lengths is not None or grad._ragged_idx != 1:
                 grad = grad.contiguous()
+            if grad.requires_grad:  # a backward with create_graph: the values keep grad's history
+                return Unwrap.apply(grad), None, None
             return grad._values, None, None
         return grad, None, None  # not expected: autograd hands an NJT output an NJT gradient

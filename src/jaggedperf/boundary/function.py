@@ -13,11 +13,13 @@ import warnings
 from typing import Any, Callable
 
 import torch
+import torch.utils._pytree as pytree
 
 from jaggedperf.boundary.backend import compile_region
-from jaggedperf.boundary.crossing import Crossing, flatten
+from jaggedperf.boundary.crossing import Crossing, fallback_reason, flatten
 from jaggedperf.boundary.joining import join_output
 from jaggedperf.boundary.region import make_region
+from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
 __all__ = ["BoundaryFallbackWarning", "BoundaryFunction", "BoundaryModule", "compile"]
 
@@ -35,6 +37,10 @@ _CALLERS_ERRORS = (ValueError, TypeError)
 # Before torch 2.15 (pytorch#185016) the ragged size of an NJT made in the graph takes a guard Dynamo cannot build
 # whenever an op compares it with an int: the regions start with constant ragged sizes there.
 _CONSTANT_RAGGED = torch.torch_version.TorchVersion(torch.__version__) < (2, 15)
+
+
+# The seqlens computed before crossing, in the order tried after data-dependent failures (``seqlens_first``)
+SEQLENS_TRIED: tuple[tuple[str, ...], ...] = ((), ("max",), ("min",), ("max", "min"))
 
 
 class BoundaryFallbackWarning(UserWarning):
@@ -55,6 +61,12 @@ class BoundaryFunction:
             calls go to ``torch.compile(fn)``, silently, which compiles no graph for them either and costs less.
         dynamo_config: the Dynamo settings the regions are compiled and called under: empty, or
             ``_DATA_DEPENDENT`` once the function needed them.
+        seqlens_first: the seqlens (``"max"``, ``"min"``) that NJT arguments caching none have computed before they
+            cross (a host read each, cached on the caller's NJT as eager mode caches a seqlen it computes), so a
+            function that needs them (a softmax over the ragged dim, SDPA, padding to the max) compiles whole on the
+            components instead of failing on a data-dependent read. After each compile that failed on such a read
+            while an NJT argument cached none, the next of ``SEQLENS_TRIED``: the max alone (what such ops read),
+            the min alone, then both, so the NJTs cache what eager mode's would, as their outputs then do.
         constant_ragged: the regions rebuild NJTs with constant ragged sizes (``region.rebuild_constant``): from the
             start before torch 2.15, where Dynamo cannot build a guard on the ragged size of an NJT made in the graph
             (layer_norm compares it with an int), so no compile fails on it first; after a compile failed so on a
@@ -75,6 +87,7 @@ class BoundaryFunction:
         self.last_fallback: str | None = None
         self.dynamo_config: dict[str, Any] = {}
         self.constant_ragged = _CONSTANT_RAGGED
+        self.seqlens_first: tuple[str, ...] = ()
         self._tried: set[tuple[bool, bool]] = set()
         self._fallback: Callable | None = None
         self._warned: set[str] = set()
@@ -82,6 +95,8 @@ class BoundaryFunction:
             functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.seqlens_first:
+            _cache_seqlens(args, kwargs, self.seqlens_first)
         crossing = flatten(args, kwargs, self._mark)
         key = crossing.key
         if crossing.reason is not None or (self.fallbacks and key in self.fallbacks):
@@ -120,27 +135,33 @@ class BoundaryFunction:
 
     def _after_error(self, err: Exception, crossing: Crossing, args: tuple, kwargs: dict) -> Any:
         """A compile or call on the components failed: retry once under each setting that answers the failure (the
-        data-dependent settings, constant ragged sizes), else answer as ``torch.compile(fn)`` does and, where it
-        succeeds, send this signature there."""
+        seqlens computed before crossing, the data-dependent settings, constant ragged sizes), else answer as
+        ``torch.compile(fn)`` does and, where it succeeds, send this signature there."""
         if type(err) in _CALLERS_ERRORS:
             # raised by the compiled code as it ran on these inputs (Dynamo and Inductor wrap what fails while they
             # trace or compile): the caller's error, e.g. a jagged op's check of its offsets, raised as eager mode
             # raises it, with no fallback to compile
             raise err
-        while (change := self._retry_for(err)) is not None:
+        while (change := self._retry_for(err, crossing)) is not None:
             # New regions (new code objects: Dynamo's state from the failed compile stays with the old ones, and a
             # retry on them fails on symbols that state left pending), under the new setting.
             change()
             self.regions, self._backends = {}, {}
+            added = _cache_seqlens(args, kwargs, self.seqlens_first)
+            crossing = flatten(args, kwargs, self._mark)
             try:
                 region = self._region(crossing)
                 out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
                 result = join_output(out, crossing)
             except Exception as again:  # noqa: BLE001
                 err = again
+                for cache, key in added:  # this attempt failed: the NJTs cache only what eager mode would
+                    del cache[key]
+                crossing = flatten(args, kwargs, self._mark)
             else:
                 self.last_fallback = None
                 return result
+        self.seqlens_first = ()  # no setting let it compile: calls going to torch.compile(fn) compute nothing first
         # A failure that torch.compile(fn) shares is the user's (e.g. a shape mismatch met while tracing): it is
         # raised as torch.compile raises it, and the components stay in use for this signature.
         out = self.fallback()(*args, **kwargs)
@@ -150,10 +171,15 @@ class BoundaryFunction:
         self._warn(reason)
         return out
 
-    def _retry_for(self, err: Exception) -> Callable[[], None] | None:
-        """The setting to compile again under after ``err``; None: no untried setting answers it. Settings are
-        (data-dependent, constant ragged sizes) pairs, each tried at most once per function."""
+    def _retry_for(self, err: Exception, crossing: Crossing) -> Callable[[], None] | None:
+        """The setting to compile again under after ``err``; None: no untried setting answers it. First, for a
+        data-dependent failure while an NJT argument lacks a seqlen, the next seqlens computed before crossing
+        (``seqlens_first``); then (data-dependent, constant ragged sizes) pairs, each tried at most once per
+        function."""
         self._tried.add((bool(self.dynamo_config), self.constant_ragged))
+        if _data_dependent(err) and self.seqlens_first != SEQLENS_TRIED[-1] and _lacks_a_seqlen(crossing):
+            following = SEQLENS_TRIED[SEQLENS_TRIED.index(self.seqlens_first) + 1]
+            return lambda: setattr(self, "seqlens_first", following)
         if _data_dependent(err):
             wanted = (True, False)  # unbacked symbols do not combine with constant nested ints
         elif _unguardable_ragged_size(err):
@@ -203,6 +229,33 @@ def _caller_stacklevel() -> int:
     while frame is not None and frame.f_code.co_filename.startswith(_NOT_THE_CALLER):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _cache_seqlens(args: tuple, kwargs: dict, which: tuple[str, ...]) -> list[tuple[dict, str]]:
+    """Compute and cache ``which`` seqlens (``"max"``, ``"min"``) of every NJT argument that can cross and caches
+    none: what eager mode does on the first op that needs one (a host read of the offsets each).
+
+    Returns:
+        (the NJT's metadata cache, the key added) for each seqlen cached.
+    """
+    added: list[tuple[dict, str]] = []
+    if not which:
+        return added
+    for leaf in (args if not kwargs else pytree.tree_leaves((args, kwargs))):
+        if isinstance(leaf, NestedTensor) and fallback_reason(leaf) is None:
+            cache = leaf._metadata_cache
+            if "max" in which and "max_seqlen" not in cache:
+                leaf._get_max_seqlen()
+                added.append((cache, "max_seqlen"))
+            if "min" in which and "min_seqlen" not in cache:
+                leaf._get_min_seqlen()
+                added.append((cache, "min_seqlen"))
+    return added
+
+
+def _lacks_a_seqlen(crossing: Crossing) -> bool:
+    """Whether an NJT crossed without a cached min or max seqlen (its layout code ``j--``, ``jm-`` or ``j-x``)."""
+    return any(code[0] == "j" and code != "jmx" for code in crossing.layout)
 
 
 def _data_dependent(err: Exception) -> bool:
