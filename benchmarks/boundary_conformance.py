@@ -6,6 +6,11 @@ and writes the counts and every sample's outcome as JSON, with a Markdown summar
     python benchmarks/boundary_conformance.py --backend aot_eager_decomp_partition --json out.json
 
 Exit status 1 when any sample differs.
+
+Samples run in worker processes (``--jobs``, each taking every jobs-th sample), each reporting the way it is about
+to run and every result as a line; a sample that kills its worker (torch itself segfaults on some: a zero-size
+``split_with_sizes`` in eager mode's backward) is recorded with the way that crashed, and a new worker goes on
+after it.
 """
 
 from __future__ import annotations
@@ -13,12 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import platform
 import re
 import subprocess
 import sys
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -26,38 +34,134 @@ import torch
 from jaggedperf.lab import conformance
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="aot_eager_decomp_partition")
     parser.add_argument("--grad", choices=("forward", "backward", "both"), default="both")
     parser.add_argument("--per-op", type=int, default=0, help="at most this many samples an op (0: all)")
     parser.add_argument("--ops", default="", help="a regular expression the op's full name must match")
-    parser.add_argument("--json", required=True, type=Path)
+    parser.add_argument("--kinds", default="", help="the database's op kinds to take, comma-separated (OpInfo, "
+                        "ReductionOpInfo, UnaryUfuncInfo, BinaryUfuncInfo); all when empty")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes, each on an equal share of the CPUs")
+    parser.add_argument("--json", type=Path, help="where the report goes (required; a .md summary beside it)")
+    parser.add_argument("--worker", nargs=3, type=int, metavar=("FIRST", "STRIDE", "THREADS"),
+                        help=argparse.SUPPRESS)  # run the samples FIRST, FIRST + STRIDE, ...; print lines
+    parser.add_argument("--eager-alone", type=int, metavar="INDEX",
+                        help=argparse.SUPPRESS)  # run sample INDEX eagerly, nothing else
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser()
     args = parser.parse_args(argv)
-    warnings.simplefilter("ignore")
-    logging.disable(logging.CRITICAL)  # Dynamo logs every failed compile it is asked for; the report says them
-    pattern = re.compile(args.ops) if args.ops else None
-    report = conformance.Report()
+    if args.worker:
+        return _work(args, *args.worker)
+    if args.eager_alone is not None:
+        for index, _, op, sample, _ in _selected(args):
+            if index == args.eager_alone:
+                conformance.run_eager(op, sample)
+        return 0
+    if args.json is None:
+        parser.error("--json is required")
     commit = _commit()  # the code this process runs: taken before the run, which a commit meanwhile would not change
     start = time.perf_counter()
-    for requires_grad in {"forward": (False,), "backward": (True,), "both": (False, True)}[args.grad]:
-        seen: dict[str, int] = {}
-        for op, sample, name in conformance.samples(requires_grad,
-                                                    ops=(lambda n: bool(pattern.search(n))) if pattern else None):
-            if args.per_op and seen.get(op.full_name, 0) >= args.per_op:
-                continue
-            seen[op.full_name] = seen.get(op.full_name, 0) + 1
-            report.results.append(conformance.run_sample(op, sample, name, args.backend))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, cpus // args.jobs)
+    indexed: list = []
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for results in pool.map(lambda job: _supervise(argv, job, args.jobs, threads, args.backend),
+                                range(args.jobs)):
+            indexed.extend(results)
+    report = conformance.Report([result for _, result in sorted(indexed, key=lambda pair: pair[0])])
     data = report.to_json()
     data["settings"] = {"backend": args.backend, "grad": args.grad, "per_op": args.per_op, "ops": args.ops,
+                        "kinds": args.kinds, "jobs": args.jobs,
                         "torch": torch.__version__, "python": platform.python_version(),
-                        "seconds": round(time.perf_counter() - start, 1), "command": " ".join(sys.argv),
+                        "seconds": round(time.perf_counter() - start, 1),
+                        "command": " ".join(["python", "benchmarks/boundary_conformance.py", *argv]),
                         "commit": commit}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(data, indent=1))
     args.json.with_suffix(".md").write_text(markdown(data))
     sys.stdout.write(markdown(data))
     return 1 if report.differing() else 0
+
+
+def _selected(args: argparse.Namespace):
+    """(index, requires_grad, op, sample, name) of every sample the arguments select, in a fixed order."""
+    pattern = re.compile(args.ops) if args.ops else None
+    kinds = {k.strip() for k in args.kinds.split(",") if k.strip()}
+    index = 0
+    for requires_grad in {"forward": (False,), "backward": (True,), "both": (False, True)}[args.grad]:
+        seen: dict[str, int] = {}
+        for op, sample, name in conformance.samples(requires_grad,
+                                                    ops=(lambda n: bool(pattern.search(n))) if pattern else None):
+            if kinds and type(op).__name__ not in kinds:
+                continue
+            if args.per_op and seen.get(op.full_name, 0) >= args.per_op:
+                continue
+            seen[op.full_name] = seen.get(op.full_name, 0) + 1
+            yield index, requires_grad, op, sample, name
+            index += 1
+
+
+def _work(args: argparse.Namespace, first: int, stride: int, threads: int) -> int:
+    """A worker: run the selected samples ``first``, ``first + stride``, ...; print ``way INDEX WAY`` before each
+    way runs and ``result INDEX JSON`` after each sample, flushed, for ``_supervise``."""
+    torch.set_num_threads(threads)
+    warnings.simplefilter("ignore")
+    logging.disable(logging.CRITICAL)  # Dynamo logs every failed compile it is asked for; the report says them
+    for index, _, op, sample, name in _selected(args):
+        if index < first or (index - first) % stride:
+            continue
+        result = conformance.run_sample(op, sample, name, args.backend,
+                                        phase=lambda way, i=index: print("way", i, way, flush=True))
+        print("result", index, json.dumps(asdict(result)), flush=True)
+    return 0
+
+
+def _supervise(argv: list[str], job: int, jobs: int, threads: int, backend: str) -> list:
+    """Run job ``job``'s samples in a worker process, starting a new one after any sample that kills it.
+
+    Returns:
+        (sample index, ``conformance.SampleResult``) for each of the job's samples.
+    """
+    results: list = []
+    first = job
+    while True:
+        proc = subprocess.Popen([sys.executable, __file__, *argv, "--worker", str(first), str(jobs), str(threads)],
+                                stdout=subprocess.PIPE, text=True)
+        last: tuple[int, str] | None = None
+        for line in proc.stdout:
+            kind, index, rest = line.rstrip("\n").split(" ", 2)
+            if kind == "way":
+                last = (int(index), rest)
+            elif kind == "result":
+                results.append((int(index), conformance.SampleResult(**json.loads(rest))))
+                last = None
+        code = proc.wait()
+        if last is None:
+            if code != 0:
+                raise RuntimeError(f"a conformance worker exited with {code} between samples")
+            return results
+        index, way = last
+        op_name, sample_name, requires_grad = _describe_sample(argv, index)
+        how = f"signal {-code}" if code < 0 else f"exit status {code}"
+        alone = subprocess.run([sys.executable, __file__, *argv, "--eager-alone", str(index)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+        results.append((index, conformance.crashed(op_name, sample_name, backend, requires_grad, way, how,
+                                                   eager_crashes=alone != 0)))
+        first = index + jobs
+
+
+def _describe_sample(argv: list[str], wanted: int) -> tuple[str, str, bool]:
+    """(op, sample name, requires_grad) of the selected sample ``wanted``."""
+    args = _parser().parse_args(argv)
+    for index, requires_grad, op, _, name in _selected(args):
+        if index == wanted:
+            return op.full_name, name, requires_grad
+    return "?", "?", False
 
 
 def markdown(data: dict) -> str:

@@ -96,3 +96,18 @@ def test_opinfo_sample_has_torch_compiles_outcome_under_inductor(name):
     if MISSING is not None and not os.environ.get("CI"):
         pytest.skip(MISSING)
     _check(name, True, "inductor")
+
+
+@pytest.mark.parametrize("way, eager_alone_crashes, kind", [
+    ("eager", True, conformance.TORCH_CRASHES),
+    ("torch.compile", False, conformance.TORCH_CRASHES),
+    ("jaggedperf.compile", True, conformance.TORCH_CRASHES),
+    ("jaggedperf.compile", False, conformance.DIFFERS),
+])
+def test_a_sample_that_kills_the_process_is_ours_to_answer_only_where_eager_mode_alone_survives_it(
+        way, eager_alone_crashes, kind):
+    result = conformance.crashed("split_with_sizes", "a sample", "aot_eager", True, way, "signal 11",
+                                 eager_crashes=eager_alone_crashes)
+    assert result.outcome == kind and way in result.detail and "signal 11" in result.detail
+    report = conformance.Report([result])
+    assert report.compared == (kind == conformance.DIFFERS) and len(report.differing()) == report.compared

@@ -25,7 +25,8 @@ import torch.utils._pytree as pytree
 
 from jaggedperf.njt import JAGGED_CLASS
 
-__all__ = ["OUTCOMES", "Outcome", "Report", "Run", "SampleResult", "judge", "run_sample", "samples"]
+__all__ = ["OUTCOMES", "WAYS", "Outcome", "Report", "Run", "SampleResult", "crashed", "judge", "run_eager",
+           "run_sample", "samples"]
 
 IDENTICAL = "identical"  # ours matches eager mode, through the components
 FELL_BACK = "fell back"  # ours went to torch.compile(fn) for this sample and matches what it gives
@@ -35,7 +36,10 @@ THEIRS_DIFFER = "torch.compile differs"  # torch.compile differs from eager mode
 DIFFERS = "differs"  # the one that must not occur
 EAGER_RAISES = "eager raises"  # nothing to compare with: not counted as a sample
 MUTATES = "mutates its inputs"  # an in-place op: the three runs would not see the same inputs; skipped
-OUTCOMES = (IDENTICAL, FELL_BACK, BOTH_RAISE, OURS_ONLY, THEIRS_DIFFER, DIFFERS, EAGER_RAISES, MUTATES)
+TORCH_CRASHES = "torch crashes"  # eager mode or torch.compile killed the process (a segfault): not counted
+OUTCOMES = (IDENTICAL, FELL_BACK, BOTH_RAISE, OURS_ONLY, THEIRS_DIFFER, DIFFERS, EAGER_RAISES, MUTATES, TORCH_CRASHES)
+# The ways a sample runs, in order (``run_sample``'s ``phase`` names the one about to run)
+WAYS = ("eager", "torch.compile", "jaggedperf.compile")
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ class Report:
     @property
     def compared(self) -> int:
         """Samples compared (eager mode ran them and they leave their inputs alone)."""
-        return sum(1 for r in self.results if r.outcome not in (EAGER_RAISES, MUTATES))
+        return sum(1 for r in self.results if r.outcome not in (EAGER_RAISES, MUTATES, TORCH_CRASHES))
 
     def differing(self) -> list[SampleResult]:
         return [r for r in self.results if r.outcome == DIFFERS]
@@ -159,10 +163,17 @@ def _describe(err: Exception) -> str:
     return f"{type(err).__name__}: {lines[0].strip()[:160] if lines else ''}"
 
 
-def run_sample(op, sample, sample_name: str, backend: str, seed: int = 0) -> SampleResult:
-    """Run one sample eagerly, through torch.compile and through jaggedperf.compile, and judge it."""
+def run_sample(op, sample, sample_name: str, backend: str, seed: int = 0,
+               phase: Callable[[str], None] | None = None) -> SampleResult:
+    """Run one sample eagerly, through torch.compile and through jaggedperf.compile, and judge it.
+
+    Args:
+        phase: called with each of ``WAYS`` before that way runs (a driver that survives a crash of the process
+            records which way crashed: ``crashed``).
+    """
     import jaggedperf
 
+    phase = phase or (lambda way: None)
     start = time.perf_counter()
     requires_grad = bool(_grad_inputs(sample))
 
@@ -171,13 +182,16 @@ def run_sample(op, sample, sample_name: str, backend: str, seed: int = 0) -> Sam
 
     args = (sample.input, *sample.args)
     before = _versions(sample)
-    eager = _execute(lambda: fn(*args, **sample.kwargs), sample, seed)
+    phase(WAYS[0])
+    eager = run_eager(op, sample, seed)
     if _versions(sample) != before:
         return SampleResult(op.full_name, sample_name, backend, requires_grad, MUTATES, "", time.perf_counter() - start)
     torch.compiler.reset()
+    phase(WAYS[1])
     theirs = _execute(lambda: torch.compile(fn, fullgraph=True, backend=backend)(*args, **sample.kwargs), sample,
                       seed)
     torch.compiler.reset()
+    phase(WAYS[2])
     ours_fn = jaggedperf.compile(fn, fullgraph=True, backend=backend)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -188,6 +202,24 @@ def run_sample(op, sample, sample_name: str, backend: str, seed: int = 0) -> Sam
     outcome = judge(eager, theirs, ours)
     return SampleResult(op.full_name, sample_name, backend, requires_grad, outcome.kind, outcome.detail,
                         time.perf_counter() - start)
+
+
+def run_eager(op, sample, seed: int = 0) -> Run:
+    """The sample run eagerly (outputs, then the gradients for the seeded output gradients): the reference."""
+    return _execute(lambda: op.op(sample.input, *sample.args, **sample.kwargs), sample, seed)
+
+
+def crashed(op_name: str, sample_name: str, backend: str, requires_grad: bool, way: str, how: str,
+            eager_crashes: bool) -> SampleResult:
+    """The result of a sample whose ``way`` (one of ``WAYS``) killed the process (``how``, e.g. a signal). Torch's
+    own crash (nothing to compare) where eager mode crashes on it, alone in a process of its own (``eager_crashes``:
+    some crash only now and then, so a crash of a later way in the run may be the same fault) or where
+    torch.compile did; ``DIFFERS`` where ours did and eager mode alone does not."""
+    detail = f"{way} killed the process ({how})"
+    if eager_crashes and way != WAYS[0]:
+        detail += "; eager mode alone kills it too"
+    kind = DIFFERS if way == WAYS[2] and not eager_crashes else TORCH_CRASHES
+    return SampleResult(op_name, sample_name, backend, requires_grad, kind, detail, 0.0)
 
 
 def judge(eager: Run, theirs: Run, ours: Run) -> Outcome:
