@@ -118,6 +118,20 @@ def test_aliased_arguments_stay_aliased_inside():
     assert_close(compiled(nt, nt, other), attention_like(nt, nt, other))
 
 
+def test_an_njt_returned_in_several_places_is_one_object_as_in_eager_mode():
+    def fn(nt):
+        doubled = nt * 2
+        return doubled, {"again": doubled, "input": nt, "other": nt + 1, "dense": nt.values()}, doubled
+
+    nt, _ = make_njt(4, 5, requires_grad=True)
+    first, inner, last = jaggedperf.compile(fn, backend="aot_eager")(nt)
+    assert first is inner["again"] is last and inner["input"] is nt and inner["other"] is not first
+    assert_close(first, nt * 2)
+    assert_close(inner["other"], nt + 1)
+    (first.values().sum() + last.values().sum()).backward()
+    assert_close(nt.grad.values(), torch.full_like(nt.values(), 4.0))
+
+
 @pytest.mark.parametrize("cache", ["minmax", "max", "min", ""])
 def test_output_njts_cache_the_seqlens_eager_mode_caches(cache):
     def fn(nt):

@@ -1,7 +1,8 @@
 """The compiled region's outputs back into what ``fn`` returns in eager mode, outside the compiled code.
 
 Invariants:
-- ``Same(index)`` is the caller's own argument object (``fn`` returned its input);
+- ``Same(index)`` is the caller's own argument object (``fn`` returned its input); ``Again(place)`` the object
+  already made for the output's tensor at ``place``;
 - a ``Parts`` becomes an NJT over its offsets tensor, caching the seqlens the traced NJT cached; by ``Join`` (an
   autograd node) where its values require grad, else by the constructor alone;
 - a tensor whose ``requires_grad`` differs from the traced one is repaired (``repair``): AOTAutograd returns an
@@ -19,12 +20,12 @@ import torch.utils._pytree as pytree
 
 from jaggedperf.boundary.crossing import LEAF_TYPES, Crossing
 from jaggedperf.boundary.differentiable import Join
-from jaggedperf.boundary.parts import Dense, Parts, Same
+from jaggedperf.boundary.parts import Again, Dense, Parts, Same
 from jaggedperf.njt import wrap
 
 __all__ = ["CrossingError", "join_output", "repair"]
 
-_RECORDS = (Dense, Parts, Same)
+_RECORDS = (Dense, Parts, Same, Again)
 _Tensor = torch.Tensor
 
 
@@ -43,8 +44,21 @@ def join_output(out: Any, crossing: Crossing) -> Any:
         return crossing.leaves[out.index]
     if isinstance(out, _Tensor) or kind in LEAF_TYPES:
         return out
-    return pytree.tree_map(lambda x: join_output(x, crossing) if type(x) in _RECORDS else x, out,
-                           is_leaf=lambda x: type(x) in _RECORDS)
+    joined: list = []  # what each of the output's tensors became, in pytree order (``Again`` points into it)
+
+    def join(x: Any) -> Any:
+        if type(x) is Again:
+            result = joined[x.place]
+        elif type(x) in _RECORDS:
+            result = join_output(x, crossing)
+        elif isinstance(x, _Tensor):
+            result = x
+        else:
+            return x
+        joined.append(result)
+        return result
+
+    return pytree.tree_map(join, out, is_leaf=lambda x: type(x) in _RECORDS)
 
 
 def _dense(d: Dense, crossing: Crossing) -> torch.Tensor:

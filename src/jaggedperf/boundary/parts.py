@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["Dense", "Parts", "Same"]
+__all__ = ["Again", "Dense", "Parts", "Same"]
 
 
 class Parts(NamedTuple):
@@ -47,3 +47,10 @@ class Same(NamedTuple):
     the caller gets that very object back, as in eager mode, and nothing is rebuilt."""
 
     index: int
+
+
+class Again(NamedTuple):
+    """An NJT output met earlier in the same output (``return y, y``): the object rebuilt for the tensor at ``place``
+    (the output's tensors counted in pytree order), so both places hold one object, as in eager mode."""
+
+    place: int

@@ -14,7 +14,8 @@ Invariants:
   eager mode's;
 - an output that is one of the rebuilt input NJTs leaves as ``Same(index)``; every other plain jagged NJT as
   ``Parts``, and every other tensor as ``Dense``, each with its ``requires_grad`` as traced; an NJT with holes or
-  another ragged dim leaves as the NJT itself (the compiled runtime returns it as a subclass, as torch.compile).
+  another ragged dim leaves as the NJT itself (the compiled runtime returns it as a subclass, as torch.compile);
+  an NJT met again in the output leaves as ``Again(place)``, its first place among the output's tensors.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from jaggedperf.boundary.crossing import ANY, MIN_SEQLEN_SHIFT
-from jaggedperf.boundary.parts import Dense, Parts, Same
+from jaggedperf.boundary.parts import Again, Dense, Parts, Same
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
 __all__ = ["make_region", "rebuild", "rebuild_constant"]
@@ -136,11 +137,17 @@ else:
 
 def _take_apart(out: Any, inputs: list) -> Any:
     if isinstance(out, torch.Tensor):
-        return _record(out, inputs)
-    return pytree.tree_map_only(torch.Tensor, lambda t: _record(t, inputs), out)
+        return _record(out, inputs, [])
+    seen: list = []  # every tensor of the output so far, in pytree order (the order ``joining`` meets the records in)
+    return pytree.tree_map_only(torch.Tensor, lambda t: _record(t, inputs, seen), out)
 
 
-def _record(t: torch.Tensor, inputs: list) -> Any:
+def _record(t: torch.Tensor, inputs: list, seen: list) -> Any:
+    for place, earlier in enumerate(seen):
+        if t is earlier and isinstance(t, NestedTensor):
+            seen.append(t)
+            return Again(place)  # the same NJT twice in the output: one object outside too, as in eager mode
+    seen.append(t)
     if not isinstance(t, NestedTensor):
         return Dense(t, t.requires_grad)
     for index, nt in inputs:
