@@ -20,7 +20,8 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
   (``differentiable``); an output that AOTAutograd returns detached although it aliases an input through an NJT's
   view ops is given back its edge (``joining.repair``);
 - aliasing between NJT arguments is eager mode's (``q is k`` inside ``fn`` when the caller passed one NJT twice),
-  and an output that is an argument is that argument's object;
+  an output that is an argument is that argument's object, and one NJT in several places of the output is one
+  object;
 - B, the total length and the seqlens do not recompile (unless ``dynamic=False``): the ragged sizes cross marked
   dynamic; the max_seqlen ``n`` as the size ``n`` (what torch.compile on the NJT sees: a max_seqlen of 0, 1 and more
   take a graph each, as there), the min_seqlen as ``n + 2`` (never 0 or 1, the sizes Dynamo specialises: a batch
@@ -28,10 +29,15 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
 - one compiled region per call signature (pytree structure and layout), each its own code object, so each guards
   only its flat arguments, as ``fn`` compiled on plain tensors does; a graph that only rebuilds NJTs nobody uses
   (a function returning its inputs) is not compiled at all (``backend``);
-- a function that reads the lengths as Python numbers (``nt.unbind()``, ``offsets.tolist()``: the seed's
-  ``unbind_mean``) cannot be traced on symbolic components: it is compiled again, and from then on called, with
-  Dynamo capturing scalar outputs and dynamic output shapes, so the lengths become unbacked symbols (and the ragged
-  sizes symbolic: unbacked symbols do not combine with the constant ones below);
+- each region is compiled whole (``fullgraph=True``; ``backend`` says why): a function that breaks the graph on the
+  components goes to ``torch.compile(fn)``; one that reads the lengths as Python numbers (``nt.unbind()``,
+  ``offsets.tolist()``: the seed's ``unbind_mean``) traces, one graph for each B;
+- a data-dependent read of a seqlen an NJT argument does not cache (a softmax over the ragged dim) makes the boundary
+  compute it before crossing, a host read as in eager mode, which caches it on the NJT too; where a function still
+  fails on data-dependent values, it is compiled again, and from then on called, with Dynamo capturing scalar
+  outputs and dynamic output shapes (unbacked symbols do not combine with the constant ragged sizes below);
+- in a backward that builds a graph (``create_graph=True``) the gradients keep their history, so a gradient penalty
+  reaches the compiled backward and raises as torch.compile's does, never dropped;
 - never worse than torch.compile in outcome: a call signature whose compile or run on the components raises (after
   the retries that apply, each setting tried once) goes to ``torch.compile(fn)`` from then on, decided on its first failure, with one
   ``BoundaryFallbackWarning`` naming the reason; an error torch.compile(fn) raises too is raised as it raises it.
