@@ -43,7 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--kinds", default="", help="the database's op kinds to take, comma-separated (OpInfo, "
                         "ReductionOpInfo, UnaryUfuncInfo, BinaryUfuncInfo); all when empty")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes, each on an equal share of the CPUs")
-    parser.add_argument("--json", type=Path, help="where the report goes (required; a .md summary beside it)")
+    parser.add_argument("--json", type=Path, help="where every sample's record goes (a .md of the counts beside it)")
+    parser.add_argument("--summary", type=Path, metavar="STEM",
+                        help="also write STEM.json and STEM.md: the counts and the samples not identical, grouped by "
+                        "op, outcome and reason (what is published; every sample's record is the --json file)")
+    parser.add_argument("--summarize", type=Path, metavar="JSON",
+                        help="write --summary from an earlier run's --json file instead of running")
     parser.add_argument("--worker", nargs=3, type=int, metavar=("FIRST", "STRIDE", "THREADS"),
                         help=argparse.SUPPRESS)  # run the samples FIRST, FIRST + STRIDE, ...; print lines
     parser.add_argument("--eager-alone", type=int, metavar="INDEX",
@@ -61,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         for index, _, op, sample, _ in _selected(args):
             if index == args.eager_alone:
                 conformance.run_eager(op, sample)
+        return 0
+    if args.summarize is not None:
+        if args.summary is None:
+            parser.error("--summarize needs --summary")
+        _write_summary(json.loads(args.summarize.read_text()), args.summary)
         return 0
     if args.json is None:
         parser.error("--json is required")
@@ -84,8 +94,49 @@ def main(argv: list[str] | None = None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(data, indent=1))
     args.json.with_suffix(".md").write_text(markdown(data))
+    if args.summary is not None:
+        _write_summary(data, args.summary)
     sys.stdout.write(markdown(data))
     return 1 if report.differing() else 0
+
+
+# Outcomes the summary lists sample by sample (grouped): everything but what matched and what eager mode refused.
+_LISTED = tuple(k for k in conformance.OUTCOMES if k not in ("identical", "eager raises"))
+
+
+def summary(data: dict) -> dict:
+    """The published form of a run: its settings and counts, and the samples not identical (nor refused by eager
+    mode) grouped by (outcome, op, reason, forward or backward) with how many samples each group holds."""
+    groups: dict[tuple, int] = {}
+    for r in data["results"]:
+        if r["outcome"] in _LISTED:
+            key = (r["outcome"], r["op"], r["detail"], "backward" if r["requires_grad"] else "forward")
+            groups[key] = groups.get(key, 0) + 1
+    rows = [{"outcome": k[0], "op": k[1], "detail": k[2], "pass": k[3], "samples": n}
+            for k, n in sorted(groups.items(), key=lambda item: (_LISTED.index(item[0][0]), -item[1], item[0]))]
+    return {"settings": data["settings"], "counts": data["counts"], "compared": data["compared"],
+            "samples": len(data["results"]), "not_identical": rows}
+
+
+def summary_markdown(data: dict) -> str:
+    s = data["settings"]
+    lines = [f"# jaggedperf.compile against torch.compile on PyTorch's NJT OpInfo samples ({s['backend']})", "",
+             f"torch {s['torch']}, {s['grad']} passes, {data['samples']} samples, {data['compared']} compared, in "
+             f"{s['seconds']} s; commit {s['commit']}; command: `{s['command']}` (then `--summarize` it).", "",
+             "| outcome | samples |", "|---|---:|"]
+    lines += [f"| {kind} | {n} |" for kind, n in data["counts"].items()]
+    lines += ["", "Not identical (eager mode's refusals left out), by op and reason:", "",
+              "| outcome | op | pass | samples | reason |", "|---|---|---|---:|---|"]
+    lines += [f"| {r['outcome']} | {r['op']} | {r['pass']} | {r['samples']} | {r['detail'].replace('|', '/')} |"
+              for r in data["not_identical"]]
+    return "\n".join(lines) + "\n"
+
+
+def _write_summary(data: dict, stem: Path) -> None:
+    published = summary(data)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(published, indent=1))
+    stem.with_suffix(".md").write_text(summary_markdown(published))
 
 
 def _selected(args: argparse.Namespace):
