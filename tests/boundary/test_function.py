@@ -248,6 +248,21 @@ def test_a_softmax_over_the_ragged_dim_without_a_cached_max_seqlen_trains(leaf):
     assert caches[2] == caches[1] == caches[0] == ((None, 4), (None, 4))  # the max cached on the NJT and its output
 
 
+def test_seqlens_computed_before_crossing_reach_njts_in_containers_and_keywords():
+    def fn(pair, *, scale):
+        return [torch.softmax(nt, dim=1) * scale for nt in pair]
+
+    boundary = jaggedperf.compile(fn, backend="aot_eager")
+    for seed in range(3):
+        pair = [make_njt(4, 5, seed=seed, min_len=1, cache="")[0] for _ in range(2)]
+        expected = fn([make_njt(4, 5, seed=seed, min_len=1, cache="")[0] for _ in range(2)], scale=2.0)
+        for got, want in zip(boundary(pair, scale=2.0), expected):
+            assert_close(got, want)
+            assert seqlens(got) == seqlens(want)
+        assert [seqlens(nt) for nt in pair] == [(None, 5)] * 2  # eager mode's softmax caches the max on its input
+    assert boundary.last_fallback is None and not boundary.fallbacks and boundary.seqlens_first == ("max",)
+
+
 def test_a_region_is_compiled_whole_so_data_dependent_reads_compile_once_per_b():
     # Reading the lengths as Python numbers inside: one graph for each B, not a graph break and a recompile a call
     def per_segment_sum(nt):

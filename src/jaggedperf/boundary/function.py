@@ -88,6 +88,7 @@ class BoundaryFunction:
         self.dynamo_config: dict[str, Any] = {}
         self.constant_ragged = _CONSTANT_RAGGED
         self.seqlens_first: tuple[str, ...] = ()
+        self._made = 0  # regions made so far (each is named after its number)
         self._tried: set[tuple[bool, bool]] = set()
         self._fallback: Callable | None = None
         self._warned: set[str] = set()
@@ -120,7 +121,11 @@ class BoundaryFunction:
 
     def _region(self, crossing: Crossing) -> Callable:
         codes = "".join(c[0] for c in crossing.layout)
-        name = f"{self._name}_{codes}_{len(self.regions)}"
+        # A name no earlier region of this function had: Dynamo keeps what it learned of a frame's inputs (automatic
+        # dynamic sizes) by code name and place, so a region made again after a failure under another name sees
+        # none of the failed one's inputs (whose flat list differed: a retry's seqlens cross as more tensors).
+        self._made += 1
+        name = f"{self._name}_{codes}_{self._made}"
         region, backend = compile_region(make_region(self.fn, name, crossing.spec, crossing.layout,
                                                      self.constant_ragged), self.compile_kwargs)
         self.regions[crossing.key] = region
@@ -241,7 +246,7 @@ def _cache_seqlens(args: tuple, kwargs: dict, which: tuple[str, ...]) -> list[tu
     added: list[tuple[dict, str]] = []
     if not which:
         return added
-    for leaf in (args if not kwargs else pytree.tree_leaves((args, kwargs))):
+    for leaf in pytree.tree_leaves((args, kwargs)):  # NJTs in containers too (only calls that need the seqlens)
         if isinstance(leaf, NestedTensor) and fallback_reason(leaf) is None:
             cache = leaf._metadata_cache
             if "max" in which and "max_seqlen" not in cache:

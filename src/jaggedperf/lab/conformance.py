@@ -212,9 +212,9 @@ def run_eager(op, sample, seed: int = 0) -> Run:
 def crashed(op_name: str, sample_name: str, backend: str, requires_grad: bool, way: str, how: str,
             eager_crashes: bool) -> SampleResult:
     """The result of a sample whose ``way`` (one of ``WAYS``) killed the process (``how``, e.g. a signal). Torch's
-    own crash (nothing to compare) where eager mode crashes on it, alone in a process of its own (``eager_crashes``:
-    some crash only now and then, so a crash of a later way in the run may be the same fault) or where
-    torch.compile did; ``DIFFERS`` where ours did and eager mode alone does not."""
+    own crash (nothing to compare) where eager mode crashes on it, alone in a process of its own, in any of a few
+    runs (``eager_crashes``: some crash only now and then, so a crash of a later way may be the same fault), or where
+    torch.compile did; ``DIFFERS`` where ours did and eager mode alone never does."""
     detail = f"{way} killed the process ({how})"
     if eager_crashes and way != WAYS[0]:
         detail += "; eager mode alone kills it too"
