@@ -128,7 +128,7 @@ def summary_markdown(data: dict) -> str:
     s = data["settings"]
     lines = [f"# jaggedperf.compile against torch.compile on PyTorch's NJT OpInfo samples ({s['backend']})", "",
              f"torch {s['torch']}, {s['grad']} passes, {data['samples']} samples, {data['compared']} compared, in "
-             f"{s['seconds']} s; commit {s['commit']}; command: `{s['command']}` (then `--summarize` it).", "",
+             f"{s['seconds']} s; commit {s['commit']}; command: `{s['command']}`.", "",
              "| outcome | samples |", "|---|---:|"]
     lines += [f"| {kind} | {n} |" for kind, n in data["counts"].items()]
     lines += ["", "Not identical (eager mode's refusals left out), by op and reason:", "",
