@@ -5,8 +5,8 @@ backend="aot_eager_decomp_partition")``, forward and backward; here each op's fi
 torch.compile and through jaggedperf.compile, and no sample may come out ``differs`` (another value, gradient,
 requires_grad, grad_fn presence or cached seqlen than eager mode where torch.compile gives eager mode's, or a raise
 where torch.compile does not). Backward samples for ops with autograd, forward samples for the rest; a subset
-under Inductor. A quarter of the elementwise ufuncs (``_taken``); every sample of the other ops and three of each
-ufunc: ``benchmarks/boundary_conformance.py`` (its summaries, ``benchmarks/results/cpu/boundary-conformance/``).
+under Inductor. A quarter of the elementwise ufuncs (``_taken``); every sample: ``benchmarks/boundary_conformance.py``
+(its summaries, ``benchmarks/results/cpu/boundary-conformance/``).
 
 The database imports expecttest (a test dependency of PyTorch's): without it these tests skip, except in CI, which
 must run them.
@@ -37,7 +37,7 @@ INDUCTOR_OPS = ("add", "mul", "sin", "nn.functional.relu", "nn.functional.gelu",
 # Elementwise ufuncs (201 of the database's ops, three quarters of these tests' time: ~1.6 s a sample on 2 cores)
 # cross the boundary one way: values in, values out, the NJT's structure unchanged. The suite takes every
 # UFUNC_STRIDE-th of each kind in the database's order and those in INDUCTOR_OPS; JAGGEDPERF_CONFORMANCE=all takes
-# them all (each op's first sample; the benchmark's committed summaries take more samples an op).
+# them all (each op's first sample; the benchmark's committed summaries take every sample).
 UFUNC_KINDS = ("UnaryUfuncInfo", "BinaryUfuncInfo")
 UFUNC_STRIDE = 4
 
