@@ -69,9 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return _work(args, *args.worker)
     if args.eager_alone is not None:
-        for index, _, op, sample, _ in _selected(args):
-            if index == args.eager_alone:
-                conformance.run_eager(op, sample)
+        _, _, op, sample, _ = _sample_at(args, args.eager_alone)
+        conformance.run_eager(op, sample)
         return 0
     if args.summarize is not None:
         if args.summary is None:
@@ -222,11 +221,13 @@ def _eager_alone_crashes(argv: list[str], index: int, runs: int = EAGER_ALONE_RU
 
 def _describe_sample(argv: list[str], wanted: int) -> tuple[str, str, bool]:
     """(op, sample name, requires_grad) of the selected sample ``wanted``."""
-    args = _parser().parse_args(argv)
-    for index, requires_grad, op, _, name in _selected(args):
-        if index == wanted:
-            return op.full_name, name, requires_grad
-    return "?", "?", False
+    _, requires_grad, op, _, name = _sample_at(_parser().parse_args(argv), wanted)
+    return op.full_name, name, requires_grad
+
+
+def _sample_at(args: argparse.Namespace, wanted: int) -> tuple:
+    """The selected sample ``wanted`` as ``_selected`` yields it."""
+    return next(selected for selected in _selected(args) if selected[0] == wanted)
 
 
 def markdown(data: dict) -> str:
