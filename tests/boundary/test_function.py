@@ -316,6 +316,74 @@ def test_a_gradient_penalty_keeps_its_history_and_raises_as_torch_compile_does(t
     assert outcomes[1] == outcomes[0] and outcomes[0][0] == (True, True)
 
 
+IN_PLACE = {
+    "mul_then_use": lambda x, w: (x.mul_(2.0), x.sin())[1],
+    "mul_and_return": lambda x, w: x.mul_(2.0),
+    "relu_and_return": lambda x, w: torch.relu_(x),
+    "add_a_parameter": lambda x, w: (x.add_(w), x.cos())[1],
+}
+
+
+def _in_place_run(run, name: str, trains: str) -> tuple:
+    """The outcome of ``run`` on an NJT modified in place by ``IN_PLACE[name]``, the NJT used again after the call:
+    (raised, the NJT's values, out's values, x.requires_grad, the gradients of the values under x and of w)."""
+    gen = torch.Generator().manual_seed(3)
+    under = torch.randn(12, 4, generator=gen, dtype=torch.float64).requires_grad_(trains == "non-leaf")
+    w = torch.randn(4, generator=gen, dtype=torch.float64).requires_grad_()
+    offsets = torch.tensor([0, 3, 7, 12])
+    x = torch.nested.nested_tensor_from_jagged(under * 1.0 if trains == "non-leaf" else under.clone(), offsets)
+    if trains == "leaf":
+        x = x.detach().requires_grad_()
+    try:
+        out = run(lambda nt: IN_PLACE[name](nt, w))(x)
+    except RuntimeError:
+        return (True, x.values().detach().clone())
+    loss = out.values().sum() + (x.values() ** 2).sum()  # x used again: its history must hold the change
+    grads = torch.autograd.grad(loss, [t for t in (under, w) if t.requires_grad], allow_unused=True)
+    return (False, x.values().detach().clone(), out.values().detach().clone(), x.requires_grad, grads)
+
+
+@pytest.mark.parametrize(("name", "trains"), [(name, trains) for name in IN_PLACE for trains in ("leaf", "non-leaf")]
+                         + [("add_a_parameter", "a-parameter-only")])  # (else nothing requires grad: the next test)
+def test_an_njt_argument_modified_in_place_keeps_eager_modes_gradients(name, trains):
+    # Its values cross as a detached alias (or as the NJT's own inner tensor): the compiled runtime would write the
+    # change there, with the alias's history, never the caller's NJT's, so its later uses missed the change's
+    # gradient. Such a change (one autograd records) is found while tracing, before any data changes, and the
+    # signature goes to torch.compile(fn): eager mode's values, gradients and errors (a leaf NJT: both raise, the
+    # NJT unchanged).
+    expected = _in_place_run(lambda fn: fn, name, trains)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        got = _in_place_run(lambda fn: jaggedperf.compile(fn, backend="aot_eager"), name, trains)
+    assert got[0] is expected[0]
+    torch.testing.assert_close(got[1:3], expected[1:3])
+    if not expected[0]:
+        assert got[3] is expected[3] is True
+        for mine, eager in zip(got[4], expected[4]):
+            torch.testing.assert_close(mine, eager)
+        (warning,) = fallbacks(record)
+        assert "in place" in str(warning.message)
+
+
+def test_an_in_place_change_autograd_does_not_record_stays_on_the_boundary():
+    # Nothing requires grad (or grad mode is off): the change writes through the alias into the caller's values, as
+    # eager mode's does, and the call keeps the boundary.
+    def fn(x):
+        x.mul_(2.0)
+        return x.sin()
+
+    for no_grad in (False, True):
+        nt, values = make_njt(4, 5, min_len=1, requires_grad=no_grad)
+        expected_nt = nt.detach().clone()
+        expected = fn(expected_nt)
+        compiled = jaggedperf.compile(fn, backend="aot_eager")
+        with torch.no_grad() if no_grad else torch.enable_grad():
+            out = compiled(nt)
+        assert compiled.last_fallback is None and not compiled.fallbacks
+        assert_close(out, expected)
+        assert_close(nt.detach(), expected_nt)
+
+
 def test_no_grad_calls_cross_without_autograd():
     nt, _ = make_njt(4, 5, requires_grad=True)
     with torch.no_grad():

@@ -36,6 +36,10 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
   compute it before crossing, a host read as in eager mode, which caches it on the NJT too; where a function still
   fails on data-dependent values, it is compiled again, and from then on called, with Dynamo capturing scalar
   outputs and dynamic output shapes (unbacked symbols do not combine with the constant ragged sizes below);
+- ``fn`` modifying an NJT argument in place where autograd records it (the NJT requires grad, or the change does)
+  is found while Dynamo traces, before any data changes, and that signature goes to ``torch.compile(fn)``, which
+  records the change on the caller's NJT (across the boundary it would reach only the crossing alias's history); a
+  change autograd does not record writes through into the caller's values, as in eager mode;
 - in a backward that builds a graph (``create_graph=True``) the gradients keep their history, so a gradient penalty
   reaches the compiled backward and raises as torch.compile's does, never dropped;
 - never worse than torch.compile in outcome: a call signature whose compile or run on the components raises (after

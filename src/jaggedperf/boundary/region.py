@@ -15,7 +15,14 @@ Invariants:
 - an output that is one of the rebuilt input NJTs leaves as ``Same(index)``; every other plain jagged NJT as
   ``Parts``, and every other tensor as ``Dense``, each with its ``requires_grad`` as traced; an NJT with holes or
   another ragged dim leaves as the NJT itself (the compiled runtime returns it as a subclass, as torch.compile);
-  an NJT met again in the output leaves as ``Again(place)``, its first place among the output's tensors.
+  an NJT met again in the output leaves as ``Again(place)``, its first place among the output's tensors;
+- ``fn`` modifying an NJT argument in place where autograd records it (the rebuilt NJT requires grad after ``fn``:
+  it did before, or the new values do) fails the trace (``InPlaceOnTrainingNJT``), before any data changed: such an
+  NJT's values cross as a detached alias (``differentiable.Unwrap``) or as the NJT's own inner tensor, so the
+  compiled runtime would write the change into them with the autograd history of the alias, never of the caller's
+  NJT (its later uses would miss the change's gradient: silently wrong gradients). The call signature then goes to
+  ``torch.compile(fn)``, which records it on the NJT as eager mode does. Modifications autograd does not record
+  (nothing requires grad, e.g. inference) write through the alias into the caller's values, as in eager mode.
 """
 
 from __future__ import annotations
@@ -30,7 +37,11 @@ from jaggedperf.boundary.crossing import ANY, MIN_SEQLEN_SHIFT
 from jaggedperf.boundary.parts import Again, Dense, Parts, Same
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
-__all__ = ["make_region", "rebuild", "rebuild_constant"]
+__all__ = ["InPlaceOnTrainingNJT", "make_region", "rebuild", "rebuild_constant"]
+
+
+class InPlaceOnTrainingNJT(RuntimeError):
+    """``fn`` modified an NJT argument in place where autograd records it: the call goes to ``torch.compile(fn)``."""
 
 
 def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...], constant_ragged: bool = False) -> Callable:
@@ -41,11 +52,15 @@ def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...], con
 
     def region(*flat):
         leaves, inputs = _rebuild(layout, flat, make)
+        for _, nt in inputs:
+            _note_version(nt)
         if spec is None:
             out = fn(*leaves)
         else:
             args, kwargs = pytree.tree_unflatten(leaves, spec)
             out = fn(*args, **kwargs)
+        for _, nt in inputs:
+            _check_version(nt)
         return _take_apart(out, inputs)
 
     code = region.__code__.replace(co_name=name)
@@ -133,6 +148,41 @@ else:
     # each one call in the graph (Dynamo does not trace the view op itself), run on fake tensors while tracing
     rebuild = torch.compiler.allow_in_graph(_view)
     rebuild_constant = torch.compiler.allow_in_graph(_view_constant)
+
+
+# --- in-place changes of NJT arguments, seen while Dynamo traces (``comptime``: nothing enters the graph) ---------
+
+_VERSION = "_jaggedperf_version_before_fn"  # kept on the fake values tensor for one trace
+
+
+def _note_version(nt: torch.Tensor) -> None:
+    if _comptime is not None:
+        _comptime(_noted)
+
+
+def _check_version(nt: torch.Tensor) -> None:
+    if _comptime is not None:
+        _comptime(_checked)
+
+
+def _noted(ctx: Any) -> None:
+    values = ctx.get_local("nt").as_fake()._values
+    values.__dict__[_VERSION] = values._version
+
+
+def _checked(ctx: Any) -> None:
+    nt = ctx.get_local("nt").as_fake()
+    values = nt._values
+    if values._version != values.__dict__.pop(_VERSION, values._version) and nt.requires_grad:
+        raise InPlaceOnTrainingNJT(
+            "fn modifies an NJT argument in place where autograd records it (the NJT requires grad): "
+            "torch.compile(fn) records the change on the caller's NJT, as eager mode does")
+
+
+try:  # Dynamo's compile-time hook (since torch 2.0); without it no check, as before it was added
+    from torch._dynamo.comptime import comptime as _comptime
+except ImportError:  # pragma: no cover
+    _comptime = None
 
 
 def _take_apart(out: Any, inputs: list) -> Any:
