@@ -384,6 +384,48 @@ def test_an_in_place_change_autograd_does_not_record_stays_on_the_boundary():
         assert_close(nt.detach(), expected_nt)
 
 
+class _JaggedAttention(torch.nn.Module):
+    """The PyTorch tutorial's NJT multi-head attention, small: projections, SDPA over (B, H, j, D), out projection."""
+
+    def __init__(self, width: int = 8, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.project = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(4))
+
+    def forward(self, query, key, value):
+        q, k, v = (p(t).unflatten(-1, (self.heads, -1)).transpose(1, 2)
+                   for p, t in zip(self.project, (query, key, value)))
+        attended = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.project[3](attended.transpose(1, 2).flatten(-2))
+
+
+@pytest.mark.parametrize("attention", ["self", "cross"])
+def test_jagged_attention_trains_as_in_eager_mode(attention):
+    # SDPA on NJTs, the most common NJT workload: outputs, the input NJT's gradient and the parameters' gradients are
+    # eager mode's, over two batches of other lengths (on a CPU its math path unbinds the NJTs, which no region can
+    # trace whole: the calls go to torch.compile(fn), with its warning).
+    torch.manual_seed(0)
+    module = _JaggedAttention()
+    compiled = jaggedperf.compile(module, backend="aot_eager")
+    for seed in (1, 2):
+        x, _ = make_njt(3, 5, M=8, seed=seed, min_len=1, requires_grad=True)
+        memory = make_njt(3, 4, M=8, seed=seed + 10, min_len=1)[0] if attention == "cross" else x
+        outcomes = []
+        for run in (module, compiled):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", BoundaryFallbackWarning)
+                out = run(x, memory, memory)
+            out.values().square().sum().backward()
+            outcomes.append((out.values().detach(), x.grad.values().clone(), [p.grad.clone() for p in module.parameters()]))
+            x.grad = None
+            module.zero_grad()
+        (out, grad, params), (expected_out, expected_grad, expected_params) = outcomes[1], outcomes[0]
+        torch.testing.assert_close(out, expected_out)
+        torch.testing.assert_close(grad, expected_grad)
+        for mine, eager in zip(params, expected_params):
+            torch.testing.assert_close(mine, eager)
+
+
 def test_no_grad_calls_cross_without_autograd():
     nt, _ = make_njt(4, 5, requires_grad=True)
     with torch.no_grad():
