@@ -162,6 +162,35 @@ def test_reading_min_seqlen_inside_works_and_compiles_no_more_graphs_than_torch_
     assert ours.frame_count <= theirs.frame_count, (ours.frame_count, theirs.frame_count)
 
 
+MIN_SEQLEN_PROPERTY = {
+    "scale": lambda nt: nt * nt._min_seqlen,
+    "return_it": lambda nt: (nt.sin(), nt._min_seqlen),
+    "rebuild_with_it": lambda nt: torch.nested.nested_tensor_from_jagged(
+        nt.values() * 2.0, nt.offsets(), min_seqlen=nt._min_seqlen, max_seqlen=nt._max_seqlen),
+}
+
+
+@pytest.mark.parametrize("name", list(MIN_SEQLEN_PROPERTY))
+def test_the_min_seqlen_property_read_inside_keeps_the_boundary(name):
+    # Dynamo answers nt._min_seqlen (a property) only from a graph input's size: the min_seqlen that crossed shifted
+    # by 2 failed it, and the signature fell back. It now crosses as its own size after that failure: no fallback,
+    # eager mode's values and cached seqlens, no more graphs than torch.compile (min_seqlen 0, 1, more).
+    fn = MIN_SEQLEN_PROPERTY[name]
+    ours, theirs = CompileCounterWithBackend("aot_eager"), CompileCounterWithBackend("aot_eager")
+    a, b = jaggedperf.compile(fn, backend=ours), torch.compile(fn, backend=theirs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)
+        for i, min_len in enumerate([0, 1, 3, 2, 4]):
+            nt, _ = make_njt(4 + i, 6 + i, seed=i, min_len=min_len)
+            expected, got, theirs_out = fn(nt), a(nt), b(nt)
+            if isinstance(expected, tuple):
+                assert got[1] == theirs_out[1] == expected[1] == min_len
+                expected, got = expected[0], got[0]
+            assert_close(got, expected)
+            assert seqlens(got) == seqlens(expected)
+    assert ours.frame_count <= theirs.frame_count, (ours.frame_count, theirs.frame_count)
+
+
 def test_no_recompile_across_b_total_and_max_seqlen_and_one_more_only_for_empty_sequences():
     def mean_plus(nt, bias):
         # to_padded_tensor pads to the NJT's max_seqlen: the graph depends on it

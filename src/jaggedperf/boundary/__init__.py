@@ -25,7 +25,9 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
 - B, the total length and the seqlens do not recompile (unless ``dynamic=False``): the ragged sizes cross marked
   dynamic; the max_seqlen ``n`` as the size ``n`` (what torch.compile on the NJT sees: a max_seqlen of 0, 1 and more
   take a graph each, as there), the min_seqlen as ``n + 2`` (never 0 or 1, the sizes Dynamo specialises: a batch
-  whose min_seqlen is 0 and one whose min_seqlen is not take two graphs, where torch.compile takes up to three);
+  whose min_seqlen is 0 and one whose min_seqlen is not take two graphs, where torch.compile takes up to three;
+  a function reading the ``_min_seqlen`` property, which Dynamo answers only from a graph input's size, fails once
+  and from then on its min_seqlen crosses as ``n``, up to three graphs as there);
 - one compiled region per call signature (pytree structure and layout), each its own code object, so each guards
   only its flat arguments, as ``fn`` compiled on plain tensors does; a graph that only rebuilds NJTs nobody uses
   (a function returning its inputs) is not compiled at all (``backend``);

@@ -21,7 +21,9 @@ Invariants:
   torch.compile's time on a CPU). A max_seqlen of 0, 1 and more take a graph each, as for ``torch.compile``. The
   min_seqlen, which sizes no tensor, crosses as ``n + 2``: never specialised, so one graph serves every min_seqlen
   but 0 (the NJT built inside guards on a seqlen being 0: a zero-sized tensor made there), where ``torch.compile``
-  on the NJT takes up to three (0, 1, more);
+  on the NJT takes up to three (0, 1, more). A function that reads the rebuilt NJT's ``_min_seqlen`` property needs
+  the cached tensor to be a graph input (Dynamo cannot return a size of a tensor made in the graph from a
+  property): after that failure its min_seqlen crosses as the size ``n`` itself, as torch.compile sees it;
 - values cross as the NJT's own ``_values`` tensor, except where autograd must flow (grad mode on and the NJT
   requires grad): then as ``Unwrap``'s output, an alias of them with an autograd edge to the NJT;
 - unless told otherwise (``dynamic=False``), the ragged sizes cross marked dynamic on every call, so every compile
@@ -122,7 +124,7 @@ def seqlen_tensor(size: int, place: int, mark: bool) -> torch.Tensor:
     return t
 
 
-def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list) -> str:
+def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list, min_shift: int) -> str:
     """Append ``nt``'s parts to ``flat``; return its layout code. (Reads inlined: this runs on every call.)"""
     values = nt._values
     if grad:
@@ -143,13 +145,13 @@ def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list) -> str:
         return "j--"
     low, high = cache.get("min_seqlen"), cache.get("max_seqlen")
     if low is not None:
-        flat.append(seqlen_tensor(low.shape[0] + MIN_SEQLEN_SHIFT, len(flat), mark))
+        flat.append(seqlen_tensor(low.shape[0] + min_shift, len(flat), mark))
     if high is not None:
         flat.append(seqlen_tensor(high.shape[0], len(flat), mark))
     return _CODES[low is not None, high is not None]
 
 
-def _cross_leaves(leaves, spec: Any, mark: bool) -> Crossing:
+def _cross_leaves(leaves, spec: Any, mark: bool, min_shift: int) -> Crossing:
     layout: list[str] = []
     flat: list = []
     reason = None
@@ -171,17 +173,19 @@ def _cross_leaves(leaves, spec: Any, mark: bool) -> Crossing:
                 grad = _is_grad_enabled()
                 seen = {}
             seen[id(leaf)] = i
-            layout.append(_cross_njt(leaf, grad, mark, flat))
+            layout.append(_cross_njt(leaf, grad, mark, flat, min_shift))
         i += 1
     return Crossing(spec, leaves, tuple(layout), flat, reason)
 
 
-def flatten(args: tuple, kwargs: dict, mark: bool) -> Crossing:
+def flatten(args: tuple, kwargs: dict, mark: bool, min_shift: int = MIN_SEQLEN_SHIFT) -> Crossing:
     """One call's arguments as the compiled region takes them (see the module's docstring).
 
     Args:
         args, kwargs: the call's arguments.
         mark: whether the ragged sizes cross marked dynamic.
+        min_shift: a cached min_seqlen ``n`` crosses as a ``(n + min_shift, 0)`` tensor: ``MIN_SEQLEN_SHIFT``, or 0
+            where ``fn`` reads the min_seqlen in a way only a size of a graph input answers (``region``).
 
     Returns:
         the ``Crossing``; its ``reason`` says why the call must go to ``torch.compile(fn)`` instead, if it must.
@@ -191,6 +195,6 @@ def flatten(args: tuple, kwargs: dict, mark: bool) -> Crossing:
             if not (isinstance(a, _Tensor) or type(a) in LEAF_TYPES):
                 break
         else:
-            return _cross_leaves(args, None, mark)
+            return _cross_leaves(args, None, mark, min_shift)
     leaves, spec = pytree.tree_flatten((args, kwargs))
-    return _cross_leaves(leaves, spec, mark)
+    return _cross_leaves(leaves, spec, mark, min_shift)

@@ -16,7 +16,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from jaggedperf.boundary.backend import compile_region
-from jaggedperf.boundary.crossing import Crossing, fallback_reason, flatten
+from jaggedperf.boundary.crossing import MIN_SEQLEN_SHIFT, Crossing, fallback_reason, flatten
 from jaggedperf.boundary.joining import join_output
 from jaggedperf.boundary.region import make_region
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
@@ -71,6 +71,10 @@ class BoundaryFunction:
             start before torch 2.15, where Dynamo cannot build a guard on the ragged size of an NJT made in the graph
             (layer_norm compares it with an int), so no compile fails on it first; after a compile failed so on a
             later torch; never with the data-dependent settings, and not after a compile with them failed.
+        min_shift: what a cached min_seqlen's crossing tensor adds to it (``crossing.flatten``): 2, so no min_seqlen
+            is a size Dynamo specialises; 0 after a compile failed on reading the ``_min_seqlen`` property of an NJT
+            that caches one (Dynamo answers it only from a graph input's size): then up to three graphs for the
+            min_seqlen (0, 1, more), as torch.compile on the NJT takes.
     """
 
     def __init__(self, fn: Callable, compile_kwargs: dict[str, Any]) -> None:
@@ -88,6 +92,7 @@ class BoundaryFunction:
         self.dynamo_config: dict[str, Any] = {}
         self.constant_ragged = _CONSTANT_RAGGED
         self.seqlens_first: tuple[str, ...] = ()
+        self.min_shift = MIN_SEQLEN_SHIFT
         self._made = 0  # regions made so far (each is named after its number)
         self._tried: set[tuple[bool, bool]] = set()
         self._fallback: Callable | None = None
@@ -98,7 +103,7 @@ class BoundaryFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.seqlens_first:
             _cache_seqlens(args, kwargs, self.seqlens_first)
-        crossing = flatten(args, kwargs, self._mark)
+        crossing = flatten(args, kwargs, self._mark, self.min_shift)
         key = crossing.key
         if crossing.reason is not None or (self.fallbacks and key in self.fallbacks):
             return self._fall_back(crossing.reason or self.fallbacks[key], args, kwargs)
@@ -127,7 +132,7 @@ class BoundaryFunction:
         self._made += 1
         name = f"{self._name}_{codes}_{self._made}"
         region, backend = compile_region(make_region(self.fn, name, crossing.spec, crossing.layout,
-                                                     self.constant_ragged), self.compile_kwargs)
+                                                     self.constant_ragged, self.min_shift), self.compile_kwargs)
         self.regions[crossing.key] = region
         if backend is not None:
             self._backends[crossing.key] = backend
@@ -153,7 +158,7 @@ class BoundaryFunction:
             change()
             self.regions, self._backends = {}, {}
             added = _cache_seqlens(args, kwargs, self.seqlens_first)
-            crossing = flatten(args, kwargs, self._mark)
+            crossing = flatten(args, kwargs, self._mark, self.min_shift)
             try:
                 region = self._region(crossing)
                 out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
@@ -162,7 +167,7 @@ class BoundaryFunction:
                 err = again
                 for cache, key in added:  # this attempt failed: the NJTs cache only what eager mode would
                     del cache[key]
-                crossing = flatten(args, kwargs, self._mark)
+                crossing = flatten(args, kwargs, self._mark, self.min_shift)
             else:
                 self.last_fallback = None
                 return result
@@ -185,6 +190,10 @@ class BoundaryFunction:
         if _data_dependent(err) and self.seqlens_first != SEQLENS_TRIED[-1] and _lacks_a_seqlen(crossing):
             following = SEQLENS_TRIED[SEQLENS_TRIED.index(self.seqlens_first) + 1]
             return lambda: setattr(self, "seqlens_first", following)
+        if self.min_shift and _chain_says(err, "sourceless builder") and any(c[:2] == "jm" for c in crossing.layout):
+            # Dynamo evaluates an NJT's property on the fake NJT and cannot return the size of a tensor made in the
+            # graph (the min_seqlen's, made from the shifted one): the min_seqlen then crosses as its own size
+            return lambda: setattr(self, "min_shift", 0)
         if _data_dependent(err):
             wanted = (True, False)  # unbacked symbols do not combine with constant nested ints
         elif _unguardable_ragged_size(err):

@@ -44,14 +44,16 @@ class InPlaceOnTrainingNJT(RuntimeError):
     """``fn`` modified an NJT argument in place where autograd records it: the call goes to ``torch.compile(fn)``."""
 
 
-def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...], constant_ragged: bool = False) -> Callable:
+def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...], constant_ragged: bool = False,
+                min_shift: int = MIN_SEQLEN_SHIFT) -> Callable:
     """The function torch.compile traces for calls of one pytree structure ``spec`` (None: positional leaves) and
     one ``layout`` (``crossing``'s codes); it is called with a ``Crossing``'s flat list, unpacked. ``constant_ragged``:
-    the NJTs are rebuilt with constant ragged sizes (``rebuild_constant``)."""
+    the NJTs are rebuilt with constant ragged sizes (``rebuild_constant``). ``min_shift``: what a min_seqlen's
+    tensor adds to it (``crossing.flatten``); with 0 that very tensor is the rebuilt NJT's cached min_seqlen."""
     make = rebuild_constant if constant_ragged else rebuild
 
     def region(*flat):
-        leaves, inputs = _rebuild(layout, flat, make)
+        leaves, inputs = _rebuild(layout, flat, make, min_shift)
         for _, nt in inputs:
             _note_version(nt)
         if spec is None:
@@ -69,7 +71,7 @@ def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...], con
     return out
 
 
-def _rebuild(layout: tuple[str, ...], flat: tuple, make: Callable) -> tuple[list, list]:
+def _rebuild(layout: tuple[str, ...], flat: tuple, make: Callable, min_shift: int) -> tuple[list, list]:
     """(the leaves ``fn``'s arguments are made of, [(leaf index, rebuilt NJT)])."""
     leaves: list = []
     inputs: list = []
@@ -85,7 +87,7 @@ def _rebuild(layout: tuple[str, ...], flat: tuple, make: Callable) -> tuple[list
             i += 2
             low = high = None
             if code[1] == "m":
-                low = flat[i].shape[0] - MIN_SEQLEN_SHIFT
+                low = flat[i] if min_shift == 0 else flat[i].shape[0] - min_shift
                 i += 1
             if code[2] == "x":
                 high = flat[i]
@@ -96,13 +98,15 @@ def _rebuild(layout: tuple[str, ...], flat: tuple, make: Callable) -> tuple[list
     return leaves, inputs
 
 
-def _view(values: torch.Tensor, offsets: torch.Tensor, low: int | None, high: torch.Tensor | None) -> torch.Tensor:
-    # nested_tensor_from_jagged's view op, its max_seqlen given as the (n, 0) tensor that crossed instead of an int
-    low_tensor = None if low is None else torch.zeros(low, 0)
+def _view(values: torch.Tensor, offsets: torch.Tensor, low: int | torch.Tensor | None,
+          high: torch.Tensor | None) -> torch.Tensor:
+    # nested_tensor_from_jagged's view op, its max_seqlen given as the (n, 0) tensor that crossed instead of an int,
+    # its min_seqlen as an (n, 0) tensor made here or (a tensor) the one that crossed
+    low_tensor = torch.zeros(low, 0) if isinstance(low, int | torch.SymInt) else low
     return torch._nested_view_from_jagged(values, offsets, _nt_view_dummy(), None, 1, low_tensor, high)
 
 
-def _view_constant(values: torch.Tensor, offsets: torch.Tensor, low: int | None,
+def _view_constant(values: torch.Tensor, offsets: torch.Tensor, low: int | torch.Tensor | None,
                    high: torch.Tensor | None) -> torch.Tensor:
     _constant_ragged_size(offsets)
     return _view(values, offsets, low, high)
@@ -130,8 +134,9 @@ def _constant_ragged_size(offsets: torch.Tensor) -> None:
         inner.nested_int_memo = torch.SymInt(_NestedIntNode(nested_tensor._tensor_id_counter, 1))
 
 
-def _from_sizes(values: torch.Tensor, offsets: torch.Tensor, low: int | None,
+def _from_sizes(values: torch.Tensor, offsets: torch.Tensor, low: int | torch.Tensor | None,
                 high: torch.Tensor | None) -> torch.Tensor:
+    low = low.shape[0] if isinstance(low, torch.Tensor) else low
     return torch.nested.nested_tensor_from_jagged(values, offsets, min_seqlen=low,
                                                   max_seqlen=None if high is None else high.shape[0])
 
