@@ -161,6 +161,7 @@ _VERSION = "_jaggedperf_version_before_fn"  # kept on the fake values tensor for
 
 
 def _note_version(nt: torch.Tensor) -> None:
+    # ``nt`` is read by name, as the frame's local, by the compile-time callback (``ctx.get_local("nt")``)
     if _comptime is not None:
         _comptime(_noted)
 
