@@ -146,23 +146,8 @@ def test_output_njts_cache_the_seqlens_eager_mode_caches(cache):
         assert_close(out, ref)
 
 
-def test_reading_min_seqlen_inside_works_and_compiles_no_more_graphs_than_torch_compile():
-    def scale_by_min(nt):
-        return nt * nt._get_min_seqlen() + nt._get_max_seqlen()
-
-    ours, theirs = CompileCounterWithBackend("aot_eager"), CompileCounterWithBackend("aot_eager")
-    a, b = jaggedperf.compile(scale_by_min, backend=ours), torch.compile(scale_by_min, backend=theirs)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", BoundaryFallbackWarning)
-        for i, min_len in enumerate([0, 2, 1, 3, 0]):
-            nt, _ = make_njt(4 + i, 6 + i, seed=i, min_len=min_len)
-            expected = scale_by_min(nt)
-            assert_close(a(nt), expected)
-            assert_close(b(nt), expected)
-    assert ours.frame_count <= theirs.frame_count, (ours.frame_count, theirs.frame_count)
-
-
-MIN_SEQLEN_PROPERTY = {
+READS_MIN_SEQLEN = {
+    "get_methods": lambda nt: nt * nt._get_min_seqlen() + nt._get_max_seqlen(),
     "scale": lambda nt: nt * nt._min_seqlen,
     "return_it": lambda nt: (nt.sin(), nt._min_seqlen),
     "rebuild_with_it": lambda nt: torch.nested.nested_tensor_from_jagged(
@@ -170,23 +155,25 @@ MIN_SEQLEN_PROPERTY = {
 }
 
 
-@pytest.mark.parametrize("name", list(MIN_SEQLEN_PROPERTY))
-def test_the_min_seqlen_property_read_inside_keeps_the_boundary(name):
-    # Dynamo answers nt._min_seqlen (a property) only from a graph input's size: the min_seqlen that crossed shifted
-    # by 2 failed it, and the signature fell back. It now crosses as its own size after that failure: no fallback,
-    # eager mode's values and cached seqlens, no more graphs than torch.compile (min_seqlen 0, 1, more).
-    fn = MIN_SEQLEN_PROPERTY[name]
+@pytest.mark.parametrize("name", list(READS_MIN_SEQLEN))
+def test_reading_min_seqlen_inside_keeps_the_boundary_and_compiles_no_more_graphs_than_torch_compile(name):
+    # By method or by property. Dynamo answers nt._min_seqlen (a property) only from a graph input's size: the
+    # min_seqlen that crossed shifted by 2 failed it, and the signature fell back. It now crosses as its own size
+    # after that failure: no fallback, eager mode's values and cached seqlens, no more graphs than torch.compile
+    # (min_seqlen 0, 1, more; back to 0).
+    fn = READS_MIN_SEQLEN[name]
     ours, theirs = CompileCounterWithBackend("aot_eager"), CompileCounterWithBackend("aot_eager")
     a, b = jaggedperf.compile(fn, backend=ours), torch.compile(fn, backend=theirs)
     with warnings.catch_warnings():
         warnings.simplefilter("error", BoundaryFallbackWarning)
-        for i, min_len in enumerate([0, 1, 3, 2, 4]):
+        for i, min_len in enumerate([0, 2, 1, 3, 0, 4]):
             nt, _ = make_njt(4 + i, 6 + i, seed=i, min_len=min_len)
             expected, got, theirs_out = fn(nt), a(nt), b(nt)
             if isinstance(expected, tuple):
                 assert got[1] == theirs_out[1] == expected[1] == min_len
-                expected, got = expected[0], got[0]
+                expected, got, theirs_out = expected[0], got[0], theirs_out[0]
             assert_close(got, expected)
+            assert_close(theirs_out, expected)
             assert seqlens(got) == seqlens(expected)
     assert ours.frame_count <= theirs.frame_count, (ours.frame_count, theirs.frame_count)
 
