@@ -400,6 +400,30 @@ def test_an_in_place_change_autograd_does_not_record_stays_on_the_boundary():
         assert_close(nt.detach(), expected_nt)
 
 
+@pytest.mark.parametrize("how", ["TORCHDYNAMO_DISABLE=1", "disable=True", "config.disable"])
+def test_with_dynamo_disabled_every_call_is_fns_own(how, monkeypatch):
+    # torch.compile then returns fn itself (or runs it without Dynamo), and so does the boundary, on the caller's own
+    # NJTs: the region run without Dynamo ran fn on NJTs rebuilt from the parts, where a leaf NJT changed in place
+    # did not raise and a non-leaf one's later uses missed the change's gradient.
+    kwargs = {"backend": "aot_eager", "disable": True} if how == "disable=True" else {"backend": "aot_eager"}
+    if how == "TORCHDYNAMO_DISABLE=1":
+        monkeypatch.setenv("TORCHDYNAMO_DISABLE", "1")
+    with torch._dynamo.config.patch(disable=how == "config.disable"):
+        for trains in ("leaf", "non-leaf"):
+            expected = _in_place_run(lambda fn: fn, "mul_then_use", trains)
+            got = _in_place_run(lambda fn: jaggedperf.compile(fn, **kwargs), "mul_then_use", trains)
+            assert got[0] is expected[0]
+            torch.testing.assert_close(got[1:], expected[1:])
+        seen = []
+        compiled = jaggedperf.compile(lambda x: seen.append(x) or x * 2.0, **kwargs)
+        nt, _ = make_njt(3, 4, min_len=1)
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        assert_close(compiled(nt), nt * 2.0)
+    assert len(seen) == 1 and seen[0] is nt
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs and compiled.disabled
+    assert not compiled.regions and compiled.last_fallback is None
+
+
 class _JaggedAttention(torch.nn.Module):
     """The PyTorch tutorial's NJT multi-head attention, small: projections, SDPA over (B, H, j, D), out projection."""
 

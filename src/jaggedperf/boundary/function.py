@@ -71,6 +71,10 @@ class BoundaryFunction:
             start before torch 2.15, where Dynamo cannot build a guard on the ragged size of an NJT made in the graph
             (layer_norm compares it with an int), so no compile fails on it first; after a compile failed so on a
             later torch; never with the data-dependent settings, and not after a compile with them failed.
+        disabled: ``torch.compile(fn, **compile_kwargs)`` would return ``fn`` itself (``disable=True``,
+            ``TORCHDYNAMO_DISABLE=1``, Dynamo's ``config.disable`` as ``TORCH_COMPILE_DISABLE=1`` sets it), decided when
+            made, as torch.compile decides: every call is ``fn``'s own, on the caller's NJTs (the region run without
+            Dynamo would run ``fn`` on rebuilt NJTs, where an in-place change that trains is not caught).
         min_shift: what a cached min_seqlen's crossing tensor adds to it (``crossing.flatten``): 2, so no min_seqlen
             is a size Dynamo specialises; 0 after a compile failed on reading the ``_min_seqlen`` property of an NJT
             that caches one (Dynamo answers it only from a graph input's size): then up to three graphs for the
@@ -93,6 +97,7 @@ class BoundaryFunction:
         self.constant_ragged = _CONSTANT_RAGGED
         self.seqlens_first: tuple[str, ...] = ()
         self.min_shift = MIN_SEQLEN_SHIFT
+        self.disabled = _dynamo_disabled(self.compile_kwargs)
         self._made = 0  # regions made so far (each is named after its number)
         self._tried: set[tuple[bool, bool]] = set()
         self._fallback: Callable | None = None
@@ -101,6 +106,8 @@ class BoundaryFunction:
             functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.disabled:
+            return self.fn(*args, **kwargs)
         if self.seqlens_first:
             _cache_seqlens(args, kwargs, self.seqlens_first)
         crossing = flatten(args, kwargs, self._mark, self.min_shift)
@@ -233,6 +240,14 @@ class BoundaryFunction:
         name = getattr(self.fn, "__name__", type(self.fn).__name__)
         warnings.warn(f"jaggedperf.compile({name}): falling back to torch.compile: {reason}",
                       BoundaryFallbackWarning, stacklevel=_caller_stacklevel())
+
+
+def _dynamo_disabled(compile_kwargs: dict[str, Any]) -> bool:
+    """Whether ``torch.compile(fn, **compile_kwargs)`` returns ``fn`` unchanged or runs it without Dynamo: what it
+    reads when it wraps (``disable``, ``TORCHDYNAMO_DISABLE``) and Dynamo's switch as it stands then."""
+    if compile_kwargs.get("disable") or os.environ.get("TORCHDYNAMO_DISABLE", "") == "1":
+        return True
+    return bool(torch._dynamo.config.disable)
 
 
 def _caller_stacklevel() -> int:
