@@ -73,3 +73,23 @@ def test_static_shapes_cross_a_max_seqlen_seen_before_without_falling_back(name,
     # static shapes on the components: a graph per batch shape at most (torch.compile on the NJT takes fewer here:
     # the NJT constructor marks its inner tensors dynamic whatever dynamic says)
     assert ours <= len(batches)
+
+
+@pytest.mark.parametrize("trains", [True, False], ids=["trains", "inference"])
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_all_dynamic_shapes_compile_on_the_components(name, trains):
+    # Under dynamic=True the values' feature width is symbolic, and so is the row stride an NJT's ragged stride is
+    # the ragged size times: a constant ragged size (before torch 2.15) cannot multiply it, so every first call
+    # failed while rebuilding the NJT and fell back. B, the lengths and the feature width change here.
+    batches = [(2, 5, 3), (4, 7, 3), (3, 6, 5), (5, 4, 2)]
+    ours, theirs = _run_all(FUNCTIONS[name], True, batches, trains)
+    assert ours <= theirs, (ours, theirs)
+
+
+@pytest.mark.parametrize("name", ["scale", "ragged_softmax"])
+def test_a_feature_width_that_changes_becomes_dynamic_without_falling_back(name):
+    # By default Dynamo recompiles a size that changed as symbolic (automatic dynamic shapes): the second feature
+    # width gives the values a symbolic row stride, where a constant ragged size failed as under dynamic=True
+    batches = [(3, 5, 4), (3, 5, 6), (4, 6, 8)]
+    ours, theirs = _run_all(FUNCTIONS[name], None, batches, trains=True)
+    assert ours <= theirs, (ours, theirs)

@@ -70,7 +70,9 @@ class BoundaryFunction:
         constant_ragged: the regions rebuild NJTs with constant ragged sizes (``region.rebuild_constant``): from the
             start before torch 2.15, where Dynamo cannot build a guard on the ragged size of an NJT made in the graph
             (layer_norm compares it with an int), so no compile fails on it first; after a compile failed so on a
-            later torch; never with the data-dependent settings, and not after a compile with them failed.
+            later torch; never with the data-dependent settings, and not after a compile with them failed. Each NJT
+            whose values' row stride is symbolic (``dynamic=True``, a feature width that changed) keeps its symbolic
+            ragged size even so (``region._view_constant``).
         min_shift: what a cached min_seqlen's crossing tensor adds to it (``crossing.flatten``): 2, so no min_seqlen
             is a size Dynamo specialises; 0 after a compile failed on reading the ``_min_seqlen`` property of an NJT
             that caches one (Dynamo answers it only from a graph input's size): then up to three graphs for the
