@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from jaggedperf.boundary.crossing import MIN_SEQLEN_SHIFT, flatten, seqlen_tensor
@@ -90,3 +91,14 @@ def test_no_two_places_of_the_flat_list_hold_one_seqlen_tensor():
     seqlens = [t for t in crossing.flat if t.dim() == 2 and t.shape[1] == 0]
     assert len(seqlens) == 4 and len({id(t) for t in seqlens}) == 4
     assert [t.shape[0] for t in seqlens] == [3 + MIN_SEQLEN_SHIFT, 3] * 2
+
+
+@pytest.mark.parametrize("mark", [True, False], ids=["dynamic", "static"])
+def test_a_shared_seqlen_tensor_crosses_with_the_marks_it_was_made_with(mark):
+    # An output NJT that keeps a crossing seqlen tensor as its cached seqlen marks it with mark_dynamic; Dynamo guards
+    # on such marks, so the next call that shares the tensor must see it as the compile did
+    t = seqlen_tensor(6, 2, mark)
+    made = {name: set(v) if isinstance(v, set) else v for name, v in t.__dict__.items()}
+    torch._dynamo.mark_dynamic(t, 0)
+    assert seqlen_tensor(6, 2, mark) is t
+    assert t.__dict__ == made

@@ -51,7 +51,10 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
   or ``TypeError`` the compiled code raises as it runs (a jagged op's check of its offsets) is the caller's: raised
   as eager mode raises it, with no fallback;
 - before torch 2.15 the NJTs rebuilt inside have constant ragged sizes (``region``), so ops that compare a ragged
-  size with an int (layer_norm) compile on the components, where Dynamo could not build that guard.
+  size with an int (layer_norm) compile on the components, where Dynamo could not build that guard; only where the
+  values' row stride is static (a constant nested int multiplies only by an int): under ``dynamic=True``, or once a
+  feature width changed, the ragged size stays symbolic, so the boundary keeps working there, and only such ops fall
+  back.
 """
 
 from jaggedperf.boundary.function import BoundaryFallbackWarning, BoundaryFunction, BoundaryModule, compile

@@ -54,13 +54,13 @@ _CODES = {(False, False): "j--", (True, False): "jm-", (False, True): "j-x", (Tr
 # The seqlen tensors, one per (place in the flat list, size, marking): shared by every call (they hold no data), so an
 # unchanged seqlen allocates nothing and keeps its dynamic mark, and two places never hold one tensor (Dynamo guards
 # on inputs that are the same object: a min_seqlen equal to a max_seqlen, or two NJTs' equal seqlens, would compile a
-# graph of their own). Bounded: cleared when a workload has seen this many.
-_SEQLEN_TENSORS: dict[tuple[int, int], torch.Tensor] = {}
+# graph of their own). Each with the number of attributes it held when made: its marks (``seqlen_tensor``). Bounded:
+# cleared when a workload has seen this many.
+_SEQLEN_TENSORS: dict[tuple[int, int, bool], tuple[torch.Tensor, int]] = {}
 _SEQLEN_TENSORS_MAX = 4096
-# Where torch._dynamo.mark_dynamic records its dims (the NJT constructor calls it on its cached seqlens)
-_STRICT_MARK = "_dynamo_dynamic_indices"
-# ... and maybe_mark_dynamic its weak marks (Dynamo's since torch 2.1): a tensor that carries the mark on dim 0 skips
-# the decorated call, an attribute read instead; if the name ever changes the check misses and the public call runs
+# Where maybe_mark_dynamic records its weak marks (Dynamo's since torch 2.1): a tensor that carries the mark on dim 0
+# skips the decorated call, an attribute read instead; if the name ever changes the check misses and the public call
+# runs
 _WEAK_MARK = "_dynamo_weak_dynamic_indices"
 # Bound once: what every call looks up.
 _Tensor = torch.Tensor
@@ -110,17 +110,25 @@ def seqlen_tensor(size: int, place: int, mark: bool) -> torch.Tensor:
     min_seqlen, the seqlen + ``MIN_SEQLEN_SHIFT``; marked dynamic when ``mark`` (shared between calls, allocated and
     marked once per place, size and marking)."""
     key = (place, size, mark)
-    t = _SEQLEN_TENSORS.get(key)
-    if t is None:
+    held = _SEQLEN_TENSORS.get(key)
+    if held is None:
         if len(_SEQLEN_TENSORS) >= _SEQLEN_TENSORS_MAX:
             _SEQLEN_TENSORS.clear()
-        t = _SEQLEN_TENSORS[key] = torch.empty(size, 0)
+        t = torch.empty(size, 0)
         if mark:
             torch._dynamo.maybe_mark_dynamic(t, 0)
-    elif _STRICT_MARK in t.__dict__:
-        # An NJT the compiled runtime built around it (an output it returns as a subclass) marked it for Dynamo with
-        # mark_dynamic, which the next call's guards would see (a graph more): it crosses with its weak mark alone
-        del t.__dict__[_STRICT_MARK]
+        _SEQLEN_TENSORS[key] = (t, len(t.__dict__))
+        return t
+    t, count = held
+    if len(t.__dict__) != count:
+        # An NJT built around it since (an output NJT keeps it as its cached seqlen) marked it with mark_dynamic:
+        # ``_dynamo_dynamic_indices``, ``_dynamo_dynamic_range``, ``_has_dynamo_dim_marking``, ... . Dynamo guards
+        # on such marks: with them the next call's guards would differ from the compile's (a graph more, or, under
+        # ``dynamic=False``, a guard that fails on the frame it was made on: a fallback). It crosses as it was made,
+        # with its own marks alone. Each of Dynamo's marking calls adds an attribute of its own, so the count tells.
+        t.__dict__.clear()
+        if mark:
+            torch._dynamo.maybe_mark_dynamic(t, 0)
     return t
 
 

@@ -70,7 +70,9 @@ class BoundaryFunction:
         constant_ragged: the regions rebuild NJTs with constant ragged sizes (``region.rebuild_constant``): from the
             start before torch 2.15, where Dynamo cannot build a guard on the ragged size of an NJT made in the graph
             (layer_norm compares it with an int), so no compile fails on it first; after a compile failed so on a
-            later torch; never with the data-dependent settings, and not after a compile with them failed.
+            later torch; never with the data-dependent settings, and not after a compile with them failed. Each NJT
+            whose values' row stride is symbolic (``dynamic=True``, a feature width that changed) keeps its symbolic
+            ragged size even so (``region._view_constant``).
         disabled: ``torch.compile(fn, **compile_kwargs)`` would return ``fn`` itself (``disable=True``,
             ``TORCHDYNAMO_DISABLE=1``, Dynamo's ``config.disable`` as ``TORCH_COMPILE_DISABLE=1`` sets it), decided when
             made, as torch.compile decides: every call is ``fn``'s own, on the caller's NJTs (the region run without

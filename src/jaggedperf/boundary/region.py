@@ -108,8 +108,17 @@ def _view(values: torch.Tensor, offsets: torch.Tensor, low: int | torch.Tensor |
 
 def _view_constant(values: torch.Tensor, offsets: torch.Tensor, low: int | torch.Tensor | None,
                    high: torch.Tensor | None) -> torch.Tensor:
-    _constant_ragged_size(offsets)
+    # The NJT's stride over its ragged dim is the ragged size times the values' row stride, and a constant nested
+    # int multiplies only by a static int: where that stride is symbolic (``dynamic=True``, or a feature width that
+    # changed between calls under automatic dynamic shapes) the NJT keeps its symbolic ragged size
+    if _is_static(values.stride(0)):
+        _constant_ragged_size(offsets)
     return _view(values, offsets, low, high)
+
+
+def _is_static(n: int | torch.SymInt) -> bool:
+    """Whether ``n`` is an int to a nested int's ``mul``: a plain int, or a SymInt whose node is a constant."""
+    return not isinstance(n, torch.SymInt) or n.node.is_constant()
 
 
 def _constant_ragged_size(offsets: torch.Tensor) -> None:
@@ -123,7 +132,7 @@ def _constant_ragged_size(offsets: torch.Tensor) -> None:
     such comparisons since). A constant one compares as it does in eager mode, with no guard. Each is drawn from
     torch's own counter, so no other nested int of the process equals it. ``BoundaryFunction`` uses it before torch
     2.15 and after that IndexError; never with unbacked symbols (the data-dependent retry), which do not combine with
-    a constant nested int.
+    a constant nested int, nor over values whose row stride is symbolic (``_view_constant``).
     """
     inner = _unwrap_functional(offsets)
     if not isinstance(inner, _FakeTensor):

@@ -1,0 +1,95 @@
+"""jaggedperf.compile under torch.compile's ``dynamic`` settings: static shapes (``dynamic=False``), every size
+symbolic (``dynamic=True``) and sizes made dynamic after they changed (the default). Each stays on the components
+(no fallback) with eager mode's values, gradients and cached seqlens, and compiles no more graphs than torch.compile.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend
+
+import jaggedperf
+from jaggedperf.boundary import BoundaryFallbackWarning
+from tests.boundary.njts import assert_close, make_njt, seqlens
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+FUNCTIONS = {
+    "scale": lambda nt: nt * 2,
+    # pads to the cached max_seqlen: the crossing (n, 0) tensor is the rebuilt NJT's, and the output NJT keeps it
+    "ragged_softmax": lambda nt: nt.relu().softmax(dim=1),
+    "padded_sum": lambda nt: nt.to_padded_tensor(0.0).sum(dim=1),
+    "scale_by_max_seqlen": lambda nt: nt * nt._get_max_seqlen(),
+}
+
+
+def _run_all(fn, dynamic, batches, trains: bool) -> tuple[int, int]:
+    """Calls ``fn`` eagerly, through the boundary and through torch.compile on each (B, max_len, M) of ``batches``,
+    with any fallback an error; checks values, cached seqlens and (``trains``) the input NJT's gradient against eager
+    mode's. Returns (the boundary's graphs, torch.compile's graphs)."""
+    ours, theirs = CompileCounterWithBackend("aot_eager"), CompileCounterWithBackend("aot_eager")
+    a = jaggedperf.compile(fn, backend=ours, dynamic=dynamic)
+    b = torch.compile(fn, backend=theirs, dynamic=dynamic)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)
+        for i, (B, max_len, M) in enumerate(batches):
+            nt, _ = make_njt(B, max_len, M, seed=i, min_len=1, requires_grad=trains)
+            grads = []
+            for run in (fn, a, b):
+                out = run(nt)
+                if trains:
+                    ((out.values() if out.is_nested else out) ** 2).sum().backward()
+                    grads.append(nt.grad.values().clone())
+                    nt.grad = None
+                if run is fn:
+                    expected = out
+                else:
+                    assert_close(out, expected)
+                    assert not out.is_nested or seqlens(out) == seqlens(expected)
+            for got in grads[1:]:
+                assert_close(got, grads[0])
+    assert a.last_fallback is None and not a.fallbacks
+    return ours.frame_count, theirs.frame_count
+
+
+@pytest.mark.parametrize("trains", [True, False], ids=["trains", "inference"])
+@pytest.mark.parametrize("name", ["scale", "ragged_softmax"])
+def test_static_shapes_cross_a_max_seqlen_seen_before_without_falling_back(name, trains):
+    # A max_seqlen crosses as a shared (n, 0) tensor, and an output NJT keeping it as its cached max_seqlen marks it
+    # dynamic (the NJT constructor's mark_dynamic). Under dynamic=False a later batch with that max_seqlen and another
+    # total length crossed with those marks, and Dynamo's guard on them failed on the very frame it was made for (a
+    # fallback): the tensor must cross with the marks it was made with, whatever marked it since.
+    batches = [(2, 5, 3), (2, 4, 3), (3, 5, 3), (4, 4, 3)]  # max_seqlen 5, 4, 5 again, 4 again: new total lengths
+    ours, _ = _run_all(FUNCTIONS[name], False, batches, trains)
+    # static shapes on the components: a graph per batch shape at most (torch.compile on the NJT takes fewer here:
+    # the NJT constructor marks its inner tensors dynamic whatever dynamic says)
+    assert ours <= len(batches)
+
+
+@pytest.mark.parametrize("trains", [True, False], ids=["trains", "inference"])
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_all_dynamic_shapes_compile_on_the_components(name, trains):
+    # Under dynamic=True the values' feature width is symbolic, and so is the row stride an NJT's ragged stride is
+    # the ragged size times: a constant ragged size (before torch 2.15) cannot multiply it, so every first call
+    # failed while rebuilding the NJT and fell back. B, the lengths and the feature width change here.
+    batches = [(2, 5, 3), (4, 7, 3), (3, 6, 5), (5, 4, 2)]
+    ours, theirs = _run_all(FUNCTIONS[name], True, batches, trains)
+    assert ours <= theirs, (ours, theirs)
+
+
+@pytest.mark.parametrize("name", ["scale", "ragged_softmax"])
+def test_a_feature_width_that_changes_becomes_dynamic_without_falling_back(name):
+    # By default Dynamo recompiles a size that changed as symbolic (automatic dynamic shapes): the second feature
+    # width gives the values a symbolic row stride, where a constant ragged size failed as under dynamic=True
+    batches = [(3, 5, 4), (3, 5, 6), (4, 6, 8)]
+    ours, theirs = _run_all(FUNCTIONS[name], None, batches, trains=True)
+    assert ours <= theirs, (ours, theirs)
