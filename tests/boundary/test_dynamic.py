@@ -30,19 +30,25 @@ FUNCTIONS = {
     "padded_sum": lambda nt: nt.to_padded_tensor(0.0).sum(dim=1),
     "scale_by_max_seqlen": lambda nt: nt * nt._get_max_seqlen(),
 }
+# read by the NJT's methods (PyTorch's test_compile_with_dynamic_max_seq_len), each a method call in Dynamo's graph
+SEQLEN_READS = {
+    "add_ones_times_max_seqlen": lambda nt: nt + torch.ones_like(nt) * nt._get_max_seqlen(),
+    "scale_by_min_seqlen": lambda nt: nt * nt._get_min_seqlen(),
+    "scale_by_seqlen_spread": lambda nt: nt * (nt._get_max_seqlen() - nt._get_min_seqlen()),
+}
 
 
-def _run_all(fn, dynamic, batches, trains: bool) -> tuple[int, int]:
-    """Calls ``fn`` eagerly, through the boundary and through torch.compile on each (B, max_len, M) of ``batches``,
-    with any fallback an error; checks values, cached seqlens and (``trains``) the input NJT's gradient against eager
-    mode's. Returns (the boundary's graphs, torch.compile's graphs)."""
+def _run_all(fn, dynamic, batches, trains: bool, min_len: int = 1, **kwargs) -> tuple[int, int]:
+    """Calls ``fn`` eagerly, through the boundary and through torch.compile (both with ``kwargs``) on each
+    (B, max_len, M) of ``batches``, with any fallback an error; checks values, cached seqlens and (``trains``) the input
+    NJT's gradient against eager mode's. Returns (the boundary's graphs, torch.compile's graphs)."""
     ours, theirs = CompileCounterWithBackend("aot_eager"), CompileCounterWithBackend("aot_eager")
-    a = jaggedperf.compile(fn, backend=ours, dynamic=dynamic)
-    b = torch.compile(fn, backend=theirs, dynamic=dynamic)
+    a = jaggedperf.compile(fn, backend=ours, dynamic=dynamic, **kwargs)
+    b = torch.compile(fn, backend=theirs, dynamic=dynamic, **kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("error", BoundaryFallbackWarning)
         for i, (B, max_len, M) in enumerate(batches):
-            nt, _ = make_njt(B, max_len, M, seed=i, min_len=1, requires_grad=trains)
+            nt, _ = make_njt(B, max_len, M, seed=i, min_len=min_len, requires_grad=trains)
             grads = []
             for run in (fn, a, b):
                 out = run(nt)
@@ -73,6 +79,20 @@ def test_static_shapes_cross_a_max_seqlen_seen_before_without_falling_back(name,
     # static shapes on the components: a graph per batch shape at most (torch.compile on the NJT takes fewer here:
     # the NJT constructor marks its inner tensors dynamic whatever dynamic says)
     assert ours <= len(batches)
+
+
+@pytest.mark.parametrize("fullgraph", [False, True], ids=["graph_breaks_allowed", "fullgraph"])
+@pytest.mark.parametrize("trains", [True, False], ids=["trains", "inference"])
+@pytest.mark.parametrize("name", list(SEQLEN_READS))
+def test_static_shapes_read_a_seqlen_by_its_method_without_falling_back(name, trains, fullgraph):
+    # Dynamo puts a tensor method's call in the graph and takes back only a tensor or a symbolic size: under
+    # dynamic=False a seqlen crossing as a static size made _get_max_seqlen() an int, and every first call fell back.
+    # The seqlens must then cross symbolic, as torch.compile on the NJT sees them (the NJT constructor marks them
+    # whatever dynamic says): one graph for the three max seqlens, as there.
+    batches = [(3, 18, 5), (3, 19, 5), (3, 25, 5)]  # new total lengths too
+    ours, theirs = _run_all(SEQLEN_READS[name], False, batches, trains, min_len=2, fullgraph=fullgraph)
+    assert ours <= theirs, (ours, theirs)
+    assert ours == 1
 
 
 @pytest.mark.parametrize("trains", [True, False], ids=["trains", "inference"])
