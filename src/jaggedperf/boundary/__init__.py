@@ -55,8 +55,9 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
 - before torch 2.15 the NJTs rebuilt inside have constant ragged sizes (``region``), so ops that compare a ragged
   size with an int (layer_norm) compile on the components, where Dynamo could not build that guard; only where the
   values' row stride is static (a constant nested int multiplies only by an int): under ``dynamic=True``, or once a
-  feature width changed, the ragged size stays symbolic, so the boundary keeps working there, and only such ops fall
-  back.
+  feature width changed, the ragged size stays symbolic, so the boundary keeps working there; where such an op then
+  fails, the feature width is guarded static (one graph per feature width, where torch.compile keeps one) and the
+  constant ragged size applies.
 """
 
 from jaggedperf.boundary.function import BoundaryFallbackWarning, BoundaryFunction, BoundaryModule, compile

@@ -73,6 +73,10 @@ class BoundaryFunction:
             later torch; never with the data-dependent settings, and not after a compile with them failed. Each NJT
             whose values' row stride is symbolic (``dynamic=True``, a feature width that changed) keeps its symbolic
             ragged size even so (``region._view_constant``).
+        static_width: after a compile with constant ragged sizes still failed on such a guard (an NJT kept its
+            symbolic ragged size: its values' row stride was symbolic), the values' sizes past the ragged dim and their
+            row stride are guarded static where the NJTs are rebuilt (``region.rebuild_static_width``): one graph per
+            feature width, and the constant ragged size applies.
         disabled: ``torch.compile(fn, **compile_kwargs)`` would return ``fn`` itself (``disable=True``,
             ``TORCHDYNAMO_DISABLE=1``, Dynamo's ``config.disable`` as ``TORCH_COMPILE_DISABLE=1`` sets it), decided when
             made, as torch.compile decides: every call is ``fn``'s own, on the caller's NJTs (the region run without
@@ -105,6 +109,7 @@ class BoundaryFunction:
         self.seqlens_first: tuple[str, ...] = ()
         self.min_shift = MIN_SEQLEN_SHIFT
         self.mark_seqlens = self._mark
+        self.static_width = False
         self.disabled = _dynamo_disabled(self.compile_kwargs)
         self._made = 0  # regions made so far (each is named after its number)
         self._tried: set[tuple[bool, bool]] = set()
@@ -147,7 +152,8 @@ class BoundaryFunction:
         self._made += 1
         name = f"{self._name}_{codes}_{self._made}"
         region, backend = compile_region(make_region(self.fn, name, crossing.spec, crossing.layout,
-                                                     self.constant_ragged, self.min_shift), self.compile_kwargs)
+                                                     self.constant_ragged, self.min_shift, self.static_width),
+                                         self.compile_kwargs)
         self.regions[crossing.key] = region
         if backend is not None:
             self._backends[crossing.key] = backend
@@ -217,6 +223,10 @@ class BoundaryFunction:
         if _data_dependent(err):
             wanted = (True, False)  # unbacked symbols do not combine with constant nested ints
         elif _unguardable_ragged_size(err):
+            if self.constant_ragged and not self.static_width and not self.dynamo_config:
+                # the NJT kept its symbolic ragged size for values whose row stride is symbolic: their widths are
+                # then made static (one graph per feature width), so the constant ragged size applies to them too
+                return self._use_static_width
             wanted = (bool(self.dynamo_config), True)
         elif self.constant_ragged and _chain_says(err, "NestedIntNode"):
             wanted = (bool(self.dynamo_config), False)  # the constant failed (e.g. lengths read as Python numbers)
@@ -230,6 +240,10 @@ class BoundaryFunction:
         self.dynamo_config = dict(_DATA_DEPENDENT) if data_dependent else {}
         self.constant_ragged = constant_ragged
         self._name = f"{self._base_name}{'_dd' if data_dependent else ''}{'_cr' if constant_ragged else ''}"
+
+    def _use_static_width(self) -> None:
+        self.static_width = True
+        self._name = f"{self._name}_sw"
 
     def fallback(self) -> Callable:
         """``torch.compile(fn, **compile_kwargs)``, made on first use.
