@@ -9,6 +9,8 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import jaggedperf
@@ -30,19 +32,36 @@ FUNCTIONS = {
     "padded_sum": lambda nt: nt.to_padded_tensor(0.0).sum(dim=1),
     "scale_by_max_seqlen": lambda nt: nt * nt._get_max_seqlen(),
 }
+# read by the NJT's methods (PyTorch's test_compile_with_dynamic_max_seq_len), each a method call in Dynamo's graph
+SEQLEN_READS = {
+    "add_ones_times_max_seqlen": lambda nt: nt + torch.ones_like(nt) * nt._get_max_seqlen(),
+    "scale_by_min_seqlen": lambda nt: nt * nt._get_min_seqlen(),
+    "scale_by_seqlen_spread": lambda nt: nt * (nt._get_max_seqlen() - nt._get_min_seqlen()),
+}
+
+_LAYER_NORM = torch.nn.LayerNorm(3)
+# compare the ragged size with an int (layer_norm's normalized_shape, a mean over the last dim broadcast back): Dynamo
+# cannot build that guard on the symbolic ragged size of an NJT made in the graph (before torch 2.15)
+NORMS = {
+    "layer_norm": lambda nt: F.layer_norm(nt, (3,)),
+    "layer_norm_module": lambda nt: _LAYER_NORM(nt),
+    "rms_norm": lambda nt: nt * torch.rsqrt(nt.pow(2).mean(-1, keepdim=True) + 1e-6),
+}
 
 
-def _run_all(fn, dynamic, batches, trains: bool) -> tuple[int, int]:
-    """Calls ``fn`` eagerly, through the boundary and through torch.compile on each (B, max_len, M) of ``batches``,
-    with any fallback an error; checks values, cached seqlens and (``trains``) the input NJT's gradient against eager
-    mode's. Returns (the boundary's graphs, torch.compile's graphs)."""
+def _run_all(fn, dynamic, batches, trains: bool, min_len: int = 1, live: bool = False,
+             **kwargs) -> tuple[int, int]:
+    """Calls ``fn`` eagerly, through the boundary and through torch.compile (both with ``kwargs``) on each
+    (B, max_len, M) of ``batches``, with any fallback an error; checks values, cached seqlens and (``trains``) the input
+    NJT's gradient against eager mode's. Returns (the boundary's graphs, torch.compile's graphs): those compiled, or
+    with ``live`` those Dynamo keeps (a compile whose guards could not be built, retried, is compiled but not kept)."""
     ours, theirs = CompileCounterWithBackend("aot_eager"), CompileCounterWithBackend("aot_eager")
-    a = jaggedperf.compile(fn, backend=ours, dynamic=dynamic)
-    b = torch.compile(fn, backend=theirs, dynamic=dynamic)
+    a = jaggedperf.compile(fn, backend=ours, dynamic=dynamic, **kwargs)
+    b = torch.compile(fn, backend=theirs, dynamic=dynamic, **kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("error", BoundaryFallbackWarning)
         for i, (B, max_len, M) in enumerate(batches):
-            nt, _ = make_njt(B, max_len, M, seed=i, min_len=1, requires_grad=trains)
+            nt, _ = make_njt(B, max_len, M, seed=i, min_len=min_len, requires_grad=trains)
             grads = []
             for run in (fn, a, b):
                 out = run(nt)
@@ -58,6 +77,10 @@ def _run_all(fn, dynamic, batches, trains: bool) -> tuple[int, int]:
             for got in grads[1:]:
                 assert_close(got, grads[0])
     assert a.last_fallback is None and not a.fallbacks
+    if live:
+        regions = [region._torchdynamo_orig_callable.__code__ for region in a.regions.values()]
+        return (sum(len(_debug_get_cache_entry_list(code)) for code in regions),
+                len(_debug_get_cache_entry_list(fn.__code__)))
     return ours.frame_count, theirs.frame_count
 
 
@@ -73,6 +96,20 @@ def test_static_shapes_cross_a_max_seqlen_seen_before_without_falling_back(name,
     # static shapes on the components: a graph per batch shape at most (torch.compile on the NJT takes fewer here:
     # the NJT constructor marks its inner tensors dynamic whatever dynamic says)
     assert ours <= len(batches)
+
+
+@pytest.mark.parametrize("fullgraph", [False, True], ids=["graph_breaks_allowed", "fullgraph"])
+@pytest.mark.parametrize("trains", [True, False], ids=["trains", "inference"])
+@pytest.mark.parametrize("name", list(SEQLEN_READS))
+def test_static_shapes_read_a_seqlen_by_its_method_without_falling_back(name, trains, fullgraph):
+    # Dynamo puts a tensor method's call in the graph and takes back only a tensor or a symbolic size: under
+    # dynamic=False a seqlen crossing as a static size made _get_max_seqlen() an int, and every first call fell back.
+    # The seqlens must then cross symbolic, as torch.compile on the NJT sees them (the NJT constructor marks them
+    # whatever dynamic says): one graph for the three max seqlens, as there.
+    batches = [(3, 18, 5), (3, 19, 5), (3, 25, 5)]  # new total lengths too
+    ours, theirs = _run_all(SEQLEN_READS[name], False, batches, trains, min_len=2, fullgraph=fullgraph)
+    assert ours <= theirs, (ours, theirs)
+    assert ours == 1
 
 
 @pytest.mark.parametrize("trains", [True, False], ids=["trains", "inference"])
@@ -93,3 +130,21 @@ def test_a_feature_width_that_changes_becomes_dynamic_without_falling_back(name)
     batches = [(3, 5, 4), (3, 5, 6), (4, 6, 8)]
     ours, theirs = _run_all(FUNCTIONS[name], None, batches, trains=True)
     assert ours <= theirs, (ours, theirs)
+
+
+@pytest.mark.parametrize("trains", [True, False], ids=["trains", "inference"])
+@pytest.mark.parametrize("name", list(NORMS))
+def test_all_dynamic_shapes_compile_norms_over_the_feature_dim(name, trains):
+    # Under dynamic=True the values' row stride is symbolic, so the NJT kept its symbolic ragged size, and a norm's
+    # comparison of it with an int took a guard Dynamo could not build (an IndexError): a fallback. The feature width
+    # is then guarded static, so the constant ragged size applies: as many graphs kept as torch.compile's.
+    batches = [(2, 5, 3), (4, 7, 3), (3, 6, 3)]
+    ours, theirs = _run_all(NORMS[name], True, batches, trains, live=True)
+    assert ours <= theirs, (ours, theirs)
+
+
+def test_all_dynamic_shapes_take_a_graph_per_feature_width_for_a_norm():
+    # the static width's cost: one graph per feature width where torch.compile keeps one (no fallback, no warning)
+    batches = [(2, 5, 3), (4, 7, 3), (3, 6, 5), (5, 4, 2)]
+    ours, _ = _run_all(NORMS["rms_norm"], True, batches, trains=True, live=True)
+    assert ours == 3

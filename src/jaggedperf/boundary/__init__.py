@@ -27,7 +27,9 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
   take a graph each, as there), the min_seqlen as ``n + 2`` (never 0 or 1, the sizes Dynamo specialises: a batch
   whose min_seqlen is 0 and one whose min_seqlen is not take two graphs, where torch.compile takes up to three;
   a function reading the ``_min_seqlen`` property, which Dynamo answers only from a graph input's size, fails once
-  and from then on its min_seqlen crosses as ``n``, up to three graphs as there);
+  and from then on its min_seqlen crosses as ``n``, up to three graphs as there); under ``dynamic=False`` the seqlens
+  cross static until ``fn`` reads one by ``_get_max_seqlen()``/``_get_min_seqlen()`` (an int Dynamo cannot take from
+  a method): they then cross marked dynamic, as torch.compile on the NJT sees them (one graph for the max seqlens);
 - one compiled region per call signature (pytree structure and layout), each its own code object, so each guards
   only its flat arguments, as ``fn`` compiled on plain tensors does; a graph that only rebuilds NJTs nobody uses
   (a function returning its inputs) is not compiled at all (``backend``);
@@ -53,8 +55,9 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
 - before torch 2.15 the NJTs rebuilt inside have constant ragged sizes (``region``), so ops that compare a ragged
   size with an int (layer_norm) compile on the components, where Dynamo could not build that guard; only where the
   values' row stride is static (a constant nested int multiplies only by an int): under ``dynamic=True``, or once a
-  feature width changed, the ragged size stays symbolic, so the boundary keeps working there, and only such ops fall
-  back.
+  feature width changed, the ragged size stays symbolic, so the boundary keeps working there; where such an op then
+  fails, the feature width is guarded static (one graph per feature width, where torch.compile keeps one) and the
+  constant ragged size applies.
 """
 
 from jaggedperf.boundary.function import BoundaryFallbackWarning, BoundaryFunction, BoundaryModule, compile

@@ -27,7 +27,9 @@ Invariants:
 - values cross as the NJT's own ``_values`` tensor, except where autograd must flow (grad mode on and the NJT
   requires grad): then as ``Unwrap``'s output, an alias of them with an autograd edge to the NJT;
 - unless told otherwise (``dynamic=False``), the ragged sizes cross marked dynamic on every call, so every compile
-  sees the same markings and B, the total length and the seqlens do not recompile;
+  sees the same markings and B, the total length and the seqlens do not recompile; under ``dynamic=False`` the
+  seqlens alone cross marked once ``fn`` read one by its method (``flatten``'s ``mark_seqlens``), and the values
+  keep the NJT constructor's unguarded mark on their ragged dim, in training too (``differentiable.Unwrap``);
 - ``flatten`` runs on every call: the positional path is attribute reads and type checks; a pytree walk only where
   an argument is a container or a keyword.
 """
@@ -132,7 +134,7 @@ def seqlen_tensor(size: int, place: int, mark: bool) -> torch.Tensor:
     return t
 
 
-def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list, min_shift: int) -> str:
+def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list, min_shift: int, mark_seqlens: bool) -> str:
     """Append ``nt``'s parts to ``flat``; return its layout code. (Reads inlined: this runs on every call.)"""
     values = nt._values
     if grad:
@@ -153,13 +155,13 @@ def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list, min_shift: 
         return "j--"
     low, high = cache.get("min_seqlen"), cache.get("max_seqlen")
     if low is not None:
-        flat.append(seqlen_tensor(low.shape[0] + min_shift, len(flat), mark))
+        flat.append(seqlen_tensor(low.shape[0] + min_shift, len(flat), mark_seqlens))
     if high is not None:
-        flat.append(seqlen_tensor(high.shape[0], len(flat), mark))
+        flat.append(seqlen_tensor(high.shape[0], len(flat), mark_seqlens))
     return _CODES[low is not None, high is not None]
 
 
-def _cross_leaves(leaves, spec: Any, mark: bool, min_shift: int) -> Crossing:
+def _cross_leaves(leaves, spec: Any, mark: bool, min_shift: int, mark_seqlens: bool) -> Crossing:
     layout: list[str] = []
     flat: list = []
     reason = None
@@ -181,12 +183,13 @@ def _cross_leaves(leaves, spec: Any, mark: bool, min_shift: int) -> Crossing:
                 grad = _is_grad_enabled()
                 seen = {}
             seen[id(leaf)] = i
-            layout.append(_cross_njt(leaf, grad, mark, flat, min_shift))
+            layout.append(_cross_njt(leaf, grad, mark, flat, min_shift, mark_seqlens))
         i += 1
     return Crossing(spec, leaves, tuple(layout), flat, reason)
 
 
-def flatten(args: tuple, kwargs: dict, mark: bool, min_shift: int = MIN_SEQLEN_SHIFT) -> Crossing:
+def flatten(args: tuple, kwargs: dict, mark: bool, min_shift: int = MIN_SEQLEN_SHIFT,
+            mark_seqlens: bool | None = None) -> Crossing:
     """One call's arguments as the compiled region takes them (see the module's docstring).
 
     Args:
@@ -194,15 +197,20 @@ def flatten(args: tuple, kwargs: dict, mark: bool, min_shift: int = MIN_SEQLEN_S
         mark: whether the ragged sizes cross marked dynamic.
         min_shift: a cached min_seqlen ``n`` crosses as a ``(n + min_shift, 0)`` tensor: ``MIN_SEQLEN_SHIFT``, or 0
             where ``fn`` reads the min_seqlen in a way only a size of a graph input answers (``region``).
+        mark_seqlens: whether the cached seqlens' tensors cross marked dynamic; None: as ``mark``. True under
+            ``dynamic=False`` where ``fn`` reads a seqlen by ``_get_max_seqlen()``/``_get_min_seqlen()``, which Dynamo
+            traces only as a symbolic size (as torch.compile on the NJT sees it: its constructor marks them).
 
     Returns:
         the ``Crossing``; its ``reason`` says why the call must go to ``torch.compile(fn)`` instead, if it must.
     """
+    if mark_seqlens is None:
+        mark_seqlens = mark
     if not kwargs:
         for a in args:
             if not (isinstance(a, _Tensor) or type(a) in LEAF_TYPES):
                 break
         else:
-            return _cross_leaves(args, None, mark, min_shift)
+            return _cross_leaves(args, None, mark, min_shift, mark_seqlens)
     leaves, spec = pytree.tree_flatten((args, kwargs))
-    return _cross_leaves(leaves, spec, mark, min_shift)
+    return _cross_leaves(leaves, spec, mark, min_shift, mark_seqlens)

@@ -8,7 +8,8 @@ the host cost: ``docs/performance.md``, the model, 7).
 
 Invariants:
 - ``Unwrap``'s output aliases the NJT's values (a ``detach``: same storage, no copy) and is not the NJT's own
-  values tensor, so autograd's bookkeeping never touches the NJT's inner tensor.
+  values tensor, so autograd's bookkeeping never touches the NJT's inner tensor; it carries the values' dynamic mark
+  (``_PROPAGATED``), so training and inference cross alike.
 - ``Unwrap``'s backward returns an NJT over the NJT's own offsets tensor and with its cached seqlens: the same
   nested int, so the gradient has the NJT's shape and metadata and accumulates into ``nt.grad`` as eager mode's.
 - ``Join``'s backward takes the gradient NJT's values; a gradient with another layout (holes, another ragged dim)
@@ -26,6 +27,11 @@ from jaggedperf.njt import JAGGED_CLASS, wrap
 
 __all__ = ["Join", "Unwrap"]
 
+# The NJT constructor's unguarded mark of its values' ragged dim as dynamic (read by Dynamo whatever ``dynamic`` says):
+# ``Unwrap``'s alias carries it too, so Dynamo sees the values crossing as it sees them crossing in inference (the
+# NJT's own tensor) and on the NJT under torch.compile: under ``dynamic=False`` the total length does not recompile.
+_PROPAGATED = "_dynamo_propagated_dynamic_indices"
+
 
 class Unwrap(torch.autograd.Function):
     """``nt -> values``, differentiable: the gradient of the values becomes an NJT gradient of ``nt``."""
@@ -34,7 +40,11 @@ class Unwrap(torch.autograd.Function):
     def forward(ctx, nt: torch.Tensor) -> torch.Tensor:  # noqa: D102 (autograd's protocol)
         ctx.offsets = nt._offsets
         ctx.cache = dict(nt._metadata_cache)
-        return nt._values.detach()
+        values = nt._values.detach()
+        marks = nt._values.__dict__.get(_PROPAGATED)
+        if marks is not None:
+            values.__dict__[_PROPAGATED] = marks
+        return values
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # noqa: D102

@@ -73,6 +73,10 @@ class BoundaryFunction:
             later torch; never with the data-dependent settings, and not after a compile with them failed. Each NJT
             whose values' row stride is symbolic (``dynamic=True``, a feature width that changed) keeps its symbolic
             ragged size even so (``region._view_constant``).
+        static_width: after a compile with constant ragged sizes still failed on such a guard (an NJT kept its
+            symbolic ragged size: its values' row stride was symbolic), the values' sizes past the ragged dim and their
+            row stride are guarded static where the NJTs are rebuilt (``region.rebuild_static_width``): one graph per
+            feature width, and the constant ragged size applies.
         disabled: ``torch.compile(fn, **compile_kwargs)`` would return ``fn`` itself (``disable=True``,
             ``TORCHDYNAMO_DISABLE=1``, Dynamo's ``config.disable`` as ``TORCH_COMPILE_DISABLE=1`` sets it), decided when
             made, as torch.compile decides: every call is ``fn``'s own, on the caller's NJTs (the region run without
@@ -81,6 +85,11 @@ class BoundaryFunction:
             is a size Dynamo specialises; 0 after a compile failed on reading the ``_min_seqlen`` property of an NJT
             that caches one (Dynamo answers it only from a graph input's size): then up to three graphs for the
             min_seqlen (0, 1, more), as torch.compile on the NJT takes.
+        mark_seqlens: the cached seqlens' tensors cross marked dynamic: unless ``dynamic=False``; there too after a
+            compile failed on ``_get_max_seqlen()`` or ``_get_min_seqlen()`` returning an int (Dynamo takes a tensor
+            method's result only as a tensor or a symbolic size), so the seqlens are symbolic, as torch.compile on
+            the NJT sees them (the NJT constructor marks them whatever ``dynamic`` says): one graph for the max
+            seqlens above 1, where static ones took one each.
     """
 
     def __init__(self, fn: Callable, compile_kwargs: dict[str, Any]) -> None:
@@ -99,6 +108,8 @@ class BoundaryFunction:
         self.constant_ragged = _CONSTANT_RAGGED
         self.seqlens_first: tuple[str, ...] = ()
         self.min_shift = MIN_SEQLEN_SHIFT
+        self.mark_seqlens = self._mark
+        self.static_width = False
         self.disabled = _dynamo_disabled(self.compile_kwargs)
         self._made = 0  # regions made so far (each is named after its number)
         self._tried: set[tuple[bool, bool]] = set()
@@ -112,7 +123,7 @@ class BoundaryFunction:
             return self.fn(*args, **kwargs)
         if self.seqlens_first:
             _cache_seqlens(args, kwargs, self.seqlens_first)
-        crossing = flatten(args, kwargs, self._mark, self.min_shift)
+        crossing = flatten(args, kwargs, self._mark, self.min_shift, self.mark_seqlens)
         key = crossing.key
         if crossing.reason is not None or (self.fallbacks and key in self.fallbacks):
             return self._fall_back(crossing.reason or self.fallbacks[key], args, kwargs)
@@ -141,7 +152,8 @@ class BoundaryFunction:
         self._made += 1
         name = f"{self._name}_{codes}_{self._made}"
         region, backend = compile_region(make_region(self.fn, name, crossing.spec, crossing.layout,
-                                                     self.constant_ragged, self.min_shift), self.compile_kwargs)
+                                                     self.constant_ragged, self.min_shift, self.static_width),
+                                         self.compile_kwargs)
         self.regions[crossing.key] = region
         if backend is not None:
             self._backends[crossing.key] = backend
@@ -167,7 +179,7 @@ class BoundaryFunction:
             change()
             self.regions, self._backends = {}, {}
             added = _cache_seqlens(args, kwargs, self.seqlens_first)
-            crossing = flatten(args, kwargs, self._mark, self.min_shift)
+            crossing = flatten(args, kwargs, self._mark, self.min_shift, self.mark_seqlens)
             try:
                 region = self._region(crossing)
                 out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
@@ -176,7 +188,7 @@ class BoundaryFunction:
                 err = again
                 for cache, key in added:  # this attempt failed: the NJTs cache only what eager mode would
                     del cache[key]
-                crossing = flatten(args, kwargs, self._mark, self.min_shift)
+                crossing = flatten(args, kwargs, self._mark, self.min_shift, self.mark_seqlens)
             else:
                 self.last_fallback = None
                 return result
@@ -203,9 +215,18 @@ class BoundaryFunction:
             # Dynamo evaluates an NJT's property on the fake NJT and cannot return the size of a tensor made in the
             # graph (the min_seqlen's, made from the shifted one): the min_seqlen then crosses as its own size
             return lambda: setattr(self, "min_shift", 0)
+        if not self.mark_seqlens and _reads_a_static_seqlen(err) and any(c[0] == "j" for c in crossing.layout):
+            # under dynamic=False a seqlen read by ``_get_max_seqlen()`` (``_get_min_seqlen()``) is a method call whose
+            # result Dynamo takes only as a symbolic size, never as an int: the seqlens then cross marked dynamic, as
+            # torch.compile on the NJT sees them (its constructor marks them whatever ``dynamic`` says)
+            return lambda: setattr(self, "mark_seqlens", True)
         if _data_dependent(err):
             wanted = (True, False)  # unbacked symbols do not combine with constant nested ints
         elif _unguardable_ragged_size(err):
+            if self.constant_ragged and not self.static_width and not self.dynamo_config:
+                # the NJT kept its symbolic ragged size for values whose row stride is symbolic: their widths are
+                # then made static (one graph per feature width), so the constant ragged size applies to them too
+                return self._use_static_width
             wanted = (bool(self.dynamo_config), True)
         elif self.constant_ragged and _chain_says(err, "NestedIntNode"):
             wanted = (bool(self.dynamo_config), False)  # the constant failed (e.g. lengths read as Python numbers)
@@ -219,6 +240,10 @@ class BoundaryFunction:
         self.dynamo_config = dict(_DATA_DEPENDENT) if data_dependent else {}
         self.constant_ragged = constant_ragged
         self._name = f"{self._base_name}{'_dd' if data_dependent else ''}{'_cr' if constant_ragged else ''}"
+
+    def _use_static_width(self) -> None:
+        self.static_width = True
+        self._name = f"{self._name}_sw"
 
     def fallback(self) -> Callable:
         """``torch.compile(fn, **compile_kwargs)``, made on first use.
@@ -298,6 +323,13 @@ def _data_dependent(err: Exception) -> bool:
             return True
         e, seen = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__, seen + 1
     return "data-dependent" in str(err) or "DataDependentOutputException" in str(err)
+
+
+def _reads_a_static_seqlen(err: Exception) -> bool:
+    """Whether Dynamo failed on a method of the NJT that returned a seqlen as an int (a static size): Dynamo puts a
+    tensor method's call in the graph and takes only a tensor or a symbolic size back from it."""
+    return _chain_says(err, "returned non-Tensor") and (_chain_says(err, "target: _get_max_seqlen")
+                                                        or _chain_says(err, "target: _get_min_seqlen"))
 
 
 def _unguardable_ragged_size(err: Exception) -> bool:

@@ -37,7 +37,7 @@ from jaggedperf.boundary.crossing import ANY, MIN_SEQLEN_SHIFT
 from jaggedperf.boundary.parts import Again, Dense, Parts, Same
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
-__all__ = ["InPlaceOnTrainingNJT", "make_region", "rebuild", "rebuild_constant"]
+__all__ = ["InPlaceOnTrainingNJT", "make_region", "rebuild", "rebuild_constant", "rebuild_static_width"]
 
 
 class InPlaceOnTrainingNJT(RuntimeError):
@@ -45,12 +45,14 @@ class InPlaceOnTrainingNJT(RuntimeError):
 
 
 def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...], constant_ragged: bool = False,
-                min_shift: int = MIN_SEQLEN_SHIFT) -> Callable:
+                min_shift: int = MIN_SEQLEN_SHIFT, static_width: bool = False) -> Callable:
     """The function torch.compile traces for calls of one pytree structure ``spec`` (None: positional leaves) and
     one ``layout`` (``crossing``'s codes); it is called with a ``Crossing``'s flat list, unpacked. ``constant_ragged``:
     the NJTs are rebuilt with constant ragged sizes (``rebuild_constant``). ``min_shift``: what a min_seqlen's
-    tensor adds to it (``crossing.flatten``); with 0 that very tensor is the rebuilt NJT's cached min_seqlen."""
-    make = rebuild_constant if constant_ragged else rebuild
+    tensor adds to it (``crossing.flatten``); with 0 that very tensor is the rebuilt NJT's cached min_seqlen.
+    ``static_width``: with ``constant_ragged``, values whose row stride is symbolic are made static past their ragged
+    dim first (``rebuild_static_width``)."""
+    make = (rebuild_static_width if static_width else rebuild_constant) if constant_ragged else rebuild
 
     def region(*flat):
         leaves, inputs = _rebuild(layout, flat, make, min_shift)
@@ -116,6 +118,18 @@ def _view_constant(values: torch.Tensor, offsets: torch.Tensor, low: int | torch
     return _view(values, offsets, low, high)
 
 
+def _view_static_width(values: torch.Tensor, offsets: torch.Tensor, low: int | torch.Tensor | None,
+                       high: torch.Tensor | None) -> torch.Tensor:
+    # Values with a symbolic row stride (``dynamic=True``, a feature width that changed) are viewed with their sizes
+    # past the ragged dim and their row stride guarded as ints (one graph per feature width), so the view's row stride
+    # is an int and the NJT can take a constant ragged size: for functions that compare a ragged size with an int
+    # (layer_norm), whose guard Dynamo could not build on a symbolic one. A plain view: its backward is a view too.
+    if not _is_static(values.stride(0)):
+        _guard_int(values.stride(0))
+        values = values.view(values.shape[0], *(_guard_int(d) for d in values.shape[1:]))
+    return _view_constant(values, offsets, low, high)
+
+
 def _is_static(n: int | torch.SymInt) -> bool:
     """Whether ``n`` is an int to a nested int's ``mul``: a plain int, or a SymInt whose node is a constant."""
     return not isinstance(n, torch.SymInt) or n.node.is_constant()
@@ -156,12 +170,14 @@ try:  # the NJT view op's dummy argument and nested ints: private since the NJT'
     from torch.nested._internal import nested_tensor
     from torch.nested._internal.nested_int import NestedIntNode as _NestedIntNode
     from torch.nested._internal.nested_tensor import _nt_view_dummy
+    from torch.fx.experimental.symbolic_shapes import guard_int as _guard_int
 except ImportError:  # pragma: no cover
-    rebuild = rebuild_constant = _from_sizes
+    rebuild = rebuild_constant = rebuild_static_width = _from_sizes
 else:
     # each one call in the graph (Dynamo does not trace the view op itself), run on fake tensors while tracing
     rebuild = torch.compiler.allow_in_graph(_view)
     rebuild_constant = torch.compiler.allow_in_graph(_view_constant)
+    rebuild_static_width = torch.compiler.allow_in_graph(_view_static_width)
 
 
 # --- in-place changes of NJT arguments, seen while Dynamo traces (``comptime``: nothing enters the graph) ---------
