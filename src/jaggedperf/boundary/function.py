@@ -10,7 +10,7 @@ import functools
 import os
 import sys
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.utils._pytree as pytree
@@ -90,6 +90,12 @@ class BoundaryFunction:
             method's result only as a tensor or a symbolic size), so the seqlens are symbolic, as torch.compile on
             the NJT sees them (the NJT constructor marks them whatever ``dynamic`` says): one graph for the max
             seqlens above 1, where static ones took one each.
+        mark_parts: the NJTs' values and offsets cross with their first dim marked dynamic (``maybe_mark_dynamic``):
+            unless ``dynamic=False``; there too after a compile with constant ragged sizes failed on a size of a
+            rebuilt NJT taken as a constant (``_reads_a_static_size``): an NJT whose every other size is static is a
+            fully static tensor to Dynamo, which then takes its sizes (``nt.shape``) as constants, and the constant
+            ragged size is a SymInt. Marked, the NJT has a symbolic size, as torch.compile on the NJT sees it (the NJT
+            constructor marks its parts whatever ``dynamic`` says): one graph over total lengths, not one each.
     """
 
     def __init__(self, fn: Callable, compile_kwargs: dict[str, Any]) -> None:
@@ -109,6 +115,7 @@ class BoundaryFunction:
         self.seqlens_first: tuple[str, ...] = ()
         self.min_shift = MIN_SEQLEN_SHIFT
         self.mark_seqlens = self._mark
+        self.mark_parts = self._mark
         self.static_width = False
         self.disabled = _dynamo_disabled(self.compile_kwargs)
         self._made = 0  # regions made so far (each is named after its number)
@@ -123,7 +130,7 @@ class BoundaryFunction:
             return self.fn(*args, **kwargs)
         if self.seqlens_first:
             _cache_seqlens(args, kwargs, self.seqlens_first)
-        crossing = flatten(args, kwargs, self._mark, self.min_shift, self.mark_seqlens)
+        crossing = flatten(args, kwargs, self.mark_parts, self.min_shift, self.mark_seqlens)
         key = crossing.key
         if crossing.reason is not None or (self.fallbacks and key in self.fallbacks):
             return self._fall_back(crossing.reason or self.fallbacks[key], args, kwargs)
@@ -179,7 +186,7 @@ class BoundaryFunction:
             change()
             self.regions, self._backends = {}, {}
             added = _cache_seqlens(args, kwargs, self.seqlens_first)
-            crossing = flatten(args, kwargs, self._mark, self.min_shift, self.mark_seqlens)
+            crossing = flatten(args, kwargs, self.mark_parts, self.min_shift, self.mark_seqlens)
             try:
                 region = self._region(crossing)
                 out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
@@ -188,7 +195,7 @@ class BoundaryFunction:
                 err = again
                 for cache, key in added:  # this attempt failed: the NJTs cache only what eager mode would
                     del cache[key]
-                crossing = flatten(args, kwargs, self._mark, self.min_shift, self.mark_seqlens)
+                crossing = flatten(args, kwargs, self.mark_parts, self.min_shift, self.mark_seqlens)
             else:
                 self.last_fallback = None
                 return result
@@ -220,6 +227,8 @@ class BoundaryFunction:
             # result Dynamo takes only as a symbolic size, never as an int: the seqlens then cross marked dynamic, as
             # torch.compile on the NJT sees them (its constructor marks them whatever ``dynamic`` says)
             return lambda: setattr(self, "mark_seqlens", True)
+        if not self.mark_parts and self.constant_ragged and _reads_a_static_size(err):
+            return lambda: setattr(self, "mark_parts", True)
         if _data_dependent(err):
             wanted = (True, False)  # unbacked symbols do not combine with constant nested ints
         elif _unguardable_ragged_size(err):
@@ -317,11 +326,8 @@ def _lacks_a_seqlen(crossing: Crossing) -> bool:
 def _data_dependent(err: Exception) -> bool:
     """Whether Dynamo failed on a value read from a tensor (what ``_DATA_DEPENDENT`` lets it trace)."""
     names = {"DataDependentOutputException", "GuardOnDataDependentSymNode", "DynamicOutputShapeException"}
-    seen, e = 0, err
-    while e is not None and seen < 8:  # the chain Dynamo wraps the tracer's error in
-        if type(e).__name__ in names:
-            return True
-        e, seen = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__, seen + 1
+    if any(type(e).__name__ in names for e in _chain(err)):  # the chain Dynamo wraps the tracer's error in
+        return True
     return "data-dependent" in str(err) or "DataDependentOutputException" in str(err)
 
 
@@ -332,20 +338,32 @@ def _reads_a_static_seqlen(err: Exception) -> bool:
                                                         or _chain_says(err, "target: _get_min_seqlen"))
 
 
+def _reads_a_static_size(err: Exception) -> bool:
+    """Whether Dynamo failed to take a SymInt as a constant: a fully static NJT's sizes (``nt.shape``, ``nt.size()``)
+    hold its constant ragged size, a SymInt, where Dynamo expects ints."""
+    return ((_chain_says(err, "sourceless builder") or _chain_says(err, "Cannot construct `ConstantVariable`"))
+            and _chain_says(err, "SymInt"))
+
+
 def _unguardable_ragged_size(err: Exception) -> bool:
     """Whether Dynamo failed to build a guard on a symbol it has no source for: before torch 2.15, the ragged size
-    of an NJT made in the graph, compared with an int (``region._constant_ragged_size``)."""
-    return _chain_says(err, "list index out of range", IndexError)
+    of an NJT made in the graph, compared with an int (``region._constant_ragged_size``): an IndexError, or (compared
+    with a symbolic size) a guard's source text naming the symbol's ephemeral source, which does not parse."""
+    return _chain_says(err, "list index out of range", IndexError) or any(
+        isinstance(e, SyntaxError) and "<ephemeral" in (e.text or "") for e in _chain(err))
 
 
 def _chain_says(err: Exception, text: str, kind: type | None = None) -> bool:
     """Whether an exception in ``err``'s chain (Dynamo wraps the tracer's and the backend's) says ``text``."""
+    return any((kind is None or type(e) is kind) and text in str(e) for e in _chain(err))
+
+
+def _chain(err: Exception) -> Iterator[BaseException]:
+    """``err`` and the exceptions it wraps, at most 8."""
     seen, e = 0, err
     while e is not None and seen < 8:
-        if (kind is None or type(e) is kind) and text in str(e):
-            return True
+        yield e
         e, seen = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__, seen + 1
-    return False
 
 
 def _describe(err: Exception) -> str:

@@ -154,7 +154,7 @@ def _constant_ragged_size(offsets: torch.Tensor) -> None:
     memo = inner.nested_int_memo
     if memo is None or not isinstance(memo.node, _NestedIntNode):
         nested_tensor._tensor_id_counter += 1
-        inner.nested_int_memo = torch.SymInt(_NestedIntNode(nested_tensor._tensor_id_counter, 1))
+        inner.nested_int_memo = torch.SymInt(_ConstantNestedInt(nested_tensor._tensor_id_counter, 1))
 
 
 def _from_sizes(values: torch.Tensor, offsets: torch.Tensor, low: int | torch.Tensor | None,
@@ -171,10 +171,26 @@ try:  # the NJT view op's dummy argument and nested ints: private since the NJT'
     from torch.nested._internal.nested_int import NestedIntNode as _NestedIntNode
     from torch.nested._internal.nested_tensor import _nt_view_dummy
     from torch.fx.experimental.symbolic_shapes import guard_int as _guard_int
+    import sympy as _sympy
 except ImportError:  # pragma: no cover
     rebuild = rebuild_constant = rebuild_static_width = _from_sizes
 else:
     # each one call in the graph (Dynamo does not trace the view op itself), run on fake tensors while tracing
+    class _ConstantNestedInt(_NestedIntNode):
+        """A constant nested int that also answers ``expr``: Dynamo's runtime-assert pass reads the sympy expression
+        of every graph node whose example value is a SymInt (``nt.shape`` read in ``fn`` makes such nodes: a size of
+        the NJT), and torch's nested-int node has none before torch 2.15 (AttributeError on every compile). A symbol
+        of its own, named after the nested int and known to no shape environment: the pass keeps the node (a new
+        untracked symbol) and never folds it into an expression of the graph's inputs."""
+
+        @property
+        def expr(self) -> _sympy.Symbol:
+            return _sympy.Symbol(f"jaggedperf_j{self.t_id}_{self.coeff}", integer=True, positive=True)
+
+        def mul(self, other: Any) -> _NestedIntNode:  # the NJT's strides: the ragged size times the row stride
+            product = super().mul(other)
+            return type(self)(product.t_id, product.coeff)
+
     rebuild = torch.compiler.allow_in_graph(_view)
     rebuild_constant = torch.compiler.allow_in_graph(_view_constant)
     rebuild_static_width = torch.compiler.allow_in_graph(_view_static_width)
