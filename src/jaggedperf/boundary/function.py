@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 import torch.utils._pytree as pytree
+import torch.utils.checkpoint
 
 from jaggedperf.boundary.backend import compile_region
 from jaggedperf.boundary.crossing import MIN_SEQLEN_SHIFT, Crossing, fallback_reason, flatten
@@ -32,8 +33,12 @@ _Tensor = torch.Tensor
 # instead of a failure: the retry for functions that compile only that way on the components.
 _DATA_DEPENDENT = {"capture_scalar_outputs": True, "capture_dynamic_output_shape_ops": True}
 # What the compiled code raises, as it runs, for its inputs (the jagged ops' checks among them): never a compile's
-# failure, which Dynamo and Inductor wrap in their own types.
-_CALLERS_ERRORS = (ValueError, TypeError)
+# failure, which Dynamo and Inductor wrap in their own types. Also the caller's own control flow through ``fn``:
+# non-reentrant activation checkpointing stops a recomputation by raising from a saved-tensor hook, which must reach
+# its caller as it would from eager mode (a fallback ran ``fn`` again inside the recomputation: an assertion in
+# ``backward()``).
+_CALLERS_ERRORS = (ValueError, TypeError) + tuple(
+    e for e in (getattr(torch.utils.checkpoint, "_StopRecomputationError", None),) if e is not None)
 # Before torch 2.15 (pytorch#185016) the ragged size of an NJT made in the graph takes a guard Dynamo cannot build
 # whenever an op compares it with an int: the regions start with constant ragged sizes there.
 _CONSTANT_RAGGED = torch.torch_version.TorchVersion(torch.__version__) < (2, 15)

@@ -96,7 +96,36 @@ def repair(t: torch.Tensor, requires_grad: bool, crossing: Crossing) -> torch.Te
         return t.detach()
     storage = t.untyped_storage().data_ptr()
     for base in crossing.flat:
+        # the input whose elements hold every element of ``t``: NJT arguments that are views of one tensor (q, k and
+        # v chunked from one projection) share a storage, and a view of another one would take the gradient away
         if (isinstance(base, _Tensor) and base.requires_grad and base.dtype == t.dtype
-                and base.untyped_storage().data_ptr() == storage):
+                and base.untyped_storage().data_ptr() == storage and _holds(base, t)):
             return base.as_strided(t.size(), t.stride(), t.storage_offset())
     raise CrossingError("an output that requires grad in eager mode came back without it, aliasing no input")
+
+
+def _holds(base: torch.Tensor, t: torch.Tensor) -> bool:
+    """Whether every corner of ``t`` (each dim's first and last index: a strided view's extremes in every dim) is
+    an element of ``base`` (both over one storage): the elements of a strided view lie between its corners."""
+    if t.numel() == 0:
+        return True
+    dims = [(size - 1) * stride for size, stride in zip(t.shape, t.stride()) if size > 1]
+    corners = [t.storage_offset()]
+    for step in dims:
+        corners += [c + step for c in corners]
+    layout = sorted(((stride, size) for size, stride in zip(base.shape, base.stride()) if size > 1), reverse=True)
+    return all(_element_of(layout, base.storage_offset(), offset) for offset in corners)
+
+
+def _element_of(layout: list[tuple[int, int]], start: int, offset: int) -> bool:
+    """Whether storage ``offset`` is an element of the view starting at ``start`` with ``layout``'s (stride, size)
+    pairs, largest stride first (a view whose elements do not overlap: each offset has one index)."""
+    rest = offset - start
+    if rest < 0:
+        return False
+    for stride, size in layout:
+        index = rest // stride if stride else 0
+        if index >= size:
+            return False
+        rest -= index * stride
+    return rest == 0

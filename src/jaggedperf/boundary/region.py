@@ -37,11 +37,17 @@ from jaggedperf.boundary.crossing import ANY, MIN_SEQLEN_SHIFT
 from jaggedperf.boundary.parts import Again, Dense, Parts, Same
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
-__all__ = ["InPlaceOnTrainingNJT", "make_region", "rebuild", "rebuild_constant", "rebuild_static_width"]
+__all__ = ["GradEnabledInside", "InPlaceOnTrainingNJT", "make_region", "rebuild", "rebuild_constant", "rebuild_static_width"]
 
 
 class InPlaceOnTrainingNJT(RuntimeError):
     """``fn`` modified an NJT argument in place where autograd records it: the call goes to ``torch.compile(fn)``."""
+
+
+class GradEnabledInside(RuntimeError):
+    """``fn``, called with grad mode off, enabled it and returns tensors that require grad: the boundary's autograd
+    nodes (``Unwrap``, ``Join``) run in the caller's mode, outside ``fn``, so they would record nothing (outputs
+    without their graph, silently); the call goes to ``torch.compile(fn)``."""
 
 
 def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...], constant_ragged: bool = False,
@@ -56,6 +62,7 @@ def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...], con
 
     def region(*flat):
         leaves, inputs = _rebuild(layout, flat, make, min_shift)
+        grad_off = not torch.is_grad_enabled()  # a constant of the trace: Dynamo guards the grad mode
         for _, nt in inputs:
             _note_version(nt)
         if spec is None:
@@ -65,6 +72,8 @@ def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...], con
             out = fn(*args, **kwargs)
         for _, nt in inputs:
             _check_version(nt)
+        if grad_off:
+            _check_grad_off(out, flat)
         return _take_apart(out, inputs)
 
     code = region.__code__.replace(co_name=name)
@@ -210,6 +219,20 @@ def _note_version(nt: torch.Tensor) -> None:
 def _check_version(nt: torch.Tensor) -> None:
     if _comptime is not None:
         _comptime(_checked)
+
+
+def _check_grad_off(out: Any, flat: tuple) -> None:
+    # each requires_grad (and identity) is a constant of the trace, and so is the branch: a call pays nothing; an
+    # argument returned as it is keeps its requires_grad without any node
+    if any(isinstance(t, torch.Tensor) and t.requires_grad and not any(t is a for a in flat)
+           for t in pytree.tree_leaves(out)):
+        if _comptime is not None:
+            _comptime(_enabled_grad)
+
+
+def _enabled_grad(ctx: Any) -> None:
+    raise GradEnabledInside("fn enables grad while called with it disabled (torch.enable_grad inside torch.no_grad): "
+                            "torch.compile(fn) records its outputs' graph as eager mode does")
 
 
 def _noted(ctx: Any) -> None:
