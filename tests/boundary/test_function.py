@@ -713,3 +713,18 @@ def test_an_ops_check_of_its_inputs_is_raised_as_eager_raises_it_with_no_fallbac
                 compiled(bad)
     assert compiled._fallback is None and not compiled.fallbacks
     assert_close(compiled(good), softmax(good))
+
+
+def test_a_call_with_no_njt_argument_is_torch_compiles_without_a_warning():
+    # nothing crosses: the region would be torch.compile(fn) with fullgraph, so a graph break inside fn (here a
+    # data-dependent narrow) fell back with a warning where torch.compile(fn) just breaks the graph
+    def fn(values, lengths):
+        return torch.nested.narrow(values, 1, 0, lengths, layout=torch.jagged).values().sum()
+
+    compiled = jaggedperf.compile(fn, backend="aot_eager")
+    values = torch.randn(3, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)
+        for lengths in (torch.tensor([2, 5, 1]), torch.tensor([3, 1, 4])):
+            assert_close(compiled(values, lengths), fn(values, lengths))
+    assert not compiled.regions and not compiled.fallbacks and compiled.last_fallback is None

@@ -62,8 +62,9 @@ class BoundaryFunction:
         fallbacks: the signatures whose calls go to ``torch.compile(fn)``, each with its reason: a compile or run on
             the components failed where ``torch.compile(fn)`` did not. Each is decided once, on its first failure.
         last_fallback: why the latest call went to ``torch.compile(fn)``, or None when it crossed as components.
-        pass_through: the signatures whose region computes nothing (``fn`` returns its arguments or constants): their
-            calls go to ``torch.compile(fn)``, silently, which compiles no graph for them either and costs less.
+        pass_through: the signatures with no NJT argument (nothing to cross) and those whose region computes
+            nothing (``fn`` returns its arguments or constants): their calls go to ``torch.compile(fn)``, silently,
+            which compiles the same graphs (the first) or none either (the second) and costs less.
         dynamo_config: the Dynamo settings the regions are compiled and called under: empty, or
             ``_DATA_DEPENDENT`` once the function needed them.
         seqlens_first: the seqlens (``"max"``, ``"min"``) that NJT arguments caching none have computed before they
@@ -142,7 +143,15 @@ class BoundaryFunction:
         if self.pass_through and key in self.pass_through:
             self.last_fallback = None
             return self.fallback()(*args, **kwargs)
-        region = self.regions.get(key) or self._region(crossing)
+        region = self.regions.get(key)
+        if region is None:
+            if not any(code[0] == "j" for code in crossing.layout):
+                # no NJT argument: nothing crosses, and torch.compile(fn) is the same compile without the region's
+                # fullgraph (which would turn fn's graph breaks into a fallback and its warning)
+                self.pass_through.add(key)
+                self.last_fallback = None
+                return self.fallback()(*args, **kwargs)
+            region = self._region(crossing)
         try:
             out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
             result = out if type(out) is _Tensor else join_output(out, crossing)
