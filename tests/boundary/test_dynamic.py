@@ -178,3 +178,20 @@ def test_reads_of_the_njts_shape_compile_once_on_the_components(name, trains, dy
     # every frame Dynamo started (the boundary's regions, torch.compile's and eager mode's none) compiled
     retries = 1 if dynamic is False else 0
     assert counters["frames"]["total"] - counters["frames"]["ok"] <= retries, dict(counters["frames"])
+
+
+@pytest.mark.parametrize("dynamic", [None, False, True], ids=["default", "static", "dynamic"])
+def test_a_max_seqlen_read_on_an_njt_caching_none_computes_only_the_max(dynamic):
+    # the boundary computes the max before crossing (a data-dependent read); under dynamic=False the next failure
+    # (the static max read by its method) carried the first one as its context, was taken for data-dependent again,
+    # and the min was computed and cached too, where eager mode caches only the max
+    fn = SEQLEN_READS["add_ones_times_max_seqlen"]
+    compiled = jaggedperf.compile(fn, backend="aot_eager", dynamic=dynamic)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)
+        for i, (B, max_len) in enumerate([(4, 5), (5, 7)]):
+            expected_nt, _ = make_njt(B, max_len, seed=i, min_len=1, cache="")
+            ours_nt, _ = make_njt(B, max_len, seed=i, min_len=1, cache="")
+            expected, out = fn(expected_nt), compiled(ours_nt)
+            assert_close(out, expected)
+            assert seqlens(out) == seqlens(expected) and seqlens(ours_nt) == seqlens(expected_nt) == (None, max_len)

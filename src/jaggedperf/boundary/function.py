@@ -206,6 +206,7 @@ class BoundaryFunction:
                 out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
                 result = join_output(out, crossing)
             except Exception as again:  # noqa: BLE001
+                _forget_context(again, err)
                 err = again
                 for cache, key in added:  # this attempt failed: the NJTs cache only what eager mode would
                     del cache[key]
@@ -370,6 +371,16 @@ def _unguardable_ragged_size(err: Exception) -> bool:
 def _chain_says(err: Exception, text: str, kind: type | None = None) -> bool:
     """Whether an exception in ``err``'s chain (Dynamo wraps the tracer's and the backend's) says ``text``."""
     return any((kind is None or type(e) is kind) and text in str(e) for e in _chain(err))
+
+
+def _forget_context(err: Exception, earlier: Exception) -> None:
+    """Cut ``err``'s chain where it reaches ``earlier``'s: a retry runs while ``earlier`` is being handled, so Python
+    makes it the context of whatever the retry raises, and the next retry would be chosen for ``earlier``'s reason
+    too (a data-dependent failure answered already: one more seqlen computed, and cached, where eager mode has none)."""
+    before = set(map(id, _chain(earlier)))
+    for e in list(_chain(err)):
+        if e.__context__ is not None and id(e.__context__) in before:
+            e.__context__ = None
 
 
 def _chain(err: Exception) -> Iterator[BaseException]:
