@@ -18,12 +18,6 @@ from tests.boundary.njts import assert_close
 OFFSETS = torch.tensor([0, 3, 8, 9, 13])
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
 
 # fn returns a view of its second NJT argument (or the argument itself): its gradient must reach that argument's
 # columns of the shared tensor, not the first argument's

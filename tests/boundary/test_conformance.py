@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 
 from jaggedperf.lab import conformance
 
@@ -80,11 +79,6 @@ def _check(name: str, requires_grad: bool, backend: str) -> conformance.SampleRe
     assert result.outcome in conformance.OUTCOMES
     return result
 
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    yield
-    torch._dynamo.reset()
 
 
 @pytest.mark.parametrize("name, autograd", _cases())

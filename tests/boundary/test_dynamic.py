@@ -18,12 +18,6 @@ from jaggedperf.boundary import BoundaryFallbackWarning
 from tests.boundary.njts import assert_close, make_njt, seqlens
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
 
 FUNCTIONS = {
     "scale": lambda nt: nt * 2,

@@ -21,12 +21,6 @@ from jaggedperf.impls.registry import get_implementation
 from tests.boundary.njts import NJT, assert_close, make_njt, seqlens
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
 
 def fallbacks(record) -> list:
     return [w for w in record if issubclass(w.category, BoundaryFallbackWarning)]
