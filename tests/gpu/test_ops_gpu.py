@@ -245,7 +245,9 @@ def test_compile_default_mode_matches_eager():
 
 @pytest.mark.parametrize("hinted", [False, True], ids=["chunks", "max_seqlen"])
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
-@pytest.mark.parametrize("case", [SHAPES[0], SHAPES[3], SHAPES[5], pytest.param(SHAPES[6], marks=pytest.mark.memory)],
+# the heavy 4096 x 128 x <= 32768 case holds GBs (values, gradient, a float64 reference): alone, after the rest (on an
+# 80 GB card the parallel workers beside it left too little memory); the 7-sequence case is small
+@pytest.mark.parametrize("case", [SHAPES[0], pytest.param(SHAPES[3], marks=pytest.mark.memory), SHAPES[5], SHAPES[6]],
                          ids=lambda c: c.label)
 def test_backward(case, dtype, hinted):
     # with max_seqlen the backward takes the whole-segments expand where the forward takes whole segments
