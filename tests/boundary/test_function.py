@@ -7,6 +7,7 @@ AOTAutograd (where the NJT handling lives) without Inductor's code generation.
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -722,3 +723,19 @@ def test_a_call_with_no_njt_argument_is_torch_compiles_without_a_warning():
         for lengths in (torch.tensor([2, 5, 1]), torch.tensor([3, 1, 4])):
             assert_close(compiled(values, lengths), fn(values, lengths))
     assert not compiled.regions and not compiled.fallbacks and compiled.last_fallback is None
+
+
+def test_a_deep_copy_of_a_compiled_module_runs_and_trains_its_own_weights():
+    # the copied regions called the original module: a copy (an EMA or teacher model) ran the original's weights
+    torch.manual_seed(0)
+    compiled = jaggedperf.compile(torch.nn.Linear(3, 3), backend="aot_eager")
+    nt, _ = make_njt(4, 5)
+    compiled(nt)
+    copied = copy.deepcopy(compiled)
+    with torch.no_grad():
+        for p in copied.parameters():
+            p.zero_()
+    assert copied(nt).values().abs().sum() == 0
+    copied(nt.detach().requires_grad_()).values().sum().backward()
+    assert all(p.grad is not None for p in copied.parameters())
+    assert all(p.grad is None for p in compiled.parameters()) and compiled(nt).values().abs().sum() > 0

@@ -6,6 +6,7 @@ The invariants are the package's docstring's; how arguments cross is ``crossing`
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import sys
@@ -417,6 +418,11 @@ class BoundaryModule(torch.nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.boundary(*args, **kwargs)
+
+    def __deepcopy__(self, memo: dict) -> BoundaryModule:
+        # a copy compiles its own module: the compiled regions call the module they were traced with, so copying them
+        # would run (and train) the original's weights from the copy, silently
+        return BoundaryModule(copy.deepcopy(self._orig_mod, memo), self.boundary.compile_kwargs)
 
     def __getattr__(self, name: str) -> Any:
         try:
