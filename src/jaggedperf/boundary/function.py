@@ -157,7 +157,13 @@ class BoundaryFunction:
             out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
             result = out if type(out) is _Tensor else join_output(out, crossing)
         except Exception as err:  # noqa: BLE001 (whatever fails on the components is torch.compile(fn)'s to answer)
-            return self._after_error(err, crossing, args, kwargs)
+            failure = err
+        else:
+            failure = None
+        if failure is not None:
+            # answered outside the handler: a retry's failure must not carry this one as its context, or the next
+            # retry would be chosen for this (answered) reason too (``_retry_for`` reads the whole chain)
+            return self._after_error(failure, crossing, args, kwargs)
         self.last_fallback = None
         backend = self._backends.get(key)
         if backend is not None and (backend.computes_nothing or backend.compiled):
@@ -207,7 +213,6 @@ class BoundaryFunction:
                 out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
                 result = join_output(out, crossing)
             except Exception as again:  # noqa: BLE001
-                _forget_context(again, err)
                 err = again
                 for cache, key in added:  # this attempt failed: the NJTs cache only what eager mode would
                     del cache[key]
@@ -342,9 +347,8 @@ def _lacks_a_seqlen(crossing: Crossing) -> bool:
 def _data_dependent(err: Exception) -> bool:
     """Whether Dynamo failed on a value read from a tensor (what ``_DATA_DEPENDENT`` lets it trace)."""
     names = {"DataDependentOutputException", "GuardOnDataDependentSymNode", "DynamicOutputShapeException"}
-    if any(type(e).__name__ in names for e in _chain(err)):  # the chain Dynamo wraps the tracer's error in
-        return True
-    return "data-dependent" in str(err) or "DataDependentOutputException" in str(err)
+    return (any(type(e).__name__ in names for e in _chain(err))  # the chain Dynamo wraps the tracer's error in
+            or "data-dependent" in str(err) or "DataDependentOutputException" in str(err))
 
 
 def _reads_a_static_seqlen(err: Exception) -> bool:
@@ -372,16 +376,6 @@ def _unguardable_ragged_size(err: Exception) -> bool:
 def _chain_says(err: Exception, text: str, kind: type | None = None) -> bool:
     """Whether an exception in ``err``'s chain (Dynamo wraps the tracer's and the backend's) says ``text``."""
     return any((kind is None or type(e) is kind) and text in str(e) for e in _chain(err))
-
-
-def _forget_context(err: Exception, earlier: Exception) -> None:
-    """Cut ``err``'s chain where it reaches ``earlier``'s: a retry runs while ``earlier`` is being handled, so Python
-    makes it the context of whatever the retry raises, and the next retry would be chosen for ``earlier``'s reason
-    too (a data-dependent failure answered already: one more seqlen computed, and cached, where eager mode has none)."""
-    before = set(map(id, _chain(earlier)))
-    for e in list(_chain(err)):
-        if e.__context__ is not None and id(e.__context__) in before:
-            e.__context__ = None
 
 
 def _chain(err: Exception) -> Iterator[BaseException]:
