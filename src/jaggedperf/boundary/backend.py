@@ -5,10 +5,12 @@ constructor is pure). A function that returns its NJT arguments, or only reads t
 graph whose every operation is such a rebuild: ``torch.compile`` on the same function compiles none and costs a
 guard check a call, while calling the compiled graph costs the compiled runtime's wrappers (tens of µs on a CPU
 host). ``SkipEmpty`` hands such a graph back as its FX code (a Python function returning the inputs it returns)
-and every other graph, untouched, to the backend ``torch.compile`` would have used. A region whose graphs all compute
-nothing has nothing to gain from the boundary: ``BoundaryFunction`` then passes that signature's calls to
-``torch.compile(fn)``, which compiles no graph for them and guards its NJTs for less than the region's calling
-convention costs (four dynamic sizes a call).
+and every other graph, untouched, to the backend ``torch.compile`` would have used, and tells the caller
+(``on_empty``): ``torch.compile(fn)`` would have traced no operation there either, and Dynamo then marks ``fn``'s code
+to run eagerly for good (unless ``fullgraph``), which ``BoundaryFunction`` follows (``skips_fn``). Under ``fullgraph``
+a region whose graphs all compute nothing has nothing to gain from the boundary: ``BoundaryFunction`` then passes that
+signature's calls to ``torch.compile(fn)``, which guards its NJTs for less than the region's calling convention costs
+(four dynamic sizes a call).
 
 The backend is rebuilt as ``torch.compile`` builds it (its inductor wrapper with ``mode``/``options``, or its
 wrapper of any other backend): private classes of torch since 2.0. Where they are missing or take other arguments,
@@ -31,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from jaggedperf.boundary.region import rebuild, rebuild_constant
+from jaggedperf.boundary.region import rebuild, rebuild_constant, rebuild_static_width
 
 __all__ = ["SkipEmpty", "compile_region"]
 
@@ -39,16 +41,21 @@ __all__ = ["SkipEmpty", "compile_region"]
 def _rebuild_targets() -> tuple:
     from torch.nested._internal import nested_tensor
 
-    return (rebuild, rebuild_constant) + tuple(getattr(nested_tensor, name) for name in ("nested_view_from_values_offsets_lengths",
-                                                                      "nested_view_from_values_offsets")
-                              if hasattr(nested_tensor, name))
+    torch_rebuilds = ("nested_view_from_values_offsets_lengths", "nested_view_from_values_offsets")
+    return ((rebuild, rebuild_constant, rebuild_static_width)
+            + tuple(getattr(nested_tensor, name) for name in torch_rebuilds if hasattr(nested_tensor, name)))
+
+
+# the size arithmetic a rebuild's seqlens and constant ragged size take (a shifted min_seqlen, a total length)
+_SIZE_ARITHMETIC = (operator.sub, operator.add, torch.sym_sum)
 
 
 class SkipEmpty:
     """A Dynamo backend: ``inner`` for every graph that computes something; an unused rebuild is not computing."""
 
-    def __init__(self, inner: Callable) -> None:
+    def __init__(self, inner: Callable, on_empty: Callable[[], None] | None = None) -> None:
         self.inner = inner
+        self.on_empty = on_empty  # called for each graph handed back uncompiled
         self.compiler_name = getattr(inner, "compiler_name", "jaggedperf_boundary")
         self.skipped = 0  # graphs handed back without a compile
         self.compiled = 0  # graphs handed to the inner backend
@@ -61,6 +68,8 @@ class SkipEmpty:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
         if _only_unused_rebuilds(gm):
             self.skipped += 1
+            if self.on_empty is not None:
+                self.on_empty()
             return gm.forward
         self.compiled += 1
         return self.inner(gm, example_inputs, **kwargs)
@@ -78,24 +87,28 @@ def _only_unused_rebuilds(gm: torch.fx.GraphModule) -> bool:
     else is computed: ``gm`` then only returns its inputs or constants. ``gm`` is left as it was otherwise."""
     targets = _rebuild_targets()
     calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
-    if not calls or any(n.op != "call_function" or not (n.target in targets or n.target is operator.sub)
+    if not calls or any(n.op != "call_function" or not (n.target in targets or n.target in _SIZE_ARITHMETIC)
                         for n in calls):
         return False
     if any(n.target in targets and n.users for n in calls):
         return False
+    unused = set()
+    for node in reversed(calls):  # users before what they use: arithmetic that fed only unused nodes is unused
+        if all(user in unused for user in node.users):
+            unused.add(node)
+    if len(unused) < len(calls):
+        return False  # arithmetic the graph returns (a size fn computed): computing
     for node in reversed(calls):
-        if not node.users:
-            gm.graph.erase_node(node)
-    if any(n.op == "call_function" for n in gm.graph.nodes):
-        return False  # not reached: the arithmetic fed only the rebuilds
+        gm.graph.erase_node(node)
     gm.recompile()
     return True
 
 
-def compile_region(region: Callable, compile_kwargs: dict[str, Any]) -> tuple[Callable, SkipEmpty | None]:
+def compile_region(region: Callable, compile_kwargs: dict[str, Any],
+                   on_empty: Callable[[], None] | None = None) -> tuple[Callable, SkipEmpty | None]:
     """``torch.compile(region, **compile_kwargs, fullgraph=True)`` with the backend ``torch.compile`` would build
-    wrapped in ``SkipEmpty``, and that wrapper; plain ``torch.compile`` and None where that backend cannot be rebuilt
-    here."""
+    wrapped in ``SkipEmpty`` (calling ``on_empty`` for each graph that computes nothing), and that wrapper; plain
+    ``torch.compile`` and None where that backend cannot be rebuilt here."""
     kwargs = dict(compile_kwargs, fullgraph=True)  # (the module's docstring says why)
     backend = kwargs.pop("backend", "inductor")
     mode = kwargs.pop("mode", None)
@@ -112,5 +125,5 @@ def compile_region(region: Callable, compile_kwargs: dict[str, Any]) -> tuple[Ca
             inner = torch._TorchCompileWrapper(backend, mode, options, kwargs.get("dynamic"))
     except (AttributeError, TypeError):
         return torch.compile(region, **kwargs, backend=backend, mode=mode, options=options), None
-    backend = SkipEmpty(inner)
+    backend = SkipEmpty(inner, on_empty)
     return torch.compile(region, backend=backend, **kwargs), backend

@@ -63,8 +63,9 @@ class BoundaryFunction:
         fallbacks: the signatures whose calls go to ``torch.compile(fn)``, each with its reason: a compile or run on
             the components failed where ``torch.compile(fn)`` did not. Each is decided once, on its first failure.
         last_fallback: why the latest call went to ``torch.compile(fn)``, or None when it crossed as components.
-        pass_through: the signatures with no NJT argument (nothing to cross) and those whose region computes
-            nothing (``fn`` returns its arguments or constants): their calls go to ``torch.compile(fn)``, silently,
+        pass_through: the signatures with no NJT argument (nothing to cross) and, under ``fullgraph`` (otherwise
+            ``skips_fn``), those whose region computes nothing (``fn`` returns its arguments or constants): their
+            calls go to ``torch.compile(fn)``, silently,
             which compiles the same graphs (the first) or none either (the second) and costs less.
         dynamo_config: the Dynamo settings the regions are compiled and called under: empty, or
             ``_DATA_DEPENDENT`` once the function needed them.
@@ -84,6 +85,12 @@ class BoundaryFunction:
             symbolic ragged size: its values' row stride was symbolic), the values' sizes past the ragged dim and their
             row stride are guarded static where the NJTs are rebuilt (``region.rebuild_static_width``): one graph per
             feature width, and the constant ragged size applies.
+        skips_fn: a trace of ``fn`` computed nothing (it returned its arguments or constants) and ``torch.compile(fn)``
+            would then have skipped ``fn`` for good: Dynamo marks the code of a frame it traced no operation for (unless
+            ``fullgraph``) so that every later call runs eagerly, inputs an earlier graph was compiled for too, while
+            the functions it calls are still compiled. The same mark is set on ``fn``'s code and every later call goes
+            to ``torch.compile(fn)``: the same path, the same errors (a later call that would fail to compile runs
+            eagerly there).
         disabled: ``torch.compile(fn, **compile_kwargs)`` would return ``fn`` itself (``disable=True``,
             ``TORCHDYNAMO_DISABLE=1``, Dynamo's ``config.disable`` as ``TORCH_COMPILE_DISABLE=1`` sets it), decided when
             made, as torch.compile decides: every call is ``fn``'s own, on the caller's NJTs (the region run without
@@ -125,6 +132,7 @@ class BoundaryFunction:
         self.mark_parts = self._mark
         self.static_width = False
         self.disabled = _dynamo_disabled(self.compile_kwargs)
+        self.skips_fn = False
         self._made = 0  # regions made so far (each is named after its number)
         self._tried: set[tuple[bool, bool]] = set()
         self._fallback: Callable | None = None
@@ -135,6 +143,8 @@ class BoundaryFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.disabled:
             return self.fn(*args, **kwargs)
+        if self.skips_fn:
+            return self.fallback()(*args, **kwargs)
         if self.seqlens_first:
             _cache_seqlens(args, kwargs, self.seqlens_first)
         crossing = flatten(args, kwargs, self.mark_parts, self.min_shift, self.mark_seqlens)
@@ -181,11 +191,20 @@ class BoundaryFunction:
         name = f"{self._name}_{codes}_{self._made}"
         region, backend = compile_region(make_region(self.fn, name, crossing.spec, crossing.layout,
                                                      self.constant_ragged, self.min_shift, self.static_width),
-                                         self.compile_kwargs)
+                                         self.compile_kwargs, self._traced_empty)
         self.regions[crossing.key] = region
         if backend is not None:
             self._backends[crossing.key] = backend
         return region
+
+    def _traced_empty(self) -> None:
+        """A region's trace computed nothing: mark ``fn``'s code as ``torch.compile(fn)`` would have (``skips_fn``)."""
+        if self.compile_kwargs.get("fullgraph") or torch._dynamo.config.allow_empty_graphs:
+            return  # torch.compile keeps the empty graph and fn's code
+        code, skip = _frame_code(self.fn), getattr(torch._dynamo.eval_frame, "skip_code", None)
+        if code is not None and skip is not None:
+            skip(code)
+            self.skips_fn = True
 
     def _call_patched(self, region: Callable, crossing: Crossing) -> Any:
         # only functions that needed the data-dependent settings come here (a context manager per call)
@@ -305,6 +324,14 @@ def _dynamo_disabled(compile_kwargs: dict[str, Any]) -> bool:
     if compile_kwargs.get("disable") or os.environ.get("TORCHDYNAMO_DISABLE", "") == "1":
         return True
     return bool(torch._dynamo.config.disable)
+
+
+def _frame_code(fn: Callable) -> Any:
+    """The code of the frame ``torch.compile(fn)`` compiles: a function's, a module's ``forward``'s; None for other
+    callables (a partial, an object with ``__call__``)."""
+    if isinstance(fn, torch.nn.Module):
+        fn = fn.__dict__.get("forward", type(fn).forward)
+    return getattr(getattr(fn, "__func__", fn), "__code__", None)
 
 
 def _caller_stacklevel() -> int:
