@@ -60,6 +60,7 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
   constant ragged size applies.
 """
 
-from jaggedperf.boundary.function import BoundaryFallbackWarning, BoundaryFunction, BoundaryModule, compile
+from jaggedperf.boundary.function import BoundaryFallbackWarning, BoundaryFunction, compile
+from jaggedperf.boundary.module import BoundaryModule
 
 __all__ = ["BoundaryFunction", "BoundaryModule", "BoundaryFallbackWarning", "compile"]

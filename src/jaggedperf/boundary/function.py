@@ -6,7 +6,6 @@ The invariants are the package's docstring's; how arguments cross is ``crossing`
 
 from __future__ import annotations
 
-import copy
 import functools
 import os
 import sys
@@ -23,7 +22,7 @@ from jaggedperf.boundary.joining import join_output
 from jaggedperf.boundary.region import make_region
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
-__all__ = ["BoundaryFallbackWarning", "BoundaryFunction", "BoundaryModule", "compile"]
+__all__ = ["BoundaryFallbackWarning", "BoundaryFunction", "compile"]
 
 # Frames from these files are the boundary's own or nn.Module's dispatch to a BoundaryModule's forward, never the
 # user's call (``_caller_stacklevel``).
@@ -398,33 +397,6 @@ def _describe(err: Exception) -> str:
     return text
 
 
-class BoundaryModule(torch.nn.Module):
-    """An ``nn.Module`` whose calls go through a :class:`BoundaryFunction` of the wrapped module.
-
-    Like ``torch.compile``'s OptimizedModule, it holds the original as ``_orig_mod`` (so its
-    state_dict keys gain that prefix) and reads unknown attributes from it.
-    """
-
-    def __init__(self, mod: torch.nn.Module, compile_kwargs: dict[str, Any]) -> None:
-        super().__init__()
-        self._orig_mod = mod
-        self.boundary = BoundaryFunction(mod, compile_kwargs)
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.boundary(*args, **kwargs)
-
-    def __deepcopy__(self, memo: dict) -> BoundaryModule:
-        # a copy compiles its own module: the compiled regions call the module they were traced with, so copying them
-        # would run (and train) the original's weights from the copy, silently
-        return BoundaryModule(copy.deepcopy(self._orig_mod, memo), self.boundary.compile_kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(super().__getattr__("_orig_mod"), name)
-
-
 def compile(fn: Callable | None = None, **torch_compile_kwargs: Any) -> Any:
     """``torch.compile`` for functions and modules that take jagged NestedTensors.
 
@@ -440,7 +412,7 @@ def compile(fn: Callable | None = None, **torch_compile_kwargs: Any) -> Any:
             dims (total length, B, min/max seqlen) are marked dynamic, so they do not recompile.
 
     Returns:
-        a :class:`BoundaryFunction` (a :class:`BoundaryModule` for a module), called like ``fn``.
+        a :class:`BoundaryFunction` (a :class:`~jaggedperf.boundary.module.BoundaryModule` for a module), called like ``fn``.
         Calls that cannot cross as components (an NJT with lengths, an NJT ragged in a dim other
         than 1, a compile or run on the components that fails where ``torch.compile(fn)`` does not) go to
         ``torch.compile(fn)`` with one :class:`BoundaryFallbackWarning` per reason.
@@ -451,6 +423,8 @@ def compile(fn: Callable | None = None, **torch_compile_kwargs: Any) -> Any:
     if fn is None:
         return functools.partial(compile, **torch_compile_kwargs)
     if isinstance(fn, torch.nn.Module):
+        from jaggedperf.boundary.module import BoundaryModule  # it imports BoundaryFunction from here
+
         return BoundaryModule(fn, torch_compile_kwargs)
     if not callable(fn):
         raise TypeError(f"jaggedperf.compile: expected a function or nn.Module, got {type(fn).__name__}")
