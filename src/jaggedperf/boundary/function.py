@@ -29,6 +29,10 @@ __all__ = ["BoundaryFallbackWarning", "BoundaryFunction", "compile"]
 _NOT_THE_CALLER = (os.path.dirname(os.path.abspath(__file__)) + os.sep, torch.nn.modules.module.__file__)
 # Bound once: the common call checks its result's type with it.
 _Tensor = torch.Tensor
+# False in eager mode; Dynamo folds a call of this very function to True while it traces
+_is_compiling = torch.compiler.is_compiling
+# Dynamo's switch that makes a graph break inside it raise while Dynamo traces (a traceable context manager)
+_error_on_graph_break = getattr(torch._dynamo, "error_on_graph_break", None)
 # Dynamo's settings under which values read from tensors (lengths, ``tolist``) become unbacked symbols
 # instead of a failure: the retry for functions that compile only that way on the components.
 _DATA_DEPENDENT = {"capture_scalar_outputs": True, "capture_dynamic_output_shape_ops": True}
@@ -124,6 +128,8 @@ class BoundaryFunction:
         self.mark_parts = self._mark
         self.static_width = False
         self.disabled = _dynamo_disabled(self.compile_kwargs)
+        # fn traced inline raises on a graph break (``_traced``); without Dynamo's switch, as before it, it does not
+        self._whole = bool(self.compile_kwargs.get("fullgraph")) and not self.disabled and _error_on_graph_break is not None
         self._made = 0  # regions made so far (each is named after its number)
         self._tried: set[tuple[bool, bool]] = set()
         self._fallback: Callable | None = None
@@ -132,6 +138,8 @@ class BoundaryFunction:
             functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _is_compiling():
+            return self._traced(*args, **kwargs)
         if self.disabled:
             return self.fn(*args, **kwargs)
         if self.seqlens_first:
@@ -170,6 +178,19 @@ class BoundaryFunction:
                 self.pass_through.add(key)
             del self._backends[key]  # decided after the first compile: never looked at again
         return result
+
+    def _traced(self, *args: Any, **kwargs: Any) -> Any:
+        """The call while Dynamo traces its caller (an outer torch.compile or jaggedperf.compile): ``fn`` inlined
+        into the caller's graph, as Dynamo inlines a nested torch.compile'd function or module (with the outer
+        compile's settings). Dynamo folds ``_is_compiling()`` to True, so the trace takes this path alone and breaks
+        no graph: the crossing (its dynamic marks, its autograd nodes) is not traceable, and the caller's graph
+        already holds what a region would compile."""
+        if self._whole:
+            # Dynamo traces a nested torch.compile(fn, fullgraph=True) raising on a graph break in fn, even where
+            # the outer compile allows them
+            with _error_on_graph_break(True):
+                return self.fn(*args, **kwargs)
+        return self.fn(*args, **kwargs)
 
     def _region(self, crossing: Crossing) -> Callable:
         codes = "".join(c[0] for c in crossing.layout)
