@@ -107,3 +107,19 @@ def test_a_graph_break_in_the_callee_is_answered_as_in_a_nested_torch_compile(ou
                 outcomes.append("values of eager mode")
     assert outcomes[1] == outcomes[0]
     assert (outcomes[0] == "values of eager mode") is not inner_fullgraph
+
+
+def test_hooks_on_the_module_wrapper_run_under_an_outer_compile_as_in_eager_mode():
+    # on purpose unlike a nested OptimizedModule, which Dynamo replaces by its original module (its own hooks then
+    # never run there): the wrapper is traced as the module it is, so its hooks run as in eager mode
+    nt, _ = make_njt(4, 5)
+    linear = torch.nn.Linear(3, 3)
+    inner = jaggedperf.compile(linear, backend="aot_eager")
+    calls = []
+    inner.register_forward_hook(lambda module, args, out: calls.append("wrapper"))
+    linear.register_forward_hook(lambda module, args, out: calls.append("module"))
+    expected = inner(nt) + 1
+    eager_order, calls[:] = list(calls), []
+    outer = torch.compile(lambda x: inner(x) + 1, backend="aot_eager", fullgraph=True)
+    assert_close(outer(nt), expected)
+    assert calls == eager_order == ["module", "wrapper"]
