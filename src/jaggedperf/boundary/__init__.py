@@ -46,6 +46,11 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
   change autograd does not record writes through into the caller's values, as in eager mode;
 - in a backward that builds a graph (``create_graph=True``) the gradients keep their history, so a gradient penalty
   reaches the compiled backward and raises as torch.compile's does, never dropped;
+- a call that Dynamo traces (the caller is compiled too, by torch.compile or ``compile``) is ``fn``'s, inlined
+  into the caller's graph as Dynamo inlines a nested torch.compile'd function (with ``fullgraph=True``, a graph break
+  in ``fn`` raises there as it does); the module wrapper's attributes are torch.compile's OptimizedModule's: set
+  and deleted on the original module, which the regions traced, so a change recompiles them as Dynamo's guards
+  recompile torch.compile's frame;
 - never worse than torch.compile in outcome: a call signature whose compile or run on the components raises (after
   the retries that apply, each setting tried once) goes to ``torch.compile(fn)`` from then on, decided on its first failure, with one
   ``BoundaryFallbackWarning`` naming the reason; an error torch.compile(fn) raises too is raised as it raises it.
@@ -60,6 +65,7 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
   constant ragged size applies.
 """
 
-from jaggedperf.boundary.function import BoundaryFallbackWarning, BoundaryFunction, BoundaryModule, compile
+from jaggedperf.boundary.function import BoundaryFallbackWarning, BoundaryFunction, compile
+from jaggedperf.boundary.module import BoundaryModule
 
 __all__ = ["BoundaryFunction", "BoundaryModule", "BoundaryFallbackWarning", "compile"]

@@ -6,7 +6,6 @@ The invariants are the package's docstring's; how arguments cross is ``crossing`
 
 from __future__ import annotations
 
-import copy
 import functools
 import os
 import sys
@@ -23,13 +22,17 @@ from jaggedperf.boundary.joining import join_output
 from jaggedperf.boundary.region import make_region
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
-__all__ = ["BoundaryFallbackWarning", "BoundaryFunction", "BoundaryModule", "compile"]
+__all__ = ["BoundaryFallbackWarning", "BoundaryFunction", "compile"]
 
 # Frames from these files are the boundary's own or nn.Module's dispatch to a BoundaryModule's forward, never the
 # user's call (``_caller_stacklevel``).
 _NOT_THE_CALLER = (os.path.dirname(os.path.abspath(__file__)) + os.sep, torch.nn.modules.module.__file__)
 # Bound once: the common call checks its result's type with it.
 _Tensor = torch.Tensor
+# False in eager mode; Dynamo folds a call of this very function to True while it traces
+_is_compiling = torch.compiler.is_compiling
+# Dynamo's switch that makes a graph break inside it raise while Dynamo traces (a traceable context manager)
+_error_on_graph_break = getattr(torch._dynamo, "error_on_graph_break", None)
 # Dynamo's settings under which values read from tensors (lengths, ``tolist``) become unbacked symbols
 # instead of a failure: the retry for functions that compile only that way on the components.
 _DATA_DEPENDENT = {"capture_scalar_outputs": True, "capture_dynamic_output_shape_ops": True}
@@ -133,6 +136,8 @@ class BoundaryFunction:
         self.static_width = False
         self.disabled = _dynamo_disabled(self.compile_kwargs)
         self.skips_fn = False
+        # fn traced inline raises on a graph break (``_traced``); without Dynamo's switch, as before it, it does not
+        self._whole = bool(self.compile_kwargs.get("fullgraph")) and not self.disabled and _error_on_graph_break is not None
         self._made = 0  # regions made so far (each is named after its number)
         self._tried: set[tuple[bool, bool]] = set()
         self._fallback: Callable | None = None
@@ -141,6 +146,8 @@ class BoundaryFunction:
             functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _is_compiling():
+            return self._traced(*args, **kwargs)
         if self.disabled:
             return self.fn(*args, **kwargs)
         if self.skips_fn:
@@ -181,6 +188,19 @@ class BoundaryFunction:
                 self.pass_through.add(key)
             del self._backends[key]  # decided after the first compile: never looked at again
         return result
+
+    def _traced(self, *args: Any, **kwargs: Any) -> Any:
+        """The call while Dynamo traces its caller (an outer torch.compile or jaggedperf.compile): ``fn`` inlined
+        into the caller's graph, as Dynamo inlines a nested torch.compile'd function or module (with the outer
+        compile's settings). Dynamo folds ``_is_compiling()`` to True, so the trace takes this path alone and breaks
+        no graph: the crossing (its dynamic marks, its autograd nodes) is not traceable, and the caller's graph
+        already holds what a region would compile."""
+        if self._whole:
+            # Dynamo traces a nested torch.compile(fn, fullgraph=True) raising on a graph break in fn, even where
+            # the outer compile allows them
+            with _error_on_graph_break(True):
+                return self.fn(*args, **kwargs)
+        return self.fn(*args, **kwargs)
 
     def _region(self, crossing: Crossing) -> Callable:
         codes = "".join(c[0] for c in crossing.layout)
@@ -425,33 +445,6 @@ def _describe(err: Exception) -> str:
     return text
 
 
-class BoundaryModule(torch.nn.Module):
-    """An ``nn.Module`` whose calls go through a :class:`BoundaryFunction` of the wrapped module.
-
-    Like ``torch.compile``'s OptimizedModule, it holds the original as ``_orig_mod`` (so its
-    state_dict keys gain that prefix) and reads unknown attributes from it.
-    """
-
-    def __init__(self, mod: torch.nn.Module, compile_kwargs: dict[str, Any]) -> None:
-        super().__init__()
-        self._orig_mod = mod
-        self.boundary = BoundaryFunction(mod, compile_kwargs)
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.boundary(*args, **kwargs)
-
-    def __deepcopy__(self, memo: dict) -> BoundaryModule:
-        # a copy compiles its own module: the compiled regions call the module they were traced with, so copying them
-        # would run (and train) the original's weights from the copy, silently
-        return BoundaryModule(copy.deepcopy(self._orig_mod, memo), self.boundary.compile_kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(super().__getattr__("_orig_mod"), name)
-
-
 def compile(fn: Callable | None = None, **torch_compile_kwargs: Any) -> Any:
     """``torch.compile`` for functions and modules that take jagged NestedTensors.
 
@@ -467,7 +460,7 @@ def compile(fn: Callable | None = None, **torch_compile_kwargs: Any) -> Any:
             dims (total length, B, min/max seqlen) are marked dynamic, so they do not recompile.
 
     Returns:
-        a :class:`BoundaryFunction` (a :class:`BoundaryModule` for a module), called like ``fn``.
+        a :class:`BoundaryFunction` (a :class:`~jaggedperf.boundary.module.BoundaryModule` for a module), called like ``fn``.
         Calls that cannot cross as components (an NJT with lengths, an NJT ragged in a dim other
         than 1, a compile or run on the components that fails where ``torch.compile(fn)`` does not) go to
         ``torch.compile(fn)`` with one :class:`BoundaryFallbackWarning` per reason.
@@ -478,6 +471,8 @@ def compile(fn: Callable | None = None, **torch_compile_kwargs: Any) -> Any:
     if fn is None:
         return functools.partial(compile, **torch_compile_kwargs)
     if isinstance(fn, torch.nn.Module):
+        from jaggedperf.boundary.module import BoundaryModule  # it imports BoundaryFunction from here
+
         return BoundaryModule(fn, torch_compile_kwargs)
     if not callable(fn):
         raise TypeError(f"jaggedperf.compile: expected a function or nn.Module, got {type(fn).__name__}")
