@@ -46,7 +46,8 @@ NORMS = {
 def _run_all(fn, dynamic, batches, trains: bool, min_len: int = 1, live: bool = False,
              **kwargs) -> tuple[int, int]:
     """Calls ``fn`` eagerly, through the boundary and through torch.compile (both with ``kwargs``) on each
-    (B, max_len, M) of ``batches``, with any fallback an error; checks values, cached seqlens and (``trains``) the input
+    (B, max_len, M) or (B, max_len, M, min_len) of ``batches`` (``min_len`` where a batch gives none), with any
+    fallback an error; checks values, cached seqlens and (``trains``) the input
     NJT's gradient against eager mode's. Returns (the boundary's graphs, torch.compile's graphs): those compiled, or
     with ``live`` those Dynamo keeps (a compile whose guards could not be built, retried, is compiled but not kept)."""
     ours, theirs = CompileCounterWithBackend("aot_eager"), CompileCounterWithBackend("aot_eager")
@@ -54,8 +55,8 @@ def _run_all(fn, dynamic, batches, trains: bool, min_len: int = 1, live: bool = 
     b = torch.compile(fn, backend=theirs, dynamic=dynamic, **kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("error", BoundaryFallbackWarning)
-        for i, (B, max_len, M) in enumerate(batches):
-            nt, _ = make_njt(B, max_len, M, seed=i, min_len=min_len, requires_grad=trains)
+        for i, (B, max_len, M, *low) in enumerate(batches):
+            nt, _ = make_njt(B, max_len, M, seed=i, min_len=low[0] if low else min_len, requires_grad=trains)
             grads = []
             for run in (fn, a, b):
                 out = run(nt)
@@ -86,10 +87,22 @@ def test_static_shapes_cross_a_max_seqlen_seen_before_without_falling_back(name,
     # total length crossed with those marks, and Dynamo's guard on them failed on the very frame it was made for (a
     # fallback): the tensor must cross with the marks it was made with, whatever marked it since.
     batches = [(2, 5, 3), (2, 4, 3), (3, 5, 3), (4, 4, 3)]  # max_seqlen 5, 4, 5 again, 4 again: new total lengths
-    ours, _ = _run_all(FUNCTIONS[name], False, batches, trains)
-    # static shapes on the components: a graph per batch shape at most (torch.compile on the NJT takes fewer here:
-    # the NJT constructor marks its inner tensors dynamic whatever dynamic says)
-    assert ours <= len(batches)
+    ours, theirs = _run_all(FUNCTIONS[name], False, batches, trains)
+    # the seqlens cross symbolic, as torch.compile on the NJT sees them: a graph per B (static offsets), as there
+    assert ours <= theirs, (ours, theirs)
+
+
+@pytest.mark.parametrize("trains", [True, False], ids=["trains", "inference"])
+@pytest.mark.parametrize("name", ["scale", "ragged_softmax", "layer_norm"])
+def test_static_shapes_take_no_graph_per_cached_seqlen(name, trains):
+    # A training loop's batches under dynamic=False: B fixed, the lengths and so the cached min and max seqlens
+    # changing every batch. torch.compile on the NJT sees the seqlens symbolic whatever dynamic says (the NJT
+    # constructor marks them dynamic: one graph for every max_seqlen above 1, one more for a min_seqlen of 1); crossing
+    # as static sizes they took a graph per (min, max) pair, and past Dynamo's recompile limit the signature fell back.
+    batches = [(4, max_len, 3, min_len) for max_len, min_len in zip(range(3, 13), (1, 2, 1, 3, 2, 1, 4, 2, 3, 1))]
+    ours, theirs = _run_all({**FUNCTIONS, **NORMS}[name], False, batches, trains)
+    assert ours <= theirs, (ours, theirs)
+    assert ours == 1
 
 
 @pytest.mark.parametrize("fullgraph", [False, True], ids=["graph_breaks_allowed", "fullgraph"])
@@ -98,8 +111,8 @@ def test_static_shapes_cross_a_max_seqlen_seen_before_without_falling_back(name,
 def test_static_shapes_read_a_seqlen_by_its_method_without_falling_back(name, trains, fullgraph):
     # Dynamo puts a tensor method's call in the graph and takes back only a tensor or a symbolic size: under
     # dynamic=False a seqlen crossing as a static size made _get_max_seqlen() an int, and every first call fell back.
-    # The seqlens must then cross symbolic, as torch.compile on the NJT sees them (the NJT constructor marks them
-    # whatever dynamic says): one graph for the three max seqlens, as there.
+    # The seqlens cross symbolic, as torch.compile on the NJT sees them (the NJT constructor marks them whatever
+    # dynamic says): one graph for the three max seqlens, as there.
     batches = [(3, 18, 5), (3, 19, 5), (3, 25, 5)]  # new total lengths too
     ours, theirs = _run_all(SEQLEN_READS[name], False, batches, trains, min_len=2, fullgraph=fullgraph)
     assert ours <= theirs, (ours, theirs)

@@ -28,8 +28,8 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
   whose min_seqlen is 0 and one whose min_seqlen is not take two graphs, where torch.compile takes up to three;
   a function reading the ``_min_seqlen`` property, which Dynamo answers only from a graph input's size, fails once
   and from then on its min_seqlen crosses as ``n``, up to three graphs as there); under ``dynamic=False`` the seqlens
-  cross static until ``fn`` reads one by ``_get_max_seqlen()``/``_get_min_seqlen()`` (an int Dynamo cannot take from
-  a method): they then cross marked dynamic, as torch.compile on the NJT sees them (one graph for the max seqlens);
+  still cross marked dynamic, as torch.compile on the NJT sees them (its constructor marks them): one graph for the
+  max seqlens above 1, not one per (min, max) pair;
 - one compiled region per call signature (pytree structure and layout), each its own code object, so each guards
   only its flat arguments, as ``fn`` compiled on plain tensors does; a graph that only rebuilds NJTs nobody uses
   (a function returning its inputs) is not compiled at all (``backend``);

@@ -92,11 +92,6 @@ class BoundaryFunction:
             is a size Dynamo specialises; 0 after a compile failed on reading the ``_min_seqlen`` property of an NJT
             that caches one (Dynamo answers it only from a graph input's size): then up to three graphs for the
             min_seqlen (0, 1, more), as torch.compile on the NJT takes.
-        mark_seqlens: the cached seqlens' tensors cross marked dynamic: unless ``dynamic=False``; there too after a
-            compile failed on ``_get_max_seqlen()`` or ``_get_min_seqlen()`` returning an int (Dynamo takes a tensor
-            method's result only as a tensor or a symbolic size), so the seqlens are symbolic, as torch.compile on
-            the NJT sees them (the NJT constructor marks them whatever ``dynamic`` says): one graph for the max
-            seqlens above 1, where static ones took one each.
         mark_parts: the NJTs' values and offsets cross with their first dim marked dynamic (``maybe_mark_dynamic``):
             unless ``dynamic=False``; there too after a compile with constant ragged sizes failed on a size of a
             rebuilt NJT taken as a constant (``_reads_a_static_size``): an NJT whose every other size is static is a
@@ -121,7 +116,6 @@ class BoundaryFunction:
         self.constant_ragged = _CONSTANT_RAGGED
         self.seqlens_first: tuple[str, ...] = ()
         self.min_shift = MIN_SEQLEN_SHIFT
-        self.mark_seqlens = self._mark
         self.mark_parts = self._mark
         self.static_width = False
         self.disabled = _dynamo_disabled(self.compile_kwargs)
@@ -137,7 +131,7 @@ class BoundaryFunction:
             return self.fn(*args, **kwargs)
         if self.seqlens_first:
             _cache_seqlens(args, kwargs, self.seqlens_first)
-        crossing = flatten(args, kwargs, self.mark_parts, self.min_shift, self.mark_seqlens)
+        crossing = flatten(args, kwargs, self.mark_parts, self.min_shift)
         key = crossing.key
         if crossing.reason is not None or (self.fallbacks and key in self.fallbacks):
             return self._fall_back(crossing.reason or self.fallbacks[key], args, kwargs)
@@ -207,7 +201,7 @@ class BoundaryFunction:
             change()
             self.regions, self._backends = {}, {}
             added = _cache_seqlens(args, kwargs, self.seqlens_first)
-            crossing = flatten(args, kwargs, self.mark_parts, self.min_shift, self.mark_seqlens)
+            crossing = flatten(args, kwargs, self.mark_parts, self.min_shift)
             try:
                 region = self._region(crossing)
                 out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
@@ -216,7 +210,7 @@ class BoundaryFunction:
                 err = again
                 for cache, key in added:  # this attempt failed: the NJTs cache only what eager mode would
                     del cache[key]
-                crossing = flatten(args, kwargs, self.mark_parts, self.min_shift, self.mark_seqlens)
+                crossing = flatten(args, kwargs, self.mark_parts, self.min_shift)
             else:
                 self.last_fallback = None
                 return result
@@ -243,11 +237,6 @@ class BoundaryFunction:
             # Dynamo evaluates an NJT's property on the fake NJT and cannot return the size of a tensor made in the
             # graph (the min_seqlen's, made from the shifted one): the min_seqlen then crosses as its own size
             return lambda: setattr(self, "min_shift", 0)
-        if not self.mark_seqlens and _reads_a_static_seqlen(err) and any(c[0] == "j" for c in crossing.layout):
-            # under dynamic=False a seqlen read by ``_get_max_seqlen()`` (``_get_min_seqlen()``) is a method call whose
-            # result Dynamo takes only as a symbolic size, never as an int: the seqlens then cross marked dynamic, as
-            # torch.compile on the NJT sees them (its constructor marks them whatever ``dynamic`` says)
-            return lambda: setattr(self, "mark_seqlens", True)
         if not self.mark_parts and self.constant_ragged and _reads_a_static_size(err):
             return lambda: setattr(self, "mark_parts", True)
         if _data_dependent(err):
@@ -351,13 +340,6 @@ def _data_dependent(err: Exception) -> bool:
             or "data-dependent" in str(err) or "DataDependentOutputException" in str(err))
 
 
-def _reads_a_static_seqlen(err: Exception) -> bool:
-    """Whether Dynamo failed on a method of the NJT that returned a seqlen as an int (a static size): Dynamo puts a
-    tensor method's call in the graph and takes only a tensor or a symbolic size back from it."""
-    return _chain_says(err, "returned non-Tensor") and (_chain_says(err, "target: _get_max_seqlen")
-                                                        or _chain_says(err, "target: _get_min_seqlen"))
-
-
 def _reads_a_static_size(err: Exception) -> bool:
     """Whether Dynamo failed to take a SymInt as a constant: a fully static NJT's sizes (``nt.shape``, ``nt.size()``)
     hold its constant ragged size, a SymInt, where Dynamo expects ints."""
@@ -437,7 +419,8 @@ def compile(fn: Callable | None = None, **torch_compile_kwargs: Any) -> Any:
         fn: a function or ``nn.Module``; when None, returns a decorator (``@jaggedperf.compile(mode=...)``).
         **torch_compile_kwargs: passed to ``torch.compile`` unchanged (``mode``, ``dynamic``,
             ``fullgraph``, ``backend``, ``options``, ...). Unless ``dynamic=False``, the NJTs' ragged
-            dims (total length, B, min/max seqlen) are marked dynamic, so they do not recompile.
+            dims (total length, B, min/max seqlen) are marked dynamic, so they do not recompile; under
+            ``dynamic=False`` the min/max seqlens still are, as torch.compile on the NJT sees them.
 
     Returns:
         a :class:`BoundaryFunction` (a :class:`BoundaryModule` for a module), called like ``fn``.
