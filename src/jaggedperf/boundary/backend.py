@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import torch
 
-from jaggedperf.boundary.region import rebuild, rebuild_constant
+from jaggedperf.boundary.region import rebuild, rebuild_own_ragged
 
 __all__ = ["SkipEmpty", "compile_region"]
 
@@ -39,9 +39,8 @@ __all__ = ["SkipEmpty", "compile_region"]
 def _rebuild_targets() -> tuple:
     from torch.nested._internal import nested_tensor
 
-    return (rebuild, rebuild_constant) + tuple(getattr(nested_tensor, name) for name in ("nested_view_from_values_offsets_lengths",
-                                                                      "nested_view_from_values_offsets")
-                              if hasattr(nested_tensor, name))
+    names = ("nested_view_from_values_offsets_lengths", "nested_view_from_values_offsets")
+    return (rebuild, rebuild_own_ragged) + tuple(getattr(nested_tensor, n) for n in names if hasattr(nested_tensor, n))
 
 
 class SkipEmpty:
