@@ -172,6 +172,50 @@ def test_norms_over_changing_feature_widths_take_torch_compiles_graphs(name, tra
     assert ours <= theirs, (ours, theirs)
 
 
+@pytest.mark.parametrize("trains", [True, False], ids=["trains", "inference"])
+@pytest.mark.parametrize("name", list(WIDTH_NORMS))
+def test_static_shapes_past_the_recompile_limit_compile_no_more_than_torch_compile(name, trains):
+    # Under dynamic=False each feature width is a graph of its own, for torch.compile too, and past Dynamo's recompile
+    # limit (8 graphs) torch.compile runs fn as it is, compiling nothing more. The region, compiled whole, raised at
+    # its limit, and its signature fell back to torch.compile(fn) with a warning, whose own frame then compiled the
+    # later widths: more graphs than torch.compile's (10 against 8). Past the limit the call now runs as
+    # torch.compile's does, and earlier widths keep their graphs.
+    batches = [(3, 5, M) for M in range(3, 13)]
+    ours, theirs = _run_all(WIDTH_NORMS[name], False, batches, trains)
+    assert ours <= theirs, (ours, theirs)
+
+
+def test_fullgraph_past_the_recompile_limit_raises_as_torch_compile_raises():
+    # with fullgraph=True torch.compile raises at the limit instead of running fn: so does the boundary (its fallback
+    # compiled the width in torch.compile(fn)'s frame instead). Each runs alone: the fallback's frame is fn's own code,
+    # whose cache torch.compile's run would fill.
+    fn = WIDTH_NORMS["rms_norm"]
+
+    def outcomes(compiled):
+        got = []
+        for M in range(3, 13):
+            nt, _ = make_njt(3, 5, M, seed=M, min_len=1)
+            try:
+                got.append(compiled(nt))
+            except Exception as err:  # noqa: BLE001 (whatever torch.compile raises, the boundary must raise)
+                got.append(type(err))
+        return got
+
+    ours = jaggedperf.compile(fn, backend="aot_eager", dynamic=False, fullgraph=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundaryFallbackWarning)
+        mine = outcomes(ours)
+    torch._dynamo.reset()
+    theirs = outcomes(torch.compile(fn, backend="aot_eager", dynamic=False, fullgraph=True))
+    assert [isinstance(o, type) for o in theirs] == [False] * 8 + [True] * 2  # widths 11 and 12 raise
+    for a, b in zip(mine, theirs):
+        if isinstance(b, type):
+            assert a is b
+        else:
+            assert_close(a, b)
+    assert not ours.fallbacks
+
+
 # ops that compare, multiply or read the ragged size of an NJT whose feature width is symbolic
 WIDTH_CHANGES = {
     "ragged_size_at_least_2": lambda nt: nt * 2 if nt.shape[1] >= 2 else nt,

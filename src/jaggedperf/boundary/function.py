@@ -41,6 +41,8 @@ _DATA_DEPENDENT = {"capture_scalar_outputs": True, "capture_dynamic_output_shape
 # ``backward()``).
 _CALLERS_ERRORS = (ValueError, TypeError) + tuple(
     e for e in (getattr(torch.utils.checkpoint, "_StopRecomputationError", None),) if e is not None)
+# What a region compiled whole raises at Dynamo's recompile limit (where torch names none so, the region falls back).
+_RecompileLimitHit = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())
 # Before torch 2.15 (pytorch#185016) the ragged size of an NJT made in the graph takes a guard Dynamo cannot build
 # whenever an op compares it with a size: the regions start with ragged sizes of their own there.
 _OWN_RAGGED = torch.torch_version.TorchVersion(torch.__version__) < (2, 15)
@@ -188,6 +190,17 @@ class BoundaryFunction:
             # trace or compile): the caller's error, e.g. a jagged op's check of its offsets, raised as eager mode
             # raises it, with no fallback to compile
             raise err
+        if isinstance(err, _RecompileLimitHit):
+            # The region met Dynamo's recompile limit: it recompiles where fn's own frame does (the same sizes,
+            # dtypes, grad modes; the ragged sizes marked at least as torch.compile's NJT has them), with a limit of
+            # its own per signature, so torch.compile(fn) has met its limit by these calls too. Past it, torch.compile
+            # runs fn as it is and compiles nothing more, or raises (fullgraph=True, fail_on_recompile_limit_hit):
+            # the same here, and the region keeps its graphs for the calls they serve. (Sending the signature to
+            # torch.compile(fn) compiled more graphs than torch.compile, in a frame of its own, with a warning.)
+            if self.compile_kwargs.get("fullgraph") or torch._dynamo.config.fail_on_recompile_limit_hit:
+                raise err
+            self.last_fallback = None
+            return self.fn(*args, **kwargs)
         while (change := self._retry_for(err, crossing)) is not None:
             # New regions (new code objects: Dynamo's state from the failed compile stays with the old ones, and a
             # retry on them fails on symbols that state left pending), under the new setting.
