@@ -140,8 +140,8 @@ def _own_ragged_size(offsets: torch.Tensor) -> None:
     never with unbacked symbols (the data-dependent retry).
     """
     inner = _unwrap_functional(offsets)
-    if not isinstance(inner, _FakeTensor):
-        return
+    if not isinstance(inner, _FakeTensor) or inner.fake_mode.shape_env is None:
+        return  # no shape environment to hold the symbol (Dynamo always traces with one): the fake tensor's own way
     memo = inner.nested_int_memo
     if memo is None or not (isinstance(memo.node, _SymNode) and isinstance(memo.node.expr, _RaggedSymbol)):
         nested_tensor._tensor_id_counter += 1
