@@ -598,13 +598,13 @@ def test_user_errors_are_raised_as_torch_compile_raises_them():
     assert not compiled.fallbacks
 
 
-@pytest.mark.parametrize("constant_from_the_start", [True, False])
+@pytest.mark.parametrize("own_from_the_start", [True, False])
 @pytest.mark.parametrize("norm", ["layer_norm", "rms_by_hand"])
-def test_norms_compile_on_the_components_with_eagers_values_and_gradients(norm, constant_from_the_start, monkeypatch):
+def test_norms_compile_on_the_components_with_eagers_values_and_gradients(norm, own_from_the_start, monkeypatch):
     # Both compare the ragged size of an NJT made in the graph with an int: before torch 2.15 Dynamo cannot build
-    # that guard (an IndexError on every compile). The boundary rebuilds NJTs with constant ragged sizes there from
+    # that guard (an IndexError on every compile). The boundary rebuilds NJTs with ragged sizes of its own there from
     # the start, or compiles again so after that failure
-    monkeypatch.setattr(boundary_function, "_CONSTANT_RAGGED", constant_from_the_start)
+    monkeypatch.setattr(boundary_function, "_OWN_RAGGED", own_from_the_start)
     layer = torch.nn.LayerNorm(4)
 
     def rms_by_hand(nt):
@@ -632,8 +632,8 @@ def test_norms_compile_on_the_components_with_eagers_values_and_gradients(norm, 
             layer.zero_grad(set_to_none=True)
     boundary = compiled.boundary if norm == "layer_norm" else compiled
     assert not boundary.fallbacks
-    if constant_from_the_start:
-        assert boundary.constant_ragged
+    if own_from_the_start:
+        assert boundary.own_ragged
 
 
 def test_kwargs_and_nested_containers():

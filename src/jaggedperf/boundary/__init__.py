@@ -28,8 +28,8 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
   whose min_seqlen is 0 and one whose min_seqlen is not take two graphs, where torch.compile takes up to three;
   a function reading the ``_min_seqlen`` property, which Dynamo answers only from a graph input's size, fails once
   and from then on its min_seqlen crosses as ``n``, up to three graphs as there); under ``dynamic=False`` the seqlens
-  cross static until ``fn`` reads one by ``_get_max_seqlen()``/``_get_min_seqlen()`` (an int Dynamo cannot take from
-  a method): they then cross marked dynamic, as torch.compile on the NJT sees them (one graph for the max seqlens);
+  still cross marked dynamic, as torch.compile on the NJT sees them (its constructor marks them): one graph for the
+  max seqlens above 1, not one per (min, max) pair;
 - one compiled region per call signature (pytree structure and layout), each its own code object, so each guards
   only its flat arguments, as ``fn`` compiled on plain tensors does; a graph that only rebuilds NJTs nobody uses
   (a function returning its inputs) is not compiled at all (``backend``);
@@ -39,7 +39,7 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
 - a data-dependent read of a seqlen an NJT argument does not cache (a softmax over the ragged dim) makes the boundary
   compute it before crossing, a host read as in eager mode, which caches it on the NJT too; where a function still
   fails on data-dependent values, it is compiled again, and from then on called, with Dynamo capturing scalar
-  outputs and dynamic output shapes (unbacked symbols do not combine with the constant ragged sizes below);
+  outputs and dynamic output shapes (then with the fake offsets' own ragged sizes, not the regions' below);
 - ``fn`` modifying an NJT argument in place where autograd records it (the NJT requires grad, or the change does)
   is found while Dynamo traces, before any data changes, and that signature goes to ``torch.compile(fn)``, which
   records the change on the caller's NJT (across the boundary it would reach only the crossing alias's history); a
@@ -56,13 +56,13 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
   ``BoundaryFallbackWarning`` naming the reason; an error torch.compile(fn) raises too is raised as it raises it.
   So does an NJT that cannot cross: one with ``lengths`` (holes), or ragged in a dim other than 1. A ``ValueError``
   or ``TypeError`` the compiled code raises as it runs (a jagged op's check of its offsets) is the caller's: raised
-  as eager mode raises it, with no fallback;
-- before torch 2.15 the NJTs rebuilt inside have constant ragged sizes (``region``), so ops that compare a ragged
-  size with an int (layer_norm) compile on the components, where Dynamo could not build that guard; only where the
-  values' row stride is static (a constant nested int multiplies only by an int): under ``dynamic=True``, or once a
-  feature width changed, the ragged size stays symbolic, so the boundary keeps working there; where such an op then
-  fails, the feature width is guarded static (one graph per feature width, where torch.compile keeps one) and the
-  constant ragged size applies.
+  as eager mode raises it, with no fallback. Past Dynamo's recompile limit (a region recompiles where ``fn``'s frame
+  does) a call runs ``fn`` as torch.compile then does, or raises as it does under ``fullgraph=True``; no more graphs;
+- before torch 2.15 the NJTs rebuilt inside have ragged sizes of the region's own (``region``): a symbol equal to
+  itself alone and at least 2, as a nested int compares, so ops that compare a ragged size with a size (layer_norm, a
+  mean broadcast back) compile on the components with no guard on it, where Dynamo could not build that guard on the
+  fake offsets' symbolic one; it multiplies by a symbolic row stride too, so a feature width that changed (automatic
+  dynamic shapes) or ``dynamic=True`` keeps one graph over the widths, as torch.compile on the NJT does.
 """
 
 from jaggedperf.boundary.function import BoundaryFallbackWarning, BoundaryFunction, compile

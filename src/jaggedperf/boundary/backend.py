@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from jaggedperf.boundary.region import rebuild, rebuild_constant, rebuild_static_width
+from jaggedperf.boundary.region import rebuild, rebuild_own_ragged
 
 __all__ = ["SkipEmpty", "compile_region"]
 
@@ -42,11 +42,11 @@ def _rebuild_targets() -> tuple:
     from torch.nested._internal import nested_tensor
 
     torch_rebuilds = ("nested_view_from_values_offsets_lengths", "nested_view_from_values_offsets")
-    return ((rebuild, rebuild_constant, rebuild_static_width)
-            + tuple(getattr(nested_tensor, name) for name in torch_rebuilds if hasattr(nested_tensor, name)))
+    return (rebuild, rebuild_own_ragged) + tuple(getattr(nested_tensor, name) for name in torch_rebuilds
+                                                 if hasattr(nested_tensor, name))
 
 
-# the size arithmetic a rebuild's seqlens and constant ragged size take (a shifted min_seqlen, a total length)
+# the size arithmetic a rebuild's seqlens and ragged size take (a shifted min_seqlen, a total length)
 _SIZE_ARITHMETIC = (operator.sub, operator.add, torch.sym_sum)
 
 

@@ -28,8 +28,10 @@ Invariants:
   requires grad): then as ``Unwrap``'s output, an alias of them with an autograd edge to the NJT;
 - unless told otherwise (``dynamic=False``), the ragged sizes cross marked dynamic on every call, so every compile
   sees the same markings and B, the total length and the seqlens do not recompile; under ``dynamic=False`` the
-  seqlens alone cross marked once ``fn`` read one by its method (``flatten``'s ``mark_seqlens``), and the values
-  keep the NJT constructor's unguarded mark on their ragged dim, in training too (``differentiable.Unwrap``);
+  seqlens still cross marked, as torch.compile on the NJT sees them (the NJT constructor marks its cached seqlens
+  dynamic whatever ``dynamic`` says: one graph for every max_seqlen above 1, where static sizes took one per
+  (min, max) pair and, in a training loop's batches, reached Dynamo's recompile limit), and the values keep the NJT
+  constructor's unguarded mark on their ragged dim, in training too (``differentiable.Unwrap``);
 - ``flatten`` runs on every call: the positional path is attribute reads and type checks; a pytree walk only where
   an argument is a container or a keyword.
 """
@@ -53,12 +55,12 @@ LEAF_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device)
 # A min_seqlen n crosses as a (n + MIN_SEQLEN_SHIFT, 0) tensor: never a size Dynamo specialises (0 or 1).
 MIN_SEQLEN_SHIFT = 2
 _CODES = {(False, False): "j--", (True, False): "jm-", (False, True): "j-x", (True, True): "jmx"}
-# The seqlen tensors, one per (place in the flat list, size, marking): shared by every call (they hold no data), so an
+# The seqlen tensors, one per (place in the flat list, size): shared by every call (they hold no data), so an
 # unchanged seqlen allocates nothing and keeps its dynamic mark, and two places never hold one tensor (Dynamo guards
 # on inputs that are the same object: a min_seqlen equal to a max_seqlen, or two NJTs' equal seqlens, would compile a
 # graph of their own). Each with the number of attributes it held when made: its marks (``seqlen_tensor``). Bounded:
 # cleared when a workload has seen this many.
-_SEQLEN_TENSORS: dict[tuple[int, int, bool], tuple[torch.Tensor, int]] = {}
+_SEQLEN_TENSORS: dict[tuple[int, int], tuple[torch.Tensor, int]] = {}
 _SEQLEN_TENSORS_MAX = 4096
 # Where maybe_mark_dynamic records its weak marks (Dynamo's since torch 2.1): a tensor that carries the mark on dim 0
 # skips the decorated call, an attribute read instead; if the name ever changes the check misses and the public call
@@ -107,18 +109,18 @@ def njt_code(has_min: bool, has_max: bool) -> str:
     return _CODES[has_min, has_max]
 
 
-def seqlen_tensor(size: int, place: int, mark: bool) -> torch.Tensor:
+def seqlen_tensor(size: int, place: int) -> torch.Tensor:
     """The ``(size, 0)`` tensor a seqlen crosses as at ``place`` in the flat list, ``size`` the seqlen or, for a
-    min_seqlen, the seqlen + ``MIN_SEQLEN_SHIFT``; marked dynamic when ``mark`` (shared between calls, allocated and
-    marked once per place, size and marking)."""
-    key = (place, size, mark)
+    min_seqlen, the seqlen + ``MIN_SEQLEN_SHIFT``; marked dynamic (``maybe_mark_dynamic``: a function that guards on
+    the seqlen specialises it, as on any weakly marked size), shared between calls, allocated and marked once per
+    place and size."""
+    key = (place, size)
     held = _SEQLEN_TENSORS.get(key)
     if held is None:
         if len(_SEQLEN_TENSORS) >= _SEQLEN_TENSORS_MAX:
             _SEQLEN_TENSORS.clear()
         t = torch.empty(size, 0)
-        if mark:
-            torch._dynamo.maybe_mark_dynamic(t, 0)
+        torch._dynamo.maybe_mark_dynamic(t, 0)
         _SEQLEN_TENSORS[key] = (t, len(t.__dict__))
         return t
     t, count = held
@@ -129,12 +131,11 @@ def seqlen_tensor(size: int, place: int, mark: bool) -> torch.Tensor:
         # ``dynamic=False``, a guard that fails on the frame it was made on: a fallback). It crosses as it was made,
         # with its own marks alone. Each of Dynamo's marking calls adds an attribute of its own, so the count tells.
         t.__dict__.clear()
-        if mark:
-            torch._dynamo.maybe_mark_dynamic(t, 0)
+        torch._dynamo.maybe_mark_dynamic(t, 0)
     return t
 
 
-def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list, min_shift: int, mark_seqlens: bool) -> str:
+def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list, min_shift: int) -> str:
     """Append ``nt``'s parts to ``flat``; return its layout code. (Reads inlined: this runs on every call.)"""
     values = nt._values
     if grad:
@@ -155,13 +156,13 @@ def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list, min_shift: 
         return "j--"
     low, high = cache.get("min_seqlen"), cache.get("max_seqlen")
     if low is not None:
-        flat.append(seqlen_tensor(low.shape[0] + min_shift, len(flat), mark_seqlens))
+        flat.append(seqlen_tensor(low.shape[0] + min_shift, len(flat)))
     if high is not None:
-        flat.append(seqlen_tensor(high.shape[0], len(flat), mark_seqlens))
+        flat.append(seqlen_tensor(high.shape[0], len(flat)))
     return _CODES[low is not None, high is not None]
 
 
-def _cross_leaves(leaves, spec: Any, mark: bool, min_shift: int, mark_seqlens: bool) -> Crossing:
+def _cross_leaves(leaves, spec: Any, mark: bool, min_shift: int) -> Crossing:
     layout: list[str] = []
     flat: list = []
     reason = None
@@ -183,34 +184,28 @@ def _cross_leaves(leaves, spec: Any, mark: bool, min_shift: int, mark_seqlens: b
                 grad = _is_grad_enabled()
                 seen = {}
             seen[id(leaf)] = i
-            layout.append(_cross_njt(leaf, grad, mark, flat, min_shift, mark_seqlens))
+            layout.append(_cross_njt(leaf, grad, mark, flat, min_shift))
         i += 1
     return Crossing(spec, leaves, tuple(layout), flat, reason)
 
 
-def flatten(args: tuple, kwargs: dict, mark: bool, min_shift: int = MIN_SEQLEN_SHIFT,
-            mark_seqlens: bool | None = None) -> Crossing:
+def flatten(args: tuple, kwargs: dict, mark: bool, min_shift: int = MIN_SEQLEN_SHIFT) -> Crossing:
     """One call's arguments as the compiled region takes them (see the module's docstring).
 
     Args:
         args, kwargs: the call's arguments.
-        mark: whether the ragged sizes cross marked dynamic.
+        mark: whether the values' and offsets' first dims cross marked dynamic (the seqlens always do).
         min_shift: a cached min_seqlen ``n`` crosses as a ``(n + min_shift, 0)`` tensor: ``MIN_SEQLEN_SHIFT``, or 0
             where ``fn`` reads the min_seqlen in a way only a size of a graph input answers (``region``).
-        mark_seqlens: whether the cached seqlens' tensors cross marked dynamic; None: as ``mark``. True under
-            ``dynamic=False`` where ``fn`` reads a seqlen by ``_get_max_seqlen()``/``_get_min_seqlen()``, which Dynamo
-            traces only as a symbolic size (as torch.compile on the NJT sees it: its constructor marks them).
 
     Returns:
         the ``Crossing``; its ``reason`` says why the call must go to ``torch.compile(fn)`` instead, if it must.
     """
-    if mark_seqlens is None:
-        mark_seqlens = mark
     if not kwargs:
         for a in args:
             if not (isinstance(a, _Tensor) or type(a) in LEAF_TYPES):
                 break
         else:
-            return _cross_leaves(args, None, mark, min_shift, mark_seqlens)
+            return _cross_leaves(args, None, mark, min_shift)
     leaves, spec = pytree.tree_flatten((args, kwargs))
-    return _cross_leaves(leaves, spec, mark, min_shift, mark_seqlens)
+    return _cross_leaves(leaves, spec, mark, min_shift)

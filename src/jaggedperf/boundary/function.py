@@ -19,6 +19,7 @@ import torch.utils.checkpoint
 from jaggedperf.boundary.backend import compile_region
 from jaggedperf.boundary.crossing import MIN_SEQLEN_SHIFT, Crossing, fallback_reason, flatten
 from jaggedperf.boundary.joining import join_output
+from jaggedperf.boundary.region import RAGGED_SYMBOL as _RAGGED_SYMBOL
 from jaggedperf.boundary.region import make_region
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
@@ -43,9 +44,11 @@ _DATA_DEPENDENT = {"capture_scalar_outputs": True, "capture_dynamic_output_shape
 # ``backward()``).
 _CALLERS_ERRORS = (ValueError, TypeError) + tuple(
     e for e in (getattr(torch.utils.checkpoint, "_StopRecomputationError", None),) if e is not None)
+# What a region compiled whole raises at Dynamo's recompile limit (where torch names none so, the region falls back).
+_RecompileLimitHit = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())
 # Before torch 2.15 (pytorch#185016) the ragged size of an NJT made in the graph takes a guard Dynamo cannot build
-# whenever an op compares it with an int: the regions start with constant ragged sizes there.
-_CONSTANT_RAGGED = torch.torch_version.TorchVersion(torch.__version__) < (2, 15)
+# whenever an op compares it with a size: the regions start with ragged sizes of their own there.
+_OWN_RAGGED = torch.torch_version.TorchVersion(torch.__version__) < (2, 15)
 
 
 # The seqlens computed before crossing, in the order tried after data-dependent failures (``seqlens_first``)
@@ -78,16 +81,13 @@ class BoundaryFunction:
             components instead of failing on a data-dependent read. After each compile that failed on such a read
             while an NJT argument cached none, the next of ``SEQLENS_TRIED``: the max alone (what such ops read),
             the min alone, then both, so the NJTs cache what eager mode's would, as their outputs then do.
-        constant_ragged: the regions rebuild NJTs with constant ragged sizes (``region.rebuild_constant``): from the
-            start before torch 2.15, where Dynamo cannot build a guard on the ragged size of an NJT made in the graph
-            (layer_norm compares it with an int), so no compile fails on it first; after a compile failed so on a
-            later torch; never with the data-dependent settings, and not after a compile with them failed. Each NJT
-            whose values' row stride is symbolic (``dynamic=True``, a feature width that changed) keeps its symbolic
-            ragged size even so (``region._view_constant``).
-        static_width: after a compile with constant ragged sizes still failed on such a guard (an NJT kept its
-            symbolic ragged size: its values' row stride was symbolic), the values' sizes past the ragged dim and their
-            row stride are guarded static where the NJTs are rebuilt (``region.rebuild_static_width``): one graph per
-            feature width, and the constant ragged size applies.
+        own_ragged: the regions rebuild NJTs with ragged sizes of their own (``region.rebuild_own_ragged``), whose
+            equalities fold as a nested int's do: from the start before torch 2.15, where Dynamo cannot build a guard
+            on the ragged size of an NJT made in the graph (layer_norm compares it with the feature width), so no
+            compile fails on it first; after a compile failed so on a later torch; never with the data-dependent
+            settings, and not after a compile with them failed. Static and symbolic feature widths alike (a width
+            that changed under automatic dynamic shapes, ``dynamic=True``): one graph over the widths where
+            torch.compile on the NJT keeps one.
         skips_fn: a trace of ``fn`` computed nothing (it returned its arguments or constants) and ``torch.compile(fn)``
             would then have skipped ``fn`` for good: Dynamo marks the code of a frame it traced no operation for (unless
             ``fullgraph``) so that every later call runs eagerly, inputs an earlier graph was compiled for too, while
@@ -102,22 +102,14 @@ class BoundaryFunction:
             is a size Dynamo specialises; 0 after a compile failed on reading the ``_min_seqlen`` property of an NJT
             that caches one (Dynamo answers it only from a graph input's size): then up to three graphs for the
             min_seqlen (0, 1, more), as torch.compile on the NJT takes.
-        mark_seqlens: the cached seqlens' tensors cross marked dynamic: unless ``dynamic=False``; there too after a
-            compile failed on ``_get_max_seqlen()`` or ``_get_min_seqlen()`` returning an int (Dynamo takes a tensor
-            method's result only as a tensor or a symbolic size), so the seqlens are symbolic, as torch.compile on
-            the NJT sees them (the NJT constructor marks them whatever ``dynamic`` says): one graph for the max
-            seqlens above 1, where static ones took one each.
-        mark_parts: the NJTs' values and offsets cross with their first dim marked dynamic (``maybe_mark_dynamic``):
-            unless ``dynamic=False``; there too after a compile with constant ragged sizes failed on a size of a
-            rebuilt NJT taken as a constant (``_reads_a_static_size``): an NJT whose every other size is static is a
-            fully static tensor to Dynamo, which then takes its sizes (``nt.shape``) as constants, and the constant
-            ragged size is a SymInt. Marked, the NJT has a symbolic size, as torch.compile on the NJT sees it (the NJT
-            constructor marks its parts whatever ``dynamic`` says): one graph over total lengths, not one each.
     """
 
     def __init__(self, fn: Callable, compile_kwargs: dict[str, Any]) -> None:
         self.fn = fn
         self.compile_kwargs = dict(compile_kwargs)
+        # the values' and offsets' first dims cross marked dynamic unless dynamic=False (the values then keep the NJT
+        # constructor's unguarded mark on their ragged dim, and the seqlens cross marked whatever dynamic says: what
+        # torch.compile on the NJT sees)
         self._mark = self.compile_kwargs.get("dynamic", None) is not False
         name = getattr(fn, "__name__", type(fn).__name__)
         self._base_name = "jaggedperf_boundary_" + "".join(c if c.isalnum() else "_" for c in name)
@@ -128,12 +120,9 @@ class BoundaryFunction:
         self._backends: dict[tuple, Any] = {}
         self.last_fallback: str | None = None
         self.dynamo_config: dict[str, Any] = {}
-        self.constant_ragged = _CONSTANT_RAGGED
+        self.own_ragged = _OWN_RAGGED
         self.seqlens_first: tuple[str, ...] = ()
         self.min_shift = MIN_SEQLEN_SHIFT
-        self.mark_seqlens = self._mark
-        self.mark_parts = self._mark
-        self.static_width = False
         self.disabled = _dynamo_disabled(self.compile_kwargs)
         self.skips_fn = False
         # fn traced inline raises on a graph break (``_traced``); without Dynamo's switch, as before it, it does not
@@ -154,7 +143,7 @@ class BoundaryFunction:
             return self.fallback()(*args, **kwargs)
         if self.seqlens_first:
             _cache_seqlens(args, kwargs, self.seqlens_first)
-        crossing = flatten(args, kwargs, self.mark_parts, self.min_shift, self.mark_seqlens)
+        crossing = flatten(args, kwargs, self._mark, self.min_shift)
         key = crossing.key
         if crossing.reason is not None or (self.fallbacks and key in self.fallbacks):
             return self._fall_back(crossing.reason or self.fallbacks[key], args, kwargs)
@@ -210,7 +199,7 @@ class BoundaryFunction:
         self._made += 1
         name = f"{self._name}_{codes}_{self._made}"
         region, backend = compile_region(make_region(self.fn, name, crossing.spec, crossing.layout,
-                                                     self.constant_ragged, self.min_shift, self.static_width),
+                                                     self.own_ragged, self.min_shift),
                                          self.compile_kwargs, self._traced_empty)
         self.regions[crossing.key] = region
         if backend is not None:
@@ -233,20 +222,31 @@ class BoundaryFunction:
 
     def _after_error(self, err: Exception, crossing: Crossing, args: tuple, kwargs: dict) -> Any:
         """A compile or call on the components failed: retry once under each setting that answers the failure (the
-        seqlens computed before crossing, the data-dependent settings, constant ragged sizes), else answer as
+        seqlens computed before crossing, the data-dependent settings, own ragged sizes), else answer as
         ``torch.compile(fn)`` does and, where it succeeds, send this signature there."""
         if type(err) in _CALLERS_ERRORS:
             # raised by the compiled code as it ran on these inputs (Dynamo and Inductor wrap what fails while they
             # trace or compile): the caller's error, e.g. a jagged op's check of its offsets, raised as eager mode
             # raises it, with no fallback to compile
             raise err
+        if isinstance(err, _RecompileLimitHit):
+            # The region met Dynamo's recompile limit: it recompiles where fn's own frame does (the same sizes,
+            # dtypes, grad modes; the ragged sizes marked at least as torch.compile's NJT has them), with a limit of
+            # its own per signature, so torch.compile(fn) has met its limit by these calls too. Past it, torch.compile
+            # runs fn as it is and compiles nothing more, or raises (fullgraph=True, fail_on_recompile_limit_hit):
+            # the same here, and the region keeps its graphs for the calls they serve. (Sending the signature to
+            # torch.compile(fn) compiled more graphs than torch.compile, in a frame of its own, with a warning.)
+            if self.compile_kwargs.get("fullgraph") or torch._dynamo.config.fail_on_recompile_limit_hit:
+                raise err
+            self.last_fallback = None
+            return self.fn(*args, **kwargs)
         while (change := self._retry_for(err, crossing)) is not None:
             # New regions (new code objects: Dynamo's state from the failed compile stays with the old ones, and a
             # retry on them fails on symbols that state left pending), under the new setting.
             change()
             self.regions, self._backends = {}, {}
             added = _cache_seqlens(args, kwargs, self.seqlens_first)
-            crossing = flatten(args, kwargs, self.mark_parts, self.min_shift, self.mark_seqlens)
+            crossing = flatten(args, kwargs, self._mark, self.min_shift)
             try:
                 region = self._region(crossing)
                 out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
@@ -255,7 +255,7 @@ class BoundaryFunction:
                 err = again
                 for cache, key in added:  # this attempt failed: the NJTs cache only what eager mode would
                     del cache[key]
-                crossing = flatten(args, kwargs, self.mark_parts, self.min_shift, self.mark_seqlens)
+                crossing = flatten(args, kwargs, self._mark, self.min_shift)
             else:
                 self.last_fallback = None
                 return result
@@ -272,9 +272,8 @@ class BoundaryFunction:
     def _retry_for(self, err: Exception, crossing: Crossing) -> Callable[[], None] | None:
         """The setting to compile again under after ``err``; None: no untried setting answers it. First, for a
         data-dependent failure while an NJT argument lacks a seqlen, the next seqlens computed before crossing
-        (``seqlens_first``); then (data-dependent, constant ragged sizes) pairs, each tried at most once per
-        function."""
-        self._tried.add((bool(self.dynamo_config), self.constant_ragged))
+        (``seqlens_first``); then (data-dependent, own ragged sizes) pairs, each tried at most once per function."""
+        self._tried.add((bool(self.dynamo_config), self.own_ragged))
         if _data_dependent(err) and self.seqlens_first != SEQLENS_TRIED[-1] and _lacks_a_seqlen(crossing):
             following = SEQLENS_TRIED[SEQLENS_TRIED.index(self.seqlens_first) + 1]
             return lambda: setattr(self, "seqlens_first", following)
@@ -282,37 +281,22 @@ class BoundaryFunction:
             # Dynamo evaluates an NJT's property on the fake NJT and cannot return the size of a tensor made in the
             # graph (the min_seqlen's, made from the shifted one): the min_seqlen then crosses as its own size
             return lambda: setattr(self, "min_shift", 0)
-        if not self.mark_seqlens and _reads_a_static_seqlen(err) and any(c[0] == "j" for c in crossing.layout):
-            # under dynamic=False a seqlen read by ``_get_max_seqlen()`` (``_get_min_seqlen()``) is a method call whose
-            # result Dynamo takes only as a symbolic size, never as an int: the seqlens then cross marked dynamic, as
-            # torch.compile on the NJT sees them (its constructor marks them whatever ``dynamic`` says)
-            return lambda: setattr(self, "mark_seqlens", True)
-        if not self.mark_parts and self.constant_ragged and _reads_a_static_size(err):
-            return lambda: setattr(self, "mark_parts", True)
         if _data_dependent(err):
-            wanted = (True, False)  # unbacked symbols do not combine with constant nested ints
+            wanted = (True, False)  # unbacked symbols are not combined with the regions' own ragged sizes
         elif _unguardable_ragged_size(err):
-            if self.constant_ragged and not self.static_width and not self.dynamo_config:
-                # the NJT kept its symbolic ragged size for values whose row stride is symbolic: their widths are
-                # then made static (one graph per feature width), so the constant ragged size applies to them too
-                return self._use_static_width
             wanted = (bool(self.dynamo_config), True)
-        elif self.constant_ragged and _chain_says(err, "NestedIntNode"):
-            wanted = (bool(self.dynamo_config), False)  # the constant failed (e.g. lengths read as Python numbers)
+        elif self.own_ragged and _chain_says(err, _RAGGED_SYMBOL):
+            wanted = (bool(self.dynamo_config), False)  # the region's own ragged size failed where torch's may not
         else:
             return None
         if wanted in self._tried or wanted == (True, True):
             return None
         return lambda: self._use(*wanted)
 
-    def _use(self, data_dependent: bool, constant_ragged: bool) -> None:
+    def _use(self, data_dependent: bool, own_ragged: bool) -> None:
         self.dynamo_config = dict(_DATA_DEPENDENT) if data_dependent else {}
-        self.constant_ragged = constant_ragged
-        self._name = f"{self._base_name}{'_dd' if data_dependent else ''}{'_cr' if constant_ragged else ''}"
-
-    def _use_static_width(self) -> None:
-        self.static_width = True
-        self._name = f"{self._name}_sw"
+        self.own_ragged = own_ragged
+        self._name = f"{self._base_name}{'_dd' if data_dependent else ''}{'_or' if own_ragged else ''}"
 
     def fallback(self) -> Callable:
         """``torch.compile(fn, **compile_kwargs)``, made on first use.
@@ -398,23 +382,9 @@ def _data_dependent(err: Exception) -> bool:
             or "data-dependent" in str(err) or "DataDependentOutputException" in str(err))
 
 
-def _reads_a_static_seqlen(err: Exception) -> bool:
-    """Whether Dynamo failed on a method of the NJT that returned a seqlen as an int (a static size): Dynamo puts a
-    tensor method's call in the graph and takes only a tensor or a symbolic size back from it."""
-    return _chain_says(err, "returned non-Tensor") and (_chain_says(err, "target: _get_max_seqlen")
-                                                        or _chain_says(err, "target: _get_min_seqlen"))
-
-
-def _reads_a_static_size(err: Exception) -> bool:
-    """Whether Dynamo failed to take a SymInt as a constant: a fully static NJT's sizes (``nt.shape``, ``nt.size()``)
-    hold its constant ragged size, a SymInt, where Dynamo expects ints."""
-    return ((_chain_says(err, "sourceless builder") or _chain_says(err, "Cannot construct `ConstantVariable`"))
-            and _chain_says(err, "SymInt"))
-
-
 def _unguardable_ragged_size(err: Exception) -> bool:
     """Whether Dynamo failed to build a guard on a symbol it has no source for: before torch 2.15, the ragged size
-    of an NJT made in the graph, compared with an int (``region._constant_ragged_size``): an IndexError, or (compared
+    of an NJT made in the graph, compared with an int (``region._own_ragged_size``): an IndexError, or (compared
     with a symbolic size) a guard's source text naming the symbol's ephemeral source, which does not parse."""
     return _chain_says(err, "list index out of range", IndexError) or any(
         isinstance(e, SyntaxError) and "<ephemeral" in (e.text or "") for e in _chain(err))
@@ -457,7 +427,8 @@ def compile(fn: Callable | None = None, **torch_compile_kwargs: Any) -> Any:
         fn: a function or ``nn.Module``; when None, returns a decorator (``@jaggedperf.compile(mode=...)``).
         **torch_compile_kwargs: passed to ``torch.compile`` unchanged (``mode``, ``dynamic``,
             ``fullgraph``, ``backend``, ``options``, ...). Unless ``dynamic=False``, the NJTs' ragged
-            dims (total length, B, min/max seqlen) are marked dynamic, so they do not recompile.
+            dims (total length, B, min/max seqlen) are marked dynamic, so they do not recompile; under
+            ``dynamic=False`` the min/max seqlens still are, as torch.compile on the NJT sees them.
 
     Returns:
         a :class:`BoundaryFunction` (a :class:`~jaggedperf.boundary.module.BoundaryModule` for a module), called like ``fn``.

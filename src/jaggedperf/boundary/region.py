@@ -37,7 +37,10 @@ from jaggedperf.boundary.crossing import ANY, MIN_SEQLEN_SHIFT
 from jaggedperf.boundary.parts import Again, Dense, Parts, Same
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
-__all__ = ["GradEnabledInside", "InPlaceOnTrainingNJT", "make_region", "rebuild", "rebuild_constant", "rebuild_static_width"]
+__all__ = ["GradEnabledInside", "InPlaceOnTrainingNJT", "RAGGED_SYMBOL", "make_region", "rebuild", "rebuild_own_ragged"]
+
+# The name every ragged size of the regions' own starts with (``_RaggedSymbol``): a failure naming it is theirs.
+RAGGED_SYMBOL = "jaggedperf_j"
 
 
 class InPlaceOnTrainingNJT(RuntimeError):
@@ -50,15 +53,13 @@ class GradEnabledInside(RuntimeError):
     without their graph, silently); the call goes to ``torch.compile(fn)``."""
 
 
-def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...], constant_ragged: bool = False,
-                min_shift: int = MIN_SEQLEN_SHIFT, static_width: bool = False) -> Callable:
+def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...], own_ragged: bool = False,
+                min_shift: int = MIN_SEQLEN_SHIFT) -> Callable:
     """The function torch.compile traces for calls of one pytree structure ``spec`` (None: positional leaves) and
-    one ``layout`` (``crossing``'s codes); it is called with a ``Crossing``'s flat list, unpacked. ``constant_ragged``:
-    the NJTs are rebuilt with constant ragged sizes (``rebuild_constant``). ``min_shift``: what a min_seqlen's
-    tensor adds to it (``crossing.flatten``); with 0 that very tensor is the rebuilt NJT's cached min_seqlen.
-    ``static_width``: with ``constant_ragged``, values whose row stride is symbolic are made static past their ragged
-    dim first (``rebuild_static_width``)."""
-    make = (rebuild_static_width if static_width else rebuild_constant) if constant_ragged else rebuild
+    one ``layout`` (``crossing``'s codes); it is called with a ``Crossing``'s flat list, unpacked. ``own_ragged``: the
+    NJTs are rebuilt with ragged sizes of the region's own (``rebuild_own_ragged``). ``min_shift``: what a min_seqlen's
+    tensor adds to it (``crossing.flatten``); with 0 that very tensor is the rebuilt NJT's cached min_seqlen."""
+    make = rebuild_own_ragged if own_ragged else rebuild
 
     def region(*flat):
         leaves, inputs = _rebuild(layout, flat, make, min_shift)
@@ -117,53 +118,40 @@ def _view(values: torch.Tensor, offsets: torch.Tensor, low: int | torch.Tensor |
     return torch._nested_view_from_jagged(values, offsets, _nt_view_dummy(), None, 1, low_tensor, high)
 
 
-def _view_constant(values: torch.Tensor, offsets: torch.Tensor, low: int | torch.Tensor | None,
-                   high: torch.Tensor | None) -> torch.Tensor:
-    # The NJT's stride over its ragged dim is the ragged size times the values' row stride, and a constant nested
-    # int multiplies only by a static int: where that stride is symbolic (``dynamic=True``, or a feature width that
-    # changed between calls under automatic dynamic shapes) the NJT keeps its symbolic ragged size
-    if _is_static(values.stride(0)):
-        _constant_ragged_size(offsets)
+def _view_own_ragged(values: torch.Tensor, offsets: torch.Tensor, low: int | torch.Tensor | None,
+                     high: torch.Tensor | None) -> torch.Tensor:
+    _own_ragged_size(offsets)
     return _view(values, offsets, low, high)
 
 
-def _view_static_width(values: torch.Tensor, offsets: torch.Tensor, low: int | torch.Tensor | None,
-                       high: torch.Tensor | None) -> torch.Tensor:
-    # Values with a symbolic row stride (``dynamic=True``, a feature width that changed) are viewed with their sizes
-    # past the ragged dim and their row stride guarded as ints (one graph per feature width), so the view's row stride
-    # is an int and the NJT can take a constant ragged size: for functions that compare a ragged size with an int
-    # (layer_norm), whose guard Dynamo could not build on a symbolic one. A plain view: its backward is a view too.
-    if not _is_static(values.stride(0)):
-        _guard_int(values.stride(0))
-        values = values.view(values.shape[0], *(_guard_int(d) for d in values.shape[1:]))
-    return _view_constant(values, offsets, low, high)
-
-
-def _is_static(n: int | torch.SymInt) -> bool:
-    """Whether ``n`` is an int to a nested int's ``mul``: a plain int, or a SymInt whose node is a constant."""
-    return not isinstance(n, torch.SymInt) or n.node.is_constant()
-
-
-def _constant_ragged_size(offsets: torch.Tensor) -> None:
-    """Give the fake ``offsets`` a constant nested int (the ragged size of every NJT built over them) in place of the
-    symbolic one the fake tensor makes.
+def _own_ragged_size(offsets: torch.Tensor) -> None:
+    """Give the fake ``offsets`` a ragged size of the region's own (the ragged size of every NJT built over them) in
+    place of the symbolic one the fake tensor makes.
 
     An NJT's ragged size is a nested int: never equal to any int, equal only to the same offsets' nested int. Over
-    offsets that are a graph input (not an NJT input), the symbolic one has no source Dynamo can guard, and an op that
-    compares it with an int (layer_norm's ``ragged_size in normalized_shape``, ``nt - nt.mean(-1, keepdim=True)``)
-    adds a guard that Dynamo cannot build: an IndexError on every compile before torch 2.15 (pytorch#185016 folds
-    such comparisons since). A constant one compares as it does in eager mode, with no guard. Each is drawn from
-    torch's own counter, so no other nested int of the process equals it. ``BoundaryFunction`` uses it before torch
-    2.15 and after that IndexError; never with unbacked symbols (the data-dependent retry), which do not combine with
-    a constant nested int, nor over values whose row stride is symbolic (``_view_constant``).
+    offsets that are a graph input (not an NJT input), the fake tensor's symbolic one has no source Dynamo can guard,
+    and an op that compares it with a size (layer_norm's ``ragged_size in normalized_shape``,
+    ``nt - nt.mean(-1, keepdim=True)``) adds a guard that Dynamo cannot build: an IndexError on every compile before
+    torch 2.15 (pytorch#185016 folds such comparisons since). This one is a symbol whose equality folds as the nested
+    int's does (``_RaggedSymbol``), so those comparisons add no guard, and it multiplies by a symbolic row stride (a
+    feature width that changed, ``dynamic=True``) as by an int: the NJT's stride over its ragged dim, the ragged size
+    times the row stride, is an expression of both. Each is drawn from torch's own nested-int counter, so no other
+    ragged size of the process equals it. ``BoundaryFunction`` uses it before torch 2.15 and after that IndexError;
+    never with unbacked symbols (the data-dependent retry).
     """
     inner = _unwrap_functional(offsets)
-    if not isinstance(inner, _FakeTensor):
-        return
+    if not isinstance(inner, _FakeTensor) or inner.fake_mode.shape_env is None:
+        return  # no shape environment to hold the symbol (Dynamo always traces with one): the fake tensor's own way
     memo = inner.nested_int_memo
-    if memo is None or not isinstance(memo.node, _NestedIntNode):
+    if memo is None or not (isinstance(memo.node, _SymNode) and isinstance(memo.node.expr, _RaggedSymbol)):
         nested_tensor._tensor_id_counter += 1
-        inner.nested_int_memo = torch.SymInt(_ConstantNestedInt(nested_tensor._tensor_id_counter, 1))
+        t_id = nested_tensor._tensor_id_counter
+        hint = torch.SymInt(_NestedIntNode(t_id, 1))  # what the size is outside a trace: a nested int
+        symbol, env = _RaggedSymbol(t_id), inner.fake_mode.shape_env
+        # at least 2, as a nested int compares with ints (``j >= 2`` holds, ``j >= 3`` is not known): decided without
+        # a guard where the value range decides it
+        env._update_var_to_range(symbol, _ValueRanges(2, _int_oo))
+        inner.nested_int_memo = torch.SymInt(_SymNode(symbol, env, int, hint))
 
 
 def _from_sizes(values: torch.Tensor, offsets: torch.Tensor, low: int | torch.Tensor | None,
@@ -179,30 +167,30 @@ try:  # the NJT view op's dummy argument and nested ints: private since the NJT'
     from torch.nested._internal import nested_tensor
     from torch.nested._internal.nested_int import NestedIntNode as _NestedIntNode
     from torch.nested._internal.nested_tensor import _nt_view_dummy
-    from torch.fx.experimental.symbolic_shapes import guard_int as _guard_int
+    from torch.fx.experimental.sym_node import SymNode as _SymNode
+    from torch.utils._sympy.numbers import int_oo as _int_oo
+    from torch.utils._sympy.value_ranges import ValueRanges as _ValueRanges
     import sympy as _sympy
 except ImportError:  # pragma: no cover
-    rebuild = rebuild_constant = rebuild_static_width = _from_sizes
+    rebuild = rebuild_own_ragged = _from_sizes
 else:
     # each one call in the graph (Dynamo does not trace the view op itself), run on fake tensors while tracing
-    class _ConstantNestedInt(_NestedIntNode):
-        """A constant nested int that also answers ``expr``: Dynamo's runtime-assert pass reads the sympy expression
-        of every graph node whose example value is a SymInt (``nt.shape`` read in ``fn`` makes such nodes: a size of
-        the NJT), and torch's nested-int node has none before torch 2.15 (AttributeError on every compile). A symbol
-        of its own, named after the nested int and known to no shape environment: the pass keeps the node (a new
-        untracked symbol) and never folds it into an expression of the graph's inputs."""
+    class _RaggedSymbol(_sympy.Symbol):
+        """The sympy symbol of a ragged size the region gives an NJT (``_own_ragged_size``): equal to itself alone,
+        as a nested int is equal only to the same offsets' nested int and never to an int, so sympy decides every
+        equality with it when the comparison is made and Dynamo records no guard on it (it could not build one: the
+        symbol is the size of no graph input, so it has no source). Dynamo's runtime-assert pass reads the expression
+        of every size node of the graph (``nt.shape`` read in ``fn`` makes one): a symbol of no graph input, the node
+        is kept and never folded into an expression of the graph's inputs."""
 
-        @property
-        def expr(self) -> _sympy.Symbol:
-            return _sympy.Symbol(f"jaggedperf_j{self.t_id}_{self.coeff}", integer=True, positive=True)
+        def __new__(cls, t_id: int) -> _RaggedSymbol:
+            return super().__new__(cls, f"{RAGGED_SYMBOL}{t_id}", integer=True, positive=True)
 
-        def mul(self, other: Any) -> _NestedIntNode:  # the NJT's strides: the ragged size times the row stride
-            product = super().mul(other)
-            return type(self)(product.t_id, product.coeff)
+        def _eval_Eq(self, other: Any) -> Any:
+            return _sympy.true if other == self else _sympy.false
 
     rebuild = torch.compiler.allow_in_graph(_view)
-    rebuild_constant = torch.compiler.allow_in_graph(_view_constant)
-    rebuild_static_width = torch.compiler.allow_in_graph(_view_static_width)
+    rebuild_own_ragged = torch.compiler.allow_in_graph(_view_own_ragged)
 
 
 # --- in-place changes of NJT arguments, seen while Dynamo traces (``comptime``: nothing enters the graph) ---------
