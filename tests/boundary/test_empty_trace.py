@@ -93,10 +93,13 @@ def test_an_empty_trace_after_a_compiled_one_skips_every_later_call() -> None:
 
 
 def test_a_module_whose_first_call_computes_nothing_runs_eagerly_after() -> None:
-    """For a module torch.compile skips its ``forward``'s code: a later call that fails to compile runs eagerly."""
+    """For a module torch.compile skips its ``forward``'s code: a later call that fails to compile runs eagerly. (The
+    body is forward's own: a function it called would be a frame of its own, which Dynamo still compiles.)"""
     class AddsTextWhenLong(torch.nn.Module):
         def forward(self, nt: torch.Tensor) -> torch.Tensor:
-            return _add_text_when_long(nt)
+            if nt.size(0) <= 3:
+                return nt
+            return nt + "x"
 
     outcomes = {}
     for name, make in (("eager", lambda m: m), ("torch.compile", lambda m: torch.compile(m, backend="aot_eager")),
