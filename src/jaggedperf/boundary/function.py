@@ -20,7 +20,7 @@ from jaggedperf.boundary.backend import compile_region
 from jaggedperf.boundary.crossing import MIN_SEQLEN_SHIFT, Crossing, fallback_reason, flatten
 from jaggedperf.boundary.joining import join_output
 from jaggedperf.boundary.region import RAGGED_SYMBOL as _RAGGED_SYMBOL
-from jaggedperf.boundary.region import make_region
+from jaggedperf.boundary.region import RanEagerly, make_region
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
 __all__ = ["BoundaryFallbackWarning", "BoundaryFunction", "compile"]
@@ -44,8 +44,11 @@ _DATA_DEPENDENT = {"capture_scalar_outputs": True, "capture_dynamic_output_shape
 # ``backward()``).
 _CALLERS_ERRORS = (ValueError, TypeError) + tuple(
     e for e in (getattr(torch.utils.checkpoint, "_StopRecomputationError", None),) if e is not None)
-# What a region compiled whole raises at Dynamo's recompile limit (where torch names none so, the region falls back).
+# What a region compiled whole raises at Dynamo's recompile limit (where torch names none so, the region falls back):
+# FailOnRecompileLimitHit under fullgraph, an Unsupported of this graph-break type under error_on_graph_break
+# (``backend``), or (a torch that runs the frame as it is there) the region's ``RanEagerly`` with its cache full.
 _RecompileLimitHit = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())
+_RECOMPILE_LIMIT = "Dynamo recompile limit exceeded"
 # Before torch 2.15 (pytorch#185016) the ragged size of an NJT made in the graph takes a guard Dynamo cannot build
 # whenever an op compares it with a size: the regions start with ragged sizes of their own there.
 _OWN_RAGGED = torch.torch_version.TorchVersion(torch.__version__) < (2, 15)
@@ -229,7 +232,12 @@ class BoundaryFunction:
             # trace or compile): the caller's error, e.g. a jagged op's check of its offsets, raised as eager mode
             # raises it, with no fallback to compile
             raise err
-        if isinstance(err, _RecompileLimitHit):
+        if isinstance(err, RanEagerly) and not _past_recompile_limit(self.regions.get(crossing.key)):
+            # Dynamo compiled no graph for this call and ran the region as it is (a compiler stance, a frame it
+            # skips): torch.compile(fn) runs fn so then, as it is, and so does this call (nothing is marked)
+            self.last_fallback = None
+            return self.fn(*args, **kwargs)
+        if isinstance(err, (_RecompileLimitHit, RanEagerly)) or getattr(err, "gb_type", None) == _RECOMPILE_LIMIT:
             # The region met Dynamo's recompile limit: it recompiles where fn's own frame does (the same sizes,
             # dtypes, grad modes; the ragged sizes marked at least as torch.compile's NJT has them), with a limit of
             # its own per signature, so torch.compile(fn) has met its limit by these calls too. Past it, torch.compile
@@ -328,6 +336,14 @@ def _dynamo_disabled(compile_kwargs: dict[str, Any]) -> bool:
     if compile_kwargs.get("disable") or os.environ.get("TORCHDYNAMO_DISABLE", "") == "1":
         return True
     return bool(torch._dynamo.config.disable)
+
+
+def _past_recompile_limit(region: Callable | None) -> bool:
+    """Whether Dynamo holds as many graphs for ``region``'s code as its recompile limit allows."""
+    code = getattr(getattr(region, "_torchdynamo_orig_callable", None), "__code__", None)
+    entries = getattr(torch._dynamo.eval_frame, "_debug_get_cache_entry_list", None)
+    limit = getattr(torch._dynamo.config, "recompile_limit", None) or getattr(torch._dynamo.config, "cache_size_limit", 8)
+    return code is not None and entries is not None and len(entries(code)) >= limit
 
 
 def _frame_code(fn: Callable) -> Any:

@@ -37,10 +37,22 @@ from jaggedperf.boundary.crossing import ANY, MIN_SEQLEN_SHIFT
 from jaggedperf.boundary.parts import Again, Dense, Parts, Same
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
-__all__ = ["GradEnabledInside", "InPlaceOnTrainingNJT", "RAGGED_SYMBOL", "make_region", "rebuild", "rebuild_own_ragged"]
+__all__ = ["GradEnabledInside", "InPlaceOnTrainingNJT", "RAGGED_SYMBOL", "RanEagerly", "make_region", "rebuild",
+           "rebuild_own_ragged"]
 
 # The name every ragged size of the regions' own starts with (``_RaggedSymbol``): a failure naming it is theirs.
 RAGGED_SYMBOL = "jaggedperf_j"
+
+
+# False in eager mode; Dynamo folds a call of this very function to True while it traces
+_is_compiling = torch.compiler.is_compiling
+
+
+class RanEagerly(RuntimeError):
+    """Python ran a region's own code: Dynamo compiled no graph for the call (past its recompile limit, a compiler
+    stance, a frame it skips) and ran the frame as it is. The compiled code never raises it: Dynamo folds the check
+    to nothing while it traces. The region is compiled without ``fullgraph``'s per-call bookkeeping (``backend``),
+    so this check stands where ``fullgraph`` raised on a call that compiled no frame."""
 
 
 class InPlaceOnTrainingNJT(RuntimeError):
@@ -62,6 +74,8 @@ def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...], own
     make = rebuild_own_ragged if own_ragged else rebuild
 
     def region(*flat):
+        if not _is_compiling():
+            raise RanEagerly(f"Dynamo ran {name} without a compiled graph")
         leaves, inputs = _rebuild(layout, flat, make, min_shift)
         grad_off = not torch.is_grad_enabled()  # a constant of the trace: Dynamo guards the grad mode
         for _, nt in inputs:
