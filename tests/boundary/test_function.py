@@ -305,7 +305,9 @@ def test_a_function_that_breaks_the_graph_on_the_components_falls_back_with_a_wa
 def test_a_gradient_penalty_keeps_its_history_and_raises_as_torch_compile_does(trains):
     # grad(..., create_graph=True) through the boundary: the gradient keeps its edges (requires_grad, a grad_fn), so
     # differentiating it again reaches the compiled backward, which raises as torch.compile's does; the penalty is
-    # never dropped from a loss silently.
+    # never dropped from a loss where torch.compile keeps it. (torch 2.11's compiled backward returns a parameter's
+    # gradient without history, torch.compile's and ours alike: the penalty then adds nothing, silently. On an NJT leaf
+    # torch.compile 2.11 does so too, and ours keeps the history and raises.)
     torch.manual_seed(0)
     linear = torch.nn.Linear(3, 3)
 
@@ -320,11 +322,24 @@ def test_a_gradient_penalty_keeps_its_history_and_raises_as_torch_compile_does(t
         (grad,) = torch.autograd.grad(out.values().sum(), wrt, create_graph=True)
         state = (grad.requires_grad, grad.grad_fn is not None)
         penalty = ((grad.values() if grad.is_nested else grad) ** 2).sum()
-        with pytest.raises(RuntimeError) as raised:
+        try:
             (out.values().sum() + penalty).backward()
-        outcomes.append((state, str(raised.value).splitlines()[0]))
+        except RuntimeError as err:
+            ended = str(err).splitlines()[0]
+        else:  # torch 2.11's compiled backward returns the gradient without history: the penalty adds nothing
+            ended = [p.grad.clone() for p in (linear.weight, linear.bias)] if trains == "parameters" else nt.grad.values()
+        outcomes.append((state, ended))
         linear.zero_grad()
-    assert outcomes[1] == outcomes[0] and outcomes[0][0] == (True, True)
+    (state, ended), (our_state, ours) = outcomes
+    if our_state != state:
+        # only better: torch 2.11's torch.compile on an NJT leaf returns the gradient without history (the penalty
+        # silently adds nothing), where ours keeps it and the second backward raises
+        assert state == (False, False) and our_state == (True, True) and isinstance(ours, str), outcomes
+        return
+    if isinstance(ended, str):
+        assert ours == ended and state == (True, True)  # torch 2.13+: the history kept, the second backward raises
+    else:
+        torch.testing.assert_close(ours, ended)
 
 
 IN_PLACE = {

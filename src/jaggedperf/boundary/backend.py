@@ -39,6 +39,7 @@ import operator
 from typing import Any, Callable
 
 import torch
+import torch._functorch.config
 
 from jaggedperf.boundary.region import rebuild, rebuild_own_ragged
 
@@ -64,6 +65,9 @@ def _takes_graph_break_error() -> bool:
 # Whether ``torch._dynamo.optimize`` takes ``error_on_graph_break`` (the regions' "whole" without fullgraph's per-call
 # cost; the module's docstring): else the regions are compiled with ``fullgraph=True``.
 _WHOLE_BY_GRAPH_BREAK_ERROR = _takes_graph_break_error()
+
+# AOTAutograd's switch that raises a failed eager compile of the backward instead of deferring it to backward()
+_EAGER_BACKWARD = hasattr(torch._functorch.config, "force_non_lazy_backward_lowering")
 
 # the size arithmetic a rebuild's seqlens and ragged size take (a shifted min_seqlen, a total length)
 _SIZE_ARITHMETIC = (operator.sub, operator.add, torch.sym_sum)
@@ -91,7 +95,14 @@ class SkipEmpty:
                 self.on_empty()
             return gm.forward
         self.compiled += 1
-        return self.inner(gm, example_inputs, **kwargs)
+        if not _EAGER_BACKWARD:
+            return self.inner(gm, example_inputs, **kwargs)
+        # A backward that cannot be compiled fails this compile, where the call can still go to torch.compile(fn):
+        # AOTAutograd otherwise suppresses the failure of its eager backward compile (dynamic shapes) and raises it
+        # in backward(), where no fallback can act (torch 2.11, Inductor: a jagged-layout zeros in where's backward,
+        # which torch.compile on the NJT compiles).
+        with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
+            return self.inner(gm, example_inputs, **kwargs)
 
     def __getattr__(self, name: str) -> Any:  # get_compiler_config, dynamic, ...: the inner backend's
         return getattr(self.__dict__["inner"], name)

@@ -8,8 +8,8 @@ the host cost: ``docs/performance.md``, the model, 7).
 
 Invariants:
 - ``Unwrap``'s output aliases the NJT's values (a ``detach``: same storage, no copy) and is not the NJT's own
-  values tensor, so autograd's bookkeeping never touches the NJT's inner tensor; it carries the values' dynamic mark
-  (``_PROPAGATED``), so training and inference cross alike.
+  values tensor, so autograd's bookkeeping never touches the NJT's inner tensor; it carries the values' dynamic marks
+  (``_CONSTRUCTOR_MARKS``), so training and inference cross alike.
 - ``Unwrap``'s backward returns an NJT over the NJT's own offsets tensor and with its cached seqlens: the same
   nested int, so the gradient has the NJT's shape and metadata and accumulates into ``nt.grad`` as eager mode's.
 - ``Join``'s backward takes the gradient NJT's values; a gradient with another layout (holes, another ragged dim)
@@ -27,10 +27,11 @@ from jaggedperf.njt import JAGGED_CLASS, wrap
 
 __all__ = ["Join", "Unwrap"]
 
-# The NJT constructor's unguarded mark of its values' ragged dim as dynamic (read by Dynamo whatever ``dynamic`` says):
-# ``Unwrap``'s alias carries it too, so Dynamo sees the values crossing as it sees them crossing in inference (the
-# NJT's own tensor) and on the NJT under torch.compile: under ``dynamic=False`` the total length does not recompile.
-_PROPAGATED = "_dynamo_propagated_dynamic_indices"
+# The NJT constructor's marks of its values' ragged dim as dynamic, read by Dynamo whatever ``dynamic`` says: unguarded
+# ("propagated", torch 2.13+) or weak (``maybe_mark_dynamic``, torch 2.11). ``Unwrap``'s alias carries the same, so
+# Dynamo sees the values crossing as it sees them crossing in inference (the NJT's own tensor) and on the NJT under
+# torch.compile: under ``dynamic=False`` the total length does not recompile.
+_CONSTRUCTOR_MARKS = ("_dynamo_propagated_dynamic_indices", "_dynamo_weak_dynamic_indices")
 
 
 class Unwrap(torch.autograd.Function):
@@ -41,9 +42,11 @@ class Unwrap(torch.autograd.Function):
         ctx.offsets = nt._offsets
         ctx.cache = dict(nt._metadata_cache)
         values = nt._values.detach()
-        marks = nt._values.__dict__.get(_PROPAGATED)
-        if marks is not None:
-            values.__dict__[_PROPAGATED] = marks
+        held = nt._values.__dict__
+        for name in _CONSTRUCTOR_MARKS:
+            marks = held.get(name)
+            if marks is not None:
+                values.__dict__[name] = marks
         return values
 
     @staticmethod
@@ -67,5 +70,12 @@ class Join(torch.autograd.Function):
                 grad = grad.contiguous()
             if grad.requires_grad:  # a backward with create_graph: the values keep grad's history
                 return Unwrap.apply(grad), None, None
+            if torch.is_grad_enabled():
+                # a backward with create_graph, the gradient without history: the compiled backward takes its values
+                # as a leaf that requires grad, as torch.compile's compiled backward on the NJT sees its tangent. Torch
+                # 2.11's AOTAutograd keeps the history of what it returns (a second backward then raises, as
+                # torch.compile's does) only where an input requires grad: without, the parameters' gradients came
+                # back without history, and a gradient penalty added nothing, silently.
+                return grad._values.detach().requires_grad_(), None, None
             return grad._values, None, None
         return grad, None, None  # not expected: autograd hands an NJT output an NJT gradient
