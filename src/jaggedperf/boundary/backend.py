@@ -27,9 +27,10 @@ with its warning. Where Dynamo takes it (``_WHOLE_BY_GRAPH_BREAK_ERROR``) and th
 (whose errors, e.g. at the recompile limit, are then torch.compile's), "whole" is Dynamo's ``error_on_graph_break``
 rather than ``fullgraph=True``: the same refusal of a graph break while tracing, without ``fullgraph``'s bookkeeping on
 every call of the compiled code (a configuration read and four frame-count calls: on a 2-core CPU host, torch 2.13,
-the boundary's cost over the same op compiled on (values, offsets) with dynamic sizes fell from ~19 to ~12.5 µs a call). What ``fullgraph`` also did is kept by the region and its caller: a call
-that compiled no graph, which ``fullgraph`` refused, meets ``region.RanEagerly``; the recompile limit raises
-Dynamo's ``Unsupported`` instead of ``FailOnRecompileLimitHit`` (``BoundaryFunction`` answers both alike).
+the boundary's cost over the same op compiled on (values, offsets) with dynamic sizes fell from ~19 to ~12.5 µs a
+call). What ``fullgraph`` also did is kept by the region and its caller: a call that compiled no graph, which
+``fullgraph`` refused, meets ``region.RanEagerly``; the recompile limit raises Dynamo's ``Unsupported`` instead of
+``FailOnRecompileLimitHit`` (``BoundaryFunction`` answers both alike).
 """
 
 from __future__ import annotations

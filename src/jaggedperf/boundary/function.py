@@ -342,7 +342,8 @@ def _past_recompile_limit(region: Callable | None) -> bool:
     """Whether Dynamo holds as many graphs for ``region``'s code as its recompile limit allows."""
     code = getattr(getattr(region, "_torchdynamo_orig_callable", None), "__code__", None)
     entries = getattr(torch._dynamo.eval_frame, "_debug_get_cache_entry_list", None)
-    limit = getattr(torch._dynamo.config, "recompile_limit", None) or getattr(torch._dynamo.config, "cache_size_limit", 8)
+    config = torch._dynamo.config
+    limit = getattr(config, "recompile_limit", None) or getattr(config, "cache_size_limit", 8)
     return code is not None and entries is not None and len(entries(code)) >= limit
 
 
