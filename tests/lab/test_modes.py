@@ -26,20 +26,26 @@ def test_every_torch_compile_mode_has_a_jagged_compile_twin_listed_with_a_descri
 
 def test_jagged_compile_builds_through_the_boundary_with_the_torch_mode_and_dynamic(monkeypatch):
     seen = {}
-    real_compile = torch.compile
+    real_compile, real_optimize = torch.compile, torch._dynamo.optimize
 
     def fake_compile(fn, **kwargs):  # records what the boundary asks torch.compile for; compiles cheaply
         seen.update(kwargs)
         return real_compile(fn, backend="eager")
 
+    def fake_optimize(*args, **kwargs):  # the same where the regions are compiled by Dynamo's optimize (``backend``)
+        seen.update(kwargs)
+        return real_optimize(*args, **dict(kwargs, backend="eager"))
+
     monkeypatch.setattr(torch, "compile", fake_compile)
+    monkeypatch.setattr(torch._dynamo, "optimize", fake_optimize)
     call = modes.build(lambda nt: nt.values().sum(), (torch.nested.nested_tensor_from_jagged(
         torch.ones(5, 2), torch.tensor([0, 2, 5])),), "jagged-compile:max-autotune-no-cudagraphs", CPU, dynamic=True)
     assert float(call()) == 10.0
     assert call.compiled.compile_kwargs == {"mode": "max-autotune-no-cudagraphs", "dynamic": True}
     # the regions' backend is the one torch.compile builds for that mode (inside the boundary's wrapper)
     assert seen["dynamic"] is True and "mode" not in seen
-    assert seen["backend"].inner.config.get("max_autotune") is True
+    backend = getattr(seen["backend"], "compiler_fn", seen["backend"])  # optimize's: wrapped as torch.compile wraps it
+    assert backend.inner.config.get("max_autotune") is True
     compiled = modes.compile_fn(lambda x: x, "jagged-compile:default")
     assert isinstance(compiled, BoundaryFunction)
 
