@@ -305,9 +305,9 @@ def test_a_function_that_breaks_the_graph_on_the_components_falls_back_with_a_wa
 def test_a_gradient_penalty_keeps_its_history_and_raises_as_torch_compile_does(trains):
     # grad(..., create_graph=True) through the boundary: the gradient keeps its edges (requires_grad, a grad_fn), so
     # differentiating it again reaches the compiled backward, which raises as torch.compile's does; the penalty is
-    # never dropped from a loss where torch.compile keeps it. (torch 2.11's compiled backward returns a parameter's
-    # gradient without history, torch.compile's and ours alike: the penalty then adds nothing, silently. On an NJT leaf
-    # torch.compile 2.11 does so too, and ours keeps the history and raises.)
+    # never dropped from a loss where torch.compile keeps it. (torch 2.11's compiled backward keeps the history of
+    # what it returns only where one of its inputs requires grad: where torch.compile's returns a gradient without
+    # history, its penalty silently adds nothing; ours may keep it there and raise, never the reverse.)
     torch.manual_seed(0)
     linear = torch.nn.Linear(3, 3)
 
@@ -326,7 +326,7 @@ def test_a_gradient_penalty_keeps_its_history_and_raises_as_torch_compile_does(t
             (out.values().sum() + penalty).backward()
         except RuntimeError as err:
             ended = str(err).splitlines()[0]
-        else:  # torch 2.11's compiled backward returns the gradient without history: the penalty adds nothing
+        else:  # a gradient returned without history (torch 2.11): the penalty added nothing
             leaves = (linear.weight, linear.bias) if trains == "parameters" else (nt,)
             ended = [(leaf.grad.values() if leaf.grad.is_nested else leaf.grad).clone() for leaf in leaves]
         outcomes.append((state, ended))
