@@ -93,3 +93,35 @@ def test_where_the_builds_differ_the_constructor_serves(monkeypatch):
     monkeypatch.setattr(njt, "_constructed", lambda *a: calls.append(a) or real(*a))
     wrapped = njt.wrap(values, offsets, cache)
     assert njt._MARKS == {2: False} and calls[-1][0] is values and wrapped._values is values
+
+
+def test_wraps_over_one_offsets_tensor_share_the_constructor_s_nested_int():
+    values, offsets, _ = _parts()
+    first, second = njt.wrap(values, offsets), njt.wrap(values.clone(), offsets)
+    built = njt._constructed(values.clone(), offsets, {})
+    # the one nested int torch keeps for ``offsets`` (named by its id: "j4")
+    assert str(first.shape[1]) == str(second.shape[1]) == str(built.shape[1])
+    assert str(first.stride()) == str(built.stride())
+
+
+def test_an_offsets_tensor_at_a_freed_one_s_address_gets_a_nested_int_of_its_own():
+    values = torch.randn(7, 4)
+    seen = set()
+    for _ in range(20):  # CPython reuses a freed tensor's address: the cache must tell the new tensor from the old
+        offsets = torch.tensor([0, 3, 3, 7])
+        wrapped = njt.wrap(values, offsets)
+        assert str(wrapped.shape[1]) == str(njt._constructed(values, offsets, {}).shape[1])
+        seen.add(str(wrapped.shape[1]))
+        del offsets, wrapped
+    assert len(seen) == 20
+
+
+def test_fake_offsets_take_the_constructor_s_own_lookup():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+        values, offsets = torch.randn(7, 4), mode.from_tensor(torch.tensor([0, 3, 3, 7]))
+        wrapped = njt.wrap(values, offsets)
+        assert str(wrapped.shape[1]) == str(offsets.get_nested_int(coeff=1))  # the fake offsets' own memo
+        assert not njt._RAGGED or all(ref() is not offsets for ref, _, _ in njt._RAGGED.values())

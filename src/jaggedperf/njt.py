@@ -3,8 +3,9 @@
 An NJT's construction goes through its ``__torch_function__`` / ``__torch_dispatch__``: ``nested_tensor_from_jagged``
 is a dispatched view op, and the constructor's ``__init__`` (torch 2.11) marks the new NJT's dims dynamic through
 ``dim()`` calls that its ``__torch_dispatch__`` serves: 8 Python dispatches, ~95 of the constructor's ~125 µs on the
-H200 machine's host (torch 2.13: ~35 µs, no dispatch). ``wrap`` builds the same NJT without them: the constructor's
-``__new__``, then the fields and the dynamic marks its ``__init__`` leaves, learned from the constructor itself on
+H200 machine's host (torch 2.13: ~35 µs, no dispatch). ``wrap`` builds the same NJT without them: the wrapper
+``__new__`` makes (``_shell``: its one call, the nested int of the offsets tensor and its stride multiple kept
+between calls instead of looked up and multiplied again; on plain tensors, else ``__new__`` itself), then the fields and the dynamic marks its ``__init__`` leaves, learned from the constructor itself on
 scratch tensors once a process for each values' dimensionality (``_learn``: torch 2.11 marks the inner tensors that
 share the NJT's dimensionality, so a 2-D NJT's (n, 0) cached seqlens get marks a 3-D one's do not) and used only
 where a build both ways compared equal in every attribute (the NJT's, its values', its cached seqlens'), sizes,
@@ -16,6 +17,7 @@ boundary's autograd nodes (``boundary.differentiable``).
 from __future__ import annotations
 
 import copy
+import weakref
 from typing import Any, NamedTuple
 
 import torch
@@ -70,6 +72,18 @@ class _Marks(NamedTuple):
     seqlen_keeps_marked: bool  # a cached seqlen whose dim 0 is marked dynamic already is left as it is (torch 2.15)
 
 
+_Tensor = torch.Tensor
+_make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+# What the constructor's __new__ gives the wrapper: its dispatch keys, and its nested int, one per offsets tensor
+# (torch's registry), with the nested int's multiples by the values' first stride (its outer stride). ``_RAGGED``:
+# by id(offsets), (a weak reference to offsets, its nested int, {stride: multiple}); bounded.
+_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.NestedTensor).add(torch._C.DispatchKey.AutogradNestedTensor)
+_RAGGED: dict[int, tuple] = {}
+_RAGGED_MAX = 4096
+try:
+    from torch.nested._internal.nested_tensor import get_tensor_symint as _get_tensor_symint
+except ImportError:  # pragma: no cover
+    _get_tensor_symint = None
 _MARKS: dict[int, _Marks | bool] = {}  # by values.dim(); absent: not learned yet; False: the constructor serves
 _mark_dynamic = None  # torch._dynamo.mark_dynamic, bound when learning (importing Dynamo costs a second)
 
@@ -81,8 +95,11 @@ def _constructed(values: torch.Tensor, offsets: torch.Tensor, cache: dict | None
 
 def _built(values: torch.Tensor, offsets: torch.Tensor, cache: dict | None, marks: _Marks) -> torch.Tensor:
     cache = cache or {}
-    with torch._C.DisableTorchFunctionSubclass():
-        nt = JAGGED_CLASS.__new__(JAGGED_CLASS, values, offsets, _metadata_cache=cache)
+    if type(values) is _Tensor and type(offsets) is _Tensor and values.device == offsets.device and offsets.dim() == 1:
+        nt = _shell(values, offsets)
+    else:  # a fake or functional tensor (the NJT's own lookup of its nested int), or arguments __new__ refuses
+        with torch._C.DisableTorchFunctionSubclass():
+            nt = JAGGED_CLASS.__new__(JAGGED_CLASS, values, offsets, _metadata_cache=cache)
     held = nt.__dict__
     held["_values"], held["_offsets"], held["_lengths"], held["_metadata_cache"] = values, offsets, None, cache
     _apply(held, marks.own)
@@ -94,6 +111,32 @@ def _built(values: torch.Tensor, offsets: torch.Tensor, cache: dict | None, mark
         if not (marks.seqlen_keeps_marked and 0 in seqlen.__dict__.get("_dynamo_dynamic_indices", ())):
             _mark_dynamic(seqlen, 0)
         _apply(seqlen.__dict__, marks.seqlens)
+    return nt
+
+
+def _shell(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """The wrapper the constructor's ``__new__`` makes over plain ``values`` (N, ...) and ``offsets`` (B + 1,) on one
+    device: the same call with the same arguments, its nested int and that int's multiple by the values' first
+    stride taken from ``_RAGGED`` instead of made again (torch's registry lookup and a symbolic multiplication:
+    ~5 of ``__new__``'s ~15 µs on a CPU). ``_same_builds`` compares the result with the constructor's before use."""
+    held = _RAGGED.get(id(offsets))
+    if held is None or held[0]() is not offsets:  # a new offsets tensor, or another one at a freed one's address
+        if len(_RAGGED) >= _RAGGED_MAX:
+            _RAGGED.clear()
+        held = _RAGGED[id(offsets)] = (weakref.ref(offsets), _get_tensor_symint(offsets, coeff=1), {})
+    ragged, multiples = held[1], held[2]
+    stride = values.stride()
+    outer = multiples.get(stride[0])
+    if outer is None:
+        outer = multiples[stride[0]] = ragged * stride[0]
+    size = (offsets.shape[0] - 1, ragged, *values.shape[1:])
+    strides = (outer, *stride)
+    nt = _make_wrapper_subclass(JAGGED_CLASS, size, strides, 0, torch.contiguous_format, values.dtype, torch.jagged,
+                                values.device, False, False, "sizes", False, True, _KEYS,
+                                storage_size=values.untyped_storage().size())
+    nt._ragged_idx = 1
+    nt._size = size
+    nt._strides = strides
     return nt
 
 
