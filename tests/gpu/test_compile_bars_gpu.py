@@ -237,13 +237,13 @@ def test_our_op_under_reduce_overhead_replays_graphs_without_skips(case, with_ma
 
 
 REDUCE_OVERHEAD_FLOOR = (
-    "H200: our op under reduce-overhead 163 / 113 µs a call at the seed shapes (graphs replayed, no skip) "
-    "against 21 / 16 µs for eager captured in a CUDA graph; reduce-overhead's own per-call cost on the same "
-    "inputs (a function doing `values[:1] + offsets[:1, None]`) is 147 / 103 µs, 7x the graph-mode call")
+    "reduce-overhead's own per-call cost, measured in the same rounds on a trivial function of the same inputs "
+    "(`values[:1] + offsets[:1, None]`, graphs replayed): our op under reduce-overhead within that cost + the "
+    "graph-mode call is at the limit of any op compiled in that mode")
 
 
 @pytest.mark.bars
-@pytest.mark.xfail(strict=True, reason=REDUCE_OVERHEAD_FLOOR)
+@limit_xfail(REDUCE_OVERHEAD_FLOOR)
 @pytest.mark.parametrize("case", SEED_CASES, ids=lambda c: c.label)
 def test_our_op_under_reduce_overhead_within_10_percent_of_graph_mode(case, record_property):
     batch = checked_batch(case)
@@ -260,9 +260,10 @@ def test_our_op_under_reduce_overhead_within_10_percent_of_graph_mode(case, reco
     graph = modes.build(fn, args, modes.GRAPH, CUDA)
     wall = walls_us({"reduce-overhead": lambda: compiled(*args), "graph": graph, "floor": lambda: floor(*args)})
     record(record_property, **{f"{k} wall_us": v for k, v in wall.items()}, ratio=wall["reduce-overhead"] / wall["graph"])
-    assert wall["reduce-overhead"] <= 1.10 * wall["graph"], (
-        f"reduce-overhead {wall['reduce-overhead']:.1f} µs, graph {wall['graph']:.1f} µs, "
-        f"reduce-overhead's floor {wall['floor']:.1f} µs")
+    if wall["reduce-overhead"] > 1.10 * wall["graph"]:
+        at_limit(wall["reduce-overhead"] <= wall["floor"] + wall["graph"],
+                 f"reduce-overhead {wall['reduce-overhead']:.1f} µs, graph {wall['graph']:.1f} µs, "
+                 f"reduce-overhead's floor {wall['floor']:.1f} µs")
 
 
 def test_no_recompile_over_20_calls_of_varying_batches(record_property):

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.limits import at_limit, limit_xfail
+
 import jaggedperf
 from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab import reduce_row
@@ -45,15 +47,10 @@ BAR = Case(65536, 16, 64, 0.5)
 SHAPES = {"narrow": NARROW, "odd_width": ODD, "powerlaw_small": POWER_SMALL, "powerlaw_large": POWER_LARGE,
           "giant": GIANT, "empty": EMPTY, "seed": SEED, "bars": BAR}
 
-TRAINING = ("H200 (this test and a training probe): with the backward on the native launch "
-            "path fwd + bwd 199 / 137 µs = 9.6 / 8.1× our forward, 0.99 / 1.00× segment_reduce's fwd + bwd "
-            "(before it: 174 / 175 µs, 1.11 / 1.19×); the autograd engine's own floor, a Python "
-            "autograd.Function with no kernels, takes 117 / 136 µs fwd + bwd (88 / 95 on an earlier run): above 3× "
-            "our forward (51-62 µs) and 0.5× segment_reduce's (68-111 µs), whoever computes the backward")
-
-
-def _xfail(reason):
-    return pytest.mark.xfail(strict=True, reason=reason)
+TRAINING = ("the autograd engine's own floor, measured in the same rounds (``reduce_row.training_walls``: a Python "
+            "autograd node launching no kernel, stepped) + a forward and a backward launch of ours: where that exceeds "
+            "3× our forward or 0.5× segment_reduce's step, no step through autograd holds bar 4, and ours within it is "
+            "at the limit")
 
 
 # Cells whose best peer is Inductor's autotuned kernel, whose pick varies from run to run: the bars not strict,
@@ -200,14 +197,20 @@ def test_bitwise_deterministic(cls, copy_gbps):
 
 
 @pytest.mark.bars
-@pytest.mark.parametrize("case", [pytest.param(c, marks=_xfail(TRAINING)) for c in SEED_CASES], ids=lambda c: c.label)
+@pytest.mark.parametrize("case", [pytest.param(c, marks=limit_xfail(TRAINING)) for c in SEED_CASES],
+                         ids=lambda c: c.label)
 def test_training_step_within_3x_the_forward_and_half_segment_reduce(case, copy_gbps, record_property):
     t = reduce_row.training_walls(case, rounds=3, iters=200)
-    for key in ("ours_forward", "ours_forward_backward", "segment_reduce_forward_backward"):
+    for key in ("ours_forward", "ours_forward_backward", "segment_reduce_forward_backward",
+                "engine_floor_forward_backward"):
         record_property(f"{key}_wall_us", round(t[key]["median_us"], 2))
+    record_property("limit4_us", round(t["limit4_us"], 2))
     assert t["backward_correct"], f"backward relative error {t['backward_rel_error']:.2e}"
-    assert t["bar4"], (f"fwd+bwd {t['ours_forward_backward']['median_us']:.1f} µs = {t['fb_over_forward']:.2f}× our "
-                       f"forward, {t['fb_over_segment_reduce']:.2f}× segment_reduce's fwd+bwd")
+    if not t["bar4"]:
+        at_limit(t["bar4_at_limit"], f"fwd+bwd {t['ours_forward_backward']['median_us']:.1f} µs = "
+                                     f"{t['fb_over_forward']:.2f}× our forward, {t['fb_over_segment_reduce']:.2f}× "
+                                     f"segment_reduce's fwd+bwd; the engine's floor + two forward calls "
+                                     f"{t['limit4_us']:.1f} µs")
 
 
 def test_no_atomics_in_the_reduction_kernels():

@@ -112,3 +112,25 @@ def test_the_practical_floor_is_an_empty_kernels_launch_and_the_bytes_at_the_cop
     floor = reduce_row.practical_floor(1 << 20, 100.0, 40, torch.device("cpu"))  # the CPU: walls, the plumbing only
     assert floor["practical_floor_us"] == pytest.approx(floor["empty_kernel_us"] + (1 << 20) / 100e3)
     assert floor["empty_kernel_us"] > 0 and floor["copy_us"] > 0
+
+
+def test_the_training_steps_limit_is_the_engines_floor_and_two_forward_calls_measured_beside_it():
+    from jaggedperf.inputs import Case
+
+    # the CPU: walls, the plumbing only (the bar is judged on the GPU)
+    t = reduce_row.training_walls(Case(8, 4, 10, 0.5), rounds=1, iters=5, device=torch.device("cpu"))
+    engine, f = t["engine_floor_forward_backward"]["median_us"], t["ours_forward"]["median_us"]
+    assert t["backward_correct"] and 0 < engine
+    assert t["limit4_us"] == pytest.approx(engine + 2 * f)
+    fb, sr = t["ours_forward_backward"]["median_us"], t["segment_reduce_forward_backward"]["median_us"]
+    assert t["bar4_out_of_reach"] == (t["limit4_us"] > min(3 * f, 0.5 * sr))
+    assert t["bar4_at_limit"] == (t["bar4_out_of_reach"] and fb <= t["limit4_us"])
+
+
+def test_the_engines_floor_node_hands_the_leaf_its_gradient_without_computing_one():
+    leaf = torch.zeros(5, 3, requires_grad=True)
+    grad_in = torch.randn(5, 3)
+    out = reduce_row._NoKernels.apply(leaf, (2, 3), grad_in)
+    assert out.shape == (2, 3) and out.requires_grad
+    out.backward(torch.ones(2, 3))
+    torch.testing.assert_close(leaf.grad, grad_in)
