@@ -32,6 +32,7 @@ __all__ = ["Join", "Unwrap"]
 # Dynamo sees the values crossing as it sees them crossing in inference (the NJT's own tensor) and on the NJT under
 # torch.compile: under ``dynamic=False`` the total length does not recompile.
 _CONSTRUCTOR_MARKS = ("_dynamo_propagated_dynamic_indices", "_dynamo_weak_dynamic_indices")
+_NoSubclassTorchFunction = torch._C.DisableTorchFunctionSubclass
 
 
 class Unwrap(torch.autograd.Function):
@@ -68,7 +69,9 @@ class Join(torch.autograd.Function):
         if isinstance(grad, JAGGED_CLASS):
             if grad._lengths is not None or grad._ragged_idx != 1:
                 grad = grad.contiguous()
-            if grad.requires_grad:  # a backward with create_graph: the values keep grad's history
+            with _NoSubclassTorchFunction():  # the NJT's requires_grad without its __torch_function__ (6 of 6.3 µs)
+                keeps_history = grad.requires_grad
+            if keeps_history:  # a backward with create_graph: the values keep grad's history
                 return Unwrap.apply(grad), None, None
             if torch.is_grad_enabled():
                 # a backward with create_graph, the gradient without history: the compiled backward takes its values
