@@ -1,15 +1,15 @@
 """Jagged NestedTensors (NJTs) built without their dispatch where autograd has nothing to record.
 
-An NJT's construction goes through its ``__torch_function__`` / ``__torch_dispatch__``: ``nested_tensor_from_jagged``
-is a dispatched view op, and the constructor's ``__init__`` (torch 2.11) marks the new NJT's dims dynamic through
-``dim()`` calls that its ``__torch_dispatch__`` serves: 8 Python dispatches, ~95 of the constructor's ~125 µs on the
-H200 machine's host (torch 2.13: ~35 µs, no dispatch). ``wrap`` builds the same NJT without them: the wrapper
-``__new__`` makes (``_shell``: its one call, the nested int of the offsets tensor and its stride multiple kept
-between calls instead of looked up and multiplied again; on plain tensors, else ``__new__`` itself), then the fields and the dynamic marks its ``__init__`` leaves, learned from the constructor itself on
-scratch tensors once a process for each values' dimensionality (``_learn``: torch 2.11 marks the inner tensors that
-share the NJT's dimensionality, so a 2-D NJT's (n, 0) cached seqlens get marks a 3-D one's do not) and used only
-where a build both ways compared equal in every attribute (the NJT's, its values', its cached seqlens'), sizes,
-strides and dispatch keys; else the constructor serves.
+An NJT's construction goes through its ``__torch_function__`` / ``__torch_dispatch__``: ``nested_tensor_from_jagged`` is
+a dispatched view op, and the constructor's ``__init__`` (torch 2.11) marks the new NJT's dims dynamic through ``dim()``
+calls that its ``__torch_dispatch__`` serves: 8 Python dispatches, ~95 of the constructor's ~125 µs on the H200
+machine's host (torch 2.13: ~35 µs, no dispatch). ``wrap`` builds the same NJT without them: the wrapper ``__new__``
+makes (``_shell``: its one call, the nested int of the offsets tensor and its stride multiple kept between calls instead
+of looked up and multiplied again; on plain tensors, else ``__new__`` itself), then the fields and the dynamic marks its
+``__init__`` leaves, learned from the constructor itself on scratch tensors once a process for each values'
+dimensionality (``_learn``: torch 2.11 marks the inner tensors that share the NJT's dimensionality, so a 2-D NJT's
+(n, 0) cached seqlens get marks a 3-D one's do not) and used only where a build both ways compared equal in every
+attribute (the NJT's, its values', its cached seqlens'), sizes, strides and dispatch keys; else the constructor serves.
 ``wrap`` records no autograd edge: callers use it eagerly, where no gradient flows into the values, and in the
 boundary's autograd nodes (``boundary.differentiable``).
 """
@@ -22,8 +22,10 @@ from typing import Any, NamedTuple
 
 import torch
 
-try:  # the jagged NestedTensor's class (a private module: without it, callers take the public ops)
+try:  # the jagged NestedTensor's class and its nested-int lookup (a private module: without it, callers take the
+    # public ops, and ``wrap`` raises before it would need the lookup)
     from torch.nested._internal.nested_tensor import NestedTensor as JAGGED_CLASS
+    from torch.nested._internal.nested_tensor import get_tensor_symint as _get_tensor_symint
 except ImportError:  # pragma: no cover
     JAGGED_CLASS = ()
 
@@ -80,10 +82,6 @@ _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 _KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.NestedTensor).add(torch._C.DispatchKey.AutogradNestedTensor)
 _RAGGED: dict[int, tuple] = {}
 _RAGGED_MAX = 4096
-try:
-    from torch.nested._internal.nested_tensor import get_tensor_symint as _get_tensor_symint
-except ImportError:  # pragma: no cover
-    _get_tensor_symint = None
 _MARKS: dict[int, _Marks | bool] = {}  # by values.dim(); absent: not learned yet; False: the constructor serves
 _mark_dynamic = None  # torch._dynamo.mark_dynamic, bound when learning (importing Dynamo costs a second)
 

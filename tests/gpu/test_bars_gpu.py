@@ -79,10 +79,6 @@ def judge_device_bar(us: float, threshold: float, practical: float, message: str
         at_limit(us <= reduce_row.AT_LIMIT * practical, f"{message}; practical floor {practical:.2f} µs")
 
 
-def floor_us(nbytes: int, gbps: float) -> float:
-    return nbytes / (gbps * 1e9) * 1e6
-
-
 def walls_ms(fns: dict, rounds: int = 3) -> dict:
     """Median wall per call of each callable, over interleaved rounds of the seed's method."""
     medians = {name: [] for name in fns}
@@ -106,7 +102,7 @@ def checked_batch(case):
                                   for c in BAR1_CASES], ids=lambda c: c.label)
 def test_forward_within_10_percent_of_the_floor(case, copy_gbps, empty_kernel_us, record_property):
     batch = checked_batch(case)
-    us, floor = kernel_us(mean_of(batch)), floor_us(must_move_bytes(batch), copy_gbps)
+    us, floor = kernel_us(mean_of(batch)), reduce_row.floor_us(must_move_bytes(batch), copy_gbps)
     record(record_property, device_us=us, floor_us=floor, ratio=us / floor, practical_floor_us=empty_kernel_us + floor)
     judge_device_bar(us, 1.10 * floor, empty_kernel_us + floor,
                      f"{us:.1f} µs = {us / floor:.2f}× the floor {floor:.1f} µs")
@@ -116,7 +112,7 @@ def test_forward_within_10_percent_of_the_floor(case, copy_gbps, empty_kernel_us
 @pytest.mark.parametrize("case", SEED_CASES, ids=lambda c: c.label)
 def test_seed_shapes_within_3_us_of_the_floor(case, copy_gbps, empty_kernel_us, record_property):
     batch = checked_batch(case)
-    us, floor = kernel_us(mean_of(batch)), floor_us(must_move_bytes(batch), copy_gbps)
+    us, floor = kernel_us(mean_of(batch)), reduce_row.floor_us(must_move_bytes(batch), copy_gbps)
     record(record_property, device_us=us, floor_us=floor, ratio=us / floor, practical_floor_us=empty_kernel_us + floor)
     judge_device_bar(us, floor + 3.0, empty_kernel_us + floor, f"{us:.2f} µs against floor {floor:.2f} µs + 3")
 
@@ -189,7 +185,7 @@ def test_backward_within_20_percent_of_its_floor(case, copy_gbps, empty_kernel_u
     torch.testing.assert_close(values.grad.double(), want, rtol=1e-6, atol=0)
     expand = lambda: torch.ops.jaggedperf.jagged_expand(grad, offsets, n_rows, True, batch.max_seqlen)  # noqa: E731
     # the forward's bytes the other way: grad (B, M) and offsets read, grad_values (N, M) written
-    us, floor = kernel_us(expand), floor_us(must_move_bytes(batch), copy_gbps)
+    us, floor = kernel_us(expand), reduce_row.floor_us(must_move_bytes(batch), copy_gbps)
     record(record_property, device_us=us, floor_us=floor, ratio=us / floor, practical_floor_us=empty_kernel_us + floor)
     judge_device_bar(us, 1.20 * floor, empty_kernel_us + floor,
                      f"{us:.1f} µs = {us / floor:.2f}× the floor {floor:.1f} µs")
