@@ -65,7 +65,7 @@ def test_test_names_carry_no_run_session_or_issue_numbers(path):
 
 
 # The strict xfails that name no limit measured beside their bar (docs/decisions/strict-xfail-measured-limit.md): none
-# is measured there yet. Any other strict xfail of a bar is ``helpers.limits.limit_xfail``, judged in the same run.
+# is measured there yet. Any other missed bar is judged in the same run (``helpers.limits.at_limit``).
 STATIC_XFAILS = {"test_compile_bars_gpu.py": {"reason=BOUNDARY_HOST", "reason=MODEL_DENSE"}}
 
 

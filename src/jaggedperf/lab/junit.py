@@ -103,7 +103,7 @@ def markdown(tests: list[TestOutcome], seconds: float, missing: list[str] | None
         lines += ["", "Failures:", ""] + [f"- `{t.file}::{t.name}` ({t.outcome}): {t.message}" for t in bad]
     xfails = [t for t in tests if t.outcome == "xfailed"]
     if xfails:
-        lines += ["", "Expected failures (strict xfails naming a measured limit):", ""]
+        lines += ["", "Expected failures (xfails, each with its reason):", ""]
         lines += [f"- `{t.file}::{t.name}`: {t.message}" for t in xfails]
     skips = collections.Counter(t.message for t in tests if t.outcome == "skipped")
     if skips:
