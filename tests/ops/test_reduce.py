@@ -11,8 +11,8 @@ from helpers.reference import assert_matches, lengths_to_offsets, reference_expa
 import jaggedperf
 from jaggedperf.ops import config
 from jaggedperf.ops.config import SegmentsConfig
-from jaggedperf.ops import testing
-from jaggedperf.ops.reduce import api, kernels, merge, plan
+from jaggedperf.ops import nested, testing
+from jaggedperf.ops.reduce import kernels, merge, plan
 
 FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
 
@@ -263,8 +263,8 @@ def test_nested_tensor_max_seqlen_reaches_the_operator_eagerly_and_compiled():
     # so compiled code can take the whole-segments kernel; no graph break, no recompile for a new max_seqlen
     values, offsets = make([3, 1, 5], 6, FP32, torch.int64)
     nt = torch.nested.nested_tensor_from_jagged(values, offsets, max_seqlen=5)
-    assert api._cached_max_seqlen(nt) == 5
-    assert api._cached_max_seqlen(torch.nested.nested_tensor_from_jagged(values, offsets)) is None
+    assert nested.cached_max_seqlen(nt) == 5
+    assert nested.cached_max_seqlen(torch.nested.nested_tensor_from_jagged(values, offsets)) is None
     seen = []
 
     def backend(gm, example_inputs):
@@ -299,7 +299,7 @@ def test_nested_tensor_falls_back_to_accessors_when_attributes_are_absent():
         def offsets(self):
             return offsets
 
-    values_out, offsets_out = api._from_nested(Stripped(), "jagged_mean")
+    values_out, offsets_out = nested.from_nested(Stripped(), "jagged_mean")
     assert values_out is values and offsets_out is offsets
 
 

@@ -3,7 +3,7 @@
 launch plan, and the pure-torch pieces of their CPU kernels.
 
 Their output is jagged like their input, ``(N, M)``. The inputs are checked exactly as ``jagged_mean``'s
-(``jaggedperf.ops.reduce.api._inputs``: the same ``jaggedperf.checks`` calls, classes and messages).
+(``jaggedperf.ops.nested.checked_inputs``: the same checks, classes and messages).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from jaggedperf.njt import JAGGED_CLASS, cached_seqlen, wrap
 
 from jaggedperf.ops.launch.body import fast_eager, run_in_operator
 from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
-from jaggedperf.ops.reduce.api import _inputs, _is_nested, _transformed
+from jaggedperf.ops.nested import checked_inputs, is_nested, transformed
 from jaggedperf.ops.config import next_pow2, sm_count
 from jaggedperf.ops.tiles import WIDE, TileBudget, TileConfig, hint_of, tile_config
 
@@ -47,10 +47,10 @@ def call(values, offsets, name: str, *, max_seqlen, validate, plan: Callable[...
     Raises:
         as ``jagged_mean``'s checks (TypeError, ValueError).
     """
-    nested = values if _is_nested(values) else None
-    values, offsets, max_seqlen = _inputs(values, offsets, name, max_seqlen, validate)
+    nested = values if is_nested(values) else None
+    values, offsets, max_seqlen = checked_inputs(values, offsets, name, max_seqlen, validate)
     # forward-mode AD and torch.func need the operator: its autograd kernel carries their tangents
-    if fast_eager(values, offsets) and not _transformed():
+    if fast_eager(values, offsets) and not transformed():
         planned = plan(values, offsets, *params, max_seqlen=max_seqlen)
         run_in_operator(planned.launches, values, offsets)
         out = planned.out

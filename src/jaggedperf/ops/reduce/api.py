@@ -11,11 +11,9 @@ from __future__ import annotations
 import torch
 from torch.autograd import forward_ad
 
-from jaggedperf.checks import (INT64_MAX, assert_offsets_async, check_layout, check_max_seqlen, check_offsets,
-                               validation_requested)
-from jaggedperf.njt import JAGGED_CLASS as _JAGGED_CLASS  # () without it: the public is_nested check alone
-from jaggedperf.njt import cached_seqlen
+from jaggedperf.checks import INT64_MAX, validation_requested
 from jaggedperf.ops.launch import eager_key, launch_all, native, plain_eager
+from jaggedperf.ops.nested import checked_inputs, functorch_active, transformed
 from jaggedperf.ops.reduce import autograd, op  # noqa: F401  (register torch.ops.jaggedperf.* and their autograd)
 from jaggedperf.ops.reduce.op import expand_triton
 from jaggedperf.ops.reduce.plan import plan_expand, plan_reduce
@@ -93,27 +91,19 @@ def _native_call(values, offsets, max_seqlen, mean, empty_zero, validate):
     # and torch.func's transforms need the operator (its autograd kernel carries their tangents).
     if torch.compiler.is_compiling() or native.active is None or validate is not None \
             or type(values) is not torch.Tensor or type(offsets) is not torch.Tensor or validation_requested(None) \
-            or forward_ad._current_level >= 0 or _functorch_active():
+            or forward_ad._current_level >= 0 or functorch_active():
         return None
     # None -> -1 (no hint); anything but an int in [0, 2**63) -> -2, which no plan has (the Python path raises)
     hint = -1 if max_seqlen is None else max_seqlen if type(max_seqlen) is int and 0 <= max_seqlen <= INT64_MAX else -2
     return native.active.reduce(values, offsets, hint, mean, empty_zero)
 
 
-_functorch_active = torch._C._are_functorch_transforms_active
-
-
-def _transformed() -> bool:
-    # a forward-mode AD level is open (torch.autograd.forward_ad, torch.func.jvp) or a torch.func transform runs
-    return forward_ad._current_level >= 0 or _functorch_active()
-
-
 def _python_reduce(values, offsets, name: str, *, mean: bool, empty_zero: bool, max_seqlen, validate):
     # every call the native path does not serve: the checks, then the fast tiers (offering the plan to the
     # native path, a no-op once it is registered) or the operator
     given = values
-    values, offsets, max_seqlen = _inputs(values, offsets, name, max_seqlen, validate)
-    if values.requires_grad and torch.is_grad_enabled() and plain_eager(values, offsets) and not _transformed():
+    values, offsets, max_seqlen = checked_inputs(values, offsets, name, max_seqlen, validate)
+    if values.requires_grad and torch.is_grad_enabled() and plain_eager(values, offsets) and not transformed():
         return EagerReduce.apply(values, offsets, max_seqlen, mean, empty_zero)
     if values is not given:  # a NestedTensor's values and offsets (or a contiguous copy): a plan may serve them
         out = _native_call(values, offsets, max_seqlen, mean, empty_zero, validate)
@@ -126,77 +116,10 @@ def _python_reduce(values, offsets, name: str, *, mean: bool, empty_zero: bool, 
     return torch.ops.jaggedperf.jagged_sum(values, offsets, max_seqlen)
 
 
-def _inputs(values, offsets, name: str, max_seqlen, validate):
-    if _is_nested(values):
-        if offsets is not None:
-            raise TypeError(f"{name}: pass a NestedTensor alone or (values, offsets), not both")
-        if max_seqlen is None:
-            max_seqlen = _cached_max_seqlen(values)
-        values, offsets = _from_nested(values, name)
-    elif offsets is None:
-        raise TypeError(f"{name}: offsets is required unless values is a jagged NestedTensor")
-    check_layout(values, offsets)
-    check_max_seqlen(max_seqlen, name)
-    # When asked: under torch.compile as asserts in the graph, whatever the device (never a silent skip);
-    # eagerly on the host (one sync), except on the CPU, where the operator always checks them.
-    if validation_requested(validate):
-        if torch.compiler.is_compiling():
-            assert_offsets_async(values, offsets)
-        elif values.device.type != "cpu":
-            check_offsets(values, offsets)
-    if not values.is_contiguous():
-        values = values.contiguous()
-    if not offsets.is_contiguous():
-        offsets = offsets.contiguous()
-    return values, offsets, max_seqlen
-
-
-def _is_nested(x) -> bool:
-    # without x.is_nested on a jagged NestedTensor (a trip through its __torch_function__)
-    if type(x) is torch.Tensor:
-        return x.is_nested  # a strided NestedTensor is a plain Tensor (_from_nested rejects it by name)
-    return isinstance(x, _JAGGED_CLASS) or (isinstance(x, torch.Tensor) and x.is_nested)
-
-
-def _cached_max_seqlen(nt: torch.Tensor):
-    # The NJT's cached max_seqlen, or None when it has none: eagerly a host int (no sync); under torch.compile a
-    # SymInt with a hint, so compiled code takes the whole-segments kernel as eager code does (without it: the two
-    # chunked launches).
-    return cached_seqlen(nt, "max")
-
-
-def _from_nested(nt: torch.Tensor, name: str):
-    # A NestedTensor's own attributes go through its __torch_function__ / __torch_dispatch__ (each costlier
-    # than the reduction's host time); eagerly they are read with those off, and its dims from its values.
-    # nt._values / nt._offsets are plain attributes; nt.values() / nt.offsets() are dispatched ops. The
-    # accessors are still needed where autograd must flow into nt, and under torch.compile.
-    compiling = torch.compiler.is_compiling()
-    if compiling:
-        requires_grad = nt.requires_grad
-    else:
-        with torch._C.DisableTorchFunctionSubclass():
-            requires_grad = nt.requires_grad
-    # the jagged class has layout=torch.jagged by construction (reading it costs a dispatch)
-    layout = torch.jagged if isinstance(nt, _JAGGED_CLASS) else nt.layout
-    if layout != torch.jagged:
-        raise ValueError(f"{name}: a NestedTensor argument must have layout=torch.jagged; got {layout}")
-    values, offsets = getattr(nt, "_values", None), getattr(nt, "_offsets", None)
-    direct = (not compiling and not (requires_grad and torch.is_grad_enabled())
-              and isinstance(values, torch.Tensor) and isinstance(offsets, torch.Tensor))
-    dims = values.dim() + 1 if direct else nt.dim()
-    if dims != 3:
-        raise ValueError(f"{name}: a NestedTensor argument must be (B, j, M); got {dims} dims")
-    if getattr(nt, "_ragged_idx", 1) != 1:
-        raise ValueError(f"{name}: the NestedTensor's ragged dimension must be 1; got {nt._ragged_idx}")
-    if getattr(nt, "_lengths", None) is not None:
-        raise ValueError(f"{name}: a NestedTensor with lengths (holes between sequences) is not supported")
-    return (values, offsets) if direct else (nt.values(), nt.offsets())
-
-
 def _fast_ok(values, offsets) -> bool:
     # the public functions skip the operator: eager plain CUDA tensors, and no autograd to record
     return plain_eager(values, offsets) and not (values.requires_grad and torch.is_grad_enabled()) \
-        and not _transformed()
+        and not transformed()
 
 
 class EagerReduce(torch.autograd.Function):
