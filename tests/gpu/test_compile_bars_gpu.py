@@ -129,9 +129,7 @@ def test_boundary_host_within_15_percent_of_plain_compiled(record_property):
 # dynamic sizes, measured in the same rounds.
 DYNAMIC_SIZES = ("the boundary's compiled region runs on dynamic sizes, so that B, the total length and the seqlens never "
                  "recompile; the static twin checks fixed sizes: held to within 1.2× the twin compiled with "
-                 "dynamic=True, measured in the same rounds. H200 (benchmarks/results/h200/compile-bars.md): 91.6 / "
-                 "96.2 µs against the static twin's 68.3 / 75.2 and the dynamic twin's 72.7 / 79.9 (1.25 / 1.21×); "
-                 "benchmarks/results/h200/gpu-suite-one-call.md has the suite's last run. "
+                 "dynamic=True, measured in the same rounds (the suite's runs: benchmarks/results/*/gpu-suite-one-call.md). "
                  "What exceeds 1.2× the static twin: the boundary's own per-call cost (the crossing's Python, ~5 µs "
                  "on the CPU as it runs between compiled calls, and ~2.5 more for each cached seqlen crossing) and "
                  "the dynamic sizes' guards")
