@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from jaggedperf.lab import conformance
+from jaggedperf.lab.measure.env import source_commit
 
 
 # Eager runs alone of a sample that killed a worker in another way: a zero-size split_with_sizes' backward crashed
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.json is None:
         parser.error("--json is required")
-    commit = _commit()  # the code this process runs: taken before the run, which a commit meanwhile would not change
+    commit = source_commit()  # the code this process runs: taken before the run, which a commit meanwhile would not change
     start = time.perf_counter()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     threads = max(1, cpus // args.jobs)
@@ -242,13 +243,6 @@ def markdown(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "src"]).returncode != 0
-        return out.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 if __name__ == "__main__":

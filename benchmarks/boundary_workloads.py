@@ -21,7 +21,6 @@ import argparse
 import json
 import logging
 import platform
-import subprocess
 import sys
 import time
 import warnings
@@ -33,6 +32,7 @@ import torch
 from jaggedperf.inputs import Case
 from jaggedperf.lab import njt_workloads
 from jaggedperf.lab.njt_workloads import check, time_cell
+from jaggedperf.lab.measure.env import source_commit
 
 SEED_CASES = (Case(512, 64, 100, 0.1), Case(512, 64, 500, 0.75))
 
@@ -200,12 +200,7 @@ def _beside(stem: Path, suffix: str) -> Path:
 
 
 def _environment(device, seconds: float) -> dict:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "src"]).returncode:
-            commit += "-dirty"
-    except OSError:
-        commit = "unknown"
+    commit = source_commit()
     return {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "torch": torch.__version__, "python": platform.python_version(), "commit": commit,
             "command": " ".join(["python"] + sys.argv), "seconds": round(seconds, 1),

@@ -51,6 +51,18 @@ def git_commit() -> str | None:
     return commit + ("-dirty" if dirty else "")
 
 
+def source_commit() -> str:
+    """The checkout's short commit, with ``-dirty`` where its ``src/`` differs from it (the code a benchmark ran), or
+    ``"unknown"`` outside a git checkout (a ``git archive`` copy, an installed package): never a suffix alone."""
+    here = Path(__file__).resolve().parent
+    commit = _run(["git", "rev-parse", "--short", "HEAD"], cwd=here)
+    top = _run(["git", "rev-parse", "--show-toplevel"], cwd=here)
+    if commit is None or top is None:
+        return "unknown"
+    changed = _run(["git", "diff", "--name-only", "HEAD", "--", "src"], cwd=Path(top))
+    return commit + ("-dirty" if changed else "")
+
+
 def gpu_facts(device: torch.device | None = None) -> dict:
     """The GPU's name, driver, SM count, L2 and memory size (``device``, else the current one); Nones without CUDA."""
     if not torch.cuda.is_available():
