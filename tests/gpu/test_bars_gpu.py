@@ -76,8 +76,8 @@ def judge_device_bar(us: float, threshold: float, practical: float, message: str
     """A device-time bar: held at ``threshold``; missed, at the limit within ``reduce_row.AT_LIMIT`` of the
     ``practical`` floor measured beside it, else failed."""
     if us > threshold:
-        at_limit(threshold < practical and us <= reduce_row.AT_LIMIT * practical,
-                 f"{message}; practical floor {practical:.2f} µs", PRACTICAL_FLOOR)
+        at_limit(reduce_row.at_hardware_limit(threshold, practical, us), f"{message}; practical floor {practical:.2f} µs",
+                 PRACTICAL_FLOOR)
 
 
 def walls_ms(fns: dict, rounds: int = 3) -> dict:

@@ -106,6 +106,13 @@ def test_a_missed_bar_is_at_the_limit_only_out_of_reach_and_within_the_practical
     assert reduce_row.out_of_reach(row)["1_ours_plain"] is False
     assert not reduce_row.at_the_limit(row, "1_ours_plain", 12.5)
     assert reduce_row.out_of_reach({**row, "practical_floor_us": None})["1_ours_plain"] is None
+    assert not reduce_row.at_the_limit({**row, "practical_floor_us": None}, "2_ours_hinted", 13.0)
+
+
+def test_the_scalar_rule_the_device_bars_share():
+    assert reduce_row.at_hardware_limit(11.5, 12.0, 13.2)  # out of reach, within 1.1x of the practical floor
+    assert not reduce_row.at_hardware_limit(11.5, 12.0, 13.3)  # past 1.1x: the design's miss
+    assert not reduce_row.at_hardware_limit(12.5, 12.0, 12.6)  # within reach: never at the limit
 
 
 def test_the_practical_floor_is_an_empty_kernels_launch_and_the_bytes_at_the_copy_bandwidth():

@@ -191,9 +191,15 @@ def out_of_reach(row: dict) -> dict:
 
 
 def at_the_limit(row: dict, key: str, us: float) -> bool:
-    """Whether a call of ``us`` missing bar ``key`` is at the hardware's limit: the bar out of reach and the call within
-    ``AT_LIMIT`` of the practical floor."""
-    return bool(out_of_reach(row).get(key)) and us <= AT_LIMIT * row["practical_floor_us"]
+    """Whether a call of ``us`` missing bar ``key`` is at the hardware's limit (``at_hardware_limit``)."""
+    threshold, practical = thresholds(row).get(key), row.get("practical_floor_us")
+    return threshold is not None and practical is not None and at_hardware_limit(threshold, practical, us)
+
+
+def at_hardware_limit(threshold: float, practical: float, us: float) -> bool:
+    """Whether a call of ``us`` missing a bar at ``threshold`` is at the hardware's limit: the threshold below the
+    ``practical`` floor measured beside it (out of reach) and the call within ``AT_LIMIT`` of that floor."""
+    return threshold < practical and us <= AT_LIMIT * practical
 
 
 def measure_case(cls: str, case: Case, copy_gbps: float, *, op: str = "sum", padded_max_bytes: float = 8e9,
