@@ -20,6 +20,8 @@ checked on), every contender in the same run:
 - the split's neighbours (``plan.plan_split`` forced): its grid at 1 and 4 programs an SM a role (the same compiled
   kernels), and on ``VARIANT_SHAPES`` its whole-segments tile at half the elements and with one tile a short
   segment (TILES = 1: longer ones go to the long role);
+- the whole-first arrangement (``plan.plan_whole_first``: the split's two roles as two launches, the long one
+  skipped on the device where no segment is long), at the split's config and with half its whole-segments tile;
 - on shapes >= 16 MB: jagged_mean without max_seqlen too (sum and mean within 5%);
 - the floors: bytes that must move / the copy bandwidth, and the practical floor, an empty kernel's replay + an
   elementwise kernel reading and writing the same bytes (two empty kernels in one graph: the two-launch floor);
@@ -282,6 +284,9 @@ def contenders(label, values, offsets, hint, must) -> list:
            ("split_plain", forced(plan.plan_split, values, offsets, False, False), False)]
     for name in VARIANTS[:2] + (VARIANTS[2:] if label in VARIANT_SHAPES else ()):
         out.append((name, forced(plan.plan_split, values, offsets, False, False, variants[name]), False))
+    out += [("whole_first", forced(plan.plan_whole_first, values, offsets, False, False), False),
+            ("whole_first_half", forced(plan.plan_whole_first, values, offsets, False, False,
+                                        variants["split_half_tile"]), False)]
     out.append(("segment_reduce", lambda: torch.segment_reduce(values, "sum", offsets=off64, axis=0), False))
     if must >= 16e6:
         out.append(("ours_plain_mean", ours(values, offsets, mean=True), True))
@@ -407,14 +412,16 @@ def markdown(data: dict) -> str:
              "1.1× with; 4 bitwise repeats; 5 inside the range predicted before the run; 6 the route (ours without) "
              "within 5% of the faster of the merge path and the split forced. `split 1 / 4 / ½ / t1`: "
              "the split at 1 and 4 programs an SM a role (production: "
-             f"{data.get('split_pps', '?')}), with half its whole-segments tile, and with TILES = 1.", "",
-             "| class | case | MB | floor | practical | predicted | ours without (path) | merge | split | "
-             "split 1 / 4 / ½ / t1 | ours with (path) | segment_reduce | Inductor padded | mean without | "
-             "bwd without / with / merge | 0 | 1 peer | 1 with | 2 floor | 2 sum≈mean | 3 | 4 | 5 | 6 route |",
-             "|" + "---|" * 24]
+             f"{data.get('split_pps', '?')}), with half its whole-segments tile, and with TILES = 1. `whole-first / "
+             "½`: its two roles as two launches (the long one skipped where no segment is long), at its tile and half.",
+             "", "| class | case | MB | floor | practical | predicted | ours without (path) | merge | split | "
+             "split 1 / 4 / ½ / t1 | whole-first / ½ | ours with (path) | segment_reduce | Inductor padded | "
+             "mean without | bwd without / with / merge | 0 | 1 peer | 1 with | 2 floor | 2 sum≈mean | 3 | 4 | 5 | "
+             "6 route |",
+             "|" + "---|" * 25]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['class']} | {r['case']} | error: {r['error'][:80]} |" + " |" * 21)
+            lines.append(f"| {r['class']} | {r['case']} | error: {r['error'][:80]} |" + " |" * 22)
             continue
         b = r["bars"]
         back = "—" if not isinstance(r.get("expand_plain"), dict) else \
@@ -424,7 +431,8 @@ def markdown(data: dict) -> str:
         lines.append(
             f"| {r['class']} | {r['case']} | {r['MB']} | {r['floor_us']:.1f} | {r['practical_floor_us']:.1f} | "
             f"{predicted} | {_fmt(r.get('ours_plain'))} ({r['plain_path']}) | {_fmt(r.get('merge_plain'))} | "
-            f"{_fmt(r.get('split_plain'))} | {split} | {_fmt(r.get('ours_hinted'))} ({r['hinted_path']}) | "
+            f"{_fmt(r.get('split_plain'))} | {split} | {_fmt(r.get('whole_first'))} / "
+            f"{_fmt(r.get('whole_first_half'))} | {_fmt(r.get('ours_hinted'))} ({r['hinted_path']}) | "
             f"{_fmt(r.get('segment_reduce'))} | {_fmt(r.get('inductor_padded'))} | {_fmt(r.get('ours_plain_mean'))} | "
             f"{back} | " + " | ".join(_mark(b.get(k)) for k in BAR_KEYS) + " |")
     counts: dict = {}

@@ -72,9 +72,10 @@ def poison_for(mean: bool, empty_zero: bool) -> float:
     return 12345.0 if (mean and not empty_zero) else float("nan")
 
 
-def run_reduce(values, offsets, mean, empty_zero=False, cfg=None, units=None, poison=None):
-    return testing.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, split=cfg or True,
-                                 rows_per_chunk=units, poison=poison)
+def run_reduce(values, offsets, mean, empty_zero=False, cfg=None, units=None, poison=None, whole_first=False):
+    path = {"whole_first": cfg or True} if whole_first else {"split": cfg or True}
+    return testing.launch_reduce(values, offsets, mean=mean, empty_zero=empty_zero, rows_per_chunk=units,
+                                 poison=poison, **path)
 
 
 def run_expand(grad, offsets, n_rows, mean, cfg=None, units=None, poison=None):
@@ -100,6 +101,20 @@ def check(lengths, M, dtype, offsets_dtype, empty_zero, cfg, units, back_mean, s
                          [case[1:] for case in CASES], ids=[case[0] for case in CASES])
 def test_split_matches_reference(lengths, M, dtype, offsets_dtype, empty, cfg, units, back_mean):
     check(lengths, M, dtype, offsets_dtype, empty == "zero", cfg, units, back_mean)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,cfg,units", [case[1:-1] for case in CASES],
+                         ids=[case[0] for case in CASES])
+def test_whole_first_matches_reference(lengths, M, dtype, offsets_dtype, empty, cfg, units):
+    # the same two roles as two launches (plan.plan_whole_first): the long role runs only where a whole-segments
+    # program saw a long segment; its flags are poisoned too (-7: a flag left unwritten skips the long role)
+    values, offsets = make(lengths, M, dtype, offsets_dtype, seed=0)
+    for mean in (False, True):
+        out = run_reduce(values, offsets, mean, empty == "zero", cfg, units, poison_for(mean, empty == "zero"),
+                         whole_first=True)
+        ref, scale = expected(values, offsets, mean, empty == "zero")
+        assert_matches(out, ref, dtype, scale=scale, what=f"whole-first {'mean' if mean else 'sum'} {lengths}")
 
 
 @st.composite

@@ -364,6 +364,7 @@ class SplitConfig(MergeConfig):
     tile: int = 8192  # elements of the whole-segments role's (GROUP, ROWS, BLOCK_M) tile (power of two)
     tiles: int = 4  # a segment of more than ROWS·tiles rows is long: the merge role takes it
     rows_cap: int = 256  # the most rows of each segment a whole-segments tile holds (power of two)
+    whole_programs_per_sm: int = 4  # the whole-first arrangement's whole-segments launch (plan.plan_whole_first)
 
     @property
     def row_options(self) -> tuple[int, ...]:

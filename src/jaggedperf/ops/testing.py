@@ -65,7 +65,8 @@ def group_bounds(offsets_ptr, g, n_segments, GROUP: tl.constexpr):
 def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False, max_seqlen=None,
                 rows_per_chunk: int | None = None, segments: SegmentsConfig | None = None,
                 rowblock: RowBlockConfig | bool | None = None, merge: MergeConfig | bool | None = None,
-                split: SplitConfig | bool | None = None, poison: float | None = None) -> Plan:
+                split: SplitConfig | bool | None = None, whole_first: SplitConfig | bool | None = None,
+                poison: float | None = None) -> Plan:
     """``reduce.plan.plan_reduce``, or a forced path: every path is correct whatever the lengths.
 
     Args:
@@ -78,12 +79,16 @@ def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False
             ``rows_per_chunk`` then forces their units per program K (wins over all but ``split``).
         split: force the split kernels (``reduce.split``): True for the production config, or a SplitConfig;
             ``rows_per_chunk`` then forces the long role's units per program K (wins over all the others).
+        whole_first: the split's roles as two launches (``plan.plan_whole_first``), as ``split`` (wins over it).
         poison: fill every tensor the launches write (output and workspace) with this value first.
 
     Returns:
         the Plan (a forced one is never replayed by the native path).
     """
-    if split is not None and split is not False:
+    if whole_first is not None and whole_first is not False:
+        planned = plan.plan_whole_first(values, offsets, mean, empty_zero, None if whole_first is True else whole_first,
+                                        rows_per_chunk)
+    elif split is not None and split is not False:
         planned = plan.plan_split(values, offsets, mean, empty_zero, None if split is True else split, rows_per_chunk)
     elif merge is not None and merge is not False:
         planned = plan.plan_merge(values, offsets, mean, empty_zero, None if merge is True else merge, rows_per_chunk)
@@ -156,7 +161,8 @@ def forced_call(planner: Callable[..., Plan], *args) -> Callable[[], torch.Tenso
 def launch_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False, max_seqlen=None,
                   rows_per_chunk: int | None = None, segments: SegmentsConfig | None = None,
                   rowblock: RowBlockConfig | bool | None = None, merge: MergeConfig | bool | None = None,
-                  split: SplitConfig | bool | None = None, poison: float | None = None) -> torch.Tensor:
+                  split: SplitConfig | bool | None = None, whole_first: SplitConfig | bool | None = None,
+                  poison: float | None = None) -> torch.Tensor:
     """Plan (``plan_reduce``) and run the sum/mean kernels through the JIT: no operator, no checks (tests run
     it under TRITON_INTERPRET=1).
 
@@ -168,7 +174,7 @@ def launch_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = Fal
     """
     planned = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen,
                           rows_per_chunk=rows_per_chunk, segments=segments, rowblock=rowblock, merge=merge,
-                          split=split, poison=poison)
+                          split=split, whole_first=whole_first, poison=poison)
     run_direct(planned.launches)
     return planned.out
 
@@ -248,4 +254,5 @@ def _poison(planned: Plan, value: float | None) -> None:
         return
     for step in planned.launches:
         for tensor in step.written:
-            tensor.fill_(value)
+            # an integer tensor (the whole-first flags) gets a value no kernel writes there: -7
+            tensor.fill_(value if tensor.is_floating_point() else -7)

@@ -26,7 +26,8 @@ from jaggedperf.ops.tiles import hint_of
 from jaggedperf.ops.reduce.kernels import (_combine_kernel, _expand_kernel, _reduce_kernel, _segments_expand_kernel,
                                           _segments_kernel, _segments_loop_kernel)
 from jaggedperf.ops.reduce.merge import _merge_combine_kernel, _merge_expand_kernel, _merge_reduce_kernel
-from jaggedperf.ops.reduce.split import _split_expand_kernel, _split_reduce_kernel
+from jaggedperf.ops.reduce.split import (_long_after_kernel, _split_expand_kernel, _split_reduce_kernel,
+                                         _whole_first_kernel)
 
 # what fills each forward kernel's runtime arguments, in order, and how its grid is sized (the native path)
 SEGMENTS_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.N_ROWS, Source.N_COLS,
@@ -426,6 +427,46 @@ def plan_split(values, offsets, mean: bool, empty_zero: bool, cfg: SplitConfig |
     launch = Launch(_split_reduce_kernel, grid.grid(cfg, 2), args, cfg.num_warps, (grid.out, grid.ws),
                     ("split", *args[-13:]), MERGE_NATIVE)
     return grid.plan(launch, offsets, mean, empty_zero, cfg, 2, values.device)
+
+
+FLAGS_BLOCK = 1024  # the whole-first long role's flags a load
+
+
+def plan_whole_first(values, offsets, mean: bool, empty_zero: bool, cfg: SplitConfig | None = None,
+                     units_per_program=None, long_cfg: MergeConfig | None = None) -> Plan:
+    """The split's two roles as two launches (``_whole_first_kernel``, then ``_long_after_kernel``, which returns at
+    once where no segment is long), then the merge path's combine: reached through ``ops.testing`` only until it is
+    measured faster than the split and the merge path.
+
+    Args:
+        values, offsets, mean, empty_zero: as for ``plan_reduce``.
+        cfg: the whole-segments role's tile (``split_config`` when None); its ``whole_programs_per_sm`` sizes the
+            first launch.
+        units_per_program: the long role's K, forced (tests: any K >= 1 is correct); None: ``merge_grid``'s.
+        long_cfg: the long role's tiles and grid (``merge_config`` when None: a launch of its own, so the merge
+            path's).
+
+    Returns:
+        the Plan (the Python path's: the native path does not replay it).
+    """
+    cfg = cfg or split_config(int(values.shape[1]), values.dtype)
+    long_cfg = long_cfg or merge_config(int(values.shape[1]), values.dtype)
+    grid = _merge_grid_and_outputs(values, offsets, long_cfg, units_per_program)
+    n_flags = max(min(sm_count(values.device) * cfg.whole_programs_per_sm, int(grid.n_segments)), 1)  # (none idle)
+    flags = torch.empty((n_flags,), dtype=torch.int32, device=values.device)
+    whole_tile = split_constexprs(cfg)[-4:]  # TILE, TILES, ROWS_CAP, N_OPTS
+    whole_args = (values, offsets, grid.out, flags, grid.n_rows, grid.n_segments, grid.n_cols, mean, empty_zero,
+                  cfg.block_m, *whole_tile)
+    whole = Launch(_whole_first_kernel, (n_flags, -(-grid.n_cols // cfg.block_m), 1), whole_args, cfg.num_warps,
+                   (grid.out, flags), ("whole_first", *whole_args[-8:]))
+    reduce_args = grid.reduce_args(values, offsets, mean, empty_zero, long_cfg)
+    long_args = (*reduce_args[:4], flags, *reduce_args[4:8], n_flags, *reduce_args[8:], long_cfg.block_m,
+                 long_cfg.window, long_cfg.group, long_cfg.seg_rows, long_cfg.seg_tiles, long_cfg.search, *whole_tile,
+                 FLAGS_BLOCK)
+    long = Launch(_long_after_kernel, grid.grid(long_cfg, 1), long_args, long_cfg.num_warps, (grid.out, grid.ws),
+                  ("long_after", *long_args[-15:]))
+    combined = grid.plan(long, offsets, mean, empty_zero, long_cfg, 1, values.device)
+    return Plan(combined.out, (whole, *combined.launches))
 
 
 def expand_split(grad, offsets, n_rows, mean: bool, cfg: SplitConfig | None = None, units_per_program=None) -> Plan:

@@ -111,12 +111,14 @@ def _whole_groups(values_ptr, offsets_ptr, out_ptr, n_rows, n_segments, cols, co
     segments, per_group, n_groups, g, step = _groups(n_segments, GROUP)
     segs, ok = _group_of(g, per_group, segments, GROUP)
     start, end = _bounds_of(offsets_ptr, segs, ok)
+    long_seen = tl.program_id(0) * 0  # whether a group of this program held a long segment (left to the long role)
     while g < n_groups:
         # the next group's offsets in flight while this group's rows load and add
         next_segs, next_ok = _group_of(g + step, per_group, segments, GROUP)
         next_start, next_end = _bounds_of(offsets_ptr, next_segs, next_ok)
         length = end - start
         short = ok & (length <= limit)
+        long_seen = tl.maximum(long_seen, tl.max((ok & (length > limit)).to(tl.int32), axis=0))
         longest = tl.minimum(tl.max(tl.where(short, length, 0), axis=0), n_rows)
         # one tile where every segment fits; up to TILES, each loaded one iteration before it is added (a plain
         # `acc += load` lets ptxas interleave each load with its adds: one load in flight)
@@ -132,6 +134,7 @@ def _whole_groups(values_ptr, offsets_ptr, out_ptr, n_rows, n_segments, cols, co
                  mask=(ok & short)[:, None] & col_mask[None, :])
         g += step
         segs, ok, start, end = next_segs, next_ok, next_start, next_end
+    return long_seen
 
 
 # reads N·M·s bytes of values once (+ the offsets about twice, + the long role's search), writes B·M·s of output
@@ -175,6 +178,79 @@ def _split_reduce_kernel(
                 _whole_groups(values_ptr, offsets_ptr, out_ptr, n_rows, n_segments, cols, col_mask, N_COLS, MEAN,
                               EMPTY_ZERO, ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i),
                               TILE // ((ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i)) * BLOCK_M), BLOCK_M, TILES)
+
+
+# The whole-first arrangement (``plan.plan_whole_first``): the same two roles as two launches, then the combine. The
+# whole-segments launch runs alone (its registers alone decide its programs an SM, where the split's one kernel
+# holds both roles' and 255 registers a lane), and each program writes whether one of its groups held a long segment;
+# the long role's programs read those flags first and, where none is set, mark their crossing slot empty and return,
+# so the combine's programs return after one load. Three launches where the split has two; no long segment: the
+# second and third cost a launch and a load each.
+
+# reads N·M·s bytes of the short segments' values (+ their offsets once), writes their outputs and one flag a program
+@triton.jit(do_not_specialize=["n_rows", "n_segments"])
+def _whole_first_kernel(
+    values_ptr,  # (n_rows, N_COLS) contiguous, fp32/bf16/fp16
+    offsets_ptr,  # (n_segments + 1,) int32/int64: every load in [0, B]
+    out_ptr,  # (n_segments, N_COLS) in values' dtype: the short segments' rows
+    flags_ptr,  # (grid axis 0,) int32: 1 where a group of the program held a long segment, else 0 (always written)
+    n_rows,  # N
+    n_segments,  # B
+    N_COLS: tl.constexpr,  # M, compiled in (vector accesses)
+    MEAN: tl.constexpr,  # divide by the length
+    EMPTY_ZERO: tl.constexpr,  # mean of an empty segment is 0 (else NaN)
+    BLOCK_M: tl.constexpr,  # columns per program (grid axis 1)
+    TILE: tl.constexpr,  # elements of the (GROUP, ROWS, BLOCK_M) tile
+    TILES: tl.constexpr,  # a segment of more than ROWS · TILES rows is long
+    ROWS_CAP: tl.constexpr,  # the largest rows per segment of the tile
+    N_OPTS: tl.constexpr,  # how many options of rows per segment (1, 4, 16, ..., ROWS_CAP)
+):
+    choice, _ = _split_choice(n_rows, n_segments, ROWS_CAP, N_OPTS, TILES)
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_mask = cols < N_COLS
+    long_seen = tl.program_id(0) * 0
+    for i in tl.static_range(N_OPTS):
+        if choice == i:
+            long_seen = _whole_groups(values_ptr, offsets_ptr, out_ptr, n_rows, n_segments, cols, col_mask, N_COLS,
+                                      MEAN, EMPTY_ZERO, ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i),
+                                      TILE // ((ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i)) * BLOCK_M), BLOCK_M,
+                                      TILES)
+    if tl.program_id(1) == 0:
+        tl.store(flags_ptr + tl.program_id(0), long_seen)
+
+
+@triton.jit
+def _any_flag(flags_ptr, n_flags, FLAGS_BLOCK: tl.constexpr):
+    # whether any of the n_flags flags is set (one vector load a FLAGS_BLOCK, independent of each other)
+    seen = n_flags * 0
+    for f in range(0, n_flags, FLAGS_BLOCK):
+        lanes = f + tl.arange(0, FLAGS_BLOCK)
+        seen += tl.sum(tl.load(flags_ptr + lanes, mask=lanes < n_flags, other=0), axis=0)
+    return seen > 0
+
+
+# reads P1 flags; where one is set, as the split's long role (its workspace and the long segments' rows)
+@triton.jit(do_not_specialize=["n_rows", "n_segments", "units_per_program", "n_programs", "n_flags"])
+def _long_after_kernel(
+    values_ptr, offsets_ptr, out_ptr, ws_ptr,  # as _split_reduce_kernel's
+    flags_ptr,  # (n_flags,) int32: _whole_first_kernel's
+    n_rows, n_segments, units_per_program, n_programs,  # as _split_reduce_kernel's
+    n_flags,  # the whole-segments launch's programs (its grid axis 0)
+    N_COLS: tl.constexpr, MEAN: tl.constexpr, EMPTY_ZERO: tl.constexpr, BLOCK_L: tl.constexpr,
+    BLOCK_M: tl.constexpr, WINDOW: tl.constexpr, GROUP: tl.constexpr, SEG_ROWS: tl.constexpr,
+    SEG_TILES: tl.constexpr, SEARCH: tl.constexpr, TILE: tl.constexpr, TILES: tl.constexpr,
+    ROWS_CAP: tl.constexpr, N_OPTS: tl.constexpr,  # as _split_reduce_kernel's
+    FLAGS_BLOCK: tl.constexpr,  # flags a load
+):
+    if _any_flag(flags_ptr, n_flags, FLAGS_BLOCK):
+        _, limit = _split_choice(n_rows, n_segments, ROWS_CAP, N_OPTS, TILES)
+        _merge_units(values_ptr, offsets_ptr, out_ptr, ws_ptr, n_rows, n_segments, units_per_program, n_programs,
+                     limit, N_COLS, MEAN, EMPTY_ZERO, BLOCK_L, BLOCK_M, WINDOW, GROUP, SEG_ROWS, SEG_TILES, SEARCH,
+                     True)
+    elif tl.program_id(1) == 0:
+        # no long segment: no crossing piece (the combine reads this slot alone)
+        slots = (ws_ptr + (tl.program_id(0).to(tl.int64) * 0 + n_programs) * 2 * N_COLS).to(tl.pointer_type(tl.int32))
+        tl.store(slots + tl.program_id(0), -1)
 
 
 @triton.jit
