@@ -21,7 +21,8 @@ checked on), every contender in the same run:
   kernels), and on ``VARIANT_SHAPES`` its whole-segments tile at half the elements and with one tile a short
   segment (TILES = 1: longer ones go to the long role);
 - the whole-first arrangement (``plan.plan_whole_first``: the split's two roles as two launches, the long one
-  skipped on the device where no segment is long), at the split's config and with half its whole-segments tile;
+  skipped on the device where no segment is long), at the split's config, with half its whole-segments tile, and
+  routed on the device to the merge path where a program would take more than 1 or 2 groups (``WHOLE_FIRST``);
 - on shapes >= 16 MB: jagged_mean without max_seqlen too (sum and mean within 5%);
 - the floors: bytes that must move / the copy bandwidth, and the practical floor, an empty kernel's replay + an
   elementwise kernel reading and writing the same bytes (two empty kernels in one graph: the two-launch floor);
@@ -244,6 +245,21 @@ def split_variants(values) -> dict:
             "split_tiles1": dataclasses.replace(base, tiles=1)}
 
 
+WHOLE_FIRST = ("whole_first", "whole_first_half", "whole_first_routed1", "whole_first_routed2")
+
+
+def whole_first_variants(values) -> dict:
+    """The whole-first arrangement (``plan.plan_whole_first``) at the split's config, with half its whole-segments
+    tile, and routed on the device to the merge path where a first-launch program would take more than 1 or 2
+    groups."""
+    from jaggedperf.ops.config import split_config
+
+    base = split_config(values.shape[1], values.dtype)
+    return dict(zip(WHOLE_FIRST, (base, dataclasses.replace(base, tile=max(base.tile // 2, base.block_m)),
+                                  dataclasses.replace(base, whole_groups_max=1),
+                                  dataclasses.replace(base, whole_groups_max=2))))
+
+
 def copy_time(nbytes: int, rep: int) -> dict:
     """An elementwise kernel reading nbytes / 2 and writing as many (a graph's memcpy node runs on the copy engine,
     not a floor for a kernel)."""
@@ -284,9 +300,8 @@ def contenders(label, values, offsets, hint, must) -> list:
            ("split_plain", forced(plan.plan_split, values, offsets, False, False), False)]
     for name in VARIANTS[:2] + (VARIANTS[2:] if label in VARIANT_SHAPES else ()):
         out.append((name, forced(plan.plan_split, values, offsets, False, False, variants[name]), False))
-    out += [("whole_first", forced(plan.plan_whole_first, values, offsets, False, False), False),
-            ("whole_first_half", forced(plan.plan_whole_first, values, offsets, False, False,
-                                        variants["split_half_tile"]), False)]
+    out += [(name, forced(plan.plan_whole_first, values, offsets, False, False, cfg), False)
+            for name, cfg in whole_first_variants(values).items()]
     out.append(("segment_reduce", lambda: torch.segment_reduce(values, "sum", offsets=off64, axis=0), False))
     if must >= 16e6:
         out.append(("ours_plain_mean", ours(values, offsets, mean=True), True))
@@ -413,9 +428,10 @@ def markdown(data: dict) -> str:
              "within 5% of the faster of the merge path and the split forced. `split 1 / 4 / ½ / t1`: "
              "the split at 1 and 4 programs an SM a role (production: "
              f"{data.get('split_pps', '?')}), with half its whole-segments tile, and with TILES = 1. `whole-first / "
-             "½`: its two roles as two launches (the long one skipped where no segment is long), at its tile and half.",
+             "½ / r1 / r2`: its two roles as two launches (the long one skipped where no segment is long), at its "
+             "tile, at half, and routed on the device to the merge path where a program would take > 1 / > 2 groups.",
              "", "| class | case | MB | floor | practical | predicted | ours without (path) | merge | split | "
-             "split 1 / 4 / ½ / t1 | whole-first / ½ | ours with (path) | segment_reduce | Inductor padded | "
+             "split 1 / 4 / ½ / t1 | whole-first / ½ / r1 / r2 | ours with (path) | segment_reduce | Inductor padded | "
              "mean without | bwd without / with / merge | 0 | 1 peer | 1 with | 2 floor | 2 sum≈mean | 3 | 4 | 5 | "
              "6 route |",
              "|" + "---|" * 25]
@@ -431,8 +447,8 @@ def markdown(data: dict) -> str:
         lines.append(
             f"| {r['class']} | {r['case']} | {r['MB']} | {r['floor_us']:.1f} | {r['practical_floor_us']:.1f} | "
             f"{predicted} | {_fmt(r.get('ours_plain'))} ({r['plain_path']}) | {_fmt(r.get('merge_plain'))} | "
-            f"{_fmt(r.get('split_plain'))} | {split} | {_fmt(r.get('whole_first'))} / "
-            f"{_fmt(r.get('whole_first_half'))} | {_fmt(r.get('ours_hinted'))} ({r['hinted_path']}) | "
+            f"{_fmt(r.get('split_plain'))} | {split} | {' / '.join(_fmt(r.get(w)) for w in WHOLE_FIRST)} | "
+            f"{_fmt(r.get('ours_hinted'))} ({r['hinted_path']}) | "
             f"{_fmt(r.get('segment_reduce'))} | {_fmt(r.get('inductor_padded'))} | {_fmt(r.get('ours_plain_mean'))} | "
             f"{back} | " + " | ".join(_mark(b.get(k)) for k in BAR_KEYS) + " |")
     counts: dict = {}

@@ -103,18 +103,52 @@ def test_split_matches_reference(lengths, M, dtype, offsets_dtype, empty, cfg, u
     check(lengths, M, dtype, offsets_dtype, empty == "zero", cfg, units, back_mean)
 
 
+# and 20 segments of 8-15 rows at TINY's 16-row option (GROUP 1): more groups than the interpreter's 16 first-launch
+# programs, so the routed call takes the merge path
+WHOLE_FIRST_CASES = CASES + [("routed-to-merge-M5-tiny-K29", list(range(8, 16)) * 2 + [9, 15, 11, 8], 5, FP32, I64,
+                              "nan", TINY, 29, True)]
+
+
 @needs_interpreter
-@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,cfg,units", [case[1:-1] for case in CASES],
-                         ids=[case[0] for case in CASES])
-def test_whole_first_matches_reference(lengths, M, dtype, offsets_dtype, empty, cfg, units):
+@pytest.mark.parametrize("groups_max", [0, 1], ids=["always", "routed"])
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty,cfg,units", [case[1:-1] for case in WHOLE_FIRST_CASES],
+                         ids=[case[0] for case in WHOLE_FIRST_CASES])
+def test_whole_first_matches_reference(lengths, M, dtype, offsets_dtype, empty, cfg, units, groups_max):
     # the same two roles as two launches (plan.plan_whole_first): the long role runs only where a whole-segments
-    # program saw a long segment; its flags are poisoned too (-7: a flag left unwritten skips the long role)
+    # program saw a long segment; its flags are poisoned too (-7: a flag left unwritten skips the long role). Routed
+    # (one group a program at most, else the merge path): batches of more segments than the first launch's programs
+    # hold at TINY's groups take the merge path, the others the whole role
     values, offsets = make(lengths, M, dtype, offsets_dtype, seed=0)
+    cfg = dataclasses.replace(cfg or split_config(M, dtype), whole_groups_max=groups_max)
     for mean in (False, True):
         out = run_reduce(values, offsets, mean, empty == "zero", cfg, units, poison_for(mean, empty == "zero"),
                          whole_first=True)
         ref, scale = expected(values, offsets, mean, empty == "zero")
         assert_matches(out, ref, dtype, scale=scale, what=f"whole-first {'mean' if mean else 'sum'} {lengths}")
+
+
+@needs_interpreter
+def test_whole_first_routes_on_the_device_by_groups_a_program():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def route_kernel(out_ptr, n_rows, n_segments, n_whole, BLOCK_M: tl.constexpr, TILE: tl.constexpr,
+                     TILES: tl.constexpr, ROWS_CAP: tl.constexpr, N_OPTS: tl.constexpr, GROUPS_MAX: tl.constexpr):
+        tl.store(out_ptr, split._whole_route(n_rows, n_segments, n_whole, BLOCK_M, TILE, TILES, ROWS_CAP, N_OPTS,
+                                             GROUPS_MAX).to(tl.int32))
+
+    got = torch.zeros(1, dtype=torch.int32)
+    cfg = split_config(64, FP32)  # rows options (1, 4, 16, 64, 128), 8192-element tiles of 64 columns
+    for n_rows, n_segments, n_whole, groups_max in ((41_000, 512, 528, 1), (41_000, 512, 100, 1), (10**5, 10**5, 528, 1),
+                                                    (10**5, 10**5, 528, 0), (6400, 1000, 528, 1), (6400, 1000, 528, 2)):
+        rows = choice(n_rows, n_segments, cfg)[0]
+        group = cfg.tile // (rows * cfg.block_m)
+        per_group = min(max(-(-n_segments // n_whole), 1), group)
+        expected_route = groups_max == 0 or -(-n_segments // per_group) <= groups_max * n_whole
+        route_kernel[(1,)](got, n_rows, n_segments, n_whole, cfg.block_m, cfg.tile, cfg.tiles, cfg.row_options[-1],
+                           len(cfg.row_options), groups_max)
+        assert bool(got) == expected_route, (n_rows, n_segments, n_whole, groups_max)
 
 
 @st.composite

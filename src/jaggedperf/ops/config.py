@@ -365,6 +365,7 @@ class SplitConfig(MergeConfig):
     tiles: int = 4  # a segment of more than ROWS·tiles rows is long: the merge role takes it
     rows_cap: int = 256  # the most rows of each segment a whole-segments tile holds (power of two)
     whole_programs_per_sm: int = 4  # the whole-first arrangement's whole-segments launch (plan.plan_whole_first)
+    whole_groups_max: int = 0  # ... > 0: it serves only where no program takes more groups (else the merge path)
 
     @property
     def row_options(self) -> tuple[int, ...]:

@@ -441,7 +441,9 @@ def plan_whole_first(values, offsets, mean: bool, empty_zero: bool, cfg: SplitCo
     Args:
         values, offsets, mean, empty_zero: as for ``plan_reduce``.
         cfg: the whole-segments role's tile (``split_config`` when None); its ``whole_programs_per_sm`` sizes the
-            first launch.
+            first launch; its ``whole_groups_max`` > 0: the whole role serves only where none of its programs takes
+            more groups, decided on the device from N and B (``split._whole_route``), else the second launch is the
+            merge path.
         units_per_program: the long role's K, forced (tests: any K >= 1 is correct); None: ``merge_grid``'s.
         long_cfg: the long role's tiles and grid (``merge_config`` when None: a launch of its own, so the merge
             path's).
@@ -456,15 +458,15 @@ def plan_whole_first(values, offsets, mean: bool, empty_zero: bool, cfg: SplitCo
     flags = torch.empty((n_flags,), dtype=torch.int32, device=values.device)
     whole_tile = split_constexprs(cfg)[-4:]  # TILE, TILES, ROWS_CAP, N_OPTS
     whole_args = (values, offsets, grid.out, flags, grid.n_rows, grid.n_segments, grid.n_cols, mean, empty_zero,
-                  cfg.block_m, *whole_tile)
+                  cfg.block_m, *whole_tile, cfg.whole_groups_max)
     whole = Launch(_whole_first_kernel, (n_flags, -(-grid.n_cols // cfg.block_m), 1), whole_args, cfg.num_warps,
-                   (grid.out, flags), ("whole_first", *whole_args[-8:]))
+                   (grid.out, flags), ("whole_first", *whole_args[-9:]))
     reduce_args = grid.reduce_args(values, offsets, mean, empty_zero, long_cfg)
     long_args = (*reduce_args[:4], flags, *reduce_args[4:8], n_flags, *reduce_args[8:], long_cfg.block_m,
                  long_cfg.window, long_cfg.group, long_cfg.seg_rows, long_cfg.seg_tiles, long_cfg.search, *whole_tile,
-                 FLAGS_BLOCK)
+                 FLAGS_BLOCK, cfg.whole_groups_max, cfg.block_m)
     long = Launch(_long_after_kernel, grid.grid(long_cfg, 1), long_args, long_cfg.num_warps, (grid.out, grid.ws),
-                  ("long_after", *long_args[-15:]))
+                  ("long_after", *long_args[-17:]))
     combined = grid.plan(long, offsets, mean, empty_zero, long_cfg, 1, values.device)
     return Plan(combined.out, (whole, *combined.launches))
 
