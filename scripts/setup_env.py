@@ -46,6 +46,11 @@ EXTRAS = {
 # (tests/boundary/test_conformance.py, which CI requires); ruff, the linter tests/test_tree.py runs
 OPTIONAL = {"test": {"ray": "ray>=2.40", "expecttest": "expecttest>=0.2", "ruff": "ruff>=0.6"}}
 OPTIONAL_MARK = "jaggedperf-optional-tried.txt"
+# The GPU box's Triton, beside the environment's own (best effort with the test extra, where it differs): the offline
+# sm_90 compile tests (tests/ops/test_merge_compile.py) compile the kernels with it too, so a kernel that only the
+# GPU box's compiler rejects fails CPU CI, not the device run (a Triton 3.7 layout-pass crash, and 3.6 differs).
+DEVICE_TRITON = "triton==3.6.0"
+DEVICE_TRITON_DIR = "jaggedperf-device-triton"
 LINK_NAME = "jaggedperf-src.pth"
 HOST_LINK_NAME = "jaggedperf-host-site.pth"
 
@@ -225,6 +230,31 @@ def install_optional(python: Path, venv: Path, requirements: dict[str, str]) -> 
     return failed
 
 
+def install_device_triton(python: Path, venv: Path) -> bool:
+    """Install DEVICE_TRITON under ``venv / DEVICE_TRITON_DIR`` (no dependencies: put first on PYTHONPATH by the
+    tests that compile with it), unless the environment's own Triton is that version, it is there, or it was tried;
+    never fail. Returns whether it is there."""
+    target = venv / DEVICE_TRITON_DIR
+    if (target / "triton" / "__init__.py").exists():
+        return True
+    version = DEVICE_TRITON.split("==")[1]
+    own = subprocess.run([str(python), "-c", "import triton; print(triton.__version__)"], capture_output=True,
+                         text=True)
+    mark = venv / OPTIONAL_MARK
+    tried = set(mark.read_text().split()) if mark.exists() else set()
+    if own.stdout.strip() == version or DEVICE_TRITON in tried:
+        return False
+    try:
+        _pip(python, "--retries", "0", "--timeout", "15", "--no-deps", "--target", str(target), DEVICE_TRITON,
+             quiet=True)
+    except SetupError:
+        shutil.rmtree(target, ignore_errors=True)
+        print(f"setup-env: {DEVICE_TRITON} not installed beside the environment's Triton (optional; the compile "
+              f"tests against it skip)", file=sys.stderr)
+    mark.write_text("".join(f"{req}\n" for req in sorted(tried | {DEVICE_TRITON})))
+    return (target / "triton" / "__init__.py").exists()
+
+
 def _usable(venv: Path, root: Path) -> bool:
     python = venv_python(venv)
     if not python.exists():
@@ -242,6 +272,8 @@ def set_up(root: Path, venv: Path, host_python: str, extra: str | None) -> str:
             _link_project(root, venv)
         _install_missing(venv_python(venv), wanted)
         install_optional(venv_python(venv), venv, optional_for(extra))
+        if "test" in (extra or "").split(","):
+            install_device_triton(venv_python(venv), venv)
         return "kept"
     if venv.exists():
         raise SetupError(f"{venv} exists but cannot import torch and jaggedperf from {root}: remove it and run "
@@ -253,6 +285,8 @@ def set_up(root: Path, venv: Path, host_python: str, extra: str | None) -> str:
         shutil.rmtree(venv, ignore_errors=True)
         raise
     install_optional(venv_python(venv), venv, optional_for(extra))
+    if "test" in (extra or "").split(","):
+        install_device_triton(venv_python(venv), venv)
     return route
 
 

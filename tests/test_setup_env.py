@@ -118,6 +118,30 @@ def test_an_optional_requirement_that_cannot_be_had_is_skipped_once_with_a_notic
     assert setup_env.install_optional(python, tmp_path, {"json": "json-is-stdlib"}) == []  # importable: nothing to do
 
 
+def test_the_gpu_box_triton_is_tried_once_beside_the_environment_and_never_fails(tmp_path, monkeypatch, capsys):
+    # offline (no index, no wheels): one notice, nothing left behind, not tried again; where the environment's own
+    # Triton is the GPU box's version, nothing is tried at all
+    setup_env = _setup_module()
+    empty = tmp_path / "no-wheels"
+    empty.mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(empty))
+    monkeypatch.setattr(setup_env, "DEVICE_TRITON", "jaggedperf-no-such-package==0.0")
+    python = Path(sys.executable)
+    assert setup_env.install_device_triton(python, tmp_path) is False
+    assert "jaggedperf-no-such-package==0.0 not installed beside" in capsys.readouterr().err
+    assert not (tmp_path / setup_env.DEVICE_TRITON_DIR).exists()
+    assert setup_env.install_device_triton(python, tmp_path) is False
+    assert capsys.readouterr().err == ""
+    own = tmp_path / "own"
+    own.mkdir()
+    fake = own / "python"  # a Python whose triton reports the GPU box's version
+    fake.write_text(f"#!/bin/sh\necho {setup_env.DEVICE_TRITON.split('==')[1]}\n")
+    fake.chmod(0o755)
+    assert setup_env.install_device_triton(fake, own) is False
+    assert capsys.readouterr().err == "" and not (own / setup_env.OPTIONAL_MARK).exists()
+
+
 def test_the_test_extra_asks_for_ray_expecttest_and_ruff_as_optional_only():
     # optional: the offline GPU box has neither; their tests skip there (CI, which has the network, requires both)
     setup_env = _setup_module()

@@ -20,10 +20,12 @@ def pythonpath(env: dict | None = None) -> str:
     return os.pathsep.join(p for p in (SRC, TESTS, old) if p)
 
 
-def run_script(name: str, *, timeout: float, interpret: bool = False) -> subprocess.CompletedProcess:
-    """Run ``helpers/NAME`` as a script (TRITON_INTERPRET unset unless ``interpret``) and return what it did."""
+def run_script(name: str, *, timeout: float, interpret: bool = False,
+               first_on_path: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``helpers/NAME`` as a script (TRITON_INTERPRET unset unless ``interpret``; ``first_on_path`` before the
+    code under test on PYTHONPATH, e.g. another Triton) and return what it did."""
     env = {k: v for k, v in os.environ.items() if interpret or k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = pythonpath(env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (first_on_path, pythonpath(env)) if p)
     return subprocess.run([sys.executable, str(HELPERS / name)], env=env, capture_output=True, text=True,
                           timeout=timeout)
 

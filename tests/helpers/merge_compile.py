@@ -103,6 +103,7 @@ def main() -> int:
     compile_one(merge._merge_combine_kernel, one, {"n_programs": 1, "N_COLS": 64, "MEAN": True, "EMPTY_ZERO": False,
                                                    "BLOCK_P": cfg.block_p, "BLOCK_M": cfg.block_m}, (0, 1, 2), 4)
     split_kernels(found)
+    print(f"triton {triton.__version__}")  # the compiler used (the tests ask for the GPU box's by PYTHONPATH)
     print(json.dumps(found))
     return 0
 

@@ -1,5 +1,6 @@
-"""The merge-path and split kernels compiled for sm_90 by the installed Triton, no GPU (``helpers/merge_compile.py``):
-what the H200 needs of their code, checked in CPU CI.
+"""The merge-path and split kernels compiled for sm_90 by the installed Triton and by the GPU box's (installed beside
+it by scripts/setup_env.py; required in CI), no GPU (``helpers/merge_compile.py``): what the H200 needs of their
+code, checked in CPU CI, and that the GPU box's compiler takes it at all.
 
 - 128-bit global loads (stores for the backward): M is a compile-time value, so a row's address is a known multiple
   of M's power-of-two factor (a runtime M of 4, 8 or 24 gave scalar 32-bit accesses).
@@ -14,19 +15,40 @@ what the H200 needs of their code, checked in CPU CI.
 """
 
 import json
+import os
+import re
+import sys
+from pathlib import Path
 
 import pytest
 from helpers.interpret import nvidia_backend
 from helpers.isolated import run_script
 
+# The GPU box's Triton, where scripts/setup_env.py installed it beside the environment's own (with the test extra and
+# the network: CI); its version is setup_env.DEVICE_TRITON. CI must compile with it.
+DEVICE_TRITON = Path(sys.prefix) / "jaggedperf-device-triton"
 
-@pytest.fixture(scope="module")
-def compiled() -> dict:
+
+@pytest.fixture(scope="module", params=["installed", "device"], ids=["installed-triton", "gpu-box-triton"])
+def compiled(request) -> dict:
     if not nvidia_backend():
         pytest.skip("triton without its nvidia backend")
-    run = run_script("merge_compile.py", timeout=900)
+    first = None
+    if request.param == "device":
+        if not (DEVICE_TRITON / "triton" / "__init__.py").exists():
+            reason = (f"the GPU box's Triton is not installed at {DEVICE_TRITON} (bash scripts/setup-env.sh test "
+                      f"installs it where pip can get it, unless the environment's own Triton is that version)")
+            if os.environ.get("CI"):
+                pytest.fail(f"CI must compile with the GPU box's Triton: {reason}")
+            pytest.skip(reason)
+        first = str(DEVICE_TRITON)
+    run = run_script("merge_compile.py", timeout=900, first_on_path=first)
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    lines = run.stdout.strip().splitlines()
+    if first is not None:
+        wanted = re.search(r"__version__ = ['\"]([^'\"]+)", (DEVICE_TRITON / "triton" / "__init__.py").read_text())[1]
+        assert lines[-2] == f"triton {wanted}", f"compiled with {lines[-2]}, not the GPU box's {wanted}"
+    return json.loads(lines[-1])
 
 
 def test_every_merge_kernel_has_vector_accesses_and_no_local_memory(compiled):
