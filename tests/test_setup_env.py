@@ -103,12 +103,17 @@ def _setup_module():
     return scripts.load("scripts/setup_env.py")
 
 
-def test_an_optional_requirement_that_cannot_be_had_is_skipped_once_with_a_notice(tmp_path, monkeypatch, capsys):
-    setup_env = _setup_module()
+@pytest.fixture
+def offline_pip(tmp_path, monkeypatch):
+    """pip with no index and an empty wheel directory: every install fails, as on the offline GPU box."""
     empty = tmp_path / "no-wheels"
     empty.mkdir()
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(empty))
+
+
+def test_an_optional_requirement_that_cannot_be_had_is_skipped_once_with_a_notice(tmp_path, offline_pip, capsys):
+    setup_env = _setup_module()
     wanted = {"jaggedperf_no_such_module": "jaggedperf-no-such-package==0.0"}
     python = Path(sys.executable)
     assert setup_env.install_optional(python, tmp_path, wanted) == ["jaggedperf-no-such-package==0.0"]
@@ -118,14 +123,11 @@ def test_an_optional_requirement_that_cannot_be_had_is_skipped_once_with_a_notic
     assert setup_env.install_optional(python, tmp_path, {"json": "json-is-stdlib"}) == []  # importable: nothing to do
 
 
-def test_the_gpu_box_triton_is_tried_once_beside_the_environment_and_never_fails(tmp_path, monkeypatch, capsys):
-    # offline (no index, no wheels): one notice, nothing left behind, not tried again; where the environment's own
-    # Triton is the GPU box's version, nothing is tried at all
+def test_the_gpu_box_triton_is_tried_once_beside_the_environment_and_never_fails(tmp_path, offline_pip, monkeypatch,
+                                                                                 capsys):
+    # offline: one notice, nothing left behind, not tried again; where the environment's own Triton is the GPU box's
+    # version, nothing is tried at all
     setup_env = _setup_module()
-    empty = tmp_path / "no-wheels"
-    empty.mkdir()
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
-    monkeypatch.setenv("PIP_FIND_LINKS", str(empty))
     monkeypatch.setattr(setup_env, "DEVICE_TRITON", "jaggedperf-no-such-package==0.0")
     python = Path(sys.executable)
     assert setup_env.install_device_triton(python, tmp_path) is False
