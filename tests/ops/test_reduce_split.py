@@ -135,7 +135,8 @@ def test_whole_first_routes_on_the_device_by_groups_a_program():
     @triton.jit
     def route_kernel(out_ptr, n_rows, n_segments, n_whole, BLOCK_M: tl.constexpr, TILE: tl.constexpr,
                      TILES: tl.constexpr, ROWS_CAP: tl.constexpr, N_OPTS: tl.constexpr, GROUPS_MAX: tl.constexpr):
-        tl.store(out_ptr, split._whole_route(n_rows, n_segments, n_whole, BLOCK_M, TILE, TILES, ROWS_CAP, N_OPTS,
+        choice, _ = split._split_choice(n_rows, n_segments, ROWS_CAP, N_OPTS, TILES)
+        tl.store(out_ptr, split._whole_route(choice, n_segments, n_whole, BLOCK_M, TILE, ROWS_CAP, N_OPTS,
                                              GROUPS_MAX).to(tl.int32))
 
     got = torch.zeros(1, dtype=torch.int32)

@@ -210,7 +210,7 @@ def _whole_first_kernel(
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < N_COLS
     long_seen = tl.program_id(0) * 0
-    whole = _whole_route(n_rows, n_segments, tl.num_programs(0), BLOCK_M, TILE, TILES, ROWS_CAP, N_OPTS, GROUPS_MAX)
+    whole = _whole_route(choice, n_segments, tl.num_programs(0), BLOCK_M, TILE, ROWS_CAP, N_OPTS, GROUPS_MAX)
     for i in tl.static_range(N_OPTS):
         if whole & (choice == i):
             long_seen = _whole_groups(values_ptr, offsets_ptr, out_ptr, n_rows, n_segments, cols, col_mask, N_COLS,
@@ -222,12 +222,12 @@ def _whole_first_kernel(
 
 
 @triton.jit
-def _whole_route(n_rows, n_segments, n_whole, BLOCK_M: tl.constexpr, TILE: tl.constexpr, TILES: tl.constexpr,
-                 ROWS_CAP: tl.constexpr, N_OPTS: tl.constexpr, GROUPS_MAX: tl.constexpr):
+def _whole_route(choice, n_segments, n_whole, BLOCK_M: tl.constexpr, TILE: tl.constexpr, ROWS_CAP: tl.constexpr,
+                 N_OPTS: tl.constexpr, GROUPS_MAX: tl.constexpr):
     # whether the whole role serves the call: always where GROUPS_MAX is 0, else where none of its n_whole programs
-    # takes more than GROUPS_MAX groups (``_groups``' arithmetic, at the tile's rows per segment that N / B chooses).
-    # Both launches compute it alike from N, B and the first launch's grid: no host decision, no guard.
-    choice, _ = _split_choice(n_rows, n_segments, ROWS_CAP, N_OPTS, TILES)
+    # takes more than GROUPS_MAX groups (``_groups``' arithmetic, at the tile's rows per segment `choice`, which
+    # ``_split_choice`` takes from N / B). Both launches compute it alike from N, B and the first launch's grid: no
+    # host decision, no guard.
     segments = tl.program_id(0).to(tl.int64) * 0 + n_segments
     group = segments * 0
     for i in tl.static_range(N_OPTS):
@@ -262,12 +262,12 @@ def _long_after_kernel(
     GROUPS_MAX: tl.constexpr,  # as _whole_first_kernel's: where the whole role did not serve, every segment is long
     WHOLE_BLOCK_M: tl.constexpr,  # _whole_first_kernel's BLOCK_M (its route's groups; this kernel's own columns differ)
 ):
-    whole = _whole_route(n_rows, n_segments, n_flags, WHOLE_BLOCK_M, TILE, TILES, ROWS_CAP, N_OPTS, GROUPS_MAX)
+    choice, limit = _split_choice(n_rows, n_segments, ROWS_CAP, N_OPTS, TILES)
+    whole = _whole_route(choice, n_segments, n_flags, WHOLE_BLOCK_M, TILE, ROWS_CAP, N_OPTS, GROUPS_MAX)
     run = whole == 0
     if whole:
         run = _any_flag(flags_ptr, n_flags, FLAGS_BLOCK)
     if run:
-        _, limit = _split_choice(n_rows, n_segments, ROWS_CAP, N_OPTS, TILES)
         limit = tl.where(whole, limit, -1)  # (-1: every segment, the empty ones included: the merge path itself)
         _merge_units(values_ptr, offsets_ptr, out_ptr, ws_ptr, n_rows, n_segments, units_per_program, n_programs,
                      limit, N_COLS, MEAN, EMPTY_ZERO, BLOCK_L, BLOCK_M, WINDOW, GROUP, SEG_ROWS, SEG_TILES, SEARCH,
