@@ -212,8 +212,7 @@ def install_optional(python: Path, venv: Path, requirements: dict[str, str]) -> 
     Returns:
         the requirements tried and not installed (each said once on stderr).
     """
-    mark = venv / OPTIONAL_MARK
-    tried = set(mark.read_text().split()) if mark.exists() else set()
+    tried = _tried(venv)
     missing = [req for module, req in requirements.items() if req not in tried and not _imports(python, module)]
     failed = []
     has_pip = bool(missing) and _has_pip(python)
@@ -226,8 +225,18 @@ def install_optional(python: Path, venv: Path, requirements: dict[str, str]) -> 
             failed.append(req)
             print(f"setup-env: {req} not installed (optional; the tests that need it skip)", file=sys.stderr)
     if missing:
-        mark.write_text("".join(f"{req}\n" for req in sorted(tried | set(missing))))
+        _mark_tried(venv, tried | set(missing))
     return failed
+
+
+def _tried(venv: Path) -> set[str]:
+    """The best-effort requirements already tried in ``venv`` (OPTIONAL_MARK): each is tried once."""
+    mark = venv / OPTIONAL_MARK
+    return set(mark.read_text().split()) if mark.exists() else set()
+
+
+def _mark_tried(venv: Path, requirements: set[str]) -> None:
+    (venv / OPTIONAL_MARK).write_text("".join(f"{req}\n" for req in sorted(requirements)))
 
 
 def install_device_triton(python: Path, venv: Path) -> bool:
@@ -240,8 +249,7 @@ def install_device_triton(python: Path, venv: Path) -> bool:
     version = DEVICE_TRITON.split("==")[1]
     own = subprocess.run([str(python), "-c", "import triton; print(triton.__version__)"], capture_output=True,
                          text=True)
-    mark = venv / OPTIONAL_MARK
-    tried = set(mark.read_text().split()) if mark.exists() else set()
+    tried = _tried(venv)
     if own.stdout.strip() == version or DEVICE_TRITON in tried:
         return False
     try:
@@ -251,7 +259,7 @@ def install_device_triton(python: Path, venv: Path) -> bool:
         shutil.rmtree(target, ignore_errors=True)
         print(f"setup-env: {DEVICE_TRITON} not installed beside the environment's Triton (optional; the compile "
               f"tests against it skip)", file=sys.stderr)
-    mark.write_text("".join(f"{req}\n" for req in sorted(tried | {DEVICE_TRITON})))
+    _mark_tried(venv, tried | {DEVICE_TRITON})
     return (target / "triton" / "__init__.py").exists()
 
 
@@ -271,9 +279,7 @@ def set_up(root: Path, venv: Path, host_python: str, extra: str | None) -> str:
         if (_site_packages(venv) / LINK_NAME).exists():  # linked by this script: rewrite what an older one wrote
             _link_project(root, venv)
         _install_missing(venv_python(venv), wanted)
-        install_optional(venv_python(venv), venv, optional_for(extra))
-        if "test" in (extra or "").split(","):
-            install_device_triton(venv_python(venv), venv)
+        _best_effort(venv, extra)
         return "kept"
     if venv.exists():
         raise SetupError(f"{venv} exists but cannot import torch and jaggedperf from {root}: remove it and run "
@@ -284,10 +290,15 @@ def set_up(root: Path, venv: Path, host_python: str, extra: str | None) -> str:
     except BaseException:  # a half-made environment would be kept by the next run: remove it
         shutil.rmtree(venv, ignore_errors=True)
         raise
+    _best_effort(venv, extra)
+    return route
+
+
+def _best_effort(venv: Path, extra: str | None) -> None:
+    """The installs that never fail: the extras' optional requirements, and with the test extra the GPU box's Triton."""
     install_optional(venv_python(venv), venv, optional_for(extra))
     if "test" in (extra or "").split(","):
         install_device_triton(venv_python(venv), venv)
-    return route
 
 
 def _make(root: Path, venv: Path, host: Host, wanted: dict[str, str]) -> str:
