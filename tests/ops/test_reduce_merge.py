@@ -56,22 +56,6 @@ def test_merge_expand_matches_reference(cfg, units, lengths, M, dtype, offsets_d
         assert_matches(out, reference_expand(grad, offsets, n_rows, mean=mean), dtype, what=f"expand mean={mean}")
 
 
-@needs_interpreter
-@pytest.mark.parametrize("n_pieces", [5, 16, 17, 40])
-def test_combine_first_step_and_the_block_steps_after_it(n_pieces):
-    # the combine's first step takes COMBINE_FIRST_P pieces, then BLOCK_P a step (production tiles: BLOCK_P = 2048
-    # at M = 3). At K = 1 a segment of n - 1 rows is n units, so n programs: its owner's tail and n - 1 heads: fewer
-    # heads than the first step, as many (16: the first step full, the block step finds none), and many more
-    assert int(merge.COMBINE_FIRST_P) == 16
-    lengths = [2, n_pieces - 1, 0, 3]  # K = 1: the long segment's rows and its own unit are n_pieces programs
-    values, offsets = make(lengths, 3, FP32, torch.int64)
-    for mean in (False, True):
-        out = testing.launch_reduce(values, offsets, mean=mean, merge=True, rows_per_chunk=1,
-                                    poison=poison_for(mean, False))
-        ref, scale = expected(values, offsets, mean, False)
-        assert_matches(out, ref, FP32, scale=scale, what=f"{n_pieces} pieces {'mean' if mean else 'sum'}")
-
-
 def _distribution(name: str) -> list[int]:
     gen = torch.Generator().manual_seed(7)
     if name == "all-ones":

@@ -296,9 +296,6 @@ def _merge_units(values_ptr, offsets_ptr, out_ptr, ws_ptr, n_rows, n_segments, u
         tl.store(slots + n_programs + pid, s0.to(tl.int32))
 
 
-COMBINE_FIRST_P = tl.constexpr(16)  # the combine's first step's pieces (at most BLOCK_P)
-
-
 # reads ≤ 2·P·M·4 + 2·P·4 bytes of workspace (+ 2 offsets a crossing segment), writes a row a crossing segment
 @triton.jit(do_not_specialize=["n_programs"])
 def _merge_combine_kernel(
@@ -327,23 +324,17 @@ def _merge_combine_kernel(
         part = tl.zeros([BLOCK_P, BLOCK_M], dtype=tl.float32)
         q = pid + 1
         go = q < n_programs
-        # The first step loads COMBINE_FIRST_P pieces, the later ones BLOCK_P: most crossing segments end within a few
-        # programs, and a step loads its slots and heads whatever it takes (8192 // BLOCK_M heads: at the narrow
-        # rows' 2048 a program the combine was the slower of the two kernels). One tile shape for every step (a
-        # first step of its own shape tripped Triton 3.7's layout pass).
-        step = tl.minimum(COMBINE_FIRST_P, BLOCK_P)
         while go:
             pieces = q + tl.arange(0, BLOCK_P)
-            inside = (pieces < n_programs) & (pieces < q + step)
+            inside = pieces < n_programs
             first = tl.load(slots + n_programs + pieces, mask=inside, other=-1).to(tl.int64)
             # the heads load beside their slots (one round trip a step), and count where the slot says so
             heads = tl.load(ws_ptr + pieces.to(tl.int64)[:, None] * N_COLS + cols[None, :],
                             mask=inside[:, None] & col_mask[None, :], other=0.0)
             take = inside & (first == s + 1)
             part += tl.where(take[:, None], heads, 0.0)
-            go = tl.sum(take.to(tl.int32), axis=0) == step
-            q += step
-            step = step * 0 + BLOCK_P
+            go = tl.sum(take.to(tl.int32), axis=0) == BLOCK_P
+            q += BLOCK_P
         acc += tl.sum(part, axis=0)
         res = _finish(acc, end - start, MEAN, EMPTY_ZERO)
         tl.store(out_ptr + s * N_COLS + cols, res.to(out_ptr.dtype.element_ty), mask=col_mask)
