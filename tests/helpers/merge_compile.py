@@ -92,16 +92,19 @@ def main() -> int:
                                (0, 1, 2), cfg.num_warps)
         found[f"expand/{dt}/{n_cols}/mean"] = {**describe(compiled, cfg.num_warps, stores=True),
                                                "aim": cfg.programs_per_sm}
-    cfg = merge_config(64, torch.float32)
-    sig = {"offsets_ptr": "*i64", "out_ptr": "*fp32", "ws_ptr": "*fp32", "n_programs": "i32", "N_COLS": "constexpr",
-           "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "BLOCK_P": "constexpr", "BLOCK_M": "constexpr"}
-    constexprs = {"N_COLS": 64, "MEAN": True, "EMPTY_ZERO": False, "BLOCK_P": cfg.block_p, "BLOCK_M": cfg.block_m}
-    compiled = compile_one(merge._merge_combine_kernel, sig, constexprs, (0, 1, 2), cfg.combine_warps)
-    found["combine/fp32/64/mean"] = {**describe(compiled, cfg.combine_warps, stores=False), "aim": 1}
+    sig = {"offsets_ptr": "*i64", "out_ptr": "*fp32", "ws_ptr": "*fp32", "units_per_program": "i32",
+           "n_programs": "i32", "N_COLS": "constexpr", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr",
+           "BLOCK_P": "constexpr", "BLOCK_M": "constexpr"}
+    for n_cols in (64, 4):  # (M = 4: the narrow bucket's 2048 pieces a step beside the one-step case's 16)
+        cfg = merge_config(n_cols, torch.float32)
+        constexprs = {"N_COLS": n_cols, "MEAN": True, "EMPTY_ZERO": False, "BLOCK_P": cfg.block_p,
+                      "BLOCK_M": cfg.block_m}
+        compiled = compile_one(merge._merge_combine_kernel, sig, constexprs, (0, 1, 2), cfg.combine_warps)
+        found[f"combine/fp32/{n_cols}/mean"] = {**describe(compiled, cfg.combine_warps, stores=False), "aim": 1}
     # Inductor may pass an int argument equal to 1 as a constant: the kernels must compile that way too
-    one = {**sig, "n_programs": "constexpr"}
-    compile_one(merge._merge_combine_kernel, one, {"n_programs": 1, "N_COLS": 64, "MEAN": True, "EMPTY_ZERO": False,
-                                                   "BLOCK_P": cfg.block_p, "BLOCK_M": cfg.block_m}, (0, 1, 2), 4)
+    for name in ("n_programs", "units_per_program"):
+        compile_one(merge._merge_combine_kernel, {**sig, name: "constexpr"}, {**constexprs, name: 1}, (0, 1, 2),
+                    cfg.combine_warps)
     split_kernels(found)
     print(f"triton {triton.__version__}")  # the compiler used (the tests ask for the GPU box's by PYTHONPATH)
     print(json.dumps(found))

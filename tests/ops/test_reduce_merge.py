@@ -56,6 +56,23 @@ def test_merge_expand_matches_reference(cfg, units, lengths, M, dtype, offsets_d
         assert_matches(out, reference_expand(grad, offsets, n_rows, mean=mean), dtype, what=f"expand mean={mean}")
 
 
+@needs_interpreter
+@pytest.mark.parametrize("n_pieces", [5, 16, 17, 40])
+@pytest.mark.parametrize("cfg", [None, TINY], ids=["production", "tiny"])
+def test_combine_one_step_and_the_counted_steps(n_pieces, cfg):
+    # K = 1: a segment of n - 1 rows is n units, so its owner's tail and n - 1 heads. Up to COMBINE_STEP_P heads the
+    # combine takes one small tile, past it BLOCK_P a step (production: 2048 at M = 3, one step; TINY: 2, many), the
+    # count from the segment's last row: fewer heads than the small tile, as many, one more, and many more
+    assert int(merge.COMBINE_STEP_P) == 16
+    lengths = [2, n_pieces - 1, 0, 3, n_pieces + 2, 1]
+    values, offsets = make(lengths, 3, FP32, torch.int64)
+    for mean in (False, True):
+        out = testing.launch_reduce(values, offsets, mean=mean, merge=cfg or True, rows_per_chunk=1,
+                                    poison=poison_for(mean, False))
+        ref, scale = expected(values, offsets, mean, False)
+        assert_matches(out, ref, FP32, scale=scale, what=f"{n_pieces} pieces {'mean' if mean else 'sum'}")
+
+
 def _distribution(name: str) -> list[int]:
     gen = torch.Generator().manual_seed(7)
     if name == "all-ones":

@@ -296,21 +296,30 @@ def _merge_units(values_ptr, offsets_ptr, out_ptr, ws_ptr, n_rows, n_segments, u
         tl.store(slots + n_programs + pid, s0.to(tl.int32))
 
 
+COMBINE_STEP_P = tl.constexpr(16)  # the pieces of the combine's one-step case (a power of two)
+
+
 # reads ≤ 2·P·M·4 + 2·P·4 bytes of workspace (+ 2 offsets a crossing segment), writes a row a crossing segment
-@triton.jit(do_not_specialize=["n_programs"])
+@triton.jit(do_not_specialize=["units_per_program", "n_programs"])
 def _merge_combine_kernel(
     offsets_ptr,  # (B + 1,) int32/int64
     out_ptr,  # (B, N_COLS) in values' dtype: written only for segments that run past their owner's rows
     ws_ptr,  # the workspace _merge_reduce_kernel wrote
+    units_per_program,  # K, as the reduction's: program p owns the units [p·K, (p+1)·K)
     n_programs,  # P = grid axis 0
     N_COLS: tl.constexpr,  # M
     MEAN: tl.constexpr,  # divide by the length
     EMPTY_ZERO: tl.constexpr,  # (a crossing segment is never empty)
-    BLOCK_P: tl.constexpr,  # head pieces summed per tile
+    BLOCK_P: tl.constexpr,  # head pieces summed per tile where a segment runs over more than COMBINE_STEP_P programs
     BLOCK_M: tl.constexpr,  # columns per program (grid axis 1)
 ):
     # Program c finishes the segment s it owns that runs on, if any: its tail + the heads of the programs after it
-    # whose first owned segment is s + 1 (contiguous from c + 1), BLOCK_P of them a step, in program order.
+    # whose first owned segment is s + 1, in program order. Those are exactly the programs c + 1 ... last, last the
+    # one holding s's last row (its unit offsets[s + 1] + s): the count is known before any head loads, so no step
+    # waits on the one before it, and a segment over at most COMBINE_STEP_P more programs (most: a program holds
+    # K units) takes one small tile, not BLOCK_P slots and heads (8192 // BLOCK_M: 2048 at M = 4, whose instructions
+    # a mask does not remove). The slots still gate each head (first == s + 1), so invalid offsets cost no fault
+    # and a miscount no wrong piece; every index stays below P.
     pid = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < N_COLS
@@ -321,23 +330,29 @@ def _merge_combine_kernel(
         start = tl.load(offsets_ptr + s).to(tl.int64)
         end = tl.load(offsets_ptr + s + 1).to(tl.int64)
         acc = tl.load(ws_ptr + (n_programs + pid).to(tl.int64) * N_COLS + cols, mask=col_mask, other=0.0)
-        part = tl.zeros([BLOCK_P, BLOCK_M], dtype=tl.float32)
-        q = pid + 1
-        go = q < n_programs
-        while go:
-            pieces = q + tl.arange(0, BLOCK_P)
-            inside = pieces < n_programs
-            first = tl.load(slots + n_programs + pieces, mask=inside, other=-1).to(tl.int64)
-            # the heads load beside their slots (one round trip a step), and count where the slot says so
-            heads = tl.load(ws_ptr + pieces.to(tl.int64)[:, None] * N_COLS + cols[None, :],
-                            mask=inside[:, None] & col_mask[None, :], other=0.0)
-            take = inside & (first == s + 1)
-            part += tl.where(take[:, None], heads, 0.0)
-            go = tl.sum(take.to(tl.int32), axis=0) == BLOCK_P
-            q += BLOCK_P
-        acc += tl.sum(part, axis=0)
+        last = tl.minimum(tl.maximum(end + s, 0) // units_per_program, n_programs - 1)
+        if last - pid <= COMBINE_STEP_P:
+            pieces = pid + 1 + tl.arange(0, COMBINE_STEP_P)
+            acc += tl.sum(_heads(slots, ws_ptr, pieces, pieces <= last, s, n_programs, cols, col_mask, N_COLS),
+                          axis=0)
+        else:
+            part = tl.zeros([BLOCK_P, BLOCK_M], dtype=tl.float32)
+            for q in range(pid + 1, last + 1, BLOCK_P):
+                pieces = q + tl.arange(0, BLOCK_P)
+                part += _heads(slots, ws_ptr, pieces, pieces <= last, s, n_programs, cols, col_mask, N_COLS)
+            acc += tl.sum(part, axis=0)
         res = _finish(acc, end - start, MEAN, EMPTY_ZERO)
         tl.store(out_ptr + s * N_COLS + cols, res.to(out_ptr.dtype.element_ty), mask=col_mask)
+
+
+@triton.jit
+def _heads(slots, ws_ptr, pieces, inside, s, n_programs, cols, col_mask, N_COLS: tl.constexpr):
+    # the heads of ``pieces`` (rows of a (pieces, BLOCK_M) tile) that belong to s: loaded beside their slots (one
+    # round trip), zero where a slot says the program's first segment is not s + 1 or the piece is outside
+    first = tl.load(slots + n_programs + pieces, mask=inside, other=-1).to(tl.int64)
+    heads = tl.load(ws_ptr + pieces.to(tl.int64)[:, None] * N_COLS + cols[None, :],
+                    mask=inside[:, None] & col_mask[None, :], other=0.0)
+    return tl.where((inside & (first == s + 1))[:, None], heads, 0.0)
 
 
 # reads B·M·s bytes of grad (+ offsets as the forward), writes N·M·s: each row once, by the program holding it

@@ -46,7 +46,8 @@ SEGMENTS_EXPAND_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT
 # makes the C++ chunking count N + B)
 MERGE_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.WORKSPACE, Source.N_ROWS,
                              Source.N_SEGMENTS, Source.ROWS_PER_CHUNK, Source.N_CHUNKS), GridKind.CHUNKS)
-MERGE_COMBINE_NATIVE = NativeKernel((Source.OFFSETS, Source.OUT, Source.WORKSPACE, Source.N_CHUNKS), GridKind.CHUNKS)
+MERGE_COMBINE_NATIVE = NativeKernel((Source.OFFSETS, Source.OUT, Source.WORKSPACE, Source.ROWS_PER_CHUNK,
+                                     Source.N_CHUNKS), GridKind.CHUNKS)
 MERGE_EXPAND_NATIVE = NativeKernel((Source.VALUES, Source.OFFSETS, Source.OUT, Source.N_ROWS, Source.N_SEGMENTS,
                                     Source.ROWS_PER_CHUNK), GridKind.CHUNKS)
 
@@ -341,8 +342,8 @@ class _MergeGrid:
 
     def plan(self, reduce: Launch, offsets, mean: bool, empty_zero: bool, cfg, roles: int, device) -> Plan:
         """``reduce`` then the merge path's combine on the same grid, as a Plan."""
-        combine_args = (offsets, self.out, self.ws, self.n_programs, self.n_cols, mean, empty_zero, cfg.block_p,
-                        cfg.block_m)
+        combine_args = (offsets, self.out, self.ws, self.units_per_program, self.n_programs, self.n_cols, mean,
+                        empty_zero, cfg.block_p, cfg.block_m)
         combine = Launch(_merge_combine_kernel, self.grid(cfg, roles), combine_args, cfg.combine_warps, (self.out,),
                          ("merge_combine", *combine_args[-5:]), MERGE_COMBINE_NATIVE)
         return _merge_plan(self.out, (reduce, combine), cfg, self.replayed, device)
