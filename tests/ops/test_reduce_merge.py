@@ -126,8 +126,9 @@ def test_merge_kernels_stay_in_bounds_on_invalid_offsets():
 
 @needs_interpreter
 def test_merge_bounds_split_units_evenly_whatever_the_lengths():
-    # s(d) = #{s < B: offsets[s] + s < d} for every d in [0, N + B], by the k-ary search of 4 probes a step, against a
-    # direct count: valid offsets of every kind (empties, one long segment, all ones)
+    # s(d) = #{s < B: offsets[s] + s < d} for every d in [0, N + B], by the guess and the k-ary search of 4 probes a
+    # step, against a direct count: valid offsets of every kind (empties, one long segment, all ones; lengths far
+    # from even, where the guess's probes miss on either side); then invalid offsets: every answer still in [0, B]
     import triton
     import triton.language as tl
 
@@ -138,7 +139,8 @@ def test_merge_bounds_split_units_evenly_whatever_the_lengths():
         tl.store(out_ptr + 2 * d, s0)
         tl.store(out_ptr + 2 * d + 1, s1)
 
-    for lengths in ([], [0, 0], [5], [0, 9, 0, 0, 1], [1] * 13, [3, 0, 7, 2, 0, 0, 11, 1]):
+    skewed = [0] * 20 + [60] + [1] * 20 + [0] * 9 + [25, 25]
+    for lengths in ([], [0, 0], [5], [0, 9, 0, 0, 1], [1] * 13, [3, 0, 7, 2, 0, 0, 11, 1], skewed, skewed[::-1]):
         offsets = lengths_to_offsets(lengths, torch.int64)
         n, b = int(offsets[-1]), len(lengths)
         got = torch.full((2 * (n + b + 1),), -1, dtype=torch.int64)
@@ -147,6 +149,45 @@ def test_merge_bounds_split_units_evenly_whatever_the_lengths():
             for lane, at in ((0, d), (1, n + b - d)):
                 want = sum(1 for s in range(b) if int(offsets[s]) + s < at)
                 assert int(got[2 * d + lane]) == want, (lengths, at)
+    for offsets in ([0, 50, 3, 9, 2, 40], [7, 1, 0, 0, 30], [0, -5, 12, 4]):
+        offsets = torch.tensor(offsets, dtype=torch.int64)
+        n, b = 40, len(offsets) - 1
+        got = torch.full((2 * (n + b + 1),), -1, dtype=torch.int64)
+        bounds_kernel[(n + b + 1,)](offsets, got, n, b, 4)
+        assert bool(((got >= 0) & (got <= b)).all()), (offsets.tolist(), got.tolist())
+
+
+@needs_interpreter
+def test_the_guess_step_finds_even_lengths_bounds_at_once_and_narrows_the_rest():
+    # _guess_step alone (4 probes a bound): where the lengths are even the answer comes back exact (lo = hi), so the
+    # k-ary loop takes no step; where they are not, [lo, hi] still holds the answer inside the bounds it was given
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def guess_kernel(offsets_ptr, out_ptr, n_rows, n_segments, SEARCH: tl.constexpr):
+        d = tl.program_id(0).to(tl.int64)
+        e = n_rows + n_segments - d
+        lo0, hi0, lo1, hi1 = merge._guess_step(offsets_ptr, n_rows, n_segments, d, e, tl.maximum(d - n_rows, 0),
+                                               tl.minimum(d, d * 0 + n_segments), tl.maximum(e - n_rows, 0),
+                                               tl.minimum(e, e * 0 + n_segments), SEARCH)
+        tl.store(out_ptr + 4 * d, lo0)
+        tl.store(out_ptr + 4 * d + 1, hi0)
+        tl.store(out_ptr + 4 * d + 2, lo1)
+        tl.store(out_ptr + 4 * d + 3, hi1)
+
+    for lengths, even in (([3] * 40, True), ([0, 0, 1] * 20, True), ([0] * 20 + [60] + [1] * 20, False)):
+        offsets = lengths_to_offsets(lengths, torch.int64)
+        n, b = int(offsets[-1]), len(lengths)
+        got = torch.full((4 * (n + b + 1),), -1, dtype=torch.int64).view(-1, 4)
+        guess_kernel[(n + b + 1,)](offsets, got, n, b, 4)
+        exact = 0
+        for d in range(n + b + 1):
+            for (lo, hi), at in (((got[d, 0], got[d, 1]), d), ((got[d, 2], got[d, 3]), n + b - d)):
+                want = sum(1 for s in range(b) if int(offsets[s]) + s < at)
+                assert max(0, at - n) <= int(lo) <= want <= int(hi) <= min(at, b), (lengths, at, int(lo), int(hi))
+                exact += int(lo) == int(hi)
+        assert (exact == 2 * (n + b + 1)) if even else (exact < 2 * (n + b + 1)), (lengths, exact)
 
 
 def test_without_max_seqlen_the_merge_path_plans_both_ways():

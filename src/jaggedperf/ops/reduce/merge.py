@@ -60,12 +60,13 @@ from jaggedperf.ops.reduce.kernels import _finish
 
 @triton.jit
 def _merge_bounds(offsets_ptr, n_rows, n_segments, d0, d1, SEARCH: tl.constexpr):
-    # (s(d0), s(d1)): for each d the count of s in [0, B) with offsets[s] + s < d, by one k-ary search of both
-    # bounds at once (SEARCH probes of each a step, in one (2·SEARCH,) vector: lanes [0, SEARCH) for d0). Invariant:
-    # the answer lies in [lo, hi]; a step probes q = lo + i·step (i < SEARCH, q < hi), counts c probes below d,
-    # and keeps [q_{c-1} + 1, min(q_c, hi)] (or [lo, lo] when c = 0): at most step − 1 wide, so the loop ends
-    # whatever the offsets hold. Loads are at q < hi <= B. (One dimension: a 2-D probe tensor shares its layout's
-    # order with the kernels' 2-D tiles, and the compiler then gives their loads and stores one element a thread.)
+    # (s(d0), s(d1)): for each d the count of s in [0, B) with offsets[s] + s < d, by a guess, then a k-ary search,
+    # of both bounds at once (SEARCH probes of each a step, in one (2·SEARCH,) vector: lanes [0, SEARCH) for d0).
+    # Invariant: the answer lies in [lo, hi]; a k-ary step probes q = lo + i·step (i < SEARCH, q < hi), counts c
+    # probes below d, and keeps [q_{c-1} + 1, min(q_c, hi)] (or [lo, lo] when c = 0): at most step − 1 wide, so the
+    # loop ends whatever the offsets hold. Loads are at q < hi <= B. (One dimension: a 2-D probe tensor shares its
+    # layout's order with the kernels' 2-D tiles, and the compiler then gives their loads and stores one element a
+    # thread.)
     lane = tl.arange(0, 2 * SEARCH)
     second = lane >= SEARCH
     k = lane % SEARCH
@@ -73,6 +74,7 @@ def _merge_bounds(offsets_ptr, n_rows, n_segments, d0, d1, SEARCH: tl.constexpr)
     hi0 = tl.minimum(d0, d0 * 0 + n_segments)
     lo1 = tl.maximum(d1 - n_rows, 0)
     hi1 = tl.minimum(d1, d1 * 0 + n_segments)
+    lo0, hi0, lo1, hi1 = _guess_step(offsets_ptr, n_rows, n_segments, d0, d1, lo0, hi0, lo1, hi1, SEARCH)
     while (hi0 > lo0) | (hi1 > lo1):
         step0 = (hi0 - lo0 + SEARCH - 1) // SEARCH
         step1 = (hi1 - lo1 + SEARCH - 1) // SEARCH
@@ -89,6 +91,34 @@ def _merge_bounds(offsets_ptr, n_rows, n_segments, d0, d1, SEARCH: tl.constexpr)
         lo0 = new_lo0
         lo1 = new_lo1
     return lo0, lo1
+
+
+@triton.jit
+def _guess_step(offsets_ptr, n_rows, n_segments, d0, d1, lo0, hi0, lo1, hi1, SEARCH: tl.constexpr):
+    # _merge_bounds' first step: [lo, hi] of each bound narrowed by SEARCH consecutive probes around the even-lengths
+    # guess d·B / (N + B) (inside [lo, hi)). Where the answer lies among them (lengths near even over the share: most
+    # batches) it comes back exact (lo = hi) from this one step, not 2–3; elsewhere the side of the probes it lies on.
+    lane = tl.arange(0, 2 * SEARCH)
+    second = lane >= SEARCH
+    k = lane % SEARCH
+    # (sizes as int64 tensors: an int argument equal to 1 may arrive as a constant)
+    per_unit = (d0 * 0 + n_segments).to(tl.float64) / tl.maximum(d0 * 0 + n_rows + n_segments, 1).to(tl.float64)
+    g0 = tl.maximum(tl.minimum((d0.to(tl.float64) * per_unit).to(tl.int64) - SEARCH // 2, hi0 - SEARCH), lo0)
+    g1 = tl.maximum(tl.minimum((d1.to(tl.float64) * per_unit).to(tl.int64) - SEARCH // 2, hi1 - SEARCH), lo1)
+    q = tl.where(second, g1, g0) + k
+    valid = q < tl.where(second, hi1, hi0)
+    probe = tl.load(offsets_ptr + q, mask=valid, other=0).to(tl.int64)
+    below = valid & (probe + q < tl.where(second, d1, d0))
+    c0 = tl.sum((below & ~second).to(tl.int64), axis=0)
+    c1 = tl.sum((below & second).to(tl.int64), axis=0)
+    n0 = tl.sum((valid & ~second).to(tl.int64), axis=0)
+    n1 = tl.sum((valid & second).to(tl.int64), axis=0)
+    # c probes below d: the answer is >= g + c where c > 0, and <= g + c where a probe is not below (c < valid ones)
+    hi0 = tl.where(c0 < n0, g0 + c0, hi0)
+    hi1 = tl.where(c1 < n1, g1 + c1, hi1)
+    lo0 = tl.where(c0 > 0, g0 + c0, lo0)
+    lo1 = tl.where(c1 > 0, g1 + c1, lo1)
+    return lo0, hi0, lo1, hi1
 
 
 @triton.jit
