@@ -58,11 +58,6 @@ def checked_batch(case):
     return make_batch(case, CUDA)
 
 
-BOUNDARY_HOST = (
-    "H200 (benchmarks/results/h200/gpu-suite.json and earlier runs): through the boundary the compiled call's host "
-    "time is up to 1.24-1.46x the plain twin's at the worst cell (0.90-1.46x over the six cells, 57-109 µs against "
-    "47-85): the boundary adds ~10-30 µs a call over a static twin, its wrapper's Python (~1-2 µs), dynamic sizes "
-    "and the NJT rebuilt inside with its guards (docs/performance.md, the model's point 7)")
 def boundary_programs(name: str, case: Case) -> dict:
     """A seed NJT implementation's calls at ``case``: eager, through jaggedperf.compile, and its plain twin compiled
     (each compiled output checked against float64 first)."""
@@ -108,11 +103,12 @@ def test_boundary_compiled_faster_than_eager(name, case, record_property):
 
 
 @pytest.mark.bars
-@pytest.mark.xfail(strict=True, reason=BOUNDARY_HOST)
 def test_boundary_host_within_15_percent_of_plain_compiled(record_property):
     """At every seed cell the compiled NJT call's host time through the boundary is within 1.15× that of the
     same computation compiled on plain tensors. One test over the six cells, judged on the worst: a cell
-    or two within the bar on a quiet host does not make it hold."""
+    or two within the bar on a quiet host does not make it hold. No limit is measured beside it (a twin of these
+    padded programs compiled with dynamic sizes, the boundary's own, does not compile on torch 2.11), so a miss is a
+    failure: the boundary's dynamic sizes, crossing and rebuilt NJT are its own cost."""
     ratios = {}
     for name in SEED_NJT_IMPLS:
         for case in SEED_CASES:
@@ -291,11 +287,20 @@ MODEL_MODES = ["eager", "compile:default", "compile:max-autotune-no-cudagraphs",
                "jagged-compile:max-autotune-no-cudagraphs", "jagged-compile:reduce-overhead"]
 
 
-MODEL_DENSE = (
-    "H200: rec_block with our op on (values, offsets): eager 143 / 121 µs at the seed shapes, the best "
-    "compiled mode 167 / 239 µs (0.86 / 0.51x): the eager block is already ~7 kernels and our op's native call, "
-    "and torch.compile's own per-call cost (41-60 µs for a compiled `offsets + 1`, 103-147 µs under "
-    "reduce-overhead) is more than fusing the MLP saves. With the NJT (jaggedperf_njt) the bar holds: 2.7 / 4.2x")
+# The least a compiled block's call can cost: torch.compile's own call in the same mode, measured in the same run on a
+# one-kernel function. Where eager / 1.3 is below it, no compiled block holds the bar.
+COMPILER_CALL = ("torch.compile's own per-call cost in the block's best mode (a compiled `x + 1`, one kernel, timed "
+                 "beside it): where eager's wall / 1.3 is below it no compiled block can hold the bar, and the block "
+                 "is at that limit while its compiled call costs at most that call + eager's")
+
+
+def compiler_call_us(mode: str) -> float:
+    """Wall µs of torch.compile's own call in ``mode``: a one-kernel function of one small tensor, timed now."""
+    x = torch.randn(64, device=CUDA)
+    call = modes.build(lambda t: t + 1, (x,), mode, CUDA)
+    for _ in range(3):  # compiled (and, under reduce-overhead, recorded) before the timing
+        call()
+    return walls_us({"compiler": call})["compiler"]
 
 
 MODEL_IMPLEMENTATIONS = ("jaggedperf", "jaggedperf_njt")
@@ -321,9 +326,7 @@ def test_model_block_compiles_and_matches_float64_in_every_bar_mode(implementati
 
 
 @pytest.mark.bars
-@pytest.mark.parametrize("implementation", [pytest.param("jaggedperf", marks=pytest.mark.xfail(strict=True,
-                                                                                             reason=MODEL_DENSE)),
-                                            "jaggedperf_njt"])
+@pytest.mark.parametrize("implementation", MODEL_IMPLEMENTATIONS)
 def test_model_block_compiled_at_least_1_3x_faster_than_eager(implementation, record_property):
     """The recommendation block (embedding of jagged ids → our jagged mean → two-layer MLP) at the seed's
     sizes: its best compiled mode runs ≥ 1.3× faster than eager, as measured by the lab (every cell
@@ -334,7 +337,7 @@ def test_model_block_compiled_at_least_1_3x_faster_than_eager(implementation, re
 
     cells = runner.plan("rec_block", list(SEED_CASES), [implementation], MODEL_MODES)
     ran = runner.run(cells, runner.Options(device=CUDA, cold_compile=False))
-    failures = []
+    failures, limited = [], []
     for case in SEED_CASES:
         walls, probes, stable = {}, {}, True
         for r in ran.results:
@@ -356,6 +359,14 @@ def test_model_block_compiled_at_least_1_3x_faster_than_eager(implementation, re
                **{f"{case.label} best": best, f"{case.label} speedup": speedup,
                   f"{case.label} judged on": "medians" if stable else "p20 eager / p80 compiled (unstable)"})
         if speedup < 1.3:
-            failures.append(f"{case.label}: best compiled {best} {best_ms * 1e3:.1f} µs, eager {eager_ms * 1e3:.1f} µs "
-                            f"({speedup:.2f}×)")
+            said = (f"{case.label}: best compiled {best} {best_ms * 1e3:.1f} µs, eager {eager_ms * 1e3:.1f} µs "
+                    f"({speedup:.2f}×)")
+            floor_us = compiler_call_us(best)
+            record(record_property, **{f"{case.label} compiler call_us": floor_us})
+            if eager_ms * 1e3 / 1.3 < floor_us and best_ms * 1e3 <= floor_us + eager_ms * 1e3:
+                limited.append(f"{said}, torch.compile's own call {floor_us:.1f} µs")
+            else:
+                failures.append(f"{said}, torch.compile's own call {floor_us:.1f} µs: within reach")
     assert not failures, "; ".join(failures)
+    if limited:
+        at_limit(True, "; ".join(limited), COMPILER_CALL)

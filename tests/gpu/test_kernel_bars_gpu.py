@@ -53,30 +53,11 @@ TRAINING = ("the autograd engine's own floor, measured in the same rounds (``red
             "at the limit")
 
 
-# Cells whose best peer is Inductor's autotuned kernel, whose pick varies from run to run: the bars not strict,
-# since a strict mark would then pass or fail on the autotuner's choice, not on our kernel.
-PEER_VARIES = {
-    ("1", "seed", "ours_hinted"): (
-        "H200, two runs: ours 9.4 / 9.2 µs with max_seqlen against Inductor's padded sum at 12.3 / 9.4 µs "
-        "(max-autotune picked different configs; segment_reduce 20 µs): at its best config Inductor is level with "
-        "ours, and the bar asks for 0.9×; the floor is 2.5 µs, so both are launch- and latency-bound here"),
-    ("1", "seed", "ours_plain"): (
-        "H200: ours without max_seqlen 14.8 µs (the balanced chunks) to 19.4 (the merge path, "
-        "benchmarks/results/h200/merge-path.md): two launches and an offsets search, against Inductor's padded sum "
-        "at 9.4-19.3 µs as its autotuner's pick changed: against Inductor's best pick it cannot hold "
-        "(0.9 × 9.4 µs = 8.5 µs)"),
-}
-
-
-def cells(bar: str, classes) -> list:
-    """(class, variant) parameters of a bar; a cell whose peer moves between runs a non-strict xfail."""
-    out = []
-    for cls in classes:
-        for variant in ("ours_hinted", "ours_plain"):
-            varies = PEER_VARIES.get((bar, cls, variant))
-            marks = pytest.mark.xfail(strict=False, reason=varies) if varies else ()
-            out.append(pytest.param(cls, variant, id=f"{cls}-{variant}", marks=marks))
-    return out
+def cells(classes) -> list:
+    """(class, variant) parameters of a bar: each judged against the peers measured in the same run, whatever
+    Inductor's autotuner picked there (``_judged``)."""
+    return [pytest.param(cls, variant, id=f"{cls}-{variant}") for cls in classes
+            for variant in ("ours_hinted", "ours_plain")]
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +133,7 @@ def _judged(row: dict, key: str, us: float, said: str) -> None:
 
 
 @pytest.mark.bars
-@pytest.mark.parametrize("cls,variant", cells("1", SHAPES))
+@pytest.mark.parametrize("cls,variant", cells(SHAPES))
 def test_ahead_of_the_best_peer(cls, variant, copy_gbps, record_property):
     row = measured(cls, copy_gbps)
     _record(record_property, row)
@@ -168,7 +149,7 @@ BAR2 = [c for c in SHAPES if c not in ("seed", "narrow")]  # bar 2 applies at >=
 
 
 @pytest.mark.bars
-@pytest.mark.parametrize("cls,variant", cells("2", BAR2))
+@pytest.mark.parametrize("cls,variant", cells(BAR2))
 def test_near_the_floor(cls, variant, copy_gbps, record_property):
     row = measured(cls, copy_gbps)
     _record(record_property, row)
