@@ -45,6 +45,12 @@ from jaggedperf.ops.reduce.kernels import _finish
 from jaggedperf.ops.reduce.merge import _merge_expand_units, _merge_units
 
 
+@triton.constexpr_function
+def _option_rows(i, n_opts, rows_cap):
+    # option i's rows per segment, a compile-time value: 4^i, the last option the cap (config.SplitConfig.row_options)
+    return rows_cap if i == n_opts - 1 else 1 << (2 * i)
+
+
 @triton.jit
 def _split_choice(n_rows, n_segments, ROWS_CAP: tl.constexpr, N_OPTS: tl.constexpr, TILES: tl.constexpr):
     # (which option of rows per segment the whole-segments tile takes, LIMIT = its rows · TILES): the smallest option
@@ -55,8 +61,8 @@ def _split_choice(n_rows, n_segments, ROWS_CAP: tl.constexpr, N_OPTS: tl.constex
     for i in tl.static_range(1, N_OPTS - 1):  # option i < N_OPTS - 1: 4^i rows, below the cap
         choice += (3 * rows > 2 * (1 << (2 * i)) * segments).to(tl.int32)
     limit = rows * 0
-    for i in tl.static_range(N_OPTS):  # (the option's rows inline: a constexpr stays one only where it is passed)
-        limit = tl.where(choice == i, (ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i)) * TILES, limit)
+    for i in tl.static_range(N_OPTS):
+        limit = tl.where(choice == i, _option_rows(i, N_OPTS, ROWS_CAP) * TILES, limit)
     return choice, limit
 
 
@@ -174,10 +180,9 @@ def _split_reduce_kernel(
         col_mask = cols < N_COLS
         for i in tl.static_range(N_OPTS):
             if choice == i:
-                # option i's rows: 4^i, the last the cap (config.SplitConfig.row_options)
                 _whole_groups(values_ptr, offsets_ptr, out_ptr, n_rows, n_segments, cols, col_mask, N_COLS, MEAN,
-                              EMPTY_ZERO, ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i),
-                              TILE // ((ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i)) * BLOCK_M), BLOCK_M, TILES)
+                              EMPTY_ZERO, _option_rows(i, N_OPTS, ROWS_CAP),
+                              TILE // (_option_rows(i, N_OPTS, ROWS_CAP) * BLOCK_M), BLOCK_M, TILES)
 
 
 # The whole-first arrangement (``plan.plan_whole_first``): the same two roles as two launches, then the combine. The
@@ -214,8 +219,8 @@ def _whole_first_kernel(
     for i in tl.static_range(N_OPTS):
         if whole & (choice == i):
             long_seen = _whole_groups(values_ptr, offsets_ptr, out_ptr, n_rows, n_segments, cols, col_mask, N_COLS,
-                                      MEAN, EMPTY_ZERO, ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i),
-                                      TILE // ((ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i)) * BLOCK_M), BLOCK_M,
+                                      MEAN, EMPTY_ZERO, _option_rows(i, N_OPTS, ROWS_CAP),
+                                      TILE // (_option_rows(i, N_OPTS, ROWS_CAP) * BLOCK_M), BLOCK_M,
                                       TILES)
     if tl.program_id(1) == 0:
         tl.store(flags_ptr + tl.program_id(0), long_seen)
@@ -231,7 +236,7 @@ def _whole_route(choice, n_segments, n_whole, BLOCK_M: tl.constexpr, TILE: tl.co
     segments = tl.program_id(0).to(tl.int64) * 0 + n_segments
     group = segments * 0
     for i in tl.static_range(N_OPTS):
-        group = tl.where(choice == i, TILE // ((ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i)) * BLOCK_M), group)
+        group = tl.where(choice == i, TILE // (_option_rows(i, N_OPTS, ROWS_CAP) * BLOCK_M), group)
     per_group = tl.minimum(tl.maximum((segments + n_whole - 1) // n_whole, 1), tl.maximum(group, 1))
     n_groups = (segments + per_group - 1) // per_group
     return (GROUPS_MAX == 0) | (n_groups <= GROUPS_MAX * n_whole)
@@ -341,6 +346,6 @@ def _split_expand_kernel(
         for i in tl.static_range(N_OPTS):
             if choice == i:
                 _whole_groups_expand(grad_ptr, offsets_ptr, out_ptr, n_rows, n_segments, cols, col_mask, N_COLS,
-                                     MEAN, ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i),
-                                     TILE // ((ROWS_CAP if i == N_OPTS - 1 else 1 << (2 * i)) * BLOCK_M), BLOCK_M,
+                                     MEAN, _option_rows(i, N_OPTS, ROWS_CAP),
+                                     TILE // (_option_rows(i, N_OPTS, ROWS_CAP) * BLOCK_M), BLOCK_M,
                                      TILES)
