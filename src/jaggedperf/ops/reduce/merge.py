@@ -12,8 +12,10 @@ empty ones over all programs too. Program p owns the units in [d0, d1) = [p·K, 
   [r0, r1), the segments it *owns* [s0, s1): it writes their outputs, and only it.
 - Both s(d0) and s(d1) come from one vector (k-ary) search of SEARCH lanes per bound: each step loads SEARCH
   probes of the offsets at once and keeps the one interval between the last probe below d and the first at or
-  above, so B = 2·10^6 takes 3 dependent steps at 128 lanes (a binary search 21). The interval shrinks on every
-  step whatever the offsets hold, so an invalid offsets tensor ends the search too, still inside those bounds.
+  above, so B = 2·10^6 takes 3 dependent steps at 128 lanes (a binary search 21). Its first step probes SEARCH
+  consecutive segments around the even-lengths guess d·B / (N + B) instead: where the lengths are near even over
+  the share the answer is among them, found in that one step. The interval shrinks on every step whatever the
+  offsets hold, so an invalid offsets tensor ends the search too, still inside those bounds.
 - The program walks segments s0 − 1, s0, ..., s1 − 1 in *windows* of WINDOW, the next window's offsets loaded while
   this one's rows load. Segment s0 − 1's rows in [r0, r1) are exactly the *head* piece (offsets[s0 − 1] <= r0 <=
   offsets[s0]): the first lane of the first window, not a step of its own; it goes to the workspace (zeros when
