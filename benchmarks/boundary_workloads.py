@@ -76,21 +76,23 @@ LIMIT_NOTE = ("A training step's limit where the input NJT trains: the floor plu
               "included, takes less. Marked (leaf): a run before that definition, which counted the NJT leaf's "
               "backward alone (no NJT output), a lower limit.")
 VERDICT_NOTE = ("The bar, a training step ≤ 0.8× torch.compile's: holds; at the limit (the floor or the limit "
-                "is above 0.8×, and jaggedperf.compile within it: out of any boundary's reach); fails.")
+                "is above 0.8×, and jaggedperf.compile not above it beyond the run's spread: the bootstrap interval "
+                "of its median over the limit's, in brackets, reaches 1; out of any boundary's reach); fails.")
 
 
 def step_verdict(cell: dict) -> str:
-    """The training-step bar's outcome for one cell (``VERDICT_NOTE``); "" for a forward."""
-    if cell["kind"] != "step":
+    """The training-step bar's outcome for one cell (``VERDICT_NOTE``, ``njt_workloads.step_verdict``); "" for a
+    forward."""
+    verdict = njt_workloads.step_verdict(njt_workloads.Cell(**cell))
+    if verdict is None:
         return ""
-    ratio = cell["ratio_jp_tc"]
-    if ratio <= 0.8:
+    over = verdict.over_limit
+    spread = "" if over is None else f"; jp / limit {over.ratio:.2f} [{over.low:.2f}–{over.high:.2f}]"
+    if verdict.outcome == "holds":
         return "holds"
-    limits = [r for r in (cell["ratio_floor_tc"], cell.get("ratio_limit_tc")) if r is not None]
-    limit = max(limits, default=None)
-    if limit is not None and limit > 0.8 and ratio <= limit:
-        return f"at the limit ({limit:.2f}×)"
-    return "**fails**"
+    if verdict.outcome == "at the limit":
+        return f"at the limit ({verdict.limit_tc:.2f}×{spread})"
+    return f"**fails**{f' ({spread[2:]})' if spread else ''}"
 
 
 def _ratio(r: float | None) -> str:

@@ -39,3 +39,50 @@ def test_a_training_step_whose_njt_trains_carries_its_limit_and_a_forward_none()
     assert step.ratio_floor_tc is not None and step.ratio_limit_tc is not None and step.ratio_limit_tc > 0
     assert {"engine", "engine fwd", "engine plain", "engine plain fwd", "floor"} <= set(step.walls_us)
     assert forward.ratio_limit_tc is None and "engine" not in forward.walls_us
+
+
+def _step_cell(jp: list[float], tc: list[float], floor: list[float] | None, engine: tuple | None = None):
+    # a step cell of these rounds' walls (µs); ``engine``: (engine, engine fwd, engine plain, engine plain fwd) a round
+    import statistics
+
+    walls = {"torch.compile": tc, "jaggedperf.compile": jp}
+    if floor is not None:
+        walls["floor"] = floor
+    if engine is not None:
+        for name, value in zip(("engine", "engine fwd", "engine plain", "engine plain fwd"), engine):
+            walls[name] = [value] * len(jp)
+    ratio = statistics.median(j / t for j, t in zip(jp, tc))
+    floor_tc = None if floor is None else statistics.median(f / t for f, t in zip(floor, tc))
+    limits = njt_workloads.limit_walls(walls)
+    limit_tc = statistics.median(lim / t for lim, t in zip(limits, tc)) if engine is not None else None
+    return njt_workloads.Cell("w", "c", "step", {}, {}, {}, ratio, ratio, ratio, None, floor_tc, limit_tc, len(jp),
+                              len(jp), walls, [])
+
+
+def test_the_step_verdict_holds_below_the_bar_and_is_at_the_limit_only_within_the_runs_spread():
+    tc = [100.0, 101.0, 99.0, 100.5, 99.5, 100.0, 100.2]
+    held = njt_workloads.step_verdict(_step_cell([70.0 + i for i in range(7)], tc, [60.0] * 7))
+    assert held.outcome == "holds"
+    # the floor is the whole of torch.compile's time: a step level with it is at the limit, noise either way
+    level = njt_workloads.step_verdict(_step_cell([99.0, 101.5, 100.0, 98.5, 100.8, 99.7, 100.3], tc, tc))
+    assert level.outcome == "at the limit" and level.over_limit.low <= 1.0 <= level.over_limit.high
+    # 10% above that limit in every round: beyond the run's spread, a failure
+    above = njt_workloads.step_verdict(_step_cell([t * 1.1 for t in tc], tc, tc))
+    assert above.outcome == "fails" and above.over_limit.low > 1.0
+    # a limit below the bar cannot excuse a miss, whatever the spread
+    within_reach = njt_workloads.step_verdict(_step_cell([90.0] * 7, tc, [50.0] * 7))
+    assert within_reach.outcome == "fails" and within_reach.limit_tc < njt_workloads.STEP_BAR
+    # no floor measured (the calls went to torch.compile): no limit, so a miss fails
+    assert njt_workloads.step_verdict(_step_cell([95.0] * 7, tc, None)).outcome == "fails"
+
+
+def test_a_steps_limit_adds_the_engines_njt_crossing_to_the_floor():
+    tc = [100.0] * 5
+    # floor 50 + (engine 40 - engine fwd 10) - (engine plain 12 - engine plain fwd 2) = 70 a round
+    cell = _step_cell([85.0] * 5, tc, [50.0] * 5, engine=(40.0, 10.0, 12.0, 2.0))
+    assert njt_workloads.limit_walls(cell.walls_us) == [70.0] * 5
+    assert cell.ratio_limit_tc == 0.7
+    verdict = njt_workloads.step_verdict(cell)
+    assert verdict.limit_tc == 0.7 and verdict.outcome == "fails"  # the limit is below the bar: within reach
+    assert njt_workloads.step_verdict(_step_cell([85.0] * 5, tc, [50.0] * 5, engine=(60.0, 10.0, 12.0, 2.0))
+                                      ).outcome == "at the limit"  # limit 90 a round, above the bar: 85 within it

@@ -19,10 +19,10 @@ import torch.nn.functional as F
 
 from jaggedperf.batch import JaggedBatch
 from jaggedperf.inputs import Case, make_batch
-from jaggedperf.lab.measure import rounds
+from jaggedperf.lab.measure import rounds, stats
 
-__all__ = ["WAYS", "WORKLOADS", "Built", "Cell", "Check", "Workload", "case_name", "check", "engine_steps", "forward",
-           "get", "region_step", "step", "time_cell"]
+__all__ = ["STEP_BAR", "WAYS", "WORKLOADS", "Built", "Cell", "Check", "StepVerdict", "Workload", "case_name", "check",
+           "engine_steps", "forward", "get", "limit_walls", "region_step", "step", "step_verdict", "time_cell"]
 
 WAYS = ("eager", "torch.compile", "jaggedperf.compile")
 
@@ -287,7 +287,7 @@ def time_cell(workload: Workload, case: Case, kind: str, ways: dict[str, Callabl
                 statistics.median(ratios), _q(ratios, 0.2), _q(ratios, 0.8),
                 statistics.median(result.ratios("torch.compile", "eager")) if "eager" in fns else None,
                 statistics.median(result.ratios("floor", "torch.compile")) if "floor" in fns else None,
-                _limit_ratio(result) if "engine" in fns else None,
+                _limit_ratio(walls) if "engine" in fns else None,
                 len(result.rounds), len(result.quiet),
                 walls, [r.probe_us for r in result.rounds])
 
@@ -326,12 +326,55 @@ def _clone_node(leaf: torch.Tensor, grad: torch.Tensor) -> tuple[Callable[[], ob
     return step, forward
 
 
-def _limit_ratio(result: rounds.Rounds) -> float:
-    """Median over the rounds of (floor + the NJT node's engine cost less a plain node's) / torch.compile
-    (``Cell.ratio_limit_tc``; ``engine_steps`` says what the node's cost holds)."""
-    per_round = [(w["floor"] + (w["engine"] - w["engine fwd"]) - (w["engine plain"] - w["engine plain fwd"]))
-                 / w["torch.compile"] for w in (r.walls_us for r in result.rounds)]
-    return statistics.median(per_round)
+def _limit_ratio(walls_us: dict[str, list[float]]) -> float:
+    """Median over the rounds of each round's limit (``limit_walls``) / torch.compile (``Cell.ratio_limit_tc``)."""
+    return statistics.median([lim / tc for lim, tc in zip(limit_walls(walls_us), walls_us["torch.compile"])])
+
+
+STEP_BAR = 0.8  # a training step through the boundary: at most this × torch.compile's
+
+
+@dataclass(frozen=True)
+class StepVerdict:
+    """A training step's bar (``STEP_BAR`` × torch.compile's), judged on one cell."""
+
+    outcome: str  # "holds"; "at the limit" (the bar lies below the limit and the step is not above it); "fails"
+    limit_tc: float | None  # the limit (the larger of the floor and ``Cell.ratio_limit_tc``) / torch.compile
+    # median(jaggedperf.compile) / median(limit) over the rounds with its bootstrap interval; None: no limit measured
+    over_limit: stats.RatioInterval | None
+
+
+def limit_walls(walls_us: dict[str, list[float]]) -> list[float] | None:
+    """Each round's limit of a step in µs from its cell's walls: the floor, plus the autograd engine's own cost of an
+    NJT crossing autograd where it was measured (``engine_steps``: the NJT node's less a plain node's; a run that
+    timed the NJT leaf's backward alone, without the no-grad calls, counted that leaf less a plain one); None: no
+    floor was measured (the calls went to torch.compile)."""
+    w = walls_us
+    if "floor" not in w:
+        return None
+    if "engine fwd" in w:
+        return [f + (e - ef) - (p - pf) for f, e, ef, p, pf in
+                zip(w["floor"], w["engine"], w["engine fwd"], w["engine plain"], w["engine plain fwd"])]
+    if "engine" in w:
+        return [f + e - p for f, e, p in zip(w["floor"], w["engine"], w["engine plain"])]
+    return list(w["floor"])
+
+
+def step_verdict(cell: Cell) -> StepVerdict | None:
+    """The step bar on ``cell`` (None for a forward): it holds at ``STEP_BAR`` × torch.compile's or below; where the
+    limit measured in the same rounds is above that bar, the step is at the limit unless the bootstrap interval of
+    its median over the limit's median lies wholly above 1 (above it beyond the run's own spread); else it fails."""
+    if cell.kind != "step":
+        return None
+    limits = [r for r in (cell.ratio_floor_tc, cell.ratio_limit_tc) if r is not None]
+    limit_tc = max(limits, default=None)
+    walls = limit_walls(cell.walls_us)
+    over = stats.bootstrap_ratio(walls, cell.walls_us["jaggedperf.compile"]) if walls else None
+    if cell.ratio_jp_tc <= STEP_BAR:
+        return StepVerdict("holds", limit_tc, over)
+    if limit_tc is not None and limit_tc > STEP_BAR and over is not None and over.low <= 1.0:
+        return StepVerdict("at the limit", limit_tc, over)
+    return StepVerdict("fails", limit_tc, over)
 
 
 def _q(values: list[float], q: float) -> float:
