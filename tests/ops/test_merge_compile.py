@@ -16,17 +16,18 @@ code, checked in CPU CI, and that the GPU box's compiler takes it at all.
 
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import scripts
 from helpers.interpret import nvidia_backend
 from helpers.isolated import run_script
 
-# The GPU box's Triton, where scripts/setup_env.py installed it beside the environment's own (with the test extra and
-# the network: CI); its version is setup_env.DEVICE_TRITON. CI must compile with it.
-DEVICE_TRITON = Path(sys.prefix) / "jaggedperf-device-triton"
+# The GPU box's Triton (setup_env.DEVICE_TRITON), where scripts/setup_env.py installed it beside the environment's own
+# (with the test extra and the network: CI). CI must compile with it.
+setup_env = scripts.load("scripts/setup_env.py")
+DEVICE_TRITON = Path(sys.prefix) / setup_env.DEVICE_TRITON_DIR
 
 
 @pytest.fixture(scope="module", params=["installed", "device"], ids=["installed-triton", "gpu-box-triton"])
@@ -46,7 +47,7 @@ def compiled(request) -> dict:
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()
     if first is not None:
-        wanted = re.search(r"__version__ = ['\"]([^'\"]+)", (DEVICE_TRITON / "triton" / "__init__.py").read_text())[1]
+        wanted = setup_env.DEVICE_TRITON.split("==")[1]
         assert lines[-2] == f"triton {wanted}", f"compiled with {lines[-2]}, not the GPU box's {wanted}"
     return json.loads(lines[-1])
 
