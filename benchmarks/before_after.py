@@ -36,6 +36,7 @@ from pathlib import Path
 
 from jaggedperf.lab import harness
 from jaggedperf.lab.api import load
+from jaggedperf.lab.measure import stats
 
 REPRO_IMPLS = ("nanmean_padded", "sum_padded", "segment_reduce", "jaggedperf", "jaggedperf_njt")
 REPRO_MODES = ("eager", "compile:max-autotune-no-cudagraphs")
@@ -61,8 +62,7 @@ class OpsRow:
         return self.after_us / self.before_us
 
     def moved(self, min_change: float) -> bool:
-        apart = self.after_range[0] > self.before_range[1] or self.after_range[1] < self.before_range[0]
-        return apart and abs(self.ratio - 1.0) > min_change
+        return stats.moved(self.before_us, self.after_us, self.before_range, self.after_range, min_change)
 
 
 def _run(cmd: list[str], tree: Path, log: Path, cache: Path) -> float:

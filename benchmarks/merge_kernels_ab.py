@@ -91,6 +91,8 @@ def worker(smoke: bool) -> list[dict]:
 def summarize(runs: dict[str, list[list[dict]]], min_change: float) -> list[dict]:
     """Per shape and measure: both trees' values over their runs, the ratio of the runs' medians, whether it moved,
     and the largest error either tree's outputs had against float64."""
+    from jaggedperf.lab.measure import stats  # here: a worker imports only its own tree's package, however old
+
     out = []
     for i, first in enumerate(runs["before"][0]):
         row = {"case": first["case"], "max_error": max(max(r[i]["errors"].values()) for t in TREES for r in runs[t]),
@@ -104,10 +106,9 @@ def summarize(runs: dict[str, list[list[dict]]], min_change: float) -> list[dict
                 span = {t: (min(v), max(v)) if kind == "kernel" else (min(x[1] for x in v), max(x[2] for x in v))
                         for t, v in got.items()}
                 ratio = mid["after"] / mid["before"]
-                apart = span["after"][0] > span["before"][1] or span["after"][1] < span["before"][0]
                 row["measures"].append({"kind": kind, "name": name, "before_us": mid["before"],
                                         "after_us": mid["after"], "ratio": ratio,
-                                        "moved": apart and abs(ratio - 1) > min_change, "runs": got})
+                                        "moved": stats.moved(mid["before"], mid["after"], span["before"], span["after"], min_change), "runs": got})
         out.append(row)
     return out
 

@@ -104,3 +104,10 @@ def test_spreads_and_drifts_under_the_floor_never_count():
     ms = [x / 1e3 for x in tiny]  # the same in ms: the floor is in µs whatever the unit
     assert stats.stability(ms, to_us=1e3).stable
     assert not stats.stability(ms, stats.Policy(floor_us=0.5), to_us=1e3).stable
+
+
+def test_moved_needs_both_the_ratio_and_apart_ranges():
+    assert stats.moved(10.0, 8.0, (9.5, 10.5), (7.5, 8.5), 0.03)
+    assert not stats.moved(10.0, 8.0, (9.5, 10.5), (7.5, 9.6), 0.03)  # ranges share a point: noise can explain it
+    assert not stats.moved(10.0, 9.9, (9.99, 10.01), (9.89, 9.91), 0.03)  # apart, but within the minimum change
+    assert stats.moved(10.0, 11.0, (9.9, 10.1), (10.9, 11.1), 0.03)  # slower moves too

@@ -346,6 +346,13 @@ def intervals_overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
+def moved(before: float, after: float, before_range: tuple[float, float], after_range: tuple[float, float],
+          min_change: float) -> bool:
+    """Whether a measure moved between two trees or runs: the ratio of its medians ``after / before`` is past 1 by
+    more than ``min_change`` and the two ranges of its values (each tree's lowest to highest) share no point."""
+    return abs(after / before - 1.0) > min_change and not intervals_overlap(before_range, after_range)
+
+
 def relative(x: float, scale: float) -> float:
     """``x / scale``, or inf when ``scale`` is not positive."""
     return x / scale if scale > 0 else math.inf
