@@ -347,11 +347,11 @@ def _merge_combine_kernel(
 ):
     # Program c finishes the segment s it owns that runs on, if any: its tail + the heads of the programs after it
     # whose first owned segment is s + 1, in program order. Those are exactly the programs c + 1 ... last, last the
-    # one holding s's last row (its unit offsets[s + 1] + s): the count is known before any head loads, so no step
-    # waits on the one before it, and a segment over at most COMBINE_STEP_P more programs (most: a program holds
-    # K units) takes one small tile, not BLOCK_P slots and heads (8192 // BLOCK_M: 2048 at M = 4, whose instructions
-    # a mask does not remove). The slots still gate each head (first == s + 1), so invalid offsets cost no fault
-    # and a miscount no wrong piece; every index stays below P.
+    # one holding s's last row (its unit offsets[s + 1] + s). The first COMBINE_STEP_P of them take one small tile
+    # (not BLOCK_P slots and heads: 8192 // BLOCK_M, 2048 at M = 4, whose instructions a mask does not remove),
+    # loaded beside the offsets; past them the count is known before any head loads, so no step waits on the one
+    # before it. The slots gate each head (first == s + 1), so invalid offsets cost no fault and a miscount no wrong
+    # piece; every index stays below P.
     pid = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < N_COLS
@@ -362,14 +362,15 @@ def _merge_combine_kernel(
         start = tl.load(offsets_ptr + s).to(tl.int64)
         end = tl.load(offsets_ptr + s + 1).to(tl.int64)
         acc = tl.load(ws_ptr + (n_programs + pid).to(tl.int64) * N_COLS + cols, mask=col_mask, other=0.0)
+        # the first COMBINE_STEP_P pieces load beside the offsets (their slots say which are s's), so a segment over
+        # at most that many programs waits on no count; the count is for the pieces after them
+        first_pieces = pid + 1 + tl.arange(0, COMBINE_STEP_P)
+        acc += tl.sum(_heads(slots, ws_ptr, first_pieces, first_pieces < n_programs, s, n_programs, cols, col_mask,
+                             N_COLS), axis=0)
         last = tl.minimum(tl.maximum(end + s, 0) // units_per_program, n_programs - 1)
-        if last - pid <= COMBINE_STEP_P:
-            pieces = pid + 1 + tl.arange(0, COMBINE_STEP_P)
-            acc += tl.sum(_heads(slots, ws_ptr, pieces, pieces <= last, s, n_programs, cols, col_mask, N_COLS),
-                          axis=0)
-        else:
+        if last - pid > COMBINE_STEP_P:
             part = tl.zeros([BLOCK_P, BLOCK_M], dtype=tl.float32)
-            for q in range(pid + 1, last + 1, BLOCK_P):
+            for q in range(pid + 1 + COMBINE_STEP_P, last + 1, BLOCK_P):
                 pieces = q + tl.arange(0, BLOCK_P)
                 part += _heads(slots, ws_ptr, pieces, pieces <= last, s, n_programs, cols, col_mask, N_COLS)
             acc += tl.sum(part, axis=0)
