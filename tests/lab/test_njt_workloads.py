@@ -86,3 +86,15 @@ def test_a_steps_limit_adds_the_engines_njt_crossing_to_the_floor():
     assert verdict.limit_tc == 0.7 and verdict.outcome == "fails"  # the limit is below the bar: within reach
     assert njt_workloads.step_verdict(_step_cell([85.0] * 5, tc, [50.0] * 5, engine=(60.0, 10.0, 12.0, 2.0))
                                       ).outcome == "at the limit"  # limit 90 a round, above the bar: 85 within it
+
+
+def test_the_limit_follows_the_definition_its_walls_measured():
+    rounds = {"floor": [100.0, 110.0], "torch.compile": [200.0, 210.0]}
+    assert njt_workloads.limit_kind({"torch.compile": [1.0]}) is None
+    assert njt_workloads.limit_walls({"torch.compile": [1.0]}) is None
+    assert njt_workloads.limit_kind(rounds) == "floor" and njt_workloads.limit_walls(rounds) == [100.0, 110.0]
+    leaf = dict(rounds, engine=[30.0, 31.0], **{"engine plain": [10.0, 10.0]})
+    assert njt_workloads.limit_kind(leaf) == "leaf" and njt_workloads.limit_walls(leaf) == [120.0, 131.0]
+    crossing = dict(leaf, **{"engine fwd": [5.0, 6.0], "engine plain fwd": [2.0, 2.0]})
+    assert njt_workloads.limit_kind(crossing) == "crossing"
+    assert njt_workloads.limit_walls(crossing) == [100.0 + 25.0 - 8.0, 110.0 + 25.0 - 8.0]

@@ -344,20 +344,28 @@ class StepVerdict:
     over_limit: stats.RatioInterval | None
 
 
-def limit_walls(walls_us: dict[str, list[float]]) -> list[float] | None:
-    """Each round's limit of a step in µs from its cell's walls: the floor, plus the autograd engine's own cost of an
-    NJT crossing autograd where it was measured (``engine_steps``: the NJT node's less a plain node's; a run that
-    timed the NJT leaf's backward alone, without the no-grad calls, counted that leaf less a plain one); None: no
-    floor was measured (the calls went to torch.compile)."""
-    w = walls_us
-    if "floor" not in w:
+def limit_kind(walls_us: dict[str, list[float]]) -> str | None:
+    """Which definition of a step's limit a cell's walls measured: "crossing" (the floor plus the engine's cost of an
+    NJT crossing autograd, ``engine_steps``), "leaf" (an earlier run's: the floor plus the NJT leaf's backward alone,
+    without the no-grad calls), "floor" (no engine measured), None (no floor: the calls went to torch.compile)."""
+    if "floor" not in walls_us:
         return None
-    if "engine fwd" in w:
+    if "engine fwd" in walls_us:
+        return "crossing"
+    return "leaf" if "engine" in walls_us else "floor"
+
+
+def limit_walls(walls_us: dict[str, list[float]]) -> list[float] | None:
+    """Each round's limit of a step in µs from its cell's walls, by the definition they measured (``limit_kind``):
+    the floor, plus the autograd engine's own cost of an NJT crossing autograd (the NJT node's less a plain node's;
+    "leaf": that leaf's backward less a plain one's); None: no floor was measured."""
+    w, kind = walls_us, limit_kind(walls_us)
+    if kind == "crossing":
         return [f + (e - ef) - (p - pf) for f, e, ef, p, pf in
                 zip(w["floor"], w["engine"], w["engine fwd"], w["engine plain"], w["engine plain fwd"])]
-    if "engine" in w:
+    if kind == "leaf":
         return [f + e - p for f, e, p in zip(w["floor"], w["engine"], w["engine plain"])]
-    return list(w["floor"])
+    return None if kind is None else list(w["floor"])
 
 
 def step_verdict(cell: Cell) -> StepVerdict | None:
