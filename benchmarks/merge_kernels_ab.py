@@ -106,9 +106,9 @@ def summarize(runs: dict[str, list[list[dict]]], min_change: float) -> list[dict
                 span = {t: (min(v), max(v)) if kind == "kernel" else (min(x[1] for x in v), max(x[2] for x in v))
                         for t, v in got.items()}
                 ratio = mid["after"] / mid["before"]
+                moved = stats.moved(mid["before"], mid["after"], span["before"], span["after"], min_change)
                 row["measures"].append({"kind": kind, "name": name, "before_us": mid["before"],
-                                        "after_us": mid["after"], "ratio": ratio,
-                                        "moved": stats.moved(mid["before"], mid["after"], span["before"], span["after"], min_change), "runs": got})
+                                        "after_us": mid["after"], "ratio": ratio, "moved": moved, "runs": got})
         out.append(row)
     return out
 
