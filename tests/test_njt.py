@@ -71,6 +71,29 @@ def test_repeated_wraps_over_one_values_tensor_leave_the_constructor_s_marks():
     assert twin_values.__dict__ == values.__dict__
 
 
+@pytest.mark.parametrize("earlier", ["constructor", "wrap", "mark_dynamic"])
+def test_a_seqlen_marked_before_is_left_as_the_constructor_leaves_it(earlier):
+    # an output NJT keeping its input's seqlens is built over seqlens already marked: wrap may skip a mark that would
+    # change nothing, never one that would
+    values, offsets, cache = _parts()
+    twin = {k: torch.empty(t.shape[0], 0) for k, t in cache.items()}
+    for c in (cache, twin):
+        if earlier == "mark_dynamic":
+            for t in c.values():
+                torch._dynamo.mark_dynamic(t, 0)
+        elif earlier == "constructor":
+            njt._constructed(values.clone(), offsets, c)
+        else:
+            njt.wrap(values.clone(), offsets, c)
+    twin["min_seqlen"].__dict__["_specialize_on"] = {0: ["kept only by a skipped mark"]}  # a mark would reset it
+    cache["min_seqlen"].__dict__["_specialize_on"] = {0: ["kept only by a skipped mark"]}
+    for _ in range(2):
+        njt._constructed(values, offsets, cache)
+        njt.wrap(values.clone(), offsets, twin)
+    for key in cache:
+        assert _own(twin[key]) == _own(cache[key]), key
+
+
 def test_compiled_code_on_wrapped_njts_takes_the_graphs_it_takes_on_constructed_ones():
     def graphs(make) -> int:
         torch._dynamo.reset()
