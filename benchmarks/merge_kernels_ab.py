@@ -8,7 +8,8 @@ the seed's, narrow rows, many short segments, one-row and 90% empty segments, po
 each run:
 
 - correctness first: the merge path's sum and mean (``plan.plan_merge``, forced) and its backward (the mean's
-  expand, ``plan.expand_merge``) against float64 (relative error of the largest element; recorded, never skipped);
+  expand, ``plan.expand_merge``) against float64 (``reduce_row.rel_error``: relative L2 over the reference's finite
+  elements, inf where their NaNs differ, so a mean's empty segments count too; recorded, never skipped);
 - device time of a whole call by CUDA-graph replay with L2 flushed (``harness.device_time``): the sum, the mean and
   the backward;
 - the mean's kernels by torch.profiler (20 calls, L2 flushed): the reduction and the combine, µs a call.
@@ -63,19 +64,17 @@ def worker(smoke: bool) -> list[dict]:
         case = Case(B, M, seqlen, sparsity, distribution, dtype)
         batch = make_batch(case, device)
         values, offsets = batch.values, batch.offsets
-        lengths = offsets[1:] - offsets[:-1]
-        grad = torch.randn(lengths.numel(), M, device=device, dtype=values.dtype)
+        grad = torch.randn(offsets.numel() - 1, M, device=device, dtype=values.dtype)
         calls = {"sum": testing.forced_call(plan.plan_merge, values, offsets, False, False),
                  "mean": testing.forced_call(plan.plan_merge, values, offsets, True, False),
                  "backward": testing.forced_call(plan.expand_merge, grad, offsets, values.shape[0], True)}
         refs = {"sum": reduce_row.reference(values, offsets, mean=False),
                 "mean": reduce_row.reference(values, offsets, mean=True),
-                "backward": torch.repeat_interleave(grad.double() / lengths.clamp(min=1)[:, None].double(), lengths,
-                                                    dim=0, output_size=values.shape[0])}
+                "backward": reduce_row.expand_reference(grad, offsets, values.shape[0], mean=True)}
         row = {"case": case.label, "errors": {}, "calls": {}, "kernels": {}}
         for name, fn in calls.items():
-            got, want = fn().double(), refs[name].double()
-            row["errors"][name] = float((got - want).abs().max() / want.abs().max().clamp(min=1e-30))
+            # NaN-aware: a mean's empty segments are NaN in both (0/0); a NaN where the other has none is inf
+            row["errors"][name] = reduce_row.rel_error(fn(), refs[name])
             if not smoke:
                 t = harness.device_time(fn, device, rep_ms=30)
                 row["calls"][name] = [round(t[k], 2) for k in ("median_us", "p20_us", "p80_us")]
