@@ -81,11 +81,7 @@ def _merge_bounds(offsets_ptr, n_rows, n_segments, d0, d1, SEARCH: tl.constexpr)
         step0 = (hi0 - lo0 + SEARCH - 1) // SEARCH
         step1 = (hi1 - lo1 + SEARCH - 1) // SEARCH
         q = tl.where(second, lo1 + k * step1, lo0 + k * step0)
-        valid = q < tl.where(second, hi1, hi0)
-        probe = tl.load(offsets_ptr + q, mask=valid, other=0).to(tl.int64)
-        below = valid & (probe + q < tl.where(second, d1, d0))
-        c0 = tl.sum((below & ~second).to(tl.int64), axis=0)
-        c1 = tl.sum((below & second).to(tl.int64), axis=0)
+        c0, c1 = _count_below(offsets_ptr, q, q < tl.where(second, hi1, hi0), second, d0, d1)
         new_lo0 = tl.where(c0 > 0, lo0 + (c0 - 1) * step0 + 1, lo0)
         new_lo1 = tl.where(c1 > 0, lo1 + (c1 - 1) * step1 + 1, lo1)
         hi0 = tl.minimum(lo0 + c0 * step0, hi0)
@@ -93,6 +89,15 @@ def _merge_bounds(offsets_ptr, n_rows, n_segments, d0, d1, SEARCH: tl.constexpr)
         lo0 = new_lo0
         lo1 = new_lo1
     return lo0, lo1
+
+
+@triton.jit
+def _count_below(offsets_ptr, q, valid, second, d0, d1):
+    # one search step's counts: of the valid probes q (lanes [0, SEARCH) d0's, the rest d1's), how many lie below
+    # their bound (offsets[q] + q < d), for d0 and for d1
+    probe = tl.load(offsets_ptr + q, mask=valid, other=0).to(tl.int64)
+    below = valid & (probe + q < tl.where(second, d1, d0))
+    return tl.sum((below & ~second).to(tl.int64), axis=0), tl.sum((below & second).to(tl.int64), axis=0)
 
 
 @triton.jit
@@ -109,10 +114,7 @@ def _guess_step(offsets_ptr, n_rows, n_segments, d0, d1, lo0, hi0, lo1, hi1, SEA
     g1 = tl.maximum(tl.minimum((d1.to(tl.float64) * per_unit).to(tl.int64) - SEARCH // 2, hi1 - SEARCH), lo1)
     q = tl.where(second, g1, g0) + k
     valid = q < tl.where(second, hi1, hi0)
-    probe = tl.load(offsets_ptr + q, mask=valid, other=0).to(tl.int64)
-    below = valid & (probe + q < tl.where(second, d1, d0))
-    c0 = tl.sum((below & ~second).to(tl.int64), axis=0)
-    c1 = tl.sum((below & second).to(tl.int64), axis=0)
+    c0, c1 = _count_below(offsets_ptr, q, valid, second, d0, d1)
     n0 = tl.sum((valid & ~second).to(tl.int64), axis=0)
     n1 = tl.sum((valid & second).to(tl.int64), axis=0)
     # c probes below d: the answer is >= g + c where c > 0, and <= g + c where a probe is not below (c < valid ones)
