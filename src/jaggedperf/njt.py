@@ -205,10 +205,10 @@ def _learned(ndim: int) -> _Marks | bool:
     on_values = _set_by(before, values.__dict__)
     plain = torch.empty(3, 0)  # a seqlen as the constructor's own mark_dynamic(seqlen, 0) alone leaves it
     _mark_dynamic(plain, 0)
+    on_seqlen = _set_by(plain.__dict__, cache["max_seqlen"].__dict__)
     marked = tuple((k, copy.deepcopy(v)) for k, v in plain.__dict__.items() if not _is_cache(v))
     _mark_dynamic(plain, 0)  # again: a fixed point (the same attributes, equal) lets an equal seqlen skip the call
     remarked_as = marked if {k: v for k, v in plain.__dict__.items() if not _is_cache(v)} == dict(marked) else None
-    on_seqlen = _set_by(plain.__dict__, cache["max_seqlen"].__dict__)
     # Probed on fresh scratch: does a set the values held before survive (united) or go (assigned)? Does a
     # cached seqlen marked with a range of its own keep it (left as it is) or lose it (marked again)?
     probe_values, probe_offsets, probe_cache = _scratch(ndim)
