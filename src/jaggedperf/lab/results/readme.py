@@ -1,12 +1,12 @@
 """The README's generated blocks: the headline table, the repro table, the doctor's verdicts and the speedup figure,
-all from committed H200 results, written into the README between its marker comments (``<!-- NAME:begin -->`` …
+all from committed GPU results, written into the README between its marker comments (``<!-- NAME:begin -->`` …
 ``<!-- NAME:end -->``).
 
 Every figure a table shows is a ``Shown`` cell, and each is marked where it cannot be taken at its word: ``†`` where its
 run recorded it unstable, or recorded no stability at all (older files; the headline's are judged again from their
 samples by ``lab.measure.stats``), ``‡`` where another README table shows the same cell (implementation, mode, case) and the
 two disagree beyond their spreads (``agree``: different runs on a shared host). ``tests/test_readme.py`` checks that no
-unmarked figure is unstable or disagrees. One H200 session running REGENERATE gives tables that can drop the marks.
+unmarked figure is unstable or disagrees. One GPU session running REGENERATE gives tables that can drop the marks.
 
     python benchmarks/readme_figures.py           # rewrite README.md, draw the figure (this module's functions)
     python benchmarks/readme_figures.py --check   # exit 1 when README.md differs from what the results give
@@ -35,22 +35,25 @@ from jaggedperf.lab.result import OK, TIMED, Result, RunRecord
 from jaggedperf.lab.results.store import load_results
 from jaggedperf.lab.results.views import impl_rank
 
-H200 = Path("benchmarks/results/h200")
-# `jaggedperf repro` runs; a cell in several keeps the last file's result: the seed's table with unbind_mean (two modes,
-# one file a shape), then one run of five implementations in the main job's three modes (the headline's and the repro
-# table's shared cells are then one measurement each: they cannot disagree).
-SEED_TABLES = (H200 / "seed-table-shape1.json", H200 / "seed-table-shape2.json", H200 / "seed-table.json.gz")
-DOCTOR = H200 / "doctor-seed.json.gz"  # `jaggedperf doctor --json` at the seed shapes
-HEADLINE = H200 / "boundary-seed.json"  # benchmarks/boundary_bench.py's --out: the headline's plain-twin column
+H200, H100 = Path("benchmarks/results/h200"), Path("benchmarks/results/h100")
+# `jaggedperf repro` runs; a cell in several keeps the last file's result: the H200's seed table with unbind_mean (two
+# modes, one file a shape; unbind_mean's compile takes 82 s at the first shape and passes 240 s at the second, so
+# REGENERATE leaves it out), then one run of five implementations in the main job's three modes (the headline's and the
+# repro table's shared cells are then one measurement each: they cannot disagree). The last file names the machine; a
+# row measured only on another one says which (``repro_block``).
+SEED_TABLES = (H200 / "seed-table-shape1.json", H200 / "seed-table-shape2.json", H100 / "seed-table.json.gz")
+DOCTOR = H100 / "doctor-seed.json.gz"  # `jaggedperf doctor --json` at the seed shapes
+HEADLINE = H100 / "boundary-seed.json"  # benchmarks/boundary_bench.py's --out: the headline's plain-twin column
 HEADLINE_IMPLS = ("nanmean_padded", "sum_padded", "njt_mean", "jaggedperf_njt")  # the NJT implementations
-FIGURE = H200 / "figures" / "seed-speedup.png"
+FIGURE = H100 / "figures" / "seed-speedup.png"
 BOUNDARY_MODE = boundary_twin(SEED_COMPILED_MODE)
 PLAIN_TWIN = "plain twin"  # the headline's fourth column: the same computation compiled on (values, offsets)
-# The H200 commands whose outputs, run in one session, replace the files above (then commit them and run this script).
+# The commands whose outputs, run in one GPU session, replace the last seed table, DOCTOR and HEADLINE (then commit
+# them under benchmarks/results/<machine>, point the paths above at them and run this script).
 REGENERATE = ("jaggedperf repro --impls nanmean_padded sum_padded njt_mean jaggedperf jaggedperf_njt --timeout 150 "
-              "--json seed-table.json; jaggedperf doctor --json doctor-seed.json (gzip both into "
-              "benchmarks/results/h200); python3 benchmarks/boundary_bench.py --out DIR --impls "
-              "nanmean_padded,sum_padded,njt_mean,jaggedperf_njt (DIR/boundary-seed.json)")
+              "--json seed-table.json; jaggedperf doctor --impls nanmean_padded sum_padded jaggedperf_njt --json "
+              "doctor-seed.json (gzip both); python3 benchmarks/boundary_bench.py --out DIR --impls "
+              "nanmean_padded,sum_padded,njt_mean,jaggedperf_njt (DIR/boundary_bench.json as boundary-seed.json)")
 UNSTABLE_MARK, DISAGREES_MARK = "†", "‡"
 
 
@@ -188,17 +191,29 @@ def _cut(r: Result | None) -> str | None:
 
 
 def seed_record(root: Path) -> RunRecord:
-    """The two seed-table files as one record; a cell measured in both keeps the later file's result."""
+    """The seed-table files as one record with the last file's environment; a cell measured in several keeps the later
+    file's result."""
     records = [load_results(root / path) for path in SEED_TABLES]
     cells = {}
     for record in records:
         for r in record.results:
             cells[(r.op, r.implementation, r.mode, r.case)] = r
-    return RunRecord(records[0].environment, list(cells.values()), records[0].copy_gbps)
+    return RunRecord(records[-1].environment, list(cells.values()), records[-1].copy_gbps)
 
 
-def repro_block(record: RunRecord, disagree: set[Shown]) -> str:
-    """One row per implementation, per seed shape: eager ms and the seed's compiled mode in ms (speedup vs eager)."""
+def seed_machines(root: Path) -> dict[str, str]:
+    """Per implementation in the seed tables, the GPU of the last file that measured it."""
+    machines = {}
+    for path in SEED_TABLES:
+        record = load_results(root / path)
+        for r in record.results:
+            machines[r.implementation] = str(record.environment.get("gpu"))
+    return machines
+
+
+def repro_block(record: RunRecord, disagree: set[Shown], machines: dict[str, str] | None = None) -> str:
+    """One row per implementation, per seed shape: eager ms and the seed's compiled mode in ms (speedup vs eager); a row
+    whose ``machines`` entry is not the record's GPU names its own."""
     cases = list(dict.fromkeys(r.case for r in record.results))
     index = {(r.implementation, r.mode, r.case): r for r in record.results}
     impls = sorted({r.implementation for r in record.results}, key=impl_rank)
@@ -212,7 +227,9 @@ def repro_block(record: RunRecord, disagree: set[Shown]) -> str:
             speedup = f" ({compiled.speedup_vs_eager:.2f}×)" if _ok(compiled) and compiled.speedup_vs_eager else ""
             cells.append(_cut(compiled) or (_fig(shown_of("repro", compiled), disagree) if compiled is not None
                                              else "—") + speedup)
-        lines.append(f"| {impl} | {' | '.join(cells)} |")
+        other = (machines or {}).get(impl, record.environment.get("gpu"))
+        label = impl if other == record.environment.get("gpu") else f"{impl} (on the {other})"
+        lines.append(f"| {label} | {' | '.join(cells)} |")
     env = record.environment
     return "\n".join([
         f"`jaggedperf repro` on the {env.get('gpu')} (torch {env.get('torch')}): wall per call in ms, eager vs "
@@ -278,7 +295,8 @@ def blocks(root: Path, record: RunRecord) -> dict[str, str]:
     cells = shown(root, record)
     disagree = disagreeing(cells)
     return {"headline": headline_block(record, cells, disagree),
-            "repro": repro_block(record, disagree) + "\n\n" + figure_block(), "doctor": doctor_block(root, DOCTOR, disagree)}
+            "repro": repro_block(record, disagree, seed_machines(root)) + "\n\n" + figure_block(),
+            "doctor": doctor_block(root, DOCTOR, disagree)}
 
 
 def _ok(r) -> bool:
