@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 from typing import TYPE_CHECKING
@@ -78,9 +79,11 @@ def register(sub) -> None:
     add_flush_argument(g, default=False, why="as in the wall loop, so that host = wall − device compares like with "
                                             "like")
     g.add_argument("--no-cudagraphs", action="store_true", help="skip the CUDA-graph comparison (saves two cells)")
-    g.add_argument("--compile-budget", type=float, default=DOCTOR_COMPILE_BUDGET_S, metavar="S",
+    g.add_argument("--compile-budget", type=compile_budget, default=DOCTOR_COMPILE_BUDGET_S, metavar="S|none",
                    help="when a compiled cell takes longer than S seconds to compile, skip its extra compiles "
-                        "(plain twin, boundary, CUDA-graph counterpart); a negative S means no limit "
+                        "(plain twin, boundary, CUDA-graph counterpart), and across cases: do not compile that "
+                        "implementation in that mode again at a later case (recorded as not tried, with the time "
+                        "and the case); none, inf or a negative S: no limit "
                         f"(default: {DOCTOR_COMPILE_BUDGET_S:g})")
     add_stability_arguments(g)
     g = p.add_argument_group("output")
@@ -91,6 +94,20 @@ def register(sub) -> None:
     g.add_argument("--trace-dir", metavar="DIR", help="write a chrome trace per profiled callable into DIR (CUDA)")
     g.add_argument("--trace", dest="trace_dir", metavar="DIR", help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_doctor)
+
+
+def compile_budget(text: str) -> float | None:
+    """``--compile-budget``: seconds, or None for no limit (``none``, ``inf``, or a negative number, which meant
+    no limit before ``none`` did)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds or none, got {text!r}") from None
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError(f"expected seconds or none, got {text!r}")
+    return None if value < 0 or math.isinf(value) else value
 
 
 def doctor_implementations(op: str) -> list[str]:
@@ -164,9 +181,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     total = len(cases) * len(chosen.impls) * len(chosen.modes)
     try:
-        budget = None if args.compile_budget < 0 else args.compile_budget
-        runs = [gather_with_progress(chosen.op, cases, chosen.impls, mode, options, not args.no_cudagraphs, budget,
-                                     err, total=total, done=len(chosen.impls) * len(cases) * i, on_evidence=keep)
+        runs = [gather_with_progress(chosen.op, cases, chosen.impls, mode, options, not args.no_cudagraphs,
+                                     args.compile_budget, err, total=total, done=len(chosen.impls) * len(cases) * i,
+                                     on_evidence=keep)
                 for i, mode in enumerate(chosen.modes)]
     except (KeyError, ValueError) as exc:
         print_error(err, exc)
@@ -212,6 +229,12 @@ def rediagnose(args: argparse.Namespace, out: Console, err: Console) -> int:
 def print_record(out: Console, record: verdicts.DoctorRecord) -> None:
     """Each cell's measurements, attribution, verdict and findings, then the verdicts table and the footer."""
     for ev, diagnosis in zip(record.evidence, record.diagnoses):
+        if ev.not_tried is not None:  # nothing was measured: no tables, the verdict says why
+            out.print(f"{ev.implementation} · {ev.mode} · {ev.case.label}", markup=False, highlight=False,
+                      style="bold")
+            out.print(f"verdict: {diagnosis.verdict}", markup=False, highlight=False, style="yellow")
+            out.print()
+            continue
         out.print(measurements_table(ev))
         out.print(attribution_table(ev, diagnosis))
         out.print(f"verdict: {diagnosis.verdict}", markup=False, highlight=False, style="bold")
@@ -334,7 +357,7 @@ def verdicts_table(record: verdicts.DoctorRecord) -> Table:
     table = Table(title="verdicts")
     for name in ("case", "implementation", "mode", "verdict"):
         table.add_column(name)
-    for d in record.diagnoses:
+    for ev, d in zip(record.evidence, record.diagnoses):
         table.add_row(d.case_label, d.implementation, d.mode, d.verdict,
-                      style="red" if not d.available else "yellow" if d.refused else None)
+                      style="yellow" if d.refused or ev.not_tried is not None else "red" if not d.available else None)
     return table

@@ -163,6 +163,17 @@ class CompileCost:
 
 
 @dataclass
+class NotTried:
+    """Why a cell was not gathered: its implementation's compiled call in the same mode passed the compile budget at
+    an earlier case, and a compile that slow is not paid again at a later one (``gather.gather_all``). Nothing of the
+    cell was run, eager included: there is no compiled call to explain against it."""
+
+    compile_s: float  # the compiled call's first call (compile + one run) where it was measured
+    measured_at: str  # that case's label
+    budget_s: float  # the compile budget it passed
+
+
+@dataclass
 class Evidence:
     op: str
     implementation: str
@@ -182,6 +193,7 @@ class Evidence:
     stage_s: dict[str, float] = field(default_factory=dict)  # seconds spent per stage of gathering this cell
     boundary: Boundary = field(default_factory=lambda: Boundary(False, "not measured", ""))
     reconcile: Reconcile | None = None  # None: not host-timed (or evidence written before it existed)
+    not_tried: NotTried | None = None  # set: the cell was skipped for the compile budget, every section says so
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -249,6 +261,15 @@ def compile_cost(eager: Result, compiled: Result) -> CompileCost:
         else:
             repay = "never"
     return CompileCost(compiled.compile_s, eager.compile_s, e_us, c_us, saving, repay_calls, repay)
+
+
+def not_tried_reason(n: NotTried) -> str:
+    """Why a cell is not tried (``NotTried``): the compile time, where it was measured, the budget, and how to run it
+    anyway. A budget of ``ceil(compile_s)`` is the least that the measured compile does not pass."""
+    took = f"{n.compile_s:.0f}" if n.compile_s >= 100 else f"{n.compile_s:.3g}"
+    return (f"not tried: at {n.measured_at} its compiled call took {took} s to compile (> compile budget "
+            f"{n.budget_s:g} s), so it is not compiled again at a later case (--compile-budget "
+            f"{max(1, math.ceil(n.compile_s))} or more compiles it; none: no limit)")
 
 
 def host_us(result: Result | None, *, wall_only: bool) -> float | None:

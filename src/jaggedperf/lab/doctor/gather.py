@@ -30,7 +30,10 @@ kept compiled call would compile again), ``reconcile`` times the eager and compi
 their measured parts do not add up to Δ; ``Evidence.reconcile`` and a note record what it did.
 
 Frugality: when the compiled call takes longer than ``compile_budget_s`` to compile, the three
-extra compiles (plain twin, boundary, CUDA-graph counterpart) are skipped and their sections say so.
+extra compiles (plain twin, boundary, CUDA-graph counterpart) are skipped and their sections say so; and
+``gather_all`` does not compile that implementation in that mode again at a later case: the later cells are
+recorded as not tried (``Evidence.not_tried``), with the compile time, the case it was measured at and the budget,
+as ``repro`` records a cell after a cut.
 
 The probes into Dynamo and Inductor (guards, counters, cudagraph messages) live in ``probes``.
 """
@@ -59,12 +62,14 @@ from jaggedperf.lab.doctor.evidence import (
     HostOverhead,
     InputForm,
     Kernels,
+    NotTried,
     PaddingModel,
     batch_padding_model,
     compile_cost,
     host_call_us,
     host_us,
     kernel_infos,
+    not_tried_reason,
     sync_wait_us,
 )
 from jaggedperf.lab.doctor.probes import (
@@ -77,7 +82,7 @@ from jaggedperf.lab.doctor.probes import (
     watch_dynamo,
 )
 from jaggedperf.lab.measure.env import environment
-from jaggedperf.lab.result import OK, Result
+from jaggedperf.lab.result import OK, SKIPPED, Result
 
 NEEDS_CUDA = "needs CUDA"
 
@@ -110,6 +115,12 @@ CUDAGRAPH_METHOD = (
 )
 
 DEFAULT_COMPILE_BUDGET_S = 30.0
+
+
+def over_compile_budget(compiled: Result, compile_budget_s: float | None) -> bool:
+    """Whether the compiled call's first call (its compile) took longer than the budget (None: no limit). A call
+    with no first-call time (it failed before one was taken) is not over: nothing says its compile was slow."""
+    return compile_budget_s is not None and compiled.compile_s is not None and compiled.compile_s > compile_budget_s
 
 
 def gather(op: str, implementation: str, mode: str, case: Case, batch: Batch, reference: torch.Tensor,
@@ -181,7 +192,7 @@ def gather(op: str, implementation: str, mode: str, case: Case, batch: Batch, re
     if reconciled_note is not None:
         notes.append(reconciled_note)
     over_budget = None
-    if compile_budget_s is not None and compiled.compile_s is not None and compiled.compile_s > compile_budget_s:
+    if over_compile_budget(compiled, compile_budget_s):
         over_budget = (f"skipped to stay frugal: the compiled call took {compiled.compile_s:.0f} s to compile "
                        f"(> compile budget {compile_budget_s:g} s; raise --compile-budget to run it)")
         notes.append(over_budget)
@@ -362,6 +373,20 @@ def unavailable_evidence(op: str, implementation: str, mode: str, case: Case, de
     )
 
 
+def not_tried_evidence(op: str, implementation: str, mode: str, case: Case, device: str,
+                       not_tried: NotTried) -> Evidence:
+    """An ``Evidence`` for a cell not gathered for the compile budget (``NotTried``): its eager and compiled results
+    are skipped and every section is unavailable, each with ``not_tried_reason``; no note repeats it (the verdict
+    says it).
+
+    Raises:
+        KeyError: an unknown op or implementation.
+    """
+    ev = unavailable_evidence(op, implementation, mode, case, device, SKIPPED, not_tried_reason(not_tried))
+    ev.notes, ev.not_tried = [], not_tried
+    return ev
+
+
 def gather_all(op: str, cases: Iterable[Case], implementations: list[str], mode: str, options: runner.Options, *,
                cudagraphs: bool = True, compile_budget_s: float | None = DEFAULT_COMPILE_BUDGET_S,
                on_start: Callable[[str, Case], None] | None = None,
@@ -370,7 +395,8 @@ def gather_all(op: str, cases: Iterable[Case], implementations: list[str], mode:
     """Evidence for every implementation × case (each case's batch made once), with the run's environment.
 
     A case whose batch cannot be made gives each implementation an ``unavailable_evidence``: skipped when
-    the case is over the byte limit, else an error.
+    the case is over the byte limit, else an error. An implementation whose compiled call passed
+    ``compile_budget_s`` at one case is not gathered at the later ones: ``not_tried_evidence`` names that case.
 
     Args:
         op: a registered op.
@@ -379,7 +405,7 @@ def gather_all(op: str, cases: Iterable[Case], implementations: list[str], mode:
         mode: the compiled mode to explain.
         options: how each callable is measured; with ``cold_compile`` the run's compiles are cold
             (``modes.cold_compile``, restored after the run).
-        cudagraphs, compile_budget_s: as for ``gather``.
+        cudagraphs, compile_budget_s: as for ``gather``; the budget also decides which later cells are not tried.
         on_start: called with (implementation, case) before each cell.
         on_stage: called with each stage's name (see ``gather``).
         on_evidence: called with each cell's evidence when it is complete.
@@ -397,18 +423,28 @@ def gather_all(op: str, cases: Iterable[Case], implementations: list[str], mode:
     modes_mod.check_modes([mode])
     copy_gbps = timing.measure_copy_bandwidth(options.device)
     out: list[Evidence] = []
+    # implementation → the first measurement of its compiled call (in ``mode``) over the budget; once there, the
+    # implementation is not compiled again in this run: a compile that passed the budget at one case costs about as
+    # much again at the next (the seed's unbind_mean unrolls one mean per sequence, B of them at every case)
+    slow: dict[str, NotTried] = {}
     with modes_mod.cold_compile() if options.cold_compile else contextlib.nullcontext():
         for case in cases:
-            batch, reference = runner.prepare_case(op, case, options)
+            # the batch only when a cell of this case will run
+            batch, reference = (runner.prepare_case(op, case, options) if any(n not in slow for n in implementations)
+                                else (None, None))
             for name in implementations:
                 if on_start:
                     on_start(name, case)
-                if isinstance(batch, Exception):
+                if name in slow:
+                    ev = not_tried_evidence(op, name, mode, case, options.device.type, slow[name])
+                elif isinstance(batch, Exception):
                     ev = unavailable_evidence(op, name, mode, case, options.device.type,
                                               input_size.input_status(batch), f"input: {batch}")
                 else:
                     ev = gather(op, name, mode, case, batch, reference, options, copy_gbps, cudagraphs=cudagraphs,
                                 compile_budget_s=compile_budget_s, on_stage=on_stage)
+                    if over_compile_budget(ev.compiled, compile_budget_s):
+                        slow[name] = NotTried(ev.compiled.compile_s, case.label, compile_budget_s)
                 out.append(ev)
                 if on_evidence:
                     on_evidence(ev)

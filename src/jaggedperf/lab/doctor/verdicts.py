@@ -27,7 +27,7 @@ from jaggedperf.lab.doctor.attribution import (
     on_par,
     wall_us,
 )
-from jaggedperf.lab.doctor.evidence import Evidence, EvidenceRun
+from jaggedperf.lab.doctor.evidence import Evidence, EvidenceRun, not_tried_reason
 from jaggedperf.lab.result import OK, TIMED, UNSTABLE
 
 
@@ -317,10 +317,14 @@ def diagnose(e: Evidence) -> Diagnosis:
         e: the cell's evidence.
 
     Returns:
-        The diagnosis; ``available=False`` with the reason when the eager or the compiled call did not
-        run to a wall time (skipped, wrong, error).
+        The diagnosis; ``available=False`` with the reason when the cell was not tried for the compile budget
+        (the verdict is that reason, in today's words: nothing was measured to give one), or when the eager or the
+        compiled call did not run to a wall time (skipped, wrong, error).
     """
     d = Diagnosis(e.op, e.implementation, e.mode, e.case.label, available=False, wall_only=not e.host.device_time)
+    if e.not_tried is not None:
+        d.reason = d.verdict = not_tried_reason(e.not_tried)
+        return d
     broken = [r for r in (e.eager, e.compiled) if r.status not in TIMED or r.wall is None]
     if broken:
         d.reason = "; ".join(f"{r.mode} {r.status}: {r.reason}" for r in broken)
