@@ -7,7 +7,8 @@ for jagged_mean) plus the block's weights. Everything is drawn from the case's s
 when the case's batch is made, outside any timed region: the same case gives the same ids and weights
 on every run of one device type. The table has ``VOCABULARY`` rows of M values in the case dtype
 (100 000 × 64 × 4 B = 25.6 MB at the seed's M); the MLP's weights are scaled by 1/√fan-in, its
-biases by 0.1, so activations stay of order 1 in every dtype. An empty sequence pools to NaN (0/0,
+biases by 0.1, so activations stay of order 1 in every dtype. The weights are marked static addresses, as an
+nn.Module's parameters are to torch.compile (``make_lookup_batch``). An empty sequence pools to NaN (0/0,
 as torch.mean), which the MLP carries into that sequence's output row.
 
 The contenders differ in how they gather and pool (the MLP is the same ``F.linear``/``relu`` in all):
@@ -115,6 +116,12 @@ def make_lookup_batch(case: Case, device: torch.device) -> LookupBatch:
     w2, b2 = draw(M, hidden, scale=1 / math.sqrt(hidden)), draw(M, scale=BIAS_SCALE)
     longest = int(lengths.max()) if case.B else 0
     shortest = int(lengths.min()) if case.B else 0
+    for weight in (table, w1, b1, w2, b2):
+        # The block's weights are a model's parameters, not its activations: torch.compile treats an nn.Module's
+        # parameters as static addresses, so CUDA graphs (reduce-overhead, max-autotune) read them in place. Passed
+        # as plain arguments they would be copied into the graph's own buffers on every call (the table alone is
+        # 25.6 MB at the seed's M). Unguarded, as parameters are: a new tensor re-records the graph, no recompile.
+        torch._dynamo.mark_static_address(weight, guard=False)
     return LookupBatch(ids, offsets.to(device), longest, shortest, max(case.seqlen, longest), table, w1, b1, w2, b2)
 
 
