@@ -148,6 +148,54 @@ def test_cudagraph_findings_from_recorded_numbers():
     assert "Inductor skipped cudagraphs in compile:max-autotune: cpu device (arg3_1)" in line
 
 
+def _with_kernels(r, **copies):
+    """``r`` with a profiled kernel list: one compute kernel and ``copies`` as {name: (calls, µs)} a call."""
+    r.extra["kernels"] = [{"name": "triton_poi_fused_0", "calls_per_call": 1.0, "us_per_call": 4.0}] + [
+        {"name": name, "calls_per_call": n, "us_per_call": us} for name, (n, us) in copies.items()]
+    return r
+
+
+@pytest.mark.parametrize("graphed_copies, plain_copies, said", [
+    ({"Memcpy DtoD (Device -> Device)": (7.0, 25.4)}, {}, "7 device-to-device copies, 25.4 µs a call"),
+    ({"Memcpy DtoD (Device -> Device)": (3.0, 9.0)}, {"Memcpy DtoD (Device -> Device)": (1.0, 2.0)},
+     "2 device-to-device copies, 7.0 µs a call"),
+    ({"Memcpy DtoD (Device -> Device)": (1.0, 2.0)}, {"Memcpy DtoD (Device -> Device)": (1.0, 2.0)}, None),
+    ({"Memcpy HtoD (Host -> Device)": (2.0, 5.0)}, {}, None),
+])
+def test_cudagraph_input_copies_are_the_graph_modes_copies_beyond_the_same_program_without_graphs(
+        graphed_copies, plain_copies, said):
+    """The CUDA-graph tree copies each input not at a static address into its recorded buffer before a replay: the
+    device-to-device memcpys the graph mode makes beyond the same program without graphs are those copies."""
+    ev = make_evidence(eager=(69, 50), compiled=(138, 28), takes="dense")
+    _with_kernels(ev.compiled, **plain_copies)
+    ev.cudagraphs = evidence.CudaGraphs(True, None, "test", MODE, "compile:max-autotune",
+                                        counterpart=_with_kernels(_result("compile:max-autotune", 144, 48),
+                                                                  **graphed_copies))
+    line = next(f for f in verdicts.diagnose(ev).findings if f.startswith("CUDA graphs"))
+    if said is None:
+        assert "copies its inputs" not in line
+    else:
+        assert f"compile:max-autotune copies its inputs into the graph's own buffers: {said}" in line
+        assert f"that {MODE} does not make" in line and "mark_static_address" in line
+
+
+def test_the_rec_blocks_recorded_cuda_graph_mode_copied_its_weights_every_call():
+    """The rec block's doctor on an H100 (committed evidence, weights passed as plain arguments then): its CUDA-graph
+    mode made 7 device-to-device copies a call (ids, offsets, table, two weights, two biases) that the same program
+    without graphs did not."""
+    from pathlib import Path
+
+    from jaggedperf.lab.doctor import saved
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks/results/h100/doctor-rec-block.json.gz"
+    run = saved.load_evidence(path)
+    dense = [e for e in run.evidence if e.implementation == "jaggedperf" and e.mode == MODE]
+    assert dense
+    for e in dense:
+        line = next(f for f in verdicts.diagnose(e).findings if f.startswith("CUDA graphs"))
+        assert "7 device-to-device copies" in line, line
+
+
 def test_kernel_and_padding_findings_from_recorded_numbers():
     ev = make_evidence(eager=(112, 20), compiled=(290, 6), plain=(40, 6), njt_guard_us=30, plain_guard_us=4)
     must = ev.jagged.must_move_bytes

@@ -277,7 +277,49 @@ def _cudagraphs_line(e: Evidence) -> str:
         text += f"; Inductor skipped cudagraphs in {with_graphs}: {g.skip_reason}"
     elif g.counterpart is not None:
         text += f"; Inductor gave no reason to skip cudagraphs in {with_graphs}"
+    copies = _graph_input_copies(e)
+    if copies is not None:
+        count, us = copies
+        text += (f"; {with_graphs} copies its inputs into the graph's own buffers: {count:g} device-to-device "
+                 f"copies, {us:.1f} µs a call, that {_other_mode(e, with_graphs)} does not make (inputs not at static "
+                 "addresses: hold weights as nn.Parameters or mark them with torch._dynamo.mark_static_address)")
     return text
+
+
+# The profiler's name for a device-to-device memcpy: how a CUDA-graph tree copies an input that is not at a static
+# address into the buffer its graph was recorded with, before each replay.
+DTOD_COPY = "Memcpy DtoD"
+
+
+def _dtod(r) -> tuple[float, float]:
+    """(copies, µs) a call of ``r``'s profiled device-to-device memcpys; (0, 0) when none were recorded."""
+    rows = [k for k in (r.extra.get("kernels") or []) if str(k.get("name", "")).startswith(DTOD_COPY)]
+    return (sum(k.get("calls_per_call", 0.0) for k in rows), sum(k.get("us_per_call", 0.0) for k in rows))
+
+
+def _graph_input_copies(e: Evidence) -> tuple[float, float] | None:
+    """The device-to-device copies a call that the CUDA-graph mode of the cell makes beyond the same program without
+    graphs (the explained mode and its counterpart, one of each), as (copies, µs); None when it makes none more, or
+    either side has no kernel record. The program is the same, so the extra copies are the graph tree's own."""
+    g = e.cudagraphs
+    if g.counterpart is None or g.counterpart.status not in TIMED or e.compiled.status not in TIMED:
+        return None
+    if modes_mod.uses_cuda_graphs(g.counterpart_mode or ""):
+        graphed, plain = g.counterpart, e.compiled
+    elif modes_mod.uses_cuda_graphs(e.mode):
+        graphed, plain = e.compiled, g.counterpart
+    else:
+        return None
+    if not graphed.extra.get("kernels") or not plain.extra.get("kernels"):
+        return None
+    (n_graphed, us_graphed), (n_plain, us_plain) = _dtod(graphed), _dtod(plain)
+    if n_graphed <= n_plain:
+        return None
+    return n_graphed - n_plain, max(0.0, us_graphed - us_plain)
+
+
+def _other_mode(e: Evidence, with_graphs: str) -> str:
+    return e.mode if with_graphs != e.mode else (e.cudagraphs.counterpart_mode or "the mode without graphs")
 
 
 def _boundary_line(e: Evidence) -> str | None:
