@@ -51,8 +51,8 @@ PLAIN_TWIN = "plain twin"  # the headline's fourth column: the same computation 
 # The commands whose outputs, run in one GPU session, replace the last seed table, DOCTOR and HEADLINE (then commit
 # them under benchmarks/results/<machine>, point the paths above at them and run this script).
 REGENERATE = ("jaggedperf repro --impls nanmean_padded sum_padded njt_mean jaggedperf jaggedperf_njt --timeout 150 "
-              "--json seed-table.json; jaggedperf doctor --impls nanmean_padded sum_padded jaggedperf_njt --json "
-              "doctor-seed.json (gzip both); python3 benchmarks/boundary_bench.py --out DIR --impls "
+              "--json seed-table.json; jaggedperf doctor --json doctor-seed.json (the seed's three implementations; "
+              "gzip both); python3 benchmarks/boundary_bench.py --out DIR --impls "
               "nanmean_padded,sum_padded,njt_mean,jaggedperf_njt (DIR/boundary_bench.json as boundary-seed.json)")
 UNSTABLE_MARK, DISAGREES_MARK = "†", "‡"
 
