@@ -27,7 +27,7 @@ from jaggedperf.lab.doctor.attribution import (
     on_par,
     wall_us,
 )
-from jaggedperf.lab.doctor.evidence import Evidence, EvidenceRun, not_tried_reason
+from jaggedperf.lab.doctor.evidence import Evidence, EvidenceRun, kernel_infos, not_tried_reason
 from jaggedperf.lab.result import OK, TIMED, UNSTABLE
 
 
@@ -293,8 +293,8 @@ DTOD_COPY = "Memcpy DtoD"
 
 def _dtod(r) -> tuple[float, float]:
     """(copies, µs) a call of ``r``'s profiled device-to-device memcpys; (0, 0) when none were recorded."""
-    rows = [k for k in (r.extra.get("kernels") or []) if str(k.get("name", "")).startswith(DTOD_COPY)]
-    return (sum(k.get("calls_per_call", 0.0) for k in rows), sum(k.get("us_per_call", 0.0) for k in rows))
+    rows = [k for k in kernel_infos(r, None, None) if k.name.startswith(DTOD_COPY)]
+    return sum(k.calls_per_call for k in rows), sum(k.us_per_call for k in rows)
 
 
 def _graph_input_copies(e: Evidence) -> tuple[float, float] | None:
