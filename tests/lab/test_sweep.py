@@ -135,6 +135,8 @@ def test_sweep_appends_a_header_and_a_line_per_cell_and_resumes_a_partial_file(t
     assert warnings == []  # the unfinished line was cut off, no cell repeats
     assert len(record.results) == 4 and {r.status for r in record.results} == {OK}
     assert record.environment["torch"] == "earlier" and record.environment["more"][0]["workers"][0]["name"] == "cpu"
+    header = record.environment["more"][0]
+    assert header["threads"] == header["settings"]["threads"] == OPTIONS.threads  # the cells', not the parent's
     compiled = {r.case: r for r in record.results if r.mode == "compile:default"}
     assert compiled[C1].speedup_vs_eager == pytest.approx(2.0 / compiled[C1].wall.median_ms)  # twin from the file
     eager_c2 = next(r for r in record.results if r.mode == "eager" and r.case == C2)

@@ -136,7 +136,7 @@ class _Sweep:
         if not self.queue:
             if not self.plan.too_large:
                 return SweepOutcome([], None, None)
-            env = {**environment(), "settings": self._settings()}
+            env = self._environment(None)
             store.write_environment_header(self.plan.out, env, None)
             for r in self.plan.too_large:
                 self._record(r)
@@ -277,12 +277,19 @@ class _Sweep:
 
     def _header(self, ready: list[_Worker]) -> tuple[dict, float | None]:
         gpu = next((w.info["gpu_facts"] for w in ready if w.info.get("gpu_facts")), None)
-        env = environment(gpu=gpu)
-        env["settings"] = self._settings()
+        env = self._environment(gpu)
         env["workers"] = [{"name": w.slot.name, **{k: v for k, v in w.info.items() if k != "gpu_facts"},
                            **(w.info.get("gpu_facts") or {})} for w in ready]
         measured = [w.info["copy_gbps"] for w in ready if w.info.get("copy_gbps")]
         return env, (statistics.fmean(measured) if measured else None)
+
+    def _environment(self, gpu: dict | None) -> dict:
+        """The header's environment: this process's, with the sweep's settings and the cells' CPU threads."""
+        env = environment(gpu=gpu)
+        env["settings"] = self._settings()
+        if env["settings"]["device"] == "cpu" and self.options.threads is not None:
+            env["threads"] = self.options.threads  # what every cell runs with (``runner.set_threads``), not ours
+        return env
 
     def _settings(self) -> dict:
         """How this sweep measures, for its header (the workers' device: the slots', not the parent's)."""
