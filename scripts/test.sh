@@ -28,6 +28,8 @@ run_pytest() {
 }
 cores=$(nproc 2>/dev/null || echo 1)
 if [ "$cores" -ge 8 ]; then workers=$(( cores / 2 < 8 ? cores / 2 : 8 )); else workers=$cores; fi
+# pytest's own help or version: one pytest call, nothing to total
+case " $* " in *" -h "*|*" --help "*|*" --version "*) exec python -m pytest "$@" ;; esac
 if [ "$cores" -ge 2 ] && python -c 'import xdist' 2>/dev/null && [[ " $* " != *" -n "* ]]; then
   start=$SECONDS
   # The parallel pass lists the files that hold the serial tests; the serial pass collects only those.
