@@ -101,7 +101,8 @@ def read_results(path: str | os.PathLike) -> tuple[RunRecord, list[str]]:
         return _read_lines(path, text)
     raise _error(path, None, f"not a results file: one JSON object without a \"results\" list (its keys: "
                              f"{', '.join(list(doc)[:8])}{', …' if len(doc) > 8 else ''}); a results file holds a run's "
-                             "\"results\" or one result per line (a benchmark's summary is read with json.load)")
+                             "\"results\" or one result per line (a benchmark's summary is read with json.load, through "
+                             "gzip.open where it ends in .gz)")
 
 
 def finished_keys(path: str | os.PathLike) -> tuple[set[tuple], list[str]]:
