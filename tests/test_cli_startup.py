@@ -96,3 +96,12 @@ def test_an_unknown_flag_is_refused_by_its_commands_parser(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: jaggedperf run ") and "jaggedperf run: error: unrecognized arguments: --itres 5" in err
+    assert err.rstrip().endswith("(did you mean --iters?)")
+
+
+def test_an_unknown_flag_far_from_every_known_one_gets_no_suggestion(capsys):
+    from jaggedperf.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["run", "--xyzzy"])
+    assert capsys.readouterr().err.rstrip().endswith("unrecognized arguments: --xyzzy")

@@ -50,8 +50,19 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
     args, extras = parser.parse_known_args(argv)
     if extras:
         (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extras)}")
+        command = sub.choices[args.command]
+        command.error(f"unrecognized arguments: {' '.join(extras)}{_did_you_mean(command, extras)}")
     return args
+
+
+def _did_you_mean(command: argparse.ArgumentParser, extras: list[str]) -> str:
+    """The command's flags closest to the unknown ones (``--itres``: ``--iters``), or nothing."""
+    import difflib
+
+    known = [flag for action in command._actions for flag in action.option_strings if flag.startswith("--")]
+    close = [m for extra in extras if extra.startswith("--")
+             for m in difflib.get_close_matches(extra.split("=", 1)[0], known, n=1)]
+    return f" (did you mean {', '.join(dict.fromkeys(close))}?)" if close else ""
 
 
 def main(argv: list[str] | None = None) -> int:
