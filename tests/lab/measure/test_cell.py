@@ -27,6 +27,7 @@ def test_a_device_time_that_did_not_settle_is_measured_again_and_the_settled_one
     monkeypatch.setattr(measure_cell, "measure_device",
                         lambda call, cell, result, options, gbps, tag="": setattr(result, "device_time", noisy_dev))
     monkeypatch.setattr(measure_cell, "device_time", lambda call, mode, device, flush: next(again))
+    monkeypatch.setattr(timing, "host_speed_us", lambda: 1.0)  # a host at one level (settle_host_level: below)
     (cell,) = runner.plan("jagged_mean", [SMALL], ["segment_reduce"], ["eager"])
     result = Result("jagged_mean", "segment_reduce", "eager", SMALL, "cuda")
     options = runner.Options(device=torch.device("cuda"), warmup=1, iters=40)
@@ -75,3 +76,45 @@ def test_a_retimed_call_is_a_copy_judged_again_with_the_device_samples(monkeypat
     assert again.status == OK and again.reason is None and again.stability.stable
     assert again.host_us == pytest.approx(100.0 - 20.0, rel=0.02)
     assert abs(again.extra["host_wall_gap"]) < 0.05
+
+
+def _slow_host_run(monkeypatch, probes, walls, device="cuda"):
+    """``time_call`` on ``device`` (nothing touches it: wall loops and probes scripted), the process's fastest probe
+    so far 1.2 µs; returns the result and how many wall loops ran."""
+    loops = []
+
+    def wall(call, device, **kw):
+        loops.append(1)
+        return WallStats.from_samples(steady(next(walls), n=40)), timing.Stability(
+            True, 0.01, 0.0, 1, kw["policy"].max_iqr_rel, kw["policy"].max_drift_rel)
+
+    monkeypatch.setattr(timing, "measure_wall", wall)
+    monkeypatch.setattr(timing, "host_speed_us", lambda: next(probes))
+    monkeypatch.setattr(timing, "_fastest_probe_us", 1.2)
+    (cell,) = runner.plan("jagged_mean", [SMALL], ["segment_reduce"], ["eager"])
+    result = Result("jagged_mean", "segment_reduce", "eager", SMALL, device)
+    options = runner.Options(device=torch.device(device), warmup=1, iters=40, device_time=False)
+    measure_cell.time_call(lambda: None, cell, result, options, None)
+    return result, len(loops)
+
+
+def test_a_wall_timed_at_the_hosts_slow_level_is_timed_again_and_the_quiet_one_kept(monkeypatch):
+    # the GPU host's two speed levels: the first loop ran with the probe at 2.4 µs (2x the quiet 1.2) and took twice
+    # as long while its samples agreed; the second ran at the quiet level
+    result, loops = _slow_host_run(monkeypatch, iter([2.4, 2.5, 1.2, 1.3]), iter([0.54, 0.28]))
+    assert loops == 2 and result.wall.median_ms == pytest.approx(0.28, rel=0.02)
+    assert result.extra["host_speed_us"] == [1.2, 1.3] and result.extra["host_level"] == pytest.approx(1.3 / 1.2, abs=1e-3)
+    assert result.stability.stable and result.status != UNSTABLE
+
+
+def test_a_host_slow_in_every_attempt_leaves_the_cell_unstable_with_its_figures_and_why(monkeypatch):
+    result, loops = _slow_host_run(monkeypatch, iter([2.4, 2.4, 2.6, 2.5, 2.4, 2.4]), iter([0.54, 0.57, 0.55]))
+    assert loops == 3 and result.wall.median_ms == pytest.approx(0.54, rel=0.02)  # the lowest level's (first) kept
+    assert result.status == UNSTABLE and not result.stability.stable
+    assert any("host slow: its probe ran at 2.00x" in r and "3 measurement(s)" in r for r in result.stability.reasons)
+
+
+def test_on_the_cpu_a_slow_probe_is_left_to_the_contention_rule(monkeypatch):
+    # a CPU cell's host is the machine it measures: its load is judged by watching the other processes
+    result, loops = _slow_host_run(monkeypatch, iter([2.4, 2.4]), iter([0.54]), device="cpu")
+    assert loops == 1 and "host_level" not in result.extra

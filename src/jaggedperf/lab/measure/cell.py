@@ -116,12 +116,76 @@ def time_call(call: Callable, cell: Cell, result: Result, options: Options, copy
         stage("host timer")
         result.host_call, result.sync_wait = timing.host_and_wait_stats(call, device, iters=options.iters)
         _settle_host_timer(call, result, options, stage)
+    speeds = [speed_before, timing.host_speed_us()]
+    if device.type == "cuda":
+        speeds = settle_host_level(lambda: _wall_and_host(call, options, stage), result, speeds, options.stability,
+                                   timing.host_speed_us)
     if device.type == "cuda" and options.device_time:
         stage("device time")
         measure_device(call, cell, result, options, copy_gbps, tag=tag)
         _settle_device_time(call, cell, result, options, copy_gbps)
-    result.extra["host_speed_us"] = [speed_before, timing.host_speed_us()]
+    result.extra["host_speed_us"] = speeds  # beside the wall (and host timer) kept
     _judge(result)
+
+
+# A wall measured while the host probe ran above this many times the fastest probe of the process is measured again
+# (``settle_host_level``): the quiet rounds' threshold (``rounds.QUIET_SLACK``), half-way between the shared GPU host's
+# two speed levels (~2x apart, each holding for seconds to minutes: docs/decisions/quiet-rounds.md).
+HOST_SLOW_LEVEL = 1.5
+
+
+def settle_host_level(measure: Callable[[], timing.WallAndHost], result: Result, speeds: list[float],
+                      policy: stats.Policy, probe: Callable[[], float]) -> list[float]:
+    """Measure a wall taken while the host was at its slow level again, up to the policy's attempts.
+
+    The GPU host's speed has two levels ~2x apart: a host-bound call timed at the slow one takes twice as long while
+    its own samples agree, so two runs' tables disagreed by 2x on the same cell. A measurement whose slower probe
+    (before or after it) is above ``HOST_SLOW_LEVEL`` × the fastest probe this process has seen is taken again; the
+    one at the lowest level is kept (the wall, its stability and the host timer with its gap). Still above it after
+    every attempt: the stability records why (``contended``: the cell is then unstable, its figures kept). The first cells of a
+    process are judged against the probes seen so far, so a process that starts on a slow spell judges it quiet.
+
+    Args:
+        measure: the wall (and host timer, where the cell has one) measured again.
+        result: filled in place where an attempt is kept; ``extra["host_level"]``: the level kept.
+        speeds: the probes (µs) just before and after the measurement ``result`` holds.
+        policy: its ``attempts`` bound the measurements.
+        probe: the host speed probe (µs a call).
+
+    Returns:
+        the probes beside the measurement kept.
+    """
+    level = timing.host_level(speeds)
+    attempts = 1
+    while level > HOST_SLOW_LEVEL and attempts < policy.attempts:
+        attempts += 1
+        before = probe()
+        t = measure()
+        again = [before, probe()]
+        new_level = timing.host_level(again)
+        level = timing.host_level(speeds)  # the reference may have moved down with the new probes
+        if new_level < level:
+            result.wall, result.stability = t.wall, t.stability
+            if t.host_call is not None:
+                result.host_call, result.sync_wait = t.host_call, t.sync_wait
+                result.extra["host_wall_gap"] = timing.host_wall_gap(t.host_call, t.sync_wait, t.wall)
+            speeds, level = again, new_level
+    result.extra["host_level"] = round(level, 3)
+    if level > HOST_SLOW_LEVEL:  # kept through ``_judge`` as the machine's reason (a CPU's contention's place)
+        slow = (f"host slow: its probe ran at {level:.2f}x the fastest this process saw, in each of {attempts} "
+                "measurement(s)")
+        result.stability.contended = "; ".join(filter(None, [result.stability.contended, slow]))
+    return speeds
+
+
+def _wall_and_host(call: Callable, options: Options, stage: Callable[[str], None]) -> timing.WallAndHost:
+    if options.host_timer:
+        return timing.measure_wall_and_host(call, options.device, warmup=options.warmup, iters=options.iters,
+                                            policy=options.stability, on_stage=stage)
+    stage("wall")
+    wall, stability = timing.measure_wall(call, options.device, warmup=options.warmup, iters=options.iters,
+                                          policy=options.stability)
+    return timing.WallAndHost(wall, stability, None, None)
 
 
 def retime_wall_and_host(call: Callable, result: Result, options: Options) -> Result:

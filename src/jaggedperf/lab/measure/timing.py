@@ -182,6 +182,16 @@ def probe_slowdown() -> float:
     return now / _fastest_probe_us - 1.0
 
 
+def host_level(probes_us: list[float]) -> float:
+    """The slower of ``probes_us`` (``host_speed_us`` readings beside one measurement) over the fastest probe this
+    process has seen, these included (the reference ``probe_slowdown`` keeps): 1.0 at the host's quiet level."""
+    global _fastest_probe_us
+    fastest = min(probes_us)
+    if _fastest_probe_us is None or fastest < _fastest_probe_us:
+        _fastest_probe_us = fastest
+    return max(probes_us) / _fastest_probe_us
+
+
 def host_wall_gap(host: WallStats | None, wait: WallStats | None, wall: WallStats | None) -> float | None:
     """(host timer + wait − wall) / wall, medians: how far the host timer's loop is from the wall loop that times
     the same calls (a call's wall is its host work plus its wait at the sync); None without the host timer.
