@@ -138,6 +138,9 @@ def test_output_njts_cache_the_seqlens_eager_mode_caches(cache):
     for out, ref, tc in zip(got, eager, theirs):
         assert seqlens(out) == seqlens(ref) == seqlens(tc)
         assert out._offsets is nt._offsets  # the input's ragged dim: outputs combine with it
+        for key in ("min_seqlen", "max_seqlen"):  # the input's own seqlen tensors, as eager's and torch.compile's
+            held = [o._metadata_cache.get(key) for o in (out, ref, tc)]
+            assert all(h is nt._metadata_cache.get(key) for h in held), key
         assert_close(out, ref)
 
 

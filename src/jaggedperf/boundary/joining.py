@@ -73,13 +73,26 @@ def _njt(p: Parts, crossing: Crossing) -> torch.Tensor:
     if values.requires_grad is not p.requires_grad:
         values = repair(values, p.requires_grad, crossing)
     cache = {}
-    if p.min_seqlen is not None:
-        cache["min_seqlen"] = p.min_seqlen
-    if p.max_seqlen is not None:
-        cache["max_seqlen"] = p.max_seqlen
+    if p.min_seqlen is not None or p.max_seqlen is not None:
+        own = _input_cache(p.offsets, crossing)
+        for key, seqlen in (("min_seqlen", p.min_seqlen), ("max_seqlen", p.max_seqlen)):
+            if seqlen is not None:
+                mine = own.get(key)
+                cache[key] = mine if mine is not None and mine.shape[0] == seqlen.shape[0] else seqlen
     if values.requires_grad:
         return Join.apply(values, p.offsets, cache)
     return wrap(values, p.offsets, cache)
+
+
+def _input_cache(offsets: torch.Tensor, crossing: Crossing) -> dict:
+    """The seqlen cache of the argument NJT whose offsets tensor ``offsets`` is (an output over its ragged
+    structure), else an empty one. Such an output caches that NJT's own seqlen tensors where their sizes agree, as
+    eager mode's and torch.compile's outputs do: never the crossing's shared ones (``crossing.seqlen_tensor``), which
+    the next call would mark again under the output's feet and which would make two outputs hold one tensor."""
+    for leaf, code in zip(crossing.leaves, crossing.layout):
+        if code[0] == "j" and leaf._offsets is offsets:
+            return leaf._metadata_cache
+    return {}
 
 
 def repair(t: torch.Tensor, requires_grad: bool, crossing: Crossing) -> torch.Tensor:
