@@ -99,8 +99,9 @@ def test_readme_figures_render_every_block_from_the_committed_results():
     assert readme.render(drifted, readme.blocks(ROOT, record)) == README
     empty = readme.render("".join(f"<!-- {name}:begin -->\n<!-- {name}:end -->\n" for name in
                                   ("headline", "repro", "doctor")), readme.blocks(ROOT, record))
-    assert re.search(r"^\| jaggedperf_njt \| [0-9.]+", empty, flags=re.M) and "- `sum_padded`‡: slower by" in empty
-    assert "| B512-M64-L100-s0.1 | jaggedperf_njt | 0.021 | 0.313 (0.07×) | 0.090 (0.23×) | 0.067 |" in empty
+    assert re.search(r"^\| jaggedperf_njt \| [0-9.]+", empty, flags=re.M)
+    assert re.search(r"^- `sum_padded`‡?: slower by", empty, flags=re.M)  # marked only while another table disagrees
+    assert "| B512-M64-L100-s0.1 | jaggedperf_njt | 0.020 | 0.305 (0.07×) | 0.097 (0.21×) | 0.068 |" in empty
     assert "| unbind_mean (on the NVIDIA H200) | 6.659‡ |" in empty  # a row from another machine's file says so
     with pytest.raises(ValueError, match="no <!-- headline:begin -->"):
         readme.render("no markers", readme.blocks(ROOT, record))
