@@ -3,7 +3,8 @@
 - ``time_call``: the wall by the seed's method, measured again until stable (``timing.measure_wall``); with
   ``Options.host_timer`` the host timer beside it, measured again while host + wait stays far from the wall; on
   CUDA the kernels (profiler) and the device time (CUDA-graph replay, else the profiler's kernel sums), measured
-  again while its spread does not settle; the host's speed before and after; the status (``UNSTABLE`` with the
+  again while its spread does not settle; the host's speed just before and after the wall loop, on CUDA the wall
+  timed again while that speed is at its slow level (``settle_host_level``); the status (``UNSTABLE`` with the
   reason when the timing did not settle, its figures kept).
 - ``retime_wall_and_host``: the same call's wall and host timer measured again, as a copy of its result with
   everything ``time_call`` derives from them (the doctor's reconcile times the eager and compiled calls again
@@ -142,8 +143,9 @@ def settle_host_level(measure: Callable[[], timing.WallAndHost], result: Result,
     its own samples agree, so two runs' tables disagreed by 2x on the same cell. A measurement whose slower probe
     (before or after it) is above ``HOST_SLOW_LEVEL`` × the fastest probe this process has seen is taken again; the
     one at the lowest level is kept (the wall, its stability and the host timer with its gap). Still above it after
-    every attempt: the stability records why (``contended``: the cell is then unstable, its figures kept). The first cells of a
-    process are judged against the probes seen so far, so a process that starts on a slow spell judges it quiet.
+    every attempt: the stability records why (``contended``: the cell is then unstable, its figures kept). The first
+    cells of a process are judged against the probes seen so far, so a process that starts on a slow spell judges it
+    quiet.
 
     Args:
         measure: the wall (and host timer, where the cell has one) measured again.
