@@ -175,16 +175,12 @@ def probe_slowdown() -> float:
     """How much slower the host probe (``host_speed_us``) runs now than the fastest it has run in this process, as
     a fraction (0.0 when this is the fastest): the effect a busy machine has on this core just now. Measured twice
     (the faster kept: one probe can land on a scheduler hiccup), ~2 ms."""
-    global _fastest_probe_us
-    now = min(host_speed_us(), host_speed_us())
-    if _fastest_probe_us is None or now < _fastest_probe_us:
-        _fastest_probe_us = now
-    return now / _fastest_probe_us - 1.0
+    return host_level([min(host_speed_us(), host_speed_us())]) - 1.0
 
 
 def host_level(probes_us: list[float]) -> float:
     """The slower of ``probes_us`` (``host_speed_us`` readings beside one measurement) over the fastest probe this
-    process has seen, these included (the reference ``probe_slowdown`` keeps): 1.0 at the host's quiet level."""
+    process has seen, these included (``_fastest_probe_us``, which only this lowers): 1.0 at the quiet level."""
     global _fastest_probe_us
     fastest = min(probes_us)
     if _fastest_probe_us is None or fastest < _fastest_probe_us:
