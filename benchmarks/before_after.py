@@ -189,7 +189,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ops-rounds", type=int, default=2, help="ops benchmark runs a tree, order alternating")
     parser.add_argument("--repro-impls", nargs="+", default=list(REPRO_IMPLS))
-    parser.add_argument("--min-change", type=float, default=0.05)
+    parser.add_argument("--min-change", type=float, default=stats.MIN_CHANGE)
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny CPU runs: exercises this script only")
     parser.add_argument("--from", dest="from_runs", action="store_true", help="no run: summarise OUT/raw")
     args = parser.parse_args()

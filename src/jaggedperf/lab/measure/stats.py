@@ -346,6 +346,9 @@ def intervals_overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
+MIN_CHANGE = 0.05  # the least ratio by which two runs' figures of one measure must differ to have moved (``moved``)
+
+
 def moved(before: float, after: float, before_range: tuple[float, float], after_range: tuple[float, float],
           min_change: float) -> bool:
     """Whether a measure moved between two trees or runs: the ratio of its medians ``after / before`` is past 1 by

@@ -36,12 +36,11 @@ from jaggedperf.lab.results.store import load_results
 from jaggedperf.lab.results.views import impl_rank
 
 H200, H100 = Path("benchmarks/results/h200"), Path("benchmarks/results/h100")
-# `jaggedperf repro` runs; a cell in several keeps the last file's result: the H200's seed table with unbind_mean (two
-# modes, one file a shape; unbind_mean's compile takes 82 s at the first shape and passes 240 s at the second, so
-# REGENERATE leaves it out), then one run of five implementations in the main job's three modes (the headline's and the
-# repro table's shared cells are then one measurement each: they cannot disagree). The last file names the machine; a
-# row measured only on another one says which (``repro_block``).
-SEED_TABLES = (H200 / "seed-table-shape1.json", H200 / "seed-table-shape2.json", H100 / "seed-table.json.gz")
+# `jaggedperf repro` runs; a cell in several keeps the last file's result: unbind_mean alone (its compile takes 44-82 s
+# at the first shape and passes 120 s at the second: a call of its own), then one run of five implementations in the
+# main job's three modes (the headline's and the repro table's shared cells are then one measurement each: they cannot
+# disagree). The last file names the machine; a row measured only on another one says which (``repro_block``).
+SEED_TABLES = (H100 / "seed-table-unbind-mean.json.gz", H100 / "seed-table.json.gz")
 DOCTOR = H100 / "doctor-seed.json.gz"  # `jaggedperf doctor --json` at the seed shapes
 HEADLINE = H100 / "boundary-seed.json"  # benchmarks/boundary_bench.py's --out: the headline's plain-twin column
 HEADLINE_IMPLS = ("nanmean_padded", "sum_padded", "njt_mean", "jaggedperf_njt")  # the NJT implementations
@@ -50,9 +49,10 @@ BOUNDARY_MODE = boundary_twin(SEED_COMPILED_MODE)
 PLAIN_TWIN = "plain twin"  # the headline's fourth column: the same computation compiled on (values, offsets)
 # The commands whose outputs, run in one GPU session, replace the last seed table, DOCTOR and HEADLINE (then commit
 # them under benchmarks/results/<machine>, point the paths above at them and run this script).
-REGENERATE = ("jaggedperf repro --impls nanmean_padded sum_padded njt_mean jaggedperf jaggedperf_njt --timeout 150 "
+REGENERATE = ("jaggedperf repro --impls unbind_mean --timeout 120 --json seed-table-unbind-mean.json; "
+              "jaggedperf repro --impls nanmean_padded sum_padded njt_mean jaggedperf jaggedperf_njt --timeout 150 "
               "--json seed-table.json; jaggedperf doctor --json doctor-seed.json (the seed's three implementations; "
-              "gzip both); python3 benchmarks/boundary_bench.py --out DIR --impls "
+              "gzip all three); python3 benchmarks/boundary_bench.py --out DIR --impls "
               "nanmean_padded,sum_padded,njt_mean,jaggedperf_njt (DIR/boundary_bench.json as boundary-seed.json)")
 UNSTABLE_MARK, DISAGREES_MARK = "†", "‡"
 
@@ -77,13 +77,15 @@ class Shown:
 
 
 def agree(a: Shown, b: Shown) -> bool:
-    """Whether two figures of one cell agree within their spreads: their p20–p80 ranges overlap (a figure without
-    quantiles is its median alone); with neither spread recorded, medians within stats.MAX_IQR_REL of each other."""
+    """Whether two figures of one cell (two runs) agree: not ``stats.moved`` by the lab's one rule for two runs, their
+    medians apart by more than ``stats.MIN_CHANGE`` *and* their p20–p80 ranges disjoint (a figure without quantiles is
+    its median alone; two runs minutes apart drift by more than a device-bound cell's 1% spread, as the before/after
+    rows do); with neither spread recorded, medians within stats.MAX_IQR_REL of each other."""
     if a.p20_ms is None and b.p20_ms is None:
         return abs(a.median_ms - b.median_ms) <= stats.MAX_IQR_REL * max(a.median_ms, b.median_ms)
-    lo_a, hi_a = (a.p20_ms, a.p80_ms) if a.p20_ms is not None else (a.median_ms, a.median_ms)
-    lo_b, hi_b = (b.p20_ms, b.p80_ms) if b.p20_ms is not None else (b.median_ms, b.median_ms)
-    return lo_a <= hi_b and lo_b <= hi_a
+    span_a = (a.p20_ms, a.p80_ms) if a.p20_ms is not None else (a.median_ms, a.median_ms)
+    span_b = (b.p20_ms, b.p80_ms) if b.p20_ms is not None else (b.median_ms, b.median_ms)
+    return not stats.moved(a.median_ms, b.median_ms, span_a, span_b, stats.MIN_CHANGE)
 
 
 def disagreeing(cells: list[Shown]) -> set[Shown]:
@@ -108,7 +110,8 @@ def footnote(cells: list[Shown], disagree: set[Shown]) -> str:
         notes.append(f"{UNSTABLE_MARK}: unstable in its run (spread or drift past {stats.MAX_IQR_REL:.0%}), or its "
                      "run recorded no stability")
     if DISAGREES_MARK in used:
-        notes.append(f"{DISAGREES_MARK}: another table here shows the same cell outside this one's spread (another run)")
+        notes.append(f"{DISAGREES_MARK}: another table here shows the same cell more than {stats.MIN_CHANGE:.0%} away and "
+                     "outside this one's spread (another run)")
     return ("In every table here, " + "; ".join(notes) + ". Not a finding until measured again." if notes else "")
 
 
