@@ -23,6 +23,7 @@ Writes ``OUT/merge-tiles.{json,md}`` (rewritten after each shape).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -63,6 +64,11 @@ WIDE_CHECK = [("seen", case) for _, case in SHAPES if case.M > 64 and case.dtype
     ("unseen", Case(100_000, 128, 32, 0.9, "empty")),
 ]
 WIDE_CANDIDATES = [(4096, 8, 64, 6), (4096, 8, 64, 2), (4096, 8, 64, 4), (2048, 4, 64, 6), (2048, 4, 64, 4)]
+# --wide --dtype bfloat16: the same shapes in bf16, production's tile (4096/4/64/2 since its 218-222 registers were
+# found to leave 2 programs an SM on Triton 3.6, not the 3 aimed at) beside the former aim and tiles aimed at what
+# their registers leave resident at M = 128-512 on Triton 3.6 (2048/4: 2-3, 4096/2: 4, 2048/2: 4-6, 8192/4: 2, 8192/8: 1)
+WIDE_CANDIDATES_BF16 = [(4096, 4, 64, 3), (2048, 4, 64, 2), (4096, 2, 64, 4), (2048, 2, 64, 4), (8192, 4, 64, 2),
+                        (8192, 8, 64, 1)]
 SMOKE = [("chunks led", Case(6, 256, 40, 0.2)), ("merge led", Case(40, 4, 16, 0.5)),
          ("chunks led", Case(5, 24, 40, 0.2, dtype="bfloat16"))]
 # (tile elements, warps, window, programs an SM) beside production's, by the bucket of the row width
@@ -79,12 +85,14 @@ def bucket(n_cols: int) -> str:
 
 
 def contenders(values, offsets, wide: bool = False) -> list[tuple[str, bool, object]]:
-    """(name, mean?, callable) of a shape's contenders; ``wide``: ``WIDE_CANDIDATES``' sum and mean."""
+    """(name, mean?, callable) of a shape's contenders; ``wide``: ``WIDE_CANDIDATES``' sum and mean (bf16 values:
+    ``WIDE_CANDIDATES_BF16``')."""
     out = [("merge sum", False, testing.forced_call(plan.plan_merge, values, offsets, False, False)),
            ("merge mean", True, testing.forced_call(plan.plan_merge, values, offsets, True, False)),
            ("chunks sum", False, testing.forced_call(plan.plan_sized_chunks, values, offsets, False, False)),
            ("chunks mean", True, testing.forced_call(plan.plan_sized_chunks, values, offsets, True, False))]
-    for tiles in (WIDE_CANDIDATES if wide else VARIANTS[bucket(values.shape[1])]):
+    candidates = WIDE_CANDIDATES_BF16 if values.element_size() == 2 else WIDE_CANDIDATES
+    for tiles in (candidates if wide else VARIANTS[bucket(values.shape[1])]):
         cfg = merge_tiles(values.shape[1], *tiles)
         for mean in (False, True) if wide else (True,):
             out.append((f"merge {'mean' if mean else 'sum'} {'/'.join(map(str, tiles))}", mean,
@@ -151,12 +159,15 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes under TRITON_INTERPRET=1")
     parser.add_argument("--wide", action="store_true", help="WIDE_CHECK's shapes, WIDE_CANDIDATES' sum and mean")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), help="--wide's shapes in this dtype")
     args = parser.parse_args()
     device = torch.device("cpu" if args.cpu_smoke else "cuda")
     copy_gbps = None if args.cpu_smoke else timing.copy_bandwidth_gbps(device)
     rows: list[dict] = []
     data = {"meta": harness.meta(), "copy_gbps": copy_gbps, "rows": rows}
     shapes = SMOKE if args.cpu_smoke else WIDE_CHECK if args.wide else SHAPES
+    if args.wide and args.dtype:
+        shapes = [(cls, dataclasses.replace(case, dtype=args.dtype)) for cls, case in shapes]
     for cls, case in shapes:
         batch = make_batch(case, device)
         try:
@@ -166,7 +177,7 @@ def main() -> int:
             rows.append({"class": cls, "case": case.label, "dtype": case.dtype, "MB": None, "floor_us": None,
                          "times": {}, "errors": {"shape": f"{type(exc).__name__}: {str(exc)[:300]}"}})
         del batch
-        for path in harness.write_summary(args.out, "merge-tiles-wide" if args.wide else "merge-tiles", data,
+        for path in harness.write_summary(args.out, ("merge-tiles-wide" + ("-bf16" if args.dtype == "bfloat16" else "")) if args.wide else "merge-tiles", data,
                                           render(rows)):
             print(path, file=sys.stderr)
         print(rows[-1]["case"], {k: v["median_us"] for k, v in rows[-1]["times"].items()}, rows[-1]["errors"],

@@ -305,13 +305,18 @@ class MergeConfig:
 # the sum on the same bytes (1024 × 256: 267.9 against 191.5 µs), though both compile to the same registers and load
 # runs; over ten shapes, five of them new to every candidate, 2048/4/4 ran sum and mean within 2% of each other,
 # the mean 1.0-2.2× faster than before and the sum at 0.73-1.04× (benchmarks/results/h200/merge-tiles-wide.md).
+# bf16 rows of more than 64 columns: the 4096-element tile at 4 warps takes 218-222 registers a lane on Triton 3.6
+# since each tile is loaded an iteration ahead (two tiles live beside the accumulator), which leaves 2 programs an SM:
+# aimed at 3, the grid ran 1.5 waves (no max_seqlen, H100: bf16 4096 × 512 776 µs and 4096 × 128 heavy 449 µs
+# against the balanced chunks' 539 and 328, benchmarks/results/h100/before-after-house.md); aimed at the 2 resident.
 MERGE_EXPAND_WINDOW = 64  # the backward's window at most (its stores measured at 64 on the H200; 128 not measured)
 MERGE_SEARCH = 128  # probes a bound a step: B = 10^4 in 2 dependent steps, 2·10^6 in 3
 MERGE_TILES = {  # (element size, column bucket) -> (elements, warps, window, programs an SM)
     (4, "narrow"): (1024, 1, 128, 12), (4, "mid"): (1024, 1, 64, 8), (4, "wide"): (2048, 4, 64, 4),
-    (2, "narrow"): (1024, 1, 64, 12), (2, "mid"): (1024, 1, 64, 12), (2, "wide"): (4096, 4, 64, 3)}
-# The backward's stores keep the tiles they were measured at (the forward's fp32 wide tile is not measured for them).
-MERGE_EXPAND_TILES = {**MERGE_TILES, (4, "wide"): (4096, 4, 64, 3)}
+    (2, "narrow"): (1024, 1, 64, 12), (2, "mid"): (1024, 1, 64, 12), (2, "wide"): (4096, 4, 64, 2)}
+# The backward's stores keep the tiles they were measured at (the forward's wide tiles are not measured for them; its
+# kernel takes 72-96 registers a lane at 4096 elements and 4 warps, 5-7 programs an SM resident: one wave either way).
+MERGE_EXPAND_TILES = {**MERGE_TILES, (4, "wide"): (4096, 4, 64, 3), (2, "wide"): (4096, 4, 64, 3)}
 
 
 def merge_config(n_cols: int, dtype: torch.dtype) -> MergeConfig:
