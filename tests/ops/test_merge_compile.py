@@ -52,10 +52,17 @@ def compiled(request) -> dict:
     return json.loads(lines[-1])
 
 
+def _odd_m(name: str) -> bool:
+    """Whether a compiled kernel's name (``kernel/dtype/M/op``) is for odd M: its rows start at odd multiples of the
+    element size, so no 128-bit access is ever aligned (its loads are scalar by necessity, not by a runtime M)."""
+    parts = name.split("/")
+    return len(parts) > 2 and parts[2].isdigit() and int(parts[2]) % 2 == 1
+
+
 def test_every_merge_kernel_has_vector_accesses_and_no_local_memory(compiled):
     assert len(compiled) >= 13, sorted(compiled)
     for name, found in compiled.items():
-        if not name.startswith("combine/"):
+        if not name.startswith("combine/") and not _odd_m(name):
             assert found["vector"], f"{name}: no 128-bit global accesses"
         assert found["local_bytes"] == 0, f"{name}: {found['local_bytes']} bytes of local memory"
 
@@ -69,6 +76,6 @@ def test_registers_leave_the_programs_an_sm_the_config_aims_at(compiled):
 
 def test_a_tiles_loads_are_in_flight_together(compiled):
     for name, found in compiled.items():
-        if name.startswith(("reduce/", "split/")):
+        if name.startswith(("reduce/", "split/")) and not _odd_m(name):
             assert found["load_run"] >= found["loads_a_tile"], (
                 f"{name}: at most {found['load_run']} 128-bit loads in a row, a tile is {found['loads_a_tile']}")

@@ -341,11 +341,20 @@ def merge_expand_config(n_cols: int, dtype: torch.dtype) -> MergeConfig:
     return _merge_bucket(int(n_cols), dtype.itemsize, True)
 
 
+# Odd M (masked columns, scalar accesses) takes 206-255 registers a lane in the forward's one-warp tiles on Triton 3.6
+# (M = 1, 3, 5, 7, 9, 15 in fp32 and bf16, 17 and 33 in bf16; even M 128-168), which leaves 8-9 programs an SM: the
+# grid aims at no more (12 would be 1.33-1.5 waves). Offline sm_90 compiles, checked in CPU CI (merge_compile).
+ODD_M_PROGRAMS = 8
+
+
 @functools.lru_cache(maxsize=None)
 def _merge_bucket(n_cols: int, element_size: int, backward: bool) -> MergeConfig:
     block_m = min(next_pow2(n_cols), 256)
     bucket = "narrow" if block_m <= 16 else "mid" if block_m <= 64 else "wide"
-    return merge_tiles(n_cols, *(MERGE_EXPAND_TILES if backward else MERGE_TILES)[(min(element_size, 4), bucket)])
+    elements, warps, window, programs = (MERGE_EXPAND_TILES if backward else MERGE_TILES)[(min(element_size, 4), bucket)]
+    if not backward and n_cols % 2 and warps == 1:
+        programs = min(programs, ODD_M_PROGRAMS)
+    return merge_tiles(n_cols, elements, warps, window, programs)
 
 
 def merge_tiles(n_cols: int, elements: int, warps: int, window: int, programs: int) -> MergeConfig:
