@@ -66,7 +66,8 @@ WIDE_CHECK = [("seen", case) for _, case in SHAPES if case.M > 64 and case.dtype
 WIDE_CANDIDATES = [(4096, 8, 64, 6), (4096, 8, 64, 2), (4096, 8, 64, 4), (2048, 4, 64, 6), (2048, 4, 64, 4)]
 # --wide --dtype bfloat16: the same shapes in bf16, production's tile (4096/4/64/2 since its 218-222 registers were
 # found to leave 2 programs an SM on Triton 3.6, not the 3 aimed at) beside the former aim and tiles aimed at what
-# their registers leave resident at M = 128-512 on Triton 3.6 (2048/4: 2-3, 4096/2: 4, 2048/2: 4-6, 8192/4: 2, 8192/8: 1)
+# their registers leave resident at M = 128-512 on Triton 3.6 (2048/4: 2-3, 4096/2: 4, 2048/2: 4-6, 8192/4: 2,
+# 8192/8: 1)
 WIDE_CANDIDATES_BF16 = [(4096, 4, 64, 3), (2048, 4, 64, 2), (4096, 2, 64, 4), (2048, 2, 64, 4), (8192, 4, 64, 2),
                         (8192, 8, 64, 1)]
 SMOKE = [("chunks led", Case(6, 256, 40, 0.2)), ("merge led", Case(40, 4, 16, 0.5)),
@@ -168,6 +169,7 @@ def main() -> int:
     shapes = SMOKE if args.cpu_smoke else WIDE_CHECK if args.wide else SHAPES
     if args.wide and args.dtype:
         shapes = [(cls, dataclasses.replace(case, dtype=args.dtype)) for cls, case in shapes]
+    summary = ("merge-tiles-wide" + ("-bf16" if args.dtype == "bfloat16" else "")) if args.wide else "merge-tiles"
     for cls, case in shapes:
         batch = make_batch(case, device)
         try:
@@ -177,8 +179,7 @@ def main() -> int:
             rows.append({"class": cls, "case": case.label, "dtype": case.dtype, "MB": None, "floor_us": None,
                          "times": {}, "errors": {"shape": f"{type(exc).__name__}: {str(exc)[:300]}"}})
         del batch
-        for path in harness.write_summary(args.out, ("merge-tiles-wide" + ("-bf16" if args.dtype == "bfloat16" else "")) if args.wide else "merge-tiles", data,
-                                          render(rows)):
+        for path in harness.write_summary(args.out, summary, data, render(rows)):
             print(path, file=sys.stderr)
         print(rows[-1]["case"], {k: v["median_us"] for k, v in rows[-1]["times"].items()}, rows[-1]["errors"],
               flush=True)

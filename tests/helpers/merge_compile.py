@@ -27,8 +27,8 @@ from jaggedperf.ops.reduce import merge, split
 from jaggedperf.ops.reduce.plan import split_constexprs
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-# (M, dtype): the narrow bucket with its flat window, the mid one, the wide one (several column blocks), bf16 mid and wide,
-# odd M (masked columns: more registers) narrow in fp32 and mid in bf16
+# (M, dtype): the narrow bucket with its flat window, the mid one, the wide one (several column blocks), bf16 mid and
+# wide, odd M (masked columns: more registers) narrow in fp32 and mid in bf16
 CASES = [(8, "fp32"), (64, "fp32"), (1000, "fp32"), (64, "bf16"), (256, "bf16"), (5, "fp32"), (17, "bf16")]
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # what ends a run of loads: the first use of loaded data (an add), a store, a branch, a barrier or a shuffle

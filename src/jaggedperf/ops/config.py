@@ -306,9 +306,9 @@ class MergeConfig:
 # runs; over ten shapes, five of them new to every candidate, 2048/4/4 ran sum and mean within 2% of each other,
 # the mean 1.0-2.2× faster than before and the sum at 0.73-1.04× (benchmarks/results/h200/merge-tiles-wide.md).
 # bf16 rows of more than 64 columns: the 4096-element tile at 4 warps takes 218-222 registers a lane on Triton 3.6
-# since each tile is loaded an iteration ahead (two tiles live beside the accumulator), which leaves 2 programs an SM:
-# aimed at 3, the grid ran 1.5 waves (no max_seqlen, H100: bf16 4096 × 512 776 µs and 4096 × 128 heavy 449 µs
-# against the balanced chunks' 539 and 328, benchmarks/results/h100/before-after-house.md); aimed at the 2 resident.
+# (offline sm_90 compile), which leaves 2 programs an SM: aimed at 3, the grid ran 1.5 waves (no max_seqlen, H100:
+# bf16 4096 × 512 776 µs and 4096 × 128 heavy 449 µs against the balanced chunks' 539 and 328,
+# benchmarks/results/h100/before-after-house.md); aimed at the 2 resident.
 MERGE_EXPAND_WINDOW = 64  # the backward's window at most (its stores measured at 64 on the H200; 128 not measured)
 MERGE_SEARCH = 128  # probes a bound a step: B = 10^4 in 2 dependent steps, 2·10^6 in 3
 MERGE_TILES = {  # (element size, column bucket) -> (elements, warps, window, programs an SM)
@@ -351,7 +351,8 @@ ODD_M_PROGRAMS = 8
 def _merge_bucket(n_cols: int, element_size: int, backward: bool) -> MergeConfig:
     block_m = min(next_pow2(n_cols), 256)
     bucket = "narrow" if block_m <= 16 else "mid" if block_m <= 64 else "wide"
-    elements, warps, window, programs = (MERGE_EXPAND_TILES if backward else MERGE_TILES)[(min(element_size, 4), bucket)]
+    tiles = MERGE_EXPAND_TILES if backward else MERGE_TILES
+    elements, warps, window, programs = tiles[(min(element_size, 4), bucket)]
     if not backward and n_cols % 2 and warps == 1:
         programs = min(programs, ODD_M_PROGRAMS)
     return merge_tiles(n_cols, elements, warps, window, programs)

@@ -110,8 +110,8 @@ def footnote(cells: list[Shown], disagree: set[Shown]) -> str:
         notes.append(f"{UNSTABLE_MARK}: unstable in its run (spread or drift past {stats.MAX_IQR_REL:.0%}), or its "
                      "run recorded no stability")
     if DISAGREES_MARK in used:
-        notes.append(f"{DISAGREES_MARK}: another table here shows the same cell more than {stats.MIN_CHANGE:.0%} away and "
-                     "outside this one's spread (another run)")
+        notes.append(f"{DISAGREES_MARK}: another table here shows the same cell more than {stats.MIN_CHANGE:.0%} away "
+                     "and outside this one's spread (another run)")
     return ("In every table here, " + "; ".join(notes) + ". Not a finding until measured again." if notes else "")
 
 
