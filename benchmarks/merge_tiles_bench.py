@@ -64,11 +64,9 @@ WIDE_CHECK = [("seen", case) for _, case in SHAPES if case.M > 64 and case.dtype
     ("unseen", Case(100_000, 128, 32, 0.9, "empty")),
 ]
 WIDE_CANDIDATES = [(4096, 8, 64, 6), (4096, 8, 64, 2), (4096, 8, 64, 4), (2048, 4, 64, 6), (2048, 4, 64, 4)]
-# --wide --dtype bfloat16: the same shapes in bf16, production's tile (4096/4/64/2 since its 218-222 registers were
-# found to leave 2 programs an SM on Triton 3.6, not the 3 aimed at) beside the former aim and tiles aimed at what
-# their registers leave resident at M = 128-512 on Triton 3.6 (2048/4: 2-3, 4096/2: 4, 2048/2: 4-6, 8192/4: 2,
-# 8192/8: 1)
-WIDE_CANDIDATES_BF16 = [(4096, 4, 64, 3), (2048, 4, 64, 2), (4096, 2, 64, 4), (2048, 2, 64, 4), (8192, 4, 64, 2),
+# --wide --dtype bfloat16: the same shapes in bf16, production's tile (4096/2/64/4: 254-255 registers at 2 warps, 4
+# programs an SM on Triton 3.6) beside the tiles it was chosen over (benchmarks/results/h100/merge-tiles-wide-bf16.md)
+WIDE_CANDIDATES_BF16 = [(4096, 4, 64, 3), (4096, 4, 64, 2), (2048, 4, 64, 2), (2048, 2, 64, 4), (8192, 4, 64, 2),
                         (8192, 8, 64, 1)]
 SMOKE = [("chunks led", Case(6, 256, 40, 0.2)), ("merge led", Case(40, 4, 16, 0.5)),
          ("chunks led", Case(5, 24, 40, 0.2, dtype="bfloat16"))]

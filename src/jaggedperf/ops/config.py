@@ -305,15 +305,17 @@ class MergeConfig:
 # the sum on the same bytes (1024 × 256: 267.9 against 191.5 µs), though both compile to the same registers and load
 # runs; over ten shapes, five of them new to every candidate, 2048/4/4 ran sum and mean within 2% of each other,
 # the mean 1.0-2.2× faster than before and the sum at 0.73-1.04× (benchmarks/results/h200/merge-tiles-wide.md).
-# bf16 rows of more than 64 columns: the 4096-element tile at 4 warps takes 218-222 registers a lane on Triton 3.6
-# (offline sm_90 compile), which leaves 2 programs an SM: aimed at 3, the grid ran 1.5 waves (no max_seqlen, H100:
-# bf16 4096 × 512 776 µs and 4096 × 128 heavy 449 µs against the balanced chunks' 539 and 328,
-# benchmarks/results/h100/before-after-house.md); aimed at the 2 resident.
+# bf16 rows of more than 64 columns: 4096-element tiles at 2 warps, 4 programs an SM (254-255 registers a lane on
+# Triton 3.6: 4 resident; eight 128-bit loads of a tile in flight a lane). The 4096/4 tile aimed at 3 takes 218-222
+# registers, 2 resident: 1.5 waves; aimed at 2, one wave. Over ten bf16 shapes in one run (H100,
+# benchmarks/results/h100/merge-tiles-wide-bf16.md) 4096/2/4 ran 1.16-1.73x faster than 4096/4/2 and 1.31-2.03x than
+# 4096/4/3 (chosen on these ten: the fastest on each), sum and mean within 1%, at 0.63-1.21x the balanced chunks (4096
+# x 512: 570 against 554 us).
 MERGE_EXPAND_WINDOW = 64  # the backward's window at most (its stores measured at 64 on the H200; 128 not measured)
 MERGE_SEARCH = 128  # probes a bound a step: B = 10^4 in 2 dependent steps, 2·10^6 in 3
 MERGE_TILES = {  # (element size, column bucket) -> (elements, warps, window, programs an SM)
     (4, "narrow"): (1024, 1, 128, 12), (4, "mid"): (1024, 1, 64, 8), (4, "wide"): (2048, 4, 64, 4),
-    (2, "narrow"): (1024, 1, 64, 12), (2, "mid"): (1024, 1, 64, 12), (2, "wide"): (4096, 4, 64, 2)}
+    (2, "narrow"): (1024, 1, 64, 12), (2, "mid"): (1024, 1, 64, 12), (2, "wide"): (4096, 2, 64, 4)}
 # The backward's stores keep the tiles they were measured at (the forward's wide tiles are not measured for them; its
 # kernel takes 72-96 registers a lane at 4096 elements and 4 warps, 5-7 programs an SM resident: one wave either way).
 MERGE_EXPAND_TILES = {**MERGE_TILES, (4, "wide"): (4096, 4, 64, 3), (2, "wide"): (4096, 4, 64, 3)}
