@@ -43,7 +43,7 @@ from jaggedperf.lab.results import variants
 from jaggedperf.lab.results.views import result_rank
 
 K = 2.0  # without samples: how many (summed) standard deviations a change must exceed
-MIN_REL = 0.05  # the minimum effect: a change smaller than this fraction of A's median never counts
+MIN_REL = stats.MIN_CHANGE  # the minimum effect: a change smaller than this fraction of A's median never counts
 HOST_SPEED_REL = 0.10  # host speed probes further apart than this: the wall change is not counted
 CONFIDENCE = stats.CONFIDENCE  # of the bootstrap interval
 SIGMAS_IN_P20_P80 = 2 * 0.8416212335729143  # p80 − p20 of a normal distribution, in σ
