@@ -63,11 +63,22 @@ WIDE_CHECK = [("seen", case) for _, case in SHAPES if case.M > 64 and case.dtype
     ("unseen", Case(1024, 192, 300, 0.3)),
     ("unseen", Case(100_000, 128, 32, 0.9, "empty")),
 ]
-WIDE_CANDIDATES = [(4096, 8, 64, 6), (4096, 8, 64, 2), (4096, 8, 64, 4), (2048, 4, 64, 6), (2048, 4, 64, 4)]
+WIDE_CANDIDATES = [(4096, 8, 64, 6), (4096, 8, 64, 2), (4096, 8, 64, 4), (2048, 4, 64, 6), (2048, 4, 64, 4),
+                   # two warps, 8 or 16 loads of a tile in flight a lane: what made the bf16 wide rows 1.3-2x faster
+                   (2048, 2, 64, 4), (2048, 2, 64, 6), (4096, 2, 64, 2), (4096, 2, 64, 4)]
 # --wide --dtype bfloat16: the same shapes in bf16, production's tile (4096/2/64/4: 254-255 registers at 2 warps, 4
 # programs an SM on Triton 3.6) beside the tiles it was chosen over (benchmarks/results/h100/merge-tiles-wide-bf16.md)
 WIDE_CANDIDATES_BF16 = [(4096, 4, 64, 3), (4096, 4, 64, 2), (2048, 4, 64, 2), (2048, 2, 64, 4), (8192, 4, 64, 2),
                         (8192, 8, 64, 1)]
+# --odd: odd M (masked columns, scalar accesses) in the one-warp tiles, whose grid aims at ``config.ODD_M_PROGRAMS``
+# (206-255 registers a lane on Triton 3.6: 8-9 resident); each shape's tile at other aims beside it (12 is the aim
+# before that rule)
+ODD_CHECK = [("odd", Case(10_000, 5, 16, 0.5)), ("odd", Case(65536, 7, 64, 0.2)), ("odd", Case(2048, 15, 256, 0.2)),
+             ("odd", Case(1_000_000, 3, 1, 0.0, "fixed")), ("odd", Case(100_000, 9, 64, 0.9, "empty")),
+             ("odd", Case(512, 1, 100, 0.1)), ("odd", Case(4096, 17, 400, 0.0, "heavy", dtype="bfloat16")),
+             ("odd", Case(32768, 33, 32, 0.2, dtype="bfloat16")), ("odd", Case(2048, 45, 256, 0.2, dtype="bfloat16")),
+             ("odd", Case(65536, 7, 64, 0.2, dtype="bfloat16"))]
+ODD_AIMS = (6, 10, 12, 16)
 SMOKE = [("chunks led", Case(6, 256, 40, 0.2)), ("merge led", Case(40, 4, 16, 0.5)),
          ("chunks led", Case(5, 24, 40, 0.2, dtype="bfloat16"))]
 # (tile elements, warps, window, programs an SM) beside production's, by the bucket of the row width
@@ -83,29 +94,39 @@ def bucket(n_cols: int) -> str:
     return "narrow" if block_m <= 16 else "mid" if block_m <= 64 else "wide"
 
 
-def contenders(values, offsets, wide: bool = False) -> list[tuple[str, bool, object]]:
+def odd_variants(n_cols: int, dtype: torch.dtype) -> list[tuple[int, int, int, int]]:
+    """The production tile of odd ``n_cols`` columns at ``ODD_AIMS`` programs an SM (production's aim left out)."""
+    cfg = merge_config(n_cols, dtype)
+    tile = (cfg.block_l * cfg.block_m, cfg.num_warps, cfg.window)
+    return [(*tile, aim) for aim in ODD_AIMS if aim != cfg.programs_per_sm]
+
+
+def contenders(values, offsets, wide: bool = False, odd: bool = False) -> list[tuple[str, bool, object]]:
     """(name, mean?, callable) of a shape's contenders; ``wide``: ``WIDE_CANDIDATES``' sum and mean (bf16 values:
-    ``WIDE_CANDIDATES_BF16``')."""
+    ``WIDE_CANDIDATES_BF16``'); ``odd``: ``odd_variants``' sum and mean."""
     out = [("merge sum", False, testing.forced_call(plan.plan_merge, values, offsets, False, False)),
            ("merge mean", True, testing.forced_call(plan.plan_merge, values, offsets, True, False)),
            ("chunks sum", False, testing.forced_call(plan.plan_sized_chunks, values, offsets, False, False)),
            ("chunks mean", True, testing.forced_call(plan.plan_sized_chunks, values, offsets, True, False))]
     candidates = WIDE_CANDIDATES_BF16 if values.element_size() == 2 else WIDE_CANDIDATES
-    for tiles in (candidates if wide else VARIANTS[bucket(values.shape[1])]):
+    variants = (odd_variants(values.shape[1], values.dtype) if odd else candidates if wide
+                else VARIANTS[bucket(values.shape[1])])
+    for tiles in variants:
         cfg = merge_tiles(values.shape[1], *tiles)
-        for mean in (False, True) if wide else (True,):
+        for mean in (False, True) if wide or odd else (True,):
             out.append((f"merge {'mean' if mean else 'sum'} {'/'.join(map(str, tiles))}", mean,
                         testing.forced_call(plan.plan_merge, values, offsets, mean, False, cfg)))
     return out
 
 
-def measure(label: str, values, offsets, copy_gbps: float | None, smoke: bool, wide: bool = False) -> dict:
+def measure(label: str, values, offsets, copy_gbps: float | None, smoke: bool, wide: bool = False,
+            odd: bool = False) -> dict:
     must = reduce_row.must_move_bytes(values, offsets)
     row: dict = {"case": label, "dtype": str(values.dtype).removeprefix("torch."), "MB": round(must / 1e6, 1),
                  "floor_us": round(must / copy_gbps / 1e3, 2) if copy_gbps else None, "times": {}, "errors": {}}
     refs = {mean: reduce_row.reference(values, offsets, mean=mean) for mean in (False, True)}
     tol = reduce_row.tolerance(values.dtype)
-    for name, mean, fn in contenders(values, offsets, wide):
+    for name, mean, fn in contenders(values, offsets, wide, odd):
         err = reduce_row.rel_error(fn(), refs[mean])
         if not err <= tol:
             row["errors"][name] = err
@@ -159,20 +180,22 @@ def main() -> int:
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes under TRITON_INTERPRET=1")
     parser.add_argument("--wide", action="store_true", help="WIDE_CHECK's shapes, WIDE_CANDIDATES' sum and mean")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), help="--wide's shapes in this dtype")
+    parser.add_argument("--odd", action="store_true", help="ODD_CHECK's shapes, production's tile at ODD_AIMS")
     args = parser.parse_args()
     device = torch.device("cpu" if args.cpu_smoke else "cuda")
     copy_gbps = None if args.cpu_smoke else timing.copy_bandwidth_gbps(device)
     rows: list[dict] = []
     data = {"meta": harness.meta(), "copy_gbps": copy_gbps, "rows": rows}
-    shapes = SMOKE if args.cpu_smoke else WIDE_CHECK if args.wide else SHAPES
+    shapes = (SMOKE if args.cpu_smoke else WIDE_CHECK if args.wide else ODD_CHECK if args.odd else SHAPES)
     if args.wide and args.dtype:
         shapes = [(cls, dataclasses.replace(case, dtype=args.dtype)) for cls, case in shapes]
-    summary = ("merge-tiles-wide" + ("-bf16" if args.dtype == "bfloat16" else "")) if args.wide else "merge-tiles"
+    summary = (("merge-tiles-wide" + ("-bf16" if args.dtype == "bfloat16" else "")) if args.wide
+               else "merge-tiles-odd" if args.odd else "merge-tiles")
     for cls, case in shapes:
         batch = make_batch(case, device)
         try:
             rows.append({"class": cls, **measure(case.label, batch.values, batch.offsets, copy_gbps, args.cpu_smoke,
-                                                      args.wide)})
+                                                      args.wide, args.odd)})
         except Exception as exc:  # noqa: BLE001 - a shape that fails is recorded, the run goes on
             rows.append({"class": cls, "case": case.label, "dtype": case.dtype, "MB": None, "floor_us": None,
                          "times": {}, "errors": {"shape": f"{type(exc).__name__}: {str(exc)[:300]}"}})
