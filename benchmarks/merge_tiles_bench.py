@@ -33,7 +33,7 @@ from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab import harness, reduce_row
 from jaggedperf.lab.measure import timing
 from jaggedperf.ops import testing
-from jaggedperf.ops.config import merge_config, merge_tiles
+from jaggedperf.ops.config import merge_config, merge_expand_config, merge_tiles
 from jaggedperf.ops.reduce import plan
 
 SHAPES = [  # (where the chunks led in the ops benchmark, or where the merge path leads, the case)
@@ -136,10 +136,34 @@ def measure(label: str, values, offsets, copy_gbps: float | None, smoke: bool, w
             continue
         t = harness.device_time(fn, values.device, rep_ms=30)
         row["times"][name] = {k: round(t[k], 2) for k in ("median_us", "p20_us", "p80_us")}
+    if odd:
+        row["backward"] = odd_backward(values, offsets, smoke)
     if not smoke:
         prof = timing.profile_kernels(testing.forced_call(plan.plan_merge, values, offsets, True, False), values.device)
         row["merge_mean_kernels"] = {k.name[:60]: round(k.us_per_call, 2) for k in prof.kernels}
     return row
+
+
+def odd_backward(values, offsets, smoke: bool) -> dict:
+    """The mean's backward on the merge grid at odd M: production's aim (``ODD_M_PROGRAMS``) and the 12 programs an SM
+    it had before, each checked against float64 (``expand_reference``), then device time; a wrong one "wrong"."""
+    n_rows, n_cols = values.shape
+    grad = torch.randn(offsets.numel() - 1, n_cols, device=values.device, dtype=values.dtype)
+    ref = reduce_row.expand_reference(grad, offsets, n_rows, mean=True)
+    cfg = merge_expand_config(n_cols, values.dtype)
+    out = {}
+    for aim in (cfg.programs_per_sm, 12):
+        tiles = merge_tiles(n_cols, cfg.block_l * cfg.block_m, cfg.num_warps, cfg.window, aim)
+        fn = testing.forced_call(plan.expand_merge, grad, offsets, n_rows, True, tiles)
+        name = f"expand aim {aim}" + (" (production)" if aim == cfg.programs_per_sm else "")
+        if not reduce_row.rel_error(fn(), ref) <= reduce_row.tolerance(values.dtype):
+            out[name] = "wrong"
+        elif smoke:
+            out[name] = {"median_us": 0.0, "p20_us": 0.0, "p80_us": 0.0}
+        else:
+            t = harness.device_time(fn, values.device, rep_ms=30)
+            out[name] = {k: round(t[k], 2) for k in ("median_us", "p20_us", "p80_us")}
+    return out
 
 
 def _us(t: dict | None) -> str:
@@ -171,6 +195,13 @@ def render(rows: list[dict]) -> str:
             "; ".join(f"{n} {_us(t)}" for n, t in variants.items()) + "".join(
                 f"; {n.removeprefix('merge ')} wrong" for n in r["errors"] if n.startswith("merge ")),
             kernels or "—"]) + " |")
+    backward = [r for r in rows if r.get("backward")]
+    if backward:
+        lines += ["", "The mean's backward on the merge grid (device µs, the same method):", "",
+                  "| case | dtype | " + " | ".join(backward[0]["backward"]) + " |",
+                  "|---|---|" + "---:|" * len(backward[0]["backward"])]
+        lines += [f"| {r['case']} | {r['dtype']} | " + " | ".join(
+            t if isinstance(t, str) else _us(t) for t in r["backward"].values()) + " |" for r in backward]
     return "\n".join(lines)
 
 

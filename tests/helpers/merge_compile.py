@@ -22,7 +22,7 @@ import triton
 from helpers.aot_compile import compile_one
 from helpers.rowwise_registers import programs_per_sm
 
-from jaggedperf.ops.config import merge_config, split_config
+from jaggedperf.ops.config import merge_config, merge_expand_config, split_config
 from jaggedperf.ops.reduce import merge, split
 from jaggedperf.ops.reduce.plan import split_constexprs
 
@@ -85,14 +85,18 @@ def main() -> int:
             found[f"reduce/{dt}/{n_cols}/{'mean' if mean else 'sum'}"] = {
                 **describe(compiled, cfg.num_warps, stores=False), "aim": cfg.programs_per_sm,
                 "loads_a_tile": cfg.block_l * cfg.block_m // (32 * cfg.num_warps) // (16 // (4 if dt == "fp32" else 2))}
-        expand_tiles = {**tiles, "WINDOW": cfg.expand_window}
+        # the backward's own tiles (config.MERGE_EXPAND_TILES), as production launches it
+        ecfg = merge_expand_config(n_cols, TORCH_DTYPES[dt])
+        expand_tiles = {"BLOCK_L": ecfg.block_l, "BLOCK_M": ecfg.block_m, "WINDOW": ecfg.expand_window,
+                        "GROUP": ecfg.group, "SEG_ROWS": ecfg.seg_rows, "SEG_TILES": ecfg.seg_tiles,
+                        "SEARCH": ecfg.search}
         esig = {"grad_ptr": ptr, "offsets_ptr": "*i64", "out_ptr": ptr, "n_rows": "i32", "n_segments": "i32",
                 "units_per_program": "i32", "N_COLS": "constexpr", "MEAN": "constexpr",
                 **{name: "constexpr" for name in expand_tiles}}
         compiled = compile_one(merge._merge_expand_kernel, esig, {"N_COLS": n_cols, "MEAN": True, **expand_tiles},
-                               (0, 1, 2), cfg.num_warps)
-        found[f"expand/{dt}/{n_cols}/mean"] = {**describe(compiled, cfg.num_warps, stores=True),
-                                               "aim": cfg.programs_per_sm}
+                               (0, 1, 2), ecfg.num_warps)
+        found[f"expand/{dt}/{n_cols}/mean"] = {**describe(compiled, ecfg.num_warps, stores=True),
+                                               "aim": ecfg.programs_per_sm}
     sig = {"offsets_ptr": "*i64", "out_ptr": "*fp32", "ws_ptr": "*fp32", "units_per_program": "i32",
            "n_programs": "i32", "N_COLS": "constexpr", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr",
            "BLOCK_P": "constexpr", "BLOCK_M": "constexpr"}

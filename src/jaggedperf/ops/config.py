@@ -300,11 +300,13 @@ class MergeConfig:
 # aims at one wave or less; on the H200 (benchmarks/results/h200/merge-path.md) fp32 rows of 32-64 columns ran 8-26% faster at
 # 8 programs an SM than at 16 (16 is 1.33 waves at 166 registers) and rows of <= 16 columns 26-35% slower at 6 than
 # at 12; a 128-segment window took the 95%-empty 10^6 × 16 batch from 105 to 95 µs and a 64-segment one the
-# 1024 × 256 rows from 224 to 167 µs. fp32 rows of more than 64 columns: 2048-element tiles at 4 warps, 4 programs an
-# SM (128 registers a lane on Triton 3.6: 4 resident). The 4096-element tile at 3 an SM ran the *mean* at 1.0-2.3×
-# the sum on the same bytes (1024 × 256: 267.9 against 191.5 µs), though both compile to the same registers and load
-# runs; over ten shapes, five of them new to every candidate, 2048/4/4 ran sum and mean within 2% of each other,
-# the mean 1.0-2.2× faster than before and the sum at 0.73-1.04× (benchmarks/results/h200/merge-tiles-wide.md).
+# 1024 × 256 rows from 224 to 167 µs. fp32 rows of more than 64 columns: 4096-element tiles at 2 warps, 4 programs an
+# SM (246 registers a lane on Triton 3.6: 4 resident; sixteen 128-bit loads of a tile in flight a lane). The
+# 4096-element tile at 8 warps and 3 an SM ran the *mean* at 1.0-2.3x the sum on the same bytes, though both compile to
+# the same registers and load runs (benchmarks/results/h200/merge-tiles-wide.md); 2048/4/4 fixed that (sum and mean
+# within 2%), and 4096/2/4, the tile that made the bf16 rows 1.3-2x faster, ran 1.3-6.2% faster than 2048/4/4 on all
+# ten fp32 shapes of one H100 run, sum and mean within 1%, at 0.85-1.01x the balanced chunks
+# (benchmarks/results/h100/merge-tiles-wide.md).
 # bf16 rows of more than 64 columns: 4096-element tiles at 2 warps, 4 programs an SM (254-255 registers a lane on
 # Triton 3.6: 4 resident; eight 128-bit loads of a tile in flight a lane). The 4096/4 tile aimed at 3 takes 218-222
 # registers, 2 resident: 1.5 waves; aimed at 2, one wave. Over ten bf16 shapes in one run (H100,
@@ -314,7 +316,7 @@ class MergeConfig:
 MERGE_EXPAND_WINDOW = 64  # the backward's window at most (its stores measured at 64 on the H200; 128 not measured)
 MERGE_SEARCH = 128  # probes a bound a step: B = 10^4 in 2 dependent steps, 2·10^6 in 3
 MERGE_TILES = {  # (element size, column bucket) -> (elements, warps, window, programs an SM)
-    (4, "narrow"): (1024, 1, 128, 12), (4, "mid"): (1024, 1, 64, 8), (4, "wide"): (2048, 4, 64, 4),
+    (4, "narrow"): (1024, 1, 128, 12), (4, "mid"): (1024, 1, 64, 8), (4, "wide"): (4096, 2, 64, 4),
     (2, "narrow"): (1024, 1, 64, 12), (2, "mid"): (1024, 1, 64, 12), (2, "wide"): (4096, 2, 64, 4)}
 # The backward's stores keep the tiles they were measured at (the forward's wide tiles are not measured for them; its
 # kernel takes 72-96 registers a lane at 4096 elements and 4 warps, 5-7 programs an SM resident: one wave either way).
@@ -345,7 +347,10 @@ def merge_expand_config(n_cols: int, dtype: torch.dtype) -> MergeConfig:
 
 # Odd M (masked columns, scalar accesses) takes 206-255 registers a lane in the forward's one-warp tiles on Triton 3.6
 # (M = 1, 3, 5, 7, 9, 15 in fp32 and bf16, 17 and 33 in bf16; even M 128-168), which leaves 8-9 programs an SM: the
-# grid aims at no more (12 would be 1.33-1.5 waves). Offline sm_90 compiles, checked in CPU CI (merge_compile).
+# grid aims at no more (12 would be 1.33-1.5 waves). Measured on ten odd-M shapes in one H100 run (fp32 and bf16,
+# benchmarks/results/h100/merge-tiles-odd.md): aim 8 the fastest of 6, 8, 10, 12, 16 on all ten, 1.19-1.33x faster
+# than 12. The backward's one-warp tiles at odd M take 166 registers on Triton 3.6 (12 resident) but 228 on Triton
+# 3.7 (8): it aims at 8 as well. Offline sm_90 compiles, checked in CPU CI (merge_compile).
 ODD_M_PROGRAMS = 8
 
 
@@ -355,7 +360,7 @@ def _merge_bucket(n_cols: int, element_size: int, backward: bool) -> MergeConfig
     bucket = "narrow" if block_m <= 16 else "mid" if block_m <= 64 else "wide"
     tiles = MERGE_EXPAND_TILES if backward else MERGE_TILES
     elements, warps, window, programs = tiles[(min(element_size, 4), bucket)]
-    if not backward and n_cols % 2 and warps == 1:
+    if n_cols % 2 and warps == 1:
         programs = min(programs, ODD_M_PROGRAMS)
     return merge_tiles(n_cols, elements, warps, window, programs)
 
