@@ -13,7 +13,7 @@ CASE = Case(8, 8, 10, 0.5)
 def test_engine_steps_cross_an_njt_node_into_the_leaf_and_a_plain_one_and_reset_them():
     built = njt_workloads.get("ragged_softmax").build(make_batch(CASE, "cpu"), torch.float32)
     steps = njt_workloads.engine_steps(built)
-    assert set(steps) == {"engine", "engine fwd", "engine plain", "engine plain fwd"}
+    assert set(steps) == {"engine", "engine fwd", "engine plain", "engine plain fwd", "gradient copy"}
     seen = []
     hook = built.x.register_hook(lambda g: seen.append(g))
     steps["engine"]()
@@ -37,19 +37,20 @@ def test_a_training_step_whose_njt_trains_carries_its_limit_and_a_forward_none()
     forward = njt_workloads.time_cell(njt_workloads.get("ragged_softmax"), CASE, "forward", ways, built,
                                       torch.device("cpu"), n_rounds=1)
     assert step.ratio_floor_tc is not None and step.ratio_limit_tc is not None and step.ratio_limit_tc > 0
-    assert {"engine", "engine fwd", "engine plain", "engine plain fwd", "floor"} <= set(step.walls_us)
+    assert {"engine", "engine fwd", "engine plain", "engine plain fwd", "gradient copy", "floor"} <= set(step.walls_us)
     assert forward.ratio_limit_tc is None and "engine" not in forward.walls_us
 
 
 def _step_cell(jp: list[float], tc: list[float], floor: list[float] | None, engine: tuple | None = None):
-    # a step cell of these rounds' walls (µs); ``engine``: (engine, engine fwd, engine plain, engine plain fwd) a round
+    # a step cell of these rounds' walls (µs); ``engine``: (engine, engine fwd, engine plain, engine plain fwd[,
+    # gradient copy]) a round
     import statistics
 
     walls = {"torch.compile": tc, "jaggedperf.compile": jp}
     if floor is not None:
         walls["floor"] = floor
     if engine is not None:
-        for name, value in zip(("engine", "engine fwd", "engine plain", "engine plain fwd"), engine):
+        for name, value in zip(("engine", "engine fwd", "engine plain", "engine plain fwd", "gradient copy"), engine):
             walls[name] = [value] * len(jp)
     ratio = statistics.median(j / t for j, t in zip(jp, tc))
     floor_tc = None if floor is None else statistics.median(f / t for f, t in zip(floor, tc))
@@ -82,6 +83,9 @@ def test_a_steps_limit_adds_the_engines_njt_crossing_to_the_floor():
     cell = _step_cell([85.0] * 5, tc, [50.0] * 5, engine=(40.0, 10.0, 12.0, 2.0))
     assert njt_workloads.limit_walls(cell.walls_us) == [70.0] * 5
     assert cell.ratio_limit_tc == 0.7
+    # and the copy of the NJT leaf's gradient (the floor's plain leaf takes its gradient as it is): 70 + 5
+    copied = _step_cell([85.0] * 5, tc, [50.0] * 5, engine=(40.0, 10.0, 12.0, 2.0, 5.0))
+    assert njt_workloads.limit_walls(copied.walls_us) == [75.0] * 5
     verdict = njt_workloads.step_verdict(cell)
     assert verdict.limit_tc == 0.7 and verdict.outcome == "fails"  # the limit is below the bar: within reach
     assert njt_workloads.step_verdict(_step_cell([85.0] * 5, tc, [50.0] * 5, engine=(60.0, 10.0, 12.0, 2.0))
@@ -98,3 +102,37 @@ def test_the_limit_follows_the_definition_its_walls_measured():
     crossing = dict(leaf, **{"engine fwd": [5.0, 6.0], "engine plain fwd": [2.0, 2.0]})
     assert njt_workloads.limit_kind(crossing) == "crossing"
     assert njt_workloads.limit_walls(crossing) == [100.0 + 25.0 - 8.0, 110.0 + 25.0 - 8.0]
+    accumulated = dict(crossing, **{"gradient copy": [3.0, 4.0]})
+    assert njt_workloads.limit_kind(accumulated) == "accumulated"
+    assert njt_workloads.limit_walls(accumulated) == [100.0 + 25.0 - 8.0 + 3.0, 110.0 + 25.0 - 8.0 + 4.0]
+
+
+def test_the_floor_of_a_step_whose_njt_trains_crosses_no_njt_and_compiles_nothing_more(monkeypatch):
+    from jaggedperf.boundary import differentiable
+
+    check, ways, built = njt_workloads.check(njt_workloads.get("ragged_softmax"), CASE, torch.device("cpu"),
+                                             torch.float32, "default")
+    assert not check.errors
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+    def crossed(*args):  # an NJT crossing autograd would be the boundary's cost, not the floor's
+        raise AssertionError("the floor crossed an NJT through Unwrap")
+
+    monkeypatch.setattr(differentiable.Unwrap, "apply", crossed)
+    monkeypatch.setattr(differentiable.Unwrap, "backward", staticmethod(crossed))
+    floor = njt_workloads.region_step(ways["jaggedperf.compile"], built, "step")
+    seen = []
+    monkeypatch.setattr(torch.Tensor, "backward", _recording(torch.Tensor.backward, seen))
+    floor()
+    # one backward, on the region's own plain output; the NJT itself gets no gradient (its values crossed as a leaf)
+    assert len(seen) == 1 and not seen[0].is_nested
+    assert built.x.grad is None
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # the region's graph served it
+
+
+def _recording(backward, seen: list):
+    def record(self, *args, **kwargs):
+        seen.append(self)
+        return backward(self, *args, **kwargs)
+
+    return record

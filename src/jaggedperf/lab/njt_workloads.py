@@ -163,8 +163,8 @@ class Cell:
     ratio_tc_eager: float | None  # median within-round torch.compile / eager; None: eager mode was not timed
     ratio_floor_tc: float | None  # the boundary's floor (its region on pre-split parts) / torch.compile; None: none
     # That floor plus the autograd engine's own cost of an NJT crossing autograd where the input NJT trains (an NJT
-    # node's, less a plain node's: ``engine_steps``): the least any step on that NJT can take, torch.compile's
-    # included; None: no NJT input trains (or no floor)
+    # node's, less a plain node's, and the copy accumulating an NJT gradient always makes: ``engine_steps``): the
+    # least any step on that NJT can take, torch.compile's included; None: no NJT input trains (or no floor)
     ratio_limit_tc: float | None
     rounds: int
     quiet_rounds: int
@@ -301,15 +301,23 @@ def engine_steps(built: Built) -> dict[str, Callable[[], object]]:
     whoever computes the rest: an NJT output's autograd metadata (its sizes and layout read through the NJT's
     dispatch), the NJT gradient handed to the root, the NJT gradient checked against the input's metadata on its
     edge and accumulated into the leaf (always a copy: autograd never takes an NJT gradient as it is).
-    torch.compile's step on the NJT pays each of them around its compiled function."""
+    torch.compile's step on the NJT pays each of them around its compiled function.
+
+    "gradient copy" (a clone of the NJT's values under no_grad): the copy the NJT leaf's gradient always costs where
+    a plain leaf takes the gradient the region's backward made as it is (the floor's leaf does; both engine nodes
+    above copy alike, their gradient being held by the caller)."""
     x = built.x
     plain = x._values.detach().requires_grad_()
     grad = torch.nested.nested_tensor_from_jagged(torch.randn_like(x._values), x._offsets,
                                                   min_seqlen=x._maybe_min_seqlen, max_seqlen=x._maybe_max_seqlen)
     engine, engine_fwd = _clone_node(x, grad)
     engine_plain, engine_plain_fwd = _clone_node(plain, grad._values)
+    def gradient_copy():
+        with torch.no_grad():
+            return x._values.clone()
+
     return {"engine": engine, "engine fwd": engine_fwd, "engine plain": engine_plain,
-            "engine plain fwd": engine_plain_fwd}
+            "engine plain fwd": engine_plain_fwd, "gradient copy": gradient_copy}
 
 
 def _clone_node(leaf: torch.Tensor, grad: torch.Tensor) -> tuple[Callable[[], object], Callable[[], object]]:
@@ -345,11 +353,15 @@ class StepVerdict:
 
 
 def limit_kind(walls_us: dict[str, list[float]]) -> str | None:
-    """Which definition of a step's limit a cell's walls measured: "crossing" (the floor plus the engine's cost of an
-    NJT crossing autograd, ``engine_steps``), "leaf" (an earlier run's: the floor plus the NJT leaf's backward alone,
-    without the no-grad calls), "floor" (no engine measured), None (no floor: the calls went to torch.compile)."""
+    """Which definition of a step's limit a cell's walls measured: "accumulated" (the floor plus the engine's cost of
+    an NJT crossing autograd and the copy of the NJT leaf's gradient, ``engine_steps``), "crossing" (an earlier run's:
+    without that copy, on a floor whose values crossed through ``Unwrap``), "leaf" (earlier still: the floor plus the
+    NJT leaf's backward alone, without the no-grad calls), "floor" (no engine measured), None (no floor: the calls
+    went to torch.compile)."""
     if "floor" not in walls_us:
         return None
+    if "gradient copy" in walls_us:
+        return "accumulated"
     if "engine fwd" in walls_us:
         return "crossing"
     return "leaf" if "engine" in walls_us else "floor"
@@ -358,8 +370,13 @@ def limit_kind(walls_us: dict[str, list[float]]) -> str | None:
 def limit_walls(walls_us: dict[str, list[float]]) -> list[float] | None:
     """Each round's limit of a step in µs from its cell's walls, by the definition they measured (``limit_kind``):
     the floor, plus the autograd engine's own cost of an NJT crossing autograd (the NJT node's less a plain node's;
-    "leaf": that leaf's backward less a plain one's); None: no floor was measured."""
+    "leaf": that leaf's backward less a plain one's) and, "accumulated", the gradient's copy; None: no floor was
+    measured."""
     w, kind = walls_us, limit_kind(walls_us)
+    if kind == "accumulated":
+        return [f + (e - ef) - (p - pf) + c for f, e, ef, p, pf, c in
+                zip(w["floor"], w["engine"], w["engine fwd"], w["engine plain"], w["engine plain fwd"],
+                    w["gradient copy"])]
     if kind == "crossing":
         return [f + (e - ef) - (p - pf) for f, e, ef, p, pf in
                 zip(w["floor"], w["engine"], w["engine fwd"], w["engine plain"], w["engine plain fwd"])]
@@ -402,14 +419,19 @@ def region_step(compiled: Callable, built: Built, kind: str) -> Callable[[], obj
     from jaggedperf.boundary.parts import Dense, Parts
 
     boundary = getattr(compiled, "boundary", compiled)
-    x = built.x
-    if x.requires_grad:
-        x = torch.nested.nested_tensor_from_jagged(x._values.detach().requires_grad_(), x._offsets,
-                                                   min_seqlen=x._maybe_min_seqlen, max_seqlen=x._maybe_max_seqlen)
-    crossing = flatten((x,), {}, mark=True)
+    with torch.no_grad():  # the parts as they are: no autograd node (``differentiable.Unwrap``) between them and x
+        crossing = flatten((built.x,), {}, mark=True)
     region = boundary.regions[crossing.key]
     grad = built.grad._values if built.grad is not None and built.grad.is_nested else built.grad
-    leaves = (crossing.flat[0],) if built.x.requires_grad else built.leaves
+    leaves = built.leaves
+    if built.x.requires_grad:
+        # the values as a plain leaf of their own, with the dynamic marks the region was compiled on (Dynamo guards on
+        # them and on requires_grad: the same graph serves it); its gradient accumulates as a plain tensor's
+        values = crossing.flat[0]
+        leaf = values.detach().requires_grad_()
+        leaf.__dict__.update({k: v for k, v in values.__dict__.items() if k.startswith("_dynamo")})
+        crossing.flat[0] = leaf
+        leaves = (leaf,)
 
     def forward():
         with torch.no_grad():
