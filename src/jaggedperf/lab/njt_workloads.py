@@ -312,6 +312,7 @@ def engine_steps(built: Built) -> dict[str, Callable[[], object]]:
                                                   min_seqlen=x._maybe_min_seqlen, max_seqlen=x._maybe_max_seqlen)
     engine, engine_fwd = _clone_node(x, grad)
     engine_plain, engine_plain_fwd = _clone_node(plain, grad._values)
+
     def gradient_copy():
         with torch.no_grad():
             return x._values.clone()

@@ -350,7 +350,8 @@ def merge_expand_config(n_cols: int, dtype: torch.dtype) -> MergeConfig:
 # grid aims at no more (12 would be 1.33-1.5 waves). Measured on ten odd-M shapes in one H100 run (fp32 and bf16,
 # benchmarks/results/h100/merge-tiles-odd.md): aim 8 the fastest of 6, 8, 10, 12, 16 on all ten, 1.19-1.33x faster
 # than 12. The backward's one-warp tiles at odd M take 166 registers on Triton 3.6 (12 resident) but 228 on Triton
-# 3.7 (8): it aims at 8 as well. Offline sm_90 compiles, checked in CPU CI (merge_compile).
+# 3.7 (8): it aims at 8 as well (on the H100 with Triton 3.6, against 12: faster on 7 of the ten shapes, 1.12x slower
+# on the all-ones one). Offline sm_90 compiles, checked in CPU CI (merge_compile).
 ODD_M_PROGRAMS = 8
 
 
