@@ -102,7 +102,7 @@ def _ratio(r: float | None) -> str:
 
 
 def _limit(cell: dict) -> str:
-    """The cell's limit (``LIMIT_NOTE``), marked where its run measured the earlier, leaf-only definition."""
+    """The cell's limit (``LIMIT_NOTE``), marked where its run measured an earlier definition (leaf, crossing)."""
     text = _ratio(cell.get("ratio_limit_tc"))
     kind = njt_workloads.limit_kind(cell["walls_us"])
     if cell.get("ratio_limit_tc") is not None and kind in ("leaf", "crossing"):

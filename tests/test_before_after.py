@@ -59,3 +59,15 @@ def test_the_tiles_table_names_the_best_variant_and_a_wrong_one():
     assert "| wrong |" in line and "mean 1024/1/64/12: 8.0 |" in line
     assert "mean 2048/2/64/8 12.0*" in line and "mean 1024/1/64/16 wrong" in line
     assert "merge_reduce 7.0; merge_combine 3.0" in line
+
+
+def test_the_tiles_table_adds_the_odd_backward_aims_with_a_wrong_one_named():
+    timing = {"median_us": 10.0, "p20_us": 9.9, "p80_us": 10.1}
+    row = {"class": "odd", "case": "B10000-M5-L16-s0.5", "dtype": "float32", "MB": 0.4, "floor_us": 0.2,
+           "times": {"merge mean": timing}, "errors": {},
+           "backward": {"expand aim 8 (production)": timing, "expand aim 12": "wrong"}}
+    table = merge_tiles.render([row]).splitlines()
+    assert "| case | dtype | expand aim 8 (production) | expand aim 12 |" in table
+    assert "| B10000-M5-L16-s0.5 | float32 | 10.0 | wrong |" in table
+    # a run without the backward (every mode but --odd) has no such table
+    assert not any("expand aim" in x for x in merge_tiles.render([dict(row, backward={})]).splitlines())
