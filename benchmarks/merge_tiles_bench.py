@@ -94,11 +94,15 @@ def bucket(n_cols: int) -> str:
     return "narrow" if block_m <= 16 else "mid" if block_m <= 64 else "wide"
 
 
+def _tile(cfg) -> tuple[int, int, int]:
+    """A config's (tile elements, warps, window): a ``merge_tiles`` entry less its programs an SM."""
+    return cfg.block_l * cfg.block_m, cfg.num_warps, cfg.window
+
+
 def odd_variants(n_cols: int, dtype: torch.dtype) -> list[tuple[int, int, int, int]]:
     """The production tile of odd ``n_cols`` columns at ``ODD_AIMS`` programs an SM (production's aim left out)."""
     cfg = merge_config(n_cols, dtype)
-    tile = (cfg.block_l * cfg.block_m, cfg.num_warps, cfg.window)
-    return [(*tile, aim) for aim in ODD_AIMS if aim != cfg.programs_per_sm]
+    return [(*_tile(cfg), aim) for aim in ODD_AIMS if aim != cfg.programs_per_sm]
 
 
 def contenders(values, offsets, wide: bool = False, odd: bool = False) -> list[tuple[str, bool, object]]:
@@ -153,7 +157,7 @@ def odd_backward(values, offsets, smoke: bool) -> dict:
     cfg = merge_expand_config(n_cols, values.dtype)
     out = {}
     for aim in (cfg.programs_per_sm, 12):
-        tiles = merge_tiles(n_cols, cfg.block_l * cfg.block_m, cfg.num_warps, cfg.window, aim)
+        tiles = merge_tiles(n_cols, *_tile(cfg), aim)
         fn = testing.forced_call(plan.expand_merge, grad, offsets, n_rows, True, tiles)
         name = f"expand aim {aim}" + (" (production)" if aim == cfg.programs_per_sm else "")
         if not reduce_row.rel_error(fn(), ref) <= reduce_row.tolerance(values.dtype):

@@ -69,13 +69,19 @@ def describe(compiled, num_warps: int, stores: bool) -> dict:
             "vector": vector, "load_run": longest_load_run(_cuobjdump(compiled.asm["cubin"], "-sass"))}
 
 
+def _tile_constexprs(cfg, window: int) -> dict:
+    """A merge-path kernel's tile arguments from its config, with the window its kernel takes (the forward's or the
+    backward's)."""
+    return {"BLOCK_L": cfg.block_l, "BLOCK_M": cfg.block_m, "WINDOW": window, "GROUP": cfg.group,
+            "SEG_ROWS": cfg.seg_rows, "SEG_TILES": cfg.seg_tiles, "SEARCH": cfg.search}
+
+
 def main() -> int:
     found: dict = {}
     for n_cols, dt in CASES:
         cfg = merge_config(n_cols, TORCH_DTYPES[dt])
         ptr = f"*{dt}"
-        tiles = {"BLOCK_L": cfg.block_l, "BLOCK_M": cfg.block_m, "WINDOW": cfg.window, "GROUP": cfg.group,
-                 "SEG_ROWS": cfg.seg_rows, "SEG_TILES": cfg.seg_tiles, "SEARCH": cfg.search}
+        tiles = _tile_constexprs(cfg, cfg.window)
         sig = {"values_ptr": ptr, "offsets_ptr": "*i64", "out_ptr": ptr, "ws_ptr": "*fp32", "n_rows": "i32",
                "n_segments": "i32", "units_per_program": "i32", "n_programs": "i32", "N_COLS": "constexpr",
                "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", **{name: "constexpr" for name in tiles}}
@@ -87,9 +93,7 @@ def main() -> int:
                 "loads_a_tile": cfg.block_l * cfg.block_m // (32 * cfg.num_warps) // (16 // (4 if dt == "fp32" else 2))}
         # the backward's own tiles (config.MERGE_EXPAND_TILES), as production launches it
         ecfg = merge_expand_config(n_cols, TORCH_DTYPES[dt])
-        expand_tiles = {"BLOCK_L": ecfg.block_l, "BLOCK_M": ecfg.block_m, "WINDOW": ecfg.expand_window,
-                        "GROUP": ecfg.group, "SEG_ROWS": ecfg.seg_rows, "SEG_TILES": ecfg.seg_tiles,
-                        "SEARCH": ecfg.search}
+        expand_tiles = _tile_constexprs(ecfg, ecfg.expand_window)
         esig = {"grad_ptr": ptr, "offsets_ptr": "*i64", "out_ptr": ptr, "n_rows": "i32", "n_segments": "i32",
                 "units_per_program": "i32", "N_COLS": "constexpr", "MEAN": "constexpr",
                 **{name: "constexpr" for name in expand_tiles}}

@@ -374,13 +374,10 @@ def limit_walls(walls_us: dict[str, list[float]]) -> list[float] | None:
     "leaf": that leaf's backward less a plain one's) and, "accumulated", the gradient's copy; None: no floor was
     measured."""
     w, kind = walls_us, limit_kind(walls_us)
-    if kind == "accumulated":
-        return [f + (e - ef) - (p - pf) + c for f, e, ef, p, pf, c in
-                zip(w["floor"], w["engine"], w["engine fwd"], w["engine plain"], w["engine plain fwd"],
-                    w["gradient copy"])]
-    if kind == "crossing":
-        return [f + (e - ef) - (p - pf) for f, e, ef, p, pf in
-                zip(w["floor"], w["engine"], w["engine fwd"], w["engine plain"], w["engine plain fwd"])]
+    if kind in ("accumulated", "crossing"):
+        limits = [f + (e - ef) - (p - pf) for f, e, ef, p, pf in
+                  zip(w["floor"], w["engine"], w["engine fwd"], w["engine plain"], w["engine plain fwd"])]
+        return [lim + c for lim, c in zip(limits, w["gradient copy"])] if kind == "accumulated" else limits
     if kind == "leaf":
         return [f + e - p for f, e, p in zip(w["floor"], w["engine"], w["engine plain"])]
     return None if kind is None else list(w["floor"])
