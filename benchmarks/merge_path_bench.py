@@ -108,6 +108,7 @@ SHAPES = [  # (class, a Case or ("bimodal", B, M, dtype)): the second rule's che
     # rule's check, then neighbours and bf16
     *(("narrow_rule_check", case) for case in NARROW_RULE_CHECK),
     ("seed", Case(512, 64, 100, 0.1)),
+    ("seed", Case(512, 64, 500, 0.75)),
     ("narrow", Case(10_000, 4, 16, 0.5)),
     ("odd_width", Case(2048, 24, 256, 0.2)),
     ("empty", Case(100_000, 64, 64, 0.9, "empty")),
@@ -145,6 +146,16 @@ VARIANT_SHAPES = {"B512-M64-L100-s0.1", "B10000-M4-L16-s0.5", "B2048-M24-L256-s0
 PATHS = {"merge": "merge", "reduce": "chunks", "segments": "whole segments", "segments_loop": "whole segments",
          "split": "split"}
 VARIANTS = ("split_pps1", "split_pps4", "split_half_tile", "split_tiles1")
+# the routed path (``plan.plan_routed``): its whole-segments launch for B <= 4096 (production) and <= 16384
+ROUTED = ("routed", "routed_16k")
+# its device time predicted before its first GPU run (docs/performance.md 3g), as a ratio range to a contender of the
+# same run: where the whole-segments launch serves, the call with max_seqlen ("ours_hinted") + two launches that read a
+# word and return (~1 µs each) + the decision's reduction; elsewhere the merge path + one launch that returns
+ROUTED_PREDICTED = {"B512-M64-L100-s0.1": ("ours_hinted", 1.1, 1.3), "B512-M64-L500-s0.75": ("ours_hinted", 1.08, 1.25),
+                    "B2048-M24-L256-s0.2": ("ours_hinted", 1.05, 1.2), "B10000-M4-L16-s0.5": ("merge_plain", 1.0, 1.1),
+                    "B4096-M64-L400-s0-heavy": ("merge_plain", 1.0, 1.1),
+                    "B1000000-M8-L1-s0-fixed": ("merge_plain", 1.0, 1.05)}
+SKIP: set = set()  # --skip: contenders whose names start with one of these are not run
 SHAPE_MARGIN_S = 45  # no shape starts later than this before the deadline (the slowest shape's measurement)
 
 
@@ -302,10 +313,12 @@ def contenders(label, values, offsets, hint, must) -> list:
         out.append((name, forced(plan.plan_split, values, offsets, False, False, variants[name]), False))
     out += [(name, forced(plan.plan_whole_first, values, offsets, False, False, cfg), False)
             for name, cfg in whole_first_variants(values).items()]
+    out += [(name, forced(plan.plan_routed, values, offsets, False, False, most), False)
+            for name, most in zip(ROUTED, (plan.ROUTED_MAX_SEGMENTS, 16384))]
     out.append(("segment_reduce", lambda: torch.segment_reduce(values, "sum", offsets=off64, axis=0), False))
     if must >= 16e6:
         out.append(("ours_plain_mean", ours(values, offsets, mean=True), True))
-    return out
+    return [c for c in out if not any(c[0].startswith(prefix) for prefix in SKIP)]
 
 
 def backward_contenders(values, offsets, hint, grad) -> list:
@@ -348,7 +361,8 @@ def measure(cls: str, spec, gbps: float, floors: dict, inductor_left: list) -> d
     row = {"class": cls, "case": label, "dtype": str(values.dtype).removeprefix("torch."), "B": offsets.numel() - 1,
            "M": values.shape[1], "N": values.shape[0], "max_seqlen": hint, "MB": round(must / 1e6, 1),
            "floor_us": round(reduce_row.floor_us(must, gbps), 2), "plain_path": routed_path(values, offsets),
-           "hinted_path": routed_path(values, offsets, hint), "predicted_us": PREDICTED.get(label)}
+           "hinted_path": routed_path(values, offsets, hint), "predicted_us": PREDICTED.get(label),
+           "routed_predicted": ROUTED_PREDICTED.get(label)}
     checks(row, values, offsets)
     row["copy"] = stat(copy_time(must, rep))
     row["practical_floor_us"] = round(row["copy"]["median_us"] + floors["empty_kernel_us"], 2)
@@ -429,24 +443,29 @@ def markdown(data: dict) -> str:
              "the split at 1 and 4 programs an SM a role (production: "
              f"{data.get('split_pps', '?')}), with half its whole-segments tile, and with TILES = 1. `whole-first / "
              "½ / r1 / r2`: its two roles as two launches (the long one skipped where no segment is long), at its "
-             "tile, at half, and routed on the device to the merge path where a program would take > 1 / > 2 groups.",
-             "", "| class | case | MB | floor | practical | predicted | ours without (path) | merge | split | "
+             "tile, at half, and routed on the device to the merge path where a program would take > 1 / > 2 groups. "
+             "`routed / 16k`: the whole-segments kernel sized for the mean length where every segment fits its tiles "
+             "and B ≤ 4096 / 16384, else the merge path, chosen on the device (beside it: its ratio to the contender "
+             "its prediction, written before the run, names).",
+             "", "| class | case | MB | floor | practical | predicted | ours without (path) | merge | "
+             "routed / 16k (predicted) | split | "
              "split 1 / 4 / ½ / t1 | whole-first / ½ / r1 / r2 | ours with (path) | segment_reduce | Inductor padded | "
              "mean without | bwd without / with / merge | 0 | 1 peer | 1 with | 2 floor | 2 sum≈mean | 3 | 4 | 5 | "
              "6 route |",
-             "|" + "---|" * 25]
+             "|" + "---|" * 26]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['class']} | {r['case']} | error: {r['error'][:80]} |" + " |" * 22)
+            lines.append(f"| {r['class']} | {r['case']} | error: {r['error'][:80]} |" + " |" * 23)
             continue
         b = r["bars"]
         back = "—" if not isinstance(r.get("expand_plain"), dict) else \
             f"{_fmt(r['expand_plain'])} / {_fmt(r.get('expand_hinted'))} / {_fmt(r.get('expand_merge'))}"
         split = " / ".join(_fmt(r.get(v)) for v in VARIANTS)
         predicted = "—" if not r.get("predicted_us") else "{:g} ({:g}–{:g})".format(*r["predicted_us"])
+        routed = " / ".join(_fmt(r.get(v)) for v in ROUTED) + _routed_against(r)
         lines.append(
             f"| {r['class']} | {r['case']} | {r['MB']} | {r['floor_us']:.1f} | {r['practical_floor_us']:.1f} | "
-            f"{predicted} | {_fmt(r.get('ours_plain'))} ({r['plain_path']}) | {_fmt(r.get('merge_plain'))} | "
+            f"{predicted} | {_fmt(r.get('ours_plain'))} ({r['plain_path']}) | {_fmt(r.get('merge_plain'))} | {routed} | "
             f"{_fmt(r.get('split_plain'))} | {split} | {' / '.join(_fmt(r.get(w)) for w in WHOLE_FIRST)} | "
             f"{_fmt(r.get('ours_hinted'))} ({r['hinted_path']}) | "
             f"{_fmt(r.get('segment_reduce'))} | {_fmt(r.get('inductor_padded'))} | {_fmt(r.get('ours_plain_mean'))} | "
@@ -466,6 +485,17 @@ def markdown(data: dict) -> str:
     return "\n".join(lines)
 
 
+def _routed_against(row: dict) -> str:
+    """`` (×ours_hinted 1.12; predicted 1.1–1.3)``: the routed path's ratio to the contender its prediction names."""
+    if not row.get("routed_predicted"):
+        return ""
+    against, low, high = row["routed_predicted"]
+    mine, theirs = row.get("routed"), row.get(against)
+    if not (isinstance(mine, dict) and isinstance(theirs, dict)):
+        return f" (predicted ×{against} {low:g}–{high:g})"
+    return f" (×{against} {mine['median_us'] / theirs['median_us']:.2f}; predicted {low:g}–{high:g})"
+
+
 def label_of(spec) -> str:
     return spec.label if isinstance(spec, Case) else \
         f"bimodal-B{spec[1]}-M{spec[2]}-{'fp32' if spec[3] == 'float32' else 'bf16'}"
@@ -478,7 +508,7 @@ def warm_in_parallel(workers: int, only: str, seconds: float) -> dict:
     its errors."""
     env = {**os.environ, "JAGGEDPERF_NATIVE": "0", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, __file__, "--out", os.devnull, "--warm-only", "--shard",
-                               f"{i}/{workers}", "--only", only], env=env, stdout=subprocess.DEVNULL,
+                               f"{i}/{workers}", "--only", only, "--skip", ",".join(sorted(SKIP))], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True) for i in range(workers)]
     clock = harness.within(seconds)
     found = {}
@@ -506,10 +536,12 @@ def main() -> int:
     ap.add_argument("--warm-only", action="store_true", help="(a warm-up worker) call every contender once, exit")
     ap.add_argument("--shard", default="0/1", help="(a warm-up worker) i/k: every k-th shape from the i-th")
     ap.add_argument("--commit", default="", help="the commit measured (a copy of the tree may have no .git)")
+    ap.add_argument("--skip", default="", help="comma-separated contender name prefixes not to run (e.g. split,whole)")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on the CPU (plumbing only)")
     ap.add_argument("--from", dest="from_json", default="",
                     help="no run: judge a run's split.json again and write its two files under --out")
     args = ap.parse_args()
+    SKIP.update(filter(None, args.skip.split(",")))
     if args.from_json:
         data = json.loads(Path(args.from_json).read_text())
         for row in data["rows"]:
@@ -576,7 +608,8 @@ def main() -> int:
             data["errors"][label] = traceback.format_exc()
         data["rows"].append(row)
         print(f"[{run.elapsed():6.1f}s] {cls} {label}: checks {row.get('checks')}, " +
-              ", ".join(f"{k} {_fmt(row.get(k))}" for k in ("ours_plain", "merge_plain", "split_plain", "ours_hinted",
+              ", ".join(f"{k} {_fmt(row.get(k))}" for k in ("ours_plain", "merge_plain", *ROUTED, "split_plain",
+                                                            "ours_hinted",
                                                             "segment_reduce", "inductor_padded")),
               flush=True)
         if DEVICE.type == "cuda":

@@ -66,7 +66,7 @@ def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False
                 rows_per_chunk: int | None = None, segments: SegmentsConfig | None = None,
                 rowblock: RowBlockConfig | bool | None = None, merge: MergeConfig | bool | None = None,
                 split: SplitConfig | bool | None = None, whole_first: SplitConfig | bool | None = None,
-                poison: float | None = None) -> Plan:
+                routed: int | bool | None = None, poison: float | None = None) -> Plan:
     """``reduce.plan.plan_reduce``, or a forced path: every path is correct whatever the lengths.
 
     Args:
@@ -80,12 +80,17 @@ def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False
         split: force the split kernels (``reduce.split``): True for the production config, or a SplitConfig;
             ``rows_per_chunk`` then forces the long role's units per program K (wins over all the others).
         whole_first: the split's roles as two launches (``plan.plan_whole_first``), as ``split`` (wins over it).
+        routed: the routed path (``plan.plan_routed``): True, or its most segments for the whole-segments launch
+            (wins over all the others).
         poison: fill every tensor the launches write (output and workspace) with this value first.
 
     Returns:
         the Plan (a forced one is never replayed by the native path).
     """
-    if whole_first is not None and whole_first is not False:
+    if routed is not None and routed is not False:
+        planned = plan.plan_routed(values, offsets, mean, empty_zero,
+                                   plan.ROUTED_MAX_SEGMENTS if routed is True else routed)
+    elif whole_first is not None and whole_first is not False:
         planned = plan.plan_whole_first(values, offsets, mean, empty_zero, None if whole_first is True else whole_first,
                                         rows_per_chunk)
     elif split is not None and split is not False:
@@ -162,7 +167,7 @@ def launch_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = Fal
                   rows_per_chunk: int | None = None, segments: SegmentsConfig | None = None,
                   rowblock: RowBlockConfig | bool | None = None, merge: MergeConfig | bool | None = None,
                   split: SplitConfig | bool | None = None, whole_first: SplitConfig | bool | None = None,
-                  poison: float | None = None) -> torch.Tensor:
+                  routed: int | bool | None = None, poison: float | None = None) -> torch.Tensor:
     """Plan (``plan_reduce``) and run the sum/mean kernels through the JIT: no operator, no checks (tests run
     it under TRITON_INTERPRET=1).
 
@@ -174,7 +179,7 @@ def launch_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = Fal
     """
     planned = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen,
                           rows_per_chunk=rows_per_chunk, segments=segments, rowblock=rowblock, merge=merge,
-                          split=split, whole_first=whole_first, poison=poison)
+                          split=split, whole_first=whole_first, routed=routed, poison=poison)
     run_direct(planned.launches)
     return planned.out
 

@@ -17,15 +17,18 @@ import dataclasses
 
 import torch
 
-from jaggedperf.ops.config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMENT_TILES, MergeConfig, ReduceConfig,
+from jaggedperf.ops.config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMENT_TILE_ELEMENTS, SEGMENT_TILES,
+                                   MergeConfig, ReduceConfig,
                                    SegmentsConfig, SplitConfig, merge_config, merge_expand_config, reduce_config,
-                                   segments_config, sm_count, split_config)
+                                   segments_config, sm_count, split_config, whole_segments)
 from jaggedperf.ops.launch.layout import FEW_SEGMENTS, GridKind, Source
 from jaggedperf.ops.launch.plan import Launch, NativeKernel, Plan, chunking, sym_max
 from jaggedperf.ops.tiles import hint_of
 from jaggedperf.ops.reduce.kernels import (_combine_kernel, _expand_kernel, _reduce_kernel, _segments_expand_kernel,
                                           _segments_kernel, _segments_loop_kernel)
 from jaggedperf.ops.reduce.merge import _merge_combine_kernel, _merge_expand_kernel, _merge_reduce_kernel
+from jaggedperf.ops.reduce.routed import (_routed_merge_combine_kernel, _routed_merge_reduce_kernel,
+                                          _routed_segments_kernel)
 from jaggedperf.ops.reduce.split import (_long_after_kernel, _split_expand_kernel, _split_reduce_kernel,
                                          _whole_first_kernel)
 
@@ -470,6 +473,56 @@ def plan_whole_first(values, offsets, mean: bool, empty_zero: bool, cfg: SplitCo
                   ("long_after", *long_args[-17:]))
     combined = grid.plan(long, offsets, mean, empty_zero, long_cfg, 1, values.device)
     return Plan(combined.out, (whole, *combined.launches))
+
+
+ROUTED_MAX_SEGMENTS = 4096  # the routed path's whole-segments launch serves at most this many segments
+ROUTED_CHECK_BLOCK = 1024  # offsets a step of its decision reads, at most
+
+
+def plan_routed(values, offsets, mean: bool, empty_zero: bool, max_segments: int = ROUTED_MAX_SEGMENTS) -> Plan:
+    """The routed path (``routed``): the whole-segments kernel sized for segments of the mean length, then the merge
+    path's two launches, each launch serving where the device says (every segment within the first's tiles and
+    B <= ``max_segments``: the first; else the other two). Reached through ``ops.testing`` only until it is measured.
+
+    Args:
+        values, offsets, mean, empty_zero: as for ``plan_reduce``.
+        max_segments: the most segments the first launch takes (every program of each launch reads all B + 1
+            offsets to decide).
+
+    Returns:
+        the Plan (the Python path's: the native path does not replay it); the merge path's alone where the host's
+        guess gives no whole-segments config (too few programs).
+    """
+    n_rows, n_cols = values.shape
+    n_segments = offsets.shape[0] - 1
+    rows, segments = hint_of(n_rows), hint_of(n_segments)
+    cfg = None
+    if rows is not None and segments:  # hints only: no guard under torch.compile, the first call's guess stays
+        cfg = whole_segments(int(n_cols), max(-(-rows // segments), 1), segments, sm_count(values.device),
+                             SEGMENT_TILE_ELEMENTS)
+    merge_cfg = merge_config(int(n_cols), values.dtype)
+    if cfg is None:
+        return plan_merge(values, offsets, mean, empty_zero, merge_cfg)
+    # (a looping config's ``programs`` is not taken: the routed kernel is one program a group); the decision's step
+    # holds 8 offsets a lane, whole for B up to that
+    check = min(ROUTED_CHECK_BLOCK, 256 * cfg.num_warps)
+    route = torch.empty((1,), dtype=torch.int32, device=values.device)
+    grid = _merge_grid_and_outputs(values, offsets, merge_cfg, None)
+    whole_args = (values, offsets, grid.out, route, n_rows, int(n_cols), n_segments, mean, empty_zero, cfg.group,
+                  cfg.block_l, cfg.block_m, cfg.block_l * SEGMENT_TILES, max_segments, check)
+    whole = Launch(_routed_segments_kernel, (sym_max(-(-n_segments // cfg.group), 1), -(-int(n_cols) // cfg.block_m),
+                                             1), whole_args, cfg.num_warps, (grid.out, route),
+                   ("routed_segments", *whole_args[-8:]))
+    args = grid.reduce_args(values, offsets, mean, empty_zero, merge_cfg)
+    reduce_args = (*args[:4], route, *args[4:], merge_cfg.block_m, merge_cfg.window, merge_cfg.group,
+                   merge_cfg.seg_rows, merge_cfg.seg_tiles, merge_cfg.search)
+    reduce = Launch(_routed_merge_reduce_kernel, grid.grid(merge_cfg, 1), reduce_args, merge_cfg.num_warps,
+                    (grid.out, grid.ws), ("routed_merge", *reduce_args[-10:]))
+    combine_args = (offsets, grid.out, grid.ws, route, grid.units_per_program, grid.n_programs, grid.n_cols, mean,
+                    empty_zero, merge_cfg.block_p, merge_cfg.block_m)
+    combine = Launch(_routed_merge_combine_kernel, grid.grid(merge_cfg, 1), combine_args, merge_cfg.combine_warps,
+                     (grid.out,), ("routed_combine", *combine_args[-5:]))
+    return Plan(grid.out, (whole, reduce, combine))
 
 
 def expand_split(grad, offsets, n_rows, mean: bool, cfg: SplitConfig | None = None, units_per_program=None) -> Plan:
