@@ -150,7 +150,8 @@ VARIANTS = ("split_pps1", "split_pps4", "split_half_tile", "split_tiles1")
 ROUTED = ("routed", "routed_16k")
 # its device time predicted before its first GPU run (docs/performance.md 3g), as a ratio range to a contender of the
 # same run: where the whole-segments launch serves, the call with max_seqlen ("ours_hinted") + two launches that read a
-# word and return (~1 µs each) + the decision's reduction; elsewhere the merge path + one launch that returns
+# word and return (~1 µs each) + the decision's reduction; elsewhere the merge path + one launch that returns. The
+# backward where the whole-segments expand serves: 1.05-1.2× the call with max_seqlen (one more launch that returns)
 ROUTED_PREDICTED = {"B512-M64-L100-s0.1": ("ours_hinted", 1.1, 1.3), "B512-M64-L500-s0.75": ("ours_hinted", 1.08, 1.25),
                     "B2048-M24-L256-s0.2": ("ours_hinted", 1.05, 1.2), "B10000-M4-L16-s0.5": ("merge_plain", 1.0, 1.1),
                     "B4096-M64-L400-s0-heavy": ("merge_plain", 1.0, 1.1),
@@ -327,7 +328,8 @@ def backward_contenders(values, offsets, hint, grad) -> list:
     n = values.shape[0]
     return [("expand_plain", lambda: testing.launch_expand(grad, offsets, n)),
             ("expand_hinted", lambda: testing.launch_expand(grad, offsets, n, max_seqlen=hint)),
-            ("expand_merge", lambda: testing.launch_expand(grad, offsets, n, merge=True))]
+            ("expand_merge", lambda: testing.launch_expand(grad, offsets, n, merge=True)),
+            ("expand_routed", lambda: testing.launch_expand(grad, offsets, n, routed=True))]
 
 
 def padded_bytes(offsets, hint, values) -> int:
@@ -450,7 +452,7 @@ def markdown(data: dict) -> str:
              "", "| class | case | MB | floor | practical | predicted | ours without (path) | merge | "
              "routed / 16k (predicted) | split | "
              "split 1 / 4 / ½ / t1 | whole-first / ½ / r1 / r2 | ours with (path) | segment_reduce | Inductor padded | "
-             "mean without | bwd without / with / merge | 0 | 1 peer | 1 with | 2 floor | 2 sum≈mean | 3 | 4 | 5 | "
+             "mean without | bwd without / with / merge / routed | 0 | 1 peer | 1 with | 2 floor | 2 sum≈mean | 3 | 4 | 5 | "
              "6 route |",
              "|" + "---|" * 26]
     for r in rows:
@@ -459,7 +461,8 @@ def markdown(data: dict) -> str:
             continue
         b = r["bars"]
         back = "—" if not isinstance(r.get("expand_plain"), dict) else \
-            f"{_fmt(r['expand_plain'])} / {_fmt(r.get('expand_hinted'))} / {_fmt(r.get('expand_merge'))}"
+            f"{_fmt(r['expand_plain'])} / {_fmt(r.get('expand_hinted'))} / {_fmt(r.get('expand_merge'))} / " \
+            f"{_fmt(r.get('expand_routed'))}"
         split = " / ".join(_fmt(r.get(v)) for v in VARIANTS)
         predicted = "—" if not r.get("predicted_us") else "{:g} ({:g}–{:g})".format(*r["predicted_us"])
         routed = " / ".join(_fmt(r.get(v)) for v in ROUTED) + _routed_against(r)

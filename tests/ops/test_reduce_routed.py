@@ -1,7 +1,8 @@
 """The routed path (``ops.reduce.routed``: the whole-segments kernel sized for the mean length where every segment fits
 its tiles, else the merge path's two launches, decided on the device alike by all three) against the float64 reference
 under TRITON_INTERPRET=1, outputs and workspace poisoned so an unwritten element fails; and the decision itself: the
-first launch alone writes every output row or none.
+first launch alone writes every output row or none. The backward (the whole-segments expand, else the merge path's) the
+same way.
 
 Batches stay small (a few hundred rows, B <= 40): the interpreter runs each program in Python, and the host's config
 is the production one (``config.whole_segments`` at DEFAULT_SM_COUNT)."""
@@ -10,7 +11,7 @@ import pytest
 import torch
 from helpers.interpret import needs_interpreter
 from helpers.reduce_cases import expected, make
-from helpers.reference import assert_matches
+from helpers.reference import assert_matches, reference_expand
 
 from jaggedperf.ops import testing
 from jaggedperf.ops.config import SEGMENT_TILES
@@ -19,6 +20,9 @@ from jaggedperf.ops.testing import run_direct
 
 FP32, BF16 = torch.float32, torch.bfloat16
 I32, I64 = torch.int32, torch.int64
+
+
+POISON = float("nan")  # the backward's rows are never NaN
 
 
 def _poison(mean: bool, empty_zero: bool) -> float:
@@ -82,6 +86,24 @@ def test_routed_matches_reference_and_one_launch_serves(lengths, M, dtype, offse
 
 
 @needs_interpreter
+@pytest.mark.parametrize("lengths,M,dtype,offsets_dtype,empty_zero,whole,max_segments", [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_routed_expand_matches_reference_and_one_launch_serves(lengths, M, dtype, offsets_dtype, empty_zero, whole,
+                                                                max_segments):
+    values, offsets = make(lengths, M, dtype, offsets_dtype, seed=0)
+    grad = torch.randn(len(lengths), M, generator=torch.Generator().manual_seed(2)).to(dtype)
+    for mean in (False, True):
+        first = testing.plan_expand(grad, offsets, values.shape[0], mean=mean, routed=max_segments, poison=POISON)
+        assert [launch.key[0] for launch in first.launches] == ["routed_segments_expand", "routed_merge_expand"]
+        run_direct(first.launches[:1])  # the whole-segments launch alone: every row or none
+        written = ~torch.isnan(first.out.float()).all(dim=1)
+        assert bool(written.all()) if whole else not bool(written.any()), written
+        out = testing.launch_expand(grad, offsets, values.shape[0], mean=mean, routed=max_segments, poison=POISON)
+        assert_matches(out, reference_expand(grad, offsets, values.shape[0], mean=mean), dtype,
+                       what=f"routed expand mean={mean} {lengths}")
+
+
+@needs_interpreter
 def test_the_decision_is_the_longest_segment_against_the_tiles():
     # the same batch shape (B, N) on either side of FITS: the host's config is the same, only the lengths differ
     n_rows = 160  # 16 segments, mean 10: 16-row tiles, FITS = 16 * SEGMENT_TILES
@@ -102,3 +124,5 @@ def test_routed_takes_the_merge_path_where_the_guess_has_no_whole_segments_confi
     values, offsets = make([40], 8, FP32, I64)
     planned = testing.plan_reduce(values, offsets, routed=True)
     assert [launch.key[0] for launch in planned.launches] == ["merge", "merge_combine"]
+    planned = testing.plan_expand(torch.randn(1, 8), offsets, 40, routed=True)
+    assert [launch.key[0] for launch in planned.launches] == ["merge_expand"]

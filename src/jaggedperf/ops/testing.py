@@ -114,18 +114,21 @@ def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False
 
 def plan_expand(grad, offsets, n_rows, *, mean: bool = False, max_seqlen=None, rows_per_chunk: int | None = None,
                 segments: SegmentsConfig | None = None, merge: MergeConfig | bool | None = None,
-                split: SplitConfig | bool | None = None, poison: float | None = None) -> Plan:
+                split: SplitConfig | bool | None = None, routed: int | bool | None = None,
+                poison: float | None = None) -> Plan:
     """``reduce.plan.plan_expand``, or a forced path (as ``plan_reduce``; a forced config's ``programs`` is
     ignored by the backward).
 
     Args:
         grad, offsets, n_rows, mean, max_seqlen: as for ``plan_expand``.
-        rows_per_chunk, segments, merge, split, poison: as for ``plan_reduce``.
+        rows_per_chunk, segments, merge, split, routed, poison: as for ``plan_reduce``.
 
     Returns:
         the Plan.
     """
-    if split is not None and split is not False:
+    if routed is not None and routed is not False:
+        planned = plan.expand_routed(grad, offsets, n_rows, mean, plan.ROUTED_MAX_SEGMENTS if routed is True else routed)
+    elif split is not None and split is not False:
         planned = plan.expand_split(grad, offsets, n_rows, mean, None if split is True else split, rows_per_chunk)
     elif merge is not None and merge is not False:
         planned = plan.expand_merge(grad, offsets, n_rows, mean, None if merge is True else merge, rows_per_chunk)
@@ -186,7 +189,8 @@ def launch_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = Fal
 
 def launch_expand(grad, offsets, n_rows, *, mean: bool = False, max_seqlen=None, rows_per_chunk: int | None = None,
                   segments: SegmentsConfig | None = None, merge: MergeConfig | bool | None = None,
-                  split: SplitConfig | bool | None = None, poison: float | None = None) -> torch.Tensor:
+                  split: SplitConfig | bool | None = None, routed: int | bool | None = None,
+                  poison: float | None = None) -> torch.Tensor:
     """Plan (``plan_expand``) and run the backward kernel through the JIT.
 
     Args:
@@ -196,7 +200,7 @@ def launch_expand(grad, offsets, n_rows, *, mean: bool = False, max_seqlen=None,
         the (n_rows, M) output.
     """
     planned = plan_expand(grad, offsets, n_rows, mean=mean, max_seqlen=max_seqlen, rows_per_chunk=rows_per_chunk,
-                          segments=segments, merge=merge, split=split, poison=poison)
+                          segments=segments, merge=merge, split=split, routed=routed, poison=poison)
     run_direct(planned.launches)
     return planned.out
 

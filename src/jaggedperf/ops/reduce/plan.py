@@ -27,7 +27,8 @@ from jaggedperf.ops.tiles import hint_of
 from jaggedperf.ops.reduce.kernels import (_combine_kernel, _expand_kernel, _reduce_kernel, _segments_expand_kernel,
                                           _segments_kernel, _segments_loop_kernel)
 from jaggedperf.ops.reduce.merge import _merge_combine_kernel, _merge_expand_kernel, _merge_reduce_kernel
-from jaggedperf.ops.reduce.routed import (_routed_merge_combine_kernel, _routed_merge_reduce_kernel,
+from jaggedperf.ops.reduce.routed import (_routed_merge_combine_kernel, _routed_merge_expand_kernel,
+                                          _routed_merge_reduce_kernel, _routed_segments_expand_kernel,
                                           _routed_segments_kernel)
 from jaggedperf.ops.reduce.split import (_long_after_kernel, _split_expand_kernel, _split_reduce_kernel,
                                          _whole_first_kernel)
@@ -495,21 +496,15 @@ def plan_routed(values, offsets, mean: bool, empty_zero: bool, max_segments: int
     """
     n_rows, n_cols = values.shape
     n_segments = offsets.shape[0] - 1
-    rows, segments = hint_of(n_rows), hint_of(n_segments)
-    cfg = None
-    if rows is not None and segments:  # hints only: no guard under torch.compile, the first call's guess stays
-        cfg = whole_segments(int(n_cols), max(-(-rows // segments), 1), segments, sm_count(values.device),
-                             SEGMENT_TILE_ELEMENTS)
     merge_cfg = merge_config(int(n_cols), values.dtype)
-    if cfg is None:
+    guess = _routed_guess(n_rows, n_segments, int(n_cols), values.device, max_segments)
+    if guess is None:
         return plan_merge(values, offsets, mean, empty_zero, merge_cfg)
-    # (a looping config's ``programs`` is not taken: the routed kernel is one program a group); the decision's step
-    # holds 8 offsets a lane, whole for B up to that
-    check = min(ROUTED_CHECK_BLOCK, 256 * cfg.num_warps)
+    cfg, route_args = guess
     route = torch.empty((1,), dtype=torch.int32, device=values.device)
     grid = _merge_grid_and_outputs(values, offsets, merge_cfg, None)
     whole_args = (values, offsets, grid.out, route, n_rows, int(n_cols), n_segments, mean, empty_zero, cfg.group,
-                  cfg.block_l, cfg.block_m, cfg.block_l * SEGMENT_TILES, max_segments, check)
+                  cfg.block_l, cfg.block_m, *route_args)
     whole = Launch(_routed_segments_kernel, (sym_max(-(-n_segments // cfg.group), 1), -(-int(n_cols) // cfg.block_m),
                                              1), whole_args, cfg.num_warps, (grid.out, route),
                    ("routed_segments", *whole_args[-8:]))
@@ -523,6 +518,54 @@ def plan_routed(values, offsets, mean: bool, empty_zero: bool, max_segments: int
     combine = Launch(_routed_merge_combine_kernel, grid.grid(merge_cfg, 1), combine_args, merge_cfg.combine_warps,
                      (grid.out,), ("routed_combine", *combine_args[-5:]))
     return Plan(grid.out, (whole, reduce, combine))
+
+
+def expand_routed(grad, offsets, n_rows, mean: bool, max_segments: int = ROUTED_MAX_SEGMENTS) -> Plan:
+    """The routed path's backward (``routed``): the whole-segments expand sized for the mean length where every
+    segment fits its tiles and B <= ``max_segments``, else the merge path's expand, decided on the device.
+
+    Args:
+        grad, offsets, n_rows, mean: as for ``plan_expand``.
+        max_segments: as for ``plan_routed``.
+
+    Returns:
+        the Plan (the Python path's); the merge path's alone where the guess gives no whole-segments config.
+    """
+    n_segments, n_cols = grad.shape
+    guess = _routed_guess(n_rows, n_segments, int(n_cols), grad.device, max_segments)
+    if guess is None:
+        return expand_merge(grad, offsets, n_rows, mean)
+    cfg, route_args = guess
+    merge_cfg = merge_expand_config(int(n_cols), grad.dtype)
+    out = torch.empty((n_rows, n_cols), dtype=grad.dtype, device=grad.device)
+    route = torch.empty((1,), dtype=torch.int32, device=grad.device)
+    whole_args = (grad, offsets, out, route, n_rows, int(n_cols), n_segments, mean, cfg.group, cfg.block_l,
+                  cfg.block_m, *route_args)
+    whole = Launch(_routed_segments_expand_kernel, (sym_max(-(-n_segments // cfg.group), 1),
+                                                    -(-int(n_cols) // cfg.block_m), 1), whole_args, cfg.num_warps,
+                   (out, route), ("routed_segments_expand", *whole_args[-7:]))
+    units_per_program, n_programs = merge_grid(n_rows, n_segments, int(n_cols), grad.device, merge_cfg)
+    merge_args = (grad, offsets, out, route, n_rows, n_segments, units_per_program, int(n_cols), mean,
+                  merge_cfg.block_l, merge_cfg.block_m, merge_cfg.expand_window, merge_cfg.group, merge_cfg.seg_rows,
+                  merge_cfg.seg_tiles, merge_cfg.search)
+    merge = Launch(_routed_merge_expand_kernel, (n_programs, -(-int(n_cols) // merge_cfg.block_m), 1), merge_args,
+                   merge_cfg.num_warps, (out,), ("routed_merge_expand", *merge_args[-9:]))
+    return Plan(out, (whole, merge))
+
+
+def _routed_guess(n_rows, n_segments, n_cols: int, device, max_segments: int):
+    """(the whole-segments config for a longest segment of cdiv(N, B) rows, its launch's trailing constexprs FITS,
+    MAX_SEGMENTS, CHECK_BLOCK), from N's and B's hints (no guard under torch.compile: a compiled graph keeps its first
+    call's guess, which changes only the speed); None where there is none (no hints, B = 0, too few programs)."""
+    rows, segments = hint_of(n_rows), hint_of(n_segments)
+    if rows is None or not segments:
+        return None
+    cfg = whole_segments(n_cols, max(-(-rows // segments), 1), segments, sm_count(device), SEGMENT_TILE_ELEMENTS)
+    if cfg is None:
+        return None
+    # a looping config's ``programs`` is not taken (the routed kernels are one program a group); the decision's step
+    # holds 8 offsets a lane, whole for B up to that
+    return cfg, (cfg.block_l * SEGMENT_TILES, max_segments, min(ROUTED_CHECK_BLOCK, 256 * cfg.num_warps))
 
 
 def expand_split(grad, offsets, n_rows, mean: bool, cfg: SplitConfig | None = None, units_per_program=None) -> Plan:

@@ -25,6 +25,9 @@ one word, not the offsets (which would also hold registers their tiles need). Ev
 launch; a wrong host guess (lengths far from the mean) costs speed, never correctness: the merge path takes any
 lengths, the whole-segments kernel loops over a longer segment's tiles. No atomics: bitwise-equal repeats. Memory
 safety never depends on the offsets (both kernels' own guarantees; the decision's loads stay inside [0, B]).
+
+Backward (``_routed_segments_expand_kernel``, ``_routed_merge_expand_kernel``): the same decision over the
+whole-segments expand (one tile a program on axis 2) and the merge path's one-launch expand.
 """
 
 from __future__ import annotations
@@ -32,10 +35,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from jaggedperf.ops.reduce.kernels import _group_bounds, _group_segments, _reduce_group
-from jaggedperf.ops.reduce.merge import _combine_owned, _merge_units
+from jaggedperf.ops.reduce.kernels import _expand_group, _group_bounds, _group_segments, _reduce_group
+from jaggedperf.ops.reduce.merge import _combine_owned, _merge_expand_units, _merge_units
 
-__all__ = ["_routed_merge_combine_kernel", "_routed_merge_reduce_kernel", "_routed_segments_kernel"]
+__all__ = ["_routed_merge_combine_kernel", "_routed_merge_expand_kernel", "_routed_merge_reduce_kernel",
+           "_routed_segments_expand_kernel", "_routed_segments_kernel"]
 
 
 @triton.jit
@@ -114,3 +118,43 @@ def _routed_merge_combine_kernel(
     if tl.load(route_ptr) == 0:
         _combine_owned(offsets_ptr, out_ptr, ws_ptr, units_per_program, n_programs, N_COLS, MEAN, EMPTY_ZERO,
                        BLOCK_P, BLOCK_M)
+
+
+# reads GROUP·M·s bytes of grad (+ 2·GROUP offsets, + 2·(B + 1) for the decision), writes its segments' rows once
+@triton.jit(do_not_specialize=["n_rows", "n_segments"])
+def _routed_segments_expand_kernel(
+    grad_ptr,  # (n_segments, n_cols) contiguous, fp32/bf16/fp16
+    offsets_ptr,  # (n_segments + 1,) int32/int64
+    out_ptr,  # (n_rows, n_cols) in grad's dtype: every row written by its segment's program, if it routes whole
+    route_ptr,  # (1,) int32: 1 where this launch serves (written by program (0, 0)), else 0
+    n_rows,  # N: rows outside [0, N) are never written
+    n_cols,  # M (specialised)
+    n_segments,  # B
+    MEAN: tl.constexpr,  # divide by the segment's length
+    GROUP: tl.constexpr,  # segments per program: grid axis 0 = cdiv(B, GROUP)
+    BLOCK_L: tl.constexpr,  # rows of each segment per tile (a longer segment loops)
+    BLOCK_M: tl.constexpr,  # columns per program (grid axis 1)
+    FITS: tl.constexpr,  # the longest segment this launch takes
+    MAX_SEGMENTS: tl.constexpr,  # the most segments it takes
+    CHECK_BLOCK: tl.constexpr,  # offsets a step of the decision reads
+):
+    whole = _routes_whole(offsets_ptr, n_segments, FITS, MAX_SEGMENTS, CHECK_BLOCK)
+    if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
+        tl.store(route_ptr, whole.to(tl.int32))
+    if whole:  # one program a group on axis 2 (n_tiles 1): its loop covers every row
+        _expand_group(grad_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments, 1, MEAN, GROUP, BLOCK_L, BLOCK_M)
+
+
+# the merge path's expand (``merge._merge_expand_kernel``: its reads and writes) where the first launch returned
+@triton.jit(do_not_specialize=["n_rows", "n_segments", "units_per_program"])
+def _routed_merge_expand_kernel(
+    grad_ptr, offsets_ptr, out_ptr,  # as ``_merge_expand_kernel``'s
+    route_ptr,  # (1,) int32: the first launch's decision (0: this launch serves)
+    n_rows, n_segments, units_per_program,  # as ``_merge_expand_kernel``'s
+    N_COLS: tl.constexpr, MEAN: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr, WINDOW: tl.constexpr,
+    GROUP: tl.constexpr, SEG_ROWS: tl.constexpr, SEG_TILES: tl.constexpr,
+    SEARCH: tl.constexpr,  # as ``_merge_expand_kernel``'s
+):
+    if tl.load(route_ptr) == 0:
+        _merge_expand_units(grad_ptr, offsets_ptr, out_ptr, n_rows, n_segments, units_per_program, 0, N_COLS, MEAN,
+                            BLOCK_L, BLOCK_M, WINDOW, GROUP, SEG_ROWS, SEG_TILES, SEARCH, False)
