@@ -146,16 +146,6 @@ VARIANT_SHAPES = {"B512-M64-L100-s0.1", "B10000-M4-L16-s0.5", "B2048-M24-L256-s0
 PATHS = {"merge": "merge", "reduce": "chunks", "segments": "whole segments", "segments_loop": "whole segments",
          "split": "split"}
 VARIANTS = ("split_pps1", "split_pps4", "split_half_tile", "split_tiles1")
-# the routed path (``plan.plan_routed``): its whole-segments launch for B <= 4096 (production) and <= 16384
-ROUTED = ("routed", "routed_16k")
-# its device time predicted before its first GPU run (docs/performance.md 3g), as a ratio range to a contender of the
-# same run: where the whole-segments launch serves, the call with max_seqlen ("ours_hinted") + two launches that read a
-# word and return (~1 µs each) + the decision's reduction; elsewhere the merge path + one launch that returns. The
-# backward where the whole-segments expand serves: 1.05-1.2× the call with max_seqlen (one more launch that returns)
-ROUTED_PREDICTED = {"B512-M64-L100-s0.1": ("ours_hinted", 1.1, 1.3), "B512-M64-L500-s0.75": ("ours_hinted", 1.08, 1.25),
-                    "B2048-M24-L256-s0.2": ("ours_hinted", 1.05, 1.2), "B10000-M4-L16-s0.5": ("merge_plain", 1.0, 1.1),
-                    "B4096-M64-L400-s0-heavy": ("merge_plain", 1.0, 1.1),
-                    "B1000000-M8-L1-s0-fixed": ("merge_plain", 1.0, 1.05)}
 SKIP: set = set()  # --skip: contenders whose names start with one of these are not run
 SHAPE_MARGIN_S = 45  # no shape starts later than this before the deadline (the slowest shape's measurement)
 
@@ -314,8 +304,6 @@ def contenders(label, values, offsets, hint, must) -> list:
         out.append((name, forced(plan.plan_split, values, offsets, False, False, variants[name]), False))
     out += [(name, forced(plan.plan_whole_first, values, offsets, False, False, cfg), False)
             for name, cfg in whole_first_variants(values).items()]
-    out += [(name, forced(plan.plan_routed, values, offsets, False, False, most), False)
-            for name, most in zip(ROUTED, (plan.ROUTED_MAX_SEGMENTS, 16384))]
     out.append(("segment_reduce", lambda: torch.segment_reduce(values, "sum", offsets=off64, axis=0), False))
     if must >= 16e6:
         out.append(("ours_plain_mean", ours(values, offsets, mean=True), True))
@@ -328,8 +316,7 @@ def backward_contenders(values, offsets, hint, grad) -> list:
     n = values.shape[0]
     return [("expand_plain", lambda: testing.launch_expand(grad, offsets, n)),
             ("expand_hinted", lambda: testing.launch_expand(grad, offsets, n, max_seqlen=hint)),
-            ("expand_merge", lambda: testing.launch_expand(grad, offsets, n, merge=True)),
-            ("expand_routed", lambda: testing.launch_expand(grad, offsets, n, routed=True))]
+            ("expand_merge", lambda: testing.launch_expand(grad, offsets, n, merge=True))]
 
 
 def padded_bytes(offsets, hint, values) -> int:
@@ -363,8 +350,7 @@ def measure(cls: str, spec, gbps: float, floors: dict, inductor_left: list) -> d
     row = {"class": cls, "case": label, "dtype": str(values.dtype).removeprefix("torch."), "B": offsets.numel() - 1,
            "M": values.shape[1], "N": values.shape[0], "max_seqlen": hint, "MB": round(must / 1e6, 1),
            "floor_us": round(reduce_row.floor_us(must, gbps), 2), "plain_path": routed_path(values, offsets),
-           "hinted_path": routed_path(values, offsets, hint), "predicted_us": PREDICTED.get(label),
-           "routed_predicted": ROUTED_PREDICTED.get(label)}
+           "hinted_path": routed_path(values, offsets, hint), "predicted_us": PREDICTED.get(label)}
     checks(row, values, offsets)
     row["copy"] = stat(copy_time(must, rep))
     row["practical_floor_us"] = round(row["copy"]["median_us"] + floors["empty_kernel_us"], 2)
@@ -445,30 +431,24 @@ def markdown(data: dict) -> str:
              "the split at 1 and 4 programs an SM a role (production: "
              f"{data.get('split_pps', '?')}), with half its whole-segments tile, and with TILES = 1. `whole-first / "
              "½ / r1 / r2`: its two roles as two launches (the long one skipped where no segment is long), at its "
-             "tile, at half, and routed on the device to the merge path where a program would take > 1 / > 2 groups. "
-             "`routed / 16k`: the whole-segments kernel sized for the mean length where every segment fits its tiles "
-             "and B ≤ 4096 / 16384, else the merge path, chosen on the device (beside it: its ratio to the contender "
-             "its prediction, written before the run, names).",
-             "", "| class | case | MB | floor | practical | predicted | ours without (path) | merge | "
-             "routed / 16k (predicted) | split | "
+             "tile, at half, and routed on the device to the merge path where a program would take > 1 / > 2 groups.",
+             "", "| class | case | MB | floor | practical | predicted | ours without (path) | merge | split | "
              "split 1 / 4 / ½ / t1 | whole-first / ½ / r1 / r2 | ours with (path) | segment_reduce | Inductor padded | "
-             "mean without | bwd without / with / merge / routed | 0 | 1 peer | 1 with | 2 floor | 2 sum≈mean | 3 | 4 | 5 | "
+             "mean without | bwd without / with / merge | 0 | 1 peer | 1 with | 2 floor | 2 sum≈mean | 3 | 4 | 5 | "
              "6 route |",
-             "|" + "---|" * 26]
+             "|" + "---|" * 25]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['class']} | {r['case']} | error: {r['error'][:80]} |" + " |" * 23)
+            lines.append(f"| {r['class']} | {r['case']} | error: {r['error'][:80]} |" + " |" * 22)
             continue
         b = r["bars"]
         back = "—" if not isinstance(r.get("expand_plain"), dict) else \
-            f"{_fmt(r['expand_plain'])} / {_fmt(r.get('expand_hinted'))} / {_fmt(r.get('expand_merge'))} / " \
-            f"{_fmt(r.get('expand_routed'))}"
+            f"{_fmt(r['expand_plain'])} / {_fmt(r.get('expand_hinted'))} / {_fmt(r.get('expand_merge'))}"
         split = " / ".join(_fmt(r.get(v)) for v in VARIANTS)
         predicted = "—" if not r.get("predicted_us") else "{:g} ({:g}–{:g})".format(*r["predicted_us"])
-        routed = " / ".join(_fmt(r.get(v)) for v in ROUTED) + _routed_against(r)
         lines.append(
             f"| {r['class']} | {r['case']} | {r['MB']} | {r['floor_us']:.1f} | {r['practical_floor_us']:.1f} | "
-            f"{predicted} | {_fmt(r.get('ours_plain'))} ({r['plain_path']}) | {_fmt(r.get('merge_plain'))} | {routed} | "
+            f"{predicted} | {_fmt(r.get('ours_plain'))} ({r['plain_path']}) | {_fmt(r.get('merge_plain'))} | "
             f"{_fmt(r.get('split_plain'))} | {split} | {' / '.join(_fmt(r.get(w)) for w in WHOLE_FIRST)} | "
             f"{_fmt(r.get('ours_hinted'))} ({r['hinted_path']}) | "
             f"{_fmt(r.get('segment_reduce'))} | {_fmt(r.get('inductor_padded'))} | {_fmt(r.get('ours_plain_mean'))} | "
@@ -486,17 +466,6 @@ def markdown(data: dict) -> str:
     if data["skipped"]:
         lines += ["", "Not measured (the deadline): " + ", ".join(data["skipped"]) + "."]
     return "\n".join(lines)
-
-
-def _routed_against(row: dict) -> str:
-    """`` (×ours_hinted 1.12; predicted 1.1–1.3)``: the routed path's ratio to the contender its prediction names."""
-    if not row.get("routed_predicted"):
-        return ""
-    against, low, high = row["routed_predicted"]
-    mine, theirs = row.get("routed"), row.get(against)
-    if not (isinstance(mine, dict) and isinstance(theirs, dict)):
-        return f" (predicted ×{against} {low:g}–{high:g})"
-    return f" (×{against} {mine['median_us'] / theirs['median_us']:.2f}; predicted {low:g}–{high:g})"
 
 
 def label_of(spec) -> str:
@@ -611,8 +580,7 @@ def main() -> int:
             data["errors"][label] = traceback.format_exc()
         data["rows"].append(row)
         print(f"[{run.elapsed():6.1f}s] {cls} {label}: checks {row.get('checks')}, " +
-              ", ".join(f"{k} {_fmt(row.get(k))}" for k in ("ours_plain", "merge_plain", *ROUTED, "split_plain",
-                                                            "ours_hinted",
+              ", ".join(f"{k} {_fmt(row.get(k))}" for k in ("ours_plain", "merge_plain", "split_plain", "ours_hinted",
                                                             "segment_reduce", "inductor_padded")),
               flush=True)
         if DEVICE.type == "cuda":

@@ -66,7 +66,7 @@ def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False
                 rows_per_chunk: int | None = None, segments: SegmentsConfig | None = None,
                 rowblock: RowBlockConfig | bool | None = None, merge: MergeConfig | bool | None = None,
                 split: SplitConfig | bool | None = None, whole_first: SplitConfig | bool | None = None,
-                routed: int | bool | None = None, poison: float | None = None) -> Plan:
+                poison: float | None = None) -> Plan:
     """``reduce.plan.plan_reduce``, or a forced path: every path is correct whatever the lengths.
 
     Args:
@@ -80,17 +80,12 @@ def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False
         split: force the split kernels (``reduce.split``): True for the production config, or a SplitConfig;
             ``rows_per_chunk`` then forces the long role's units per program K (wins over all the others).
         whole_first: the split's roles as two launches (``plan.plan_whole_first``), as ``split`` (wins over it).
-        routed: the routed path (``plan.plan_routed``): True, or its most segments for the whole-segments launch
-            (wins over all the others).
         poison: fill every tensor the launches write (output and workspace) with this value first.
 
     Returns:
         the Plan (a forced one is never replayed by the native path).
     """
-    if routed is not None and routed is not False:
-        planned = plan.plan_routed(values, offsets, mean, empty_zero,
-                                   plan.ROUTED_MAX_SEGMENTS if routed is True else routed)
-    elif whole_first is not None and whole_first is not False:
+    if whole_first is not None and whole_first is not False:
         planned = plan.plan_whole_first(values, offsets, mean, empty_zero, None if whole_first is True else whole_first,
                                         rows_per_chunk)
     elif split is not None and split is not False:
@@ -114,21 +109,18 @@ def plan_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = False
 
 def plan_expand(grad, offsets, n_rows, *, mean: bool = False, max_seqlen=None, rows_per_chunk: int | None = None,
                 segments: SegmentsConfig | None = None, merge: MergeConfig | bool | None = None,
-                split: SplitConfig | bool | None = None, routed: int | bool | None = None,
-                poison: float | None = None) -> Plan:
+                split: SplitConfig | bool | None = None, poison: float | None = None) -> Plan:
     """``reduce.plan.plan_expand``, or a forced path (as ``plan_reduce``; a forced config's ``programs`` is
     ignored by the backward).
 
     Args:
         grad, offsets, n_rows, mean, max_seqlen: as for ``plan_expand``.
-        rows_per_chunk, segments, merge, split, routed, poison: as for ``plan_reduce``.
+        rows_per_chunk, segments, merge, split, poison: as for ``plan_reduce``.
 
     Returns:
         the Plan.
     """
-    if routed is not None and routed is not False:
-        planned = plan.expand_routed(grad, offsets, n_rows, mean, plan.ROUTED_MAX_SEGMENTS if routed is True else routed)
-    elif split is not None and split is not False:
+    if split is not None and split is not False:
         planned = plan.expand_split(grad, offsets, n_rows, mean, None if split is True else split, rows_per_chunk)
     elif merge is not None and merge is not False:
         planned = plan.expand_merge(grad, offsets, n_rows, mean, None if merge is True else merge, rows_per_chunk)
@@ -170,7 +162,7 @@ def launch_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = Fal
                   rows_per_chunk: int | None = None, segments: SegmentsConfig | None = None,
                   rowblock: RowBlockConfig | bool | None = None, merge: MergeConfig | bool | None = None,
                   split: SplitConfig | bool | None = None, whole_first: SplitConfig | bool | None = None,
-                  routed: int | bool | None = None, poison: float | None = None) -> torch.Tensor:
+                  poison: float | None = None) -> torch.Tensor:
     """Plan (``plan_reduce``) and run the sum/mean kernels through the JIT: no operator, no checks (tests run
     it under TRITON_INTERPRET=1).
 
@@ -182,15 +174,14 @@ def launch_reduce(values, offsets, *, mean: bool = False, empty_zero: bool = Fal
     """
     planned = plan_reduce(values, offsets, mean=mean, empty_zero=empty_zero, max_seqlen=max_seqlen,
                           rows_per_chunk=rows_per_chunk, segments=segments, rowblock=rowblock, merge=merge,
-                          split=split, whole_first=whole_first, routed=routed, poison=poison)
+                          split=split, whole_first=whole_first, poison=poison)
     run_direct(planned.launches)
     return planned.out
 
 
 def launch_expand(grad, offsets, n_rows, *, mean: bool = False, max_seqlen=None, rows_per_chunk: int | None = None,
                   segments: SegmentsConfig | None = None, merge: MergeConfig | bool | None = None,
-                  split: SplitConfig | bool | None = None, routed: int | bool | None = None,
-                  poison: float | None = None) -> torch.Tensor:
+                  split: SplitConfig | bool | None = None, poison: float | None = None) -> torch.Tensor:
     """Plan (``plan_expand``) and run the backward kernel through the JIT.
 
     Args:
@@ -200,7 +191,7 @@ def launch_expand(grad, offsets, n_rows, *, mean: bool = False, max_seqlen=None,
         the (n_rows, M) output.
     """
     planned = plan_expand(grad, offsets, n_rows, mean=mean, max_seqlen=max_seqlen, rows_per_chunk=rows_per_chunk,
-                          segments=segments, merge=merge, split=split, routed=routed, poison=poison)
+                          segments=segments, merge=merge, split=split, poison=poison)
     run_direct(planned.launches)
     return planned.out
 

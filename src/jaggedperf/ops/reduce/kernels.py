@@ -379,13 +379,6 @@ def _segments_expand_kernel(
     BLOCK_M: tl.constexpr,  # columns per program (grid axis 1)
 ):
     # With max_seqlen known and short: no search, one (GROUP, BLOCK_L, BLOCK_M) store per tile.
-    _expand_group(grad_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments, n_tiles, MEAN, GROUP, BLOCK_L, BLOCK_M)
-
-
-@triton.jit
-def _expand_group(grad_ptr, offsets_ptr, out_ptr, n_rows, n_cols, n_segments, n_tiles, MEAN: tl.constexpr,
-                  GROUP: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr):
-    # _segments_expand_kernel's program (its arguments), also the routed path's (``routed``)
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < n_cols
     segs, seg_ok = _group_segments(tl.program_id(0), n_segments, GROUP)

@@ -354,14 +354,6 @@ def _merge_combine_kernel(
     # loaded beside the offsets; past them the count is known before any head loads, so no step waits on the one
     # before it. The slots gate each head (first == s + 1), so invalid offsets cost no fault and a miscount no wrong
     # piece; every index stays below P.
-    _combine_owned(offsets_ptr, out_ptr, ws_ptr, units_per_program, n_programs, N_COLS, MEAN, EMPTY_ZERO, BLOCK_P,
-                   BLOCK_M)
-
-
-@triton.jit
-def _combine_owned(offsets_ptr, out_ptr, ws_ptr, units_per_program, n_programs, N_COLS: tl.constexpr,
-                   MEAN: tl.constexpr, EMPTY_ZERO: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_M: tl.constexpr):
-    # _merge_combine_kernel's program (its arguments), also the routed path's combine (``routed``)
     pid = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_mask = cols < N_COLS

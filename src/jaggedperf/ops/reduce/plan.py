@@ -17,19 +17,15 @@ import dataclasses
 
 import torch
 
-from jaggedperf.ops.config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMENT_TILE_ELEMENTS, SEGMENT_TILES,
-                                   MergeConfig, ReduceConfig,
+from jaggedperf.ops.config import (EXPAND_SPLIT_ROWS, EXPAND_SPLIT_WARPS, SEGMENT_TILES, MergeConfig, ReduceConfig,
                                    SegmentsConfig, SplitConfig, merge_config, merge_expand_config, reduce_config,
-                                   segments_config, sm_count, split_config, whole_segments)
+                                   segments_config, sm_count, split_config)
 from jaggedperf.ops.launch.layout import FEW_SEGMENTS, GridKind, Source
 from jaggedperf.ops.launch.plan import Launch, NativeKernel, Plan, chunking, sym_max
 from jaggedperf.ops.tiles import hint_of
 from jaggedperf.ops.reduce.kernels import (_combine_kernel, _expand_kernel, _reduce_kernel, _segments_expand_kernel,
                                           _segments_kernel, _segments_loop_kernel)
 from jaggedperf.ops.reduce.merge import _merge_combine_kernel, _merge_expand_kernel, _merge_reduce_kernel
-from jaggedperf.ops.reduce.routed import (_routed_merge_combine_kernel, _routed_merge_expand_kernel,
-                                          _routed_merge_reduce_kernel, _routed_segments_expand_kernel,
-                                          _routed_segments_kernel)
 from jaggedperf.ops.reduce.split import (_long_after_kernel, _split_expand_kernel, _split_reduce_kernel,
                                          _whole_first_kernel)
 
@@ -474,98 +470,6 @@ def plan_whole_first(values, offsets, mean: bool, empty_zero: bool, cfg: SplitCo
                   ("long_after", *long_args[-17:]))
     combined = grid.plan(long, offsets, mean, empty_zero, long_cfg, 1, values.device)
     return Plan(combined.out, (whole, *combined.launches))
-
-
-ROUTED_MAX_SEGMENTS = 4096  # the routed path's whole-segments launch serves at most this many segments
-ROUTED_CHECK_BLOCK = 1024  # offsets a step of its decision reads, at most
-
-
-def plan_routed(values, offsets, mean: bool, empty_zero: bool, max_segments: int = ROUTED_MAX_SEGMENTS) -> Plan:
-    """The routed path (``routed``): the whole-segments kernel sized for segments of the mean length, then the merge
-    path's two launches, each launch serving where the device says (every segment within the first's tiles and
-    B <= ``max_segments``: the first; else the other two). Reached through ``ops.testing`` only until it is measured.
-
-    Args:
-        values, offsets, mean, empty_zero: as for ``plan_reduce``.
-        max_segments: the most segments the first launch takes (every program of each launch reads all B + 1
-            offsets to decide).
-
-    Returns:
-        the Plan (the Python path's: the native path does not replay it); the merge path's alone where the host's
-        guess gives no whole-segments config (too few programs).
-    """
-    n_rows, n_cols = values.shape
-    n_segments = offsets.shape[0] - 1
-    merge_cfg = merge_config(int(n_cols), values.dtype)
-    guess = _routed_guess(n_rows, n_segments, int(n_cols), values.device, max_segments)
-    if guess is None:
-        return plan_merge(values, offsets, mean, empty_zero, merge_cfg)
-    cfg, route_args = guess
-    route = torch.empty((1,), dtype=torch.int32, device=values.device)
-    grid = _merge_grid_and_outputs(values, offsets, merge_cfg, None)
-    whole_args = (values, offsets, grid.out, route, n_rows, int(n_cols), n_segments, mean, empty_zero, cfg.group,
-                  cfg.block_l, cfg.block_m, *route_args)
-    whole = Launch(_routed_segments_kernel, (sym_max(-(-n_segments // cfg.group), 1), -(-int(n_cols) // cfg.block_m),
-                                             1), whole_args, cfg.num_warps, (grid.out, route),
-                   ("routed_segments", *whole_args[-8:]))
-    args = grid.reduce_args(values, offsets, mean, empty_zero, merge_cfg)
-    reduce_args = (*args[:4], route, *args[4:], merge_cfg.block_m, merge_cfg.window, merge_cfg.group,
-                   merge_cfg.seg_rows, merge_cfg.seg_tiles, merge_cfg.search)
-    reduce = Launch(_routed_merge_reduce_kernel, grid.grid(merge_cfg, 1), reduce_args, merge_cfg.num_warps,
-                    (grid.out, grid.ws), ("routed_merge", *reduce_args[-10:]))
-    combine_args = (offsets, grid.out, grid.ws, route, grid.units_per_program, grid.n_programs, grid.n_cols, mean,
-                    empty_zero, merge_cfg.block_p, merge_cfg.block_m)
-    combine = Launch(_routed_merge_combine_kernel, grid.grid(merge_cfg, 1), combine_args, merge_cfg.combine_warps,
-                     (grid.out,), ("routed_combine", *combine_args[-5:]))
-    return Plan(grid.out, (whole, reduce, combine))
-
-
-def expand_routed(grad, offsets, n_rows, mean: bool, max_segments: int = ROUTED_MAX_SEGMENTS) -> Plan:
-    """The routed path's backward (``routed``): the whole-segments expand sized for the mean length where every
-    segment fits its tiles and B <= ``max_segments``, else the merge path's expand, decided on the device.
-
-    Args:
-        grad, offsets, n_rows, mean: as for ``plan_expand``.
-        max_segments: as for ``plan_routed``.
-
-    Returns:
-        the Plan (the Python path's); the merge path's alone where the guess gives no whole-segments config.
-    """
-    n_segments, n_cols = grad.shape
-    guess = _routed_guess(n_rows, n_segments, int(n_cols), grad.device, max_segments)
-    if guess is None:
-        return expand_merge(grad, offsets, n_rows, mean)
-    cfg, route_args = guess
-    merge_cfg = merge_expand_config(int(n_cols), grad.dtype)
-    out = torch.empty((n_rows, n_cols), dtype=grad.dtype, device=grad.device)
-    route = torch.empty((1,), dtype=torch.int32, device=grad.device)
-    whole_args = (grad, offsets, out, route, n_rows, int(n_cols), n_segments, mean, cfg.group, cfg.block_l,
-                  cfg.block_m, *route_args)
-    whole = Launch(_routed_segments_expand_kernel, (sym_max(-(-n_segments // cfg.group), 1),
-                                                    -(-int(n_cols) // cfg.block_m), 1), whole_args, cfg.num_warps,
-                   (out, route), ("routed_segments_expand", *whole_args[-7:]))
-    units_per_program, n_programs = merge_grid(n_rows, n_segments, int(n_cols), grad.device, merge_cfg)
-    merge_args = (grad, offsets, out, route, n_rows, n_segments, units_per_program, int(n_cols), mean,
-                  merge_cfg.block_l, merge_cfg.block_m, merge_cfg.expand_window, merge_cfg.group, merge_cfg.seg_rows,
-                  merge_cfg.seg_tiles, merge_cfg.search)
-    merge = Launch(_routed_merge_expand_kernel, (n_programs, -(-int(n_cols) // merge_cfg.block_m), 1), merge_args,
-                   merge_cfg.num_warps, (out,), ("routed_merge_expand", *merge_args[-9:]))
-    return Plan(out, (whole, merge))
-
-
-def _routed_guess(n_rows, n_segments, n_cols: int, device, max_segments: int):
-    """(the whole-segments config for a longest segment of cdiv(N, B) rows, its launch's trailing constexprs FITS,
-    MAX_SEGMENTS, CHECK_BLOCK), from N's and B's hints (no guard under torch.compile: a compiled graph keeps its first
-    call's guess, which changes only the speed); None where there is none (no hints, B = 0, too few programs)."""
-    rows, segments = hint_of(n_rows), hint_of(n_segments)
-    if rows is None or not segments:
-        return None
-    cfg = whole_segments(n_cols, max(-(-rows // segments), 1), segments, sm_count(device), SEGMENT_TILE_ELEMENTS)
-    if cfg is None:
-        return None
-    # a looping config's ``programs`` is not taken (the routed kernels are one program a group); the decision's step
-    # holds 8 offsets a lane, whole for B up to that
-    return cfg, (cfg.block_l * SEGMENT_TILES, max_segments, min(ROUTED_CHECK_BLOCK, 256 * cfg.num_warps))
 
 
 def expand_split(grad, offsets, n_rows, mean: bool, cfg: SplitConfig | None = None, units_per_program=None) -> Plan:
