@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from jaggedperf.boundary.crossing import MIN_SEQLEN_SHIFT, flatten, seqlen_tensor
-from jaggedperf.boundary.differentiable import Join, Unwrap
+from jaggedperf.boundary.differentiable import Join, Unwrap, join, unwrap
 from tests.boundary.njts import make_njt
 
 
@@ -102,3 +102,35 @@ def test_a_shared_seqlen_tensor_crosses_with_the_marks_it_was_made_with():
     torch._dynamo.mark_dynamic(t, 0)
     assert seqlen_tensor(6, 2) is t
     assert t.__dict__ == made
+
+
+def test_a_seqlen_tensor_returned_by_the_region_crosses_with_the_marks_it_was_made_with():
+    # AOTAutograd's runtime marks a compiled function's output that is one of its inputs (a crossing seqlen an output
+    # NJT caches) with its unguarded propagated mark on every call: removed, the tensor is as it was made
+    t = seqlen_tensor(7, 2)
+    made = {name: set(v) if isinstance(v, set) else v for name, v in t.__dict__.items()}
+    t._dynamo_propagated_dynamic_indices = {0}
+    assert seqlen_tensor(7, 2) is t and t.__dict__ == made
+    t._dynamo_propagated_dynamic_indices = {0}
+    torch._dynamo.mark_dynamic(t, 0)  # and marks Dynamo guards on besides: made again
+    assert seqlen_tensor(7, 2) is t and t.__dict__ == made
+
+
+def test_unwrap_and_join_are_the_nodes_apply_makes():
+    nt, _ = make_njt(4, 5, min_len=1, requires_grad=True)
+    for values in (Unwrap.apply(nt), unwrap(nt)):
+        assert type(values.grad_fn).__name__ == "UnwrapBackward" and values.data_ptr() == nt._values.data_ptr()
+        assert values.__dict__ == Unwrap.apply(nt).__dict__  # the NJT constructor's marks
+        (values * 3).sum().backward()
+        torch.testing.assert_close(nt.grad.values(), torch.full_like(nt._values, 3.0))
+        nt.grad = None
+    leaf = torch.randn(nt._values.shape, requires_grad=True)
+    for out in (Join.apply(leaf * 2, nt._offsets, dict(nt._metadata_cache)),
+                join(leaf * 2, nt._offsets, dict(nt._metadata_cache))):
+        assert type(out.grad_fn).__name__ == "JoinBackward" and out._offsets is nt._offsets
+        assert out._metadata_cache == nt._metadata_cache
+        out.values().sum().backward()
+        torch.testing.assert_close(leaf.grad, torch.full_like(leaf, 2.0))
+        leaf.grad = None
+    with torch.no_grad():
+        assert join(leaf, nt._offsets, {}).grad_fn is None and not unwrap(nt).requires_grad

@@ -144,6 +144,33 @@ def test_output_njts_cache_the_seqlens_eager_mode_caches(cache):
         assert_close(out, ref)
 
 
+def test_an_output_over_an_arguments_structure_leaves_the_region_as_its_values_alone():
+    # The region returns no offsets or seqlen tensors for an NJT output over the first argument's offsets with that
+    # argument's cached seqlens (AOTAutograd's runtime pays for each tensor returned): joining takes the argument's
+    # own, as it took them from the returned ones. An output over an argument that shares its offsets tensor with an
+    # earlier one caching other seqlens leaves with its tensors, as before.
+    def fn(first, second):
+        return first.sin() * 2, second.cos()
+
+    first, _ = make_njt(5, 6, min_len=2, cache="")
+    second = torch.nested.nested_tensor_from_jagged(torch.randn_like(first._values), first._offsets, min_seqlen=2,
+                                                    max_seqlen=6)
+    compiled = jaggedperf.compile(fn, backend="aot_eager")
+    got, eager = compiled(first, second), fn(first, second)
+    (region,) = compiled.regions.values()
+    records = region(*jaggedperf.boundary.crossing.flatten((first, second), {}, mark=True).flat)
+    assert records[0].source == 0 and records[0][1:4] == (None, None, None)
+    assert records[1].source is None and records[1].offsets is first._offsets and records[1].max_seqlen is not None
+    for out, ref in zip(got, eager):
+        assert out._offsets is first._offsets and seqlens(out) == seqlens(ref)
+        assert_close(out, ref)
+    one, _ = make_njt(5, 6, min_len=2)
+    alone = compiled.fn(one, one)
+    out = compiled(one, one)[0]
+    assert all(out._metadata_cache[k] is one._metadata_cache[k] for k in ("min_seqlen", "max_seqlen"))
+    assert_close(out, alone[0])
+
+
 READS_MIN_SEQLEN = {
     "get_methods": lambda nt: nt * nt._get_min_seqlen() + nt._get_max_seqlen(),
     "scale": lambda nt: nt * nt._min_seqlen,

@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.utils._pytree as pytree
 
-from jaggedperf.boundary.differentiable import Unwrap
+from jaggedperf.boundary.differentiable import unwrap
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
 __all__ = ["ANY", "Crossing", "LEAF_TYPES", "MIN_SEQLEN_SHIFT", "fallback_reason", "flatten", "njt_code",
@@ -66,6 +66,9 @@ _SEQLEN_TENSORS_MAX = 4096
 # skips the decorated call, an attribute read instead; if the name ever changes the check misses and the public call
 # runs
 _WEAK_MARK = "_dynamo_weak_dynamic_indices"
+# What AOTAutograd's runtime sets on a compiled function's output, an input returned among them (a seqlen tensor that
+# an output NJT caches): unguarded (``mark_dynamo_propagated_dynamic_indices``), never present on a fresh seqlen tensor
+_PROPAGATED = "_dynamo_propagated_dynamic_indices"
 # Bound once: what every call looks up.
 _Tensor = torch.Tensor
 _is_grad_enabled = torch.is_grad_enabled
@@ -124,14 +127,22 @@ def seqlen_tensor(size: int, place: int) -> torch.Tensor:
         _SEQLEN_TENSORS[key] = (t, len(t.__dict__))
         return t
     t, count = held
-    if len(t.__dict__) != count:
-        # An NJT built around it since (an output NJT keeps it as its cached seqlen) marked it with mark_dynamic:
-        # ``_dynamo_dynamic_indices``, ``_dynamo_dynamic_range``, ``_has_dynamo_dim_marking``, ... . Dynamo guards
-        # on such marks: with them the next call's guards would differ from the compile's (a graph more, or, under
-        # ``dynamic=False``, a guard that fails on the frame it was made on: a fallback). It crosses as it was made,
-        # with its own marks alone. Each of Dynamo's marking calls adds an attribute of its own, so the count tells.
-        t.__dict__.clear()
-        torch._dynamo.maybe_mark_dynamic(t, 0)
+    attrs = t.__dict__
+    if len(attrs) != count:
+        if len(attrs) == count + 1 and _PROPAGATED in attrs:
+            # The compiled region returned it (an output NJT caching it, as the input's max_seqlen): AOTAutograd's
+            # runtime marks such an output with this one attribute, on every call. Removed, it crosses as it was
+            # made, as below, without the clearing and marking again that a call would otherwise pay.
+            del attrs[_PROPAGATED]
+        else:
+            # An NJT built around it since (an output NJT keeps it as its cached seqlen) marked it with mark_dynamic:
+            # ``_dynamo_dynamic_indices``, ``_dynamo_dynamic_range``, ``_has_dynamo_dim_marking``, ... . Dynamo guards
+            # on such marks: with them the next call's guards would differ from the compile's (a graph more, or,
+            # under ``dynamic=False``, a guard that fails on the frame it was made on: a fallback). It crosses as it
+            # was made, with its own marks alone. Each of Dynamo's marking calls adds an attribute of its own, so the
+            # count tells.
+            attrs.clear()
+            torch._dynamo.maybe_mark_dynamic(t, 0)
     return t
 
 
@@ -142,7 +153,7 @@ def _cross_njt(nt: torch.Tensor, grad: bool, mark: bool, flat: list, min_shift: 
         with _NoSubclassTorchFunction():  # requires_grad read without the NJT's __torch_function__ (~20x cheaper)
             needs_edge = nt.requires_grad
         if needs_edge:
-            values = Unwrap.apply(nt)
+            values = unwrap(nt)
     offsets = nt._offsets
     if mark:  # maybe_mark_dynamic(t, 0) where t does not carry that mark yet (``_WEAK_MARK``)
         if 0 not in getattr(values, _WEAK_MARK, ()):

@@ -17,6 +17,9 @@ Invariants:
 - In a backward that builds a graph (``create_graph=True``), a gradient that requires grad crosses through the other
   node (``Join`` for ``Unwrap``'s, ``Unwrap`` for ``Join``'s), so higher-order gradients keep their edges as eager
   mode's do (a compiled backward then raises on being differentiated, as torch.compile's does), never losing them.
+- ``unwrap`` and ``join`` are ``Unwrap.apply`` and ``Join.apply`` as ``torch.autograd.Function.apply`` runs them
+  without functorch transforms (no ``setup_context``: the arguments as given, dead functorch wrappers unwrapped, then
+  the C++ apply), minus its Python frames; under a functorch transform they are ``apply`` itself.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import torch
 
 from jaggedperf.njt import JAGGED_CLASS, wrap
 
-__all__ = ["Join", "Unwrap"]
+__all__ = ["Join", "Unwrap", "join", "unwrap"]
 
 # The NJT constructor's marks of its values' ragged dim as dynamic, read by Dynamo whatever ``dynamic`` says: unguarded
 # ("propagated", torch 2.13+) or weak (``maybe_mark_dynamic``, torch 2.11). ``Unwrap``'s alias carries the same, so
@@ -42,18 +45,20 @@ class Unwrap(torch.autograd.Function):
     def forward(ctx, nt: torch.Tensor) -> torch.Tensor:  # noqa: D102 (autograd's protocol)
         ctx.offsets = nt._offsets
         ctx.cache = dict(nt._metadata_cache)
-        values = nt._values.detach()
-        held = nt._values.__dict__
-        for name in _CONSTRUCTOR_MARKS:
-            marks = held.get(name)
-            if marks is not None:
-                values.__dict__[name] = marks
+        inner = nt._values
+        values = inner.detach()
+        held = inner.__dict__
+        if held:  # the marks, where the values hold any attribute at all
+            for name in _CONSTRUCTOR_MARKS:
+                marks = held.get(name)
+                if marks is not None:
+                    values.__dict__[name] = marks
         return values
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # noqa: D102
         if grad.requires_grad:  # a backward with create_graph: the gradient NJT keeps grad's history
-            return Join.apply(grad, ctx.offsets, ctx.cache)
+            return join(grad, ctx.offsets, ctx.cache)
         return wrap(grad, ctx.offsets, ctx.cache)
 
 
@@ -72,7 +77,7 @@ class Join(torch.autograd.Function):
             with _NoSubclassTorchFunction():  # the NJT's requires_grad without its __torch_function__ (6 of 6.3 µs)
                 keeps_history = grad.requires_grad
             if keeps_history:  # a backward with create_graph: the values keep grad's history
-                return Unwrap.apply(grad), None, None
+                return unwrap(grad), None, None
             if torch.is_grad_enabled():
                 # a backward with create_graph, the gradient without history: the compiled backward takes its values
                 # as a leaf that requires grad, as torch.compile's compiled backward on the NJT sees its tangent. Torch
@@ -82,3 +87,25 @@ class Join(torch.autograd.Function):
                 return grad._values.detach().requires_grad_(), None, None
             return grad._values, None, None
         return grad, None, None  # not expected: autograd hands an NJT output an NJT gradient
+
+
+try:  # what ``torch.autograd.Function.apply`` calls without transforms (private names; else ``apply`` itself serves)
+    _transforms_active = torch._C._are_functorch_transforms_active
+    _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+    # ``Function.apply``'s ``super().apply``: the C++ apply, bound to each class once
+    _unwrap_apply = super(torch.autograd.Function, Unwrap).apply
+    _join_apply = super(torch.autograd.Function, Join).apply
+except AttributeError:  # pragma: no cover
+    unwrap, join = Unwrap.apply, Join.apply
+else:
+    def unwrap(nt: torch.Tensor) -> torch.Tensor:
+        """``Unwrap.apply(nt)`` (the module's docstring)."""
+        if _transforms_active():
+            return Unwrap.apply(nt)
+        return _unwrap_apply(_unwrap_if_dead(nt))
+
+    def join(values: torch.Tensor, offsets: torch.Tensor, cache: dict) -> torch.Tensor:
+        """``Join.apply(values, offsets, cache)`` (the module's docstring)."""
+        if _transforms_active():
+            return Join.apply(values, offsets, cache)
+        return _join_apply(_unwrap_if_dead(values), _unwrap_if_dead(offsets), cache)

@@ -174,11 +174,12 @@ class BoundaryFunction:
             # retry would be chosen for this (answered) reason too (``_retry_for`` reads the whole chain)
             return self._after_error(failure, crossing, args, kwargs)
         self.last_fallback = None
-        backend = self._backends.get(key)
-        if backend is not None and (backend.computes_nothing or backend.compiled):
-            if backend.compiled == 0:
-                self.pass_through.add(key)
-            del self._backends[key]  # decided after the first compile: never looked at again
+        if self._backends:  # empty once every region's first compile was looked at
+            backend = self._backends.get(key)
+            if backend is not None and (backend.computes_nothing or backend.compiled):
+                if backend.compiled == 0:
+                    self.pass_through.add(key)
+                del self._backends[key]  # decided after the first compile: never looked at again
         return result
 
     def _traced(self, *args: Any, **kwargs: Any) -> Any:

@@ -4,7 +4,8 @@ Invariants:
 - ``Same(index)`` is the caller's own argument object (``fn`` returned its input); ``Again(place)`` the object
   already made for the output's tensor at ``place``;
 - a ``Parts`` becomes an NJT over its offsets tensor, caching the seqlens the traced NJT cached; by ``Join`` (an
-  autograd node) where its values require grad, else by the constructor alone;
+  autograd node) where its values require grad, else by the constructor alone; one with a ``source`` over that
+  argument's offsets tensor with its cached seqlens, as one returning them would have become;
 - a tensor whose ``requires_grad`` differs from the traced one is repaired (``repair``): AOTAutograd returns an
   output that aliases an input through an NJT's view ops (``unsqueeze``, ``select``, ``narrow``, ``values()``, ...)
   detached from the input's autograd graph, where eager mode returns a view that requires grad;
@@ -19,7 +20,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from jaggedperf.boundary.crossing import LEAF_TYPES, Crossing
-from jaggedperf.boundary.differentiable import Join
+from jaggedperf.boundary.differentiable import join
 from jaggedperf.boundary.parts import Again, Dense, Parts, Same
 from jaggedperf.njt import wrap
 
@@ -36,10 +37,10 @@ class CrossingError(RuntimeError):
 def join_output(out: Any, crossing: Crossing) -> Any:
     """``out`` (what the compiled region returned for this ``crossing``) as ``fn`` returns it."""
     kind = type(out)
-    if kind is Dense:
-        return _dense(out, crossing)
     if kind is Parts:
         return _njt(out, crossing)
+    if kind is Dense:
+        return _dense(out, crossing)
     if kind is Same:
         return crossing.leaves[out.index]
     if isinstance(out, _Tensor) or kind in LEAF_TYPES:
@@ -69,19 +70,34 @@ def _dense(d: Dense, crossing: Crossing) -> torch.Tensor:
 
 
 def _njt(p: Parts, crossing: Crossing) -> torch.Tensor:
-    values = p.values
-    if values.requires_grad is not p.requires_grad:
-        values = repair(values, p.requires_grad, crossing)
+    values, offsets, low, high, requires_grad, source = p
+    grads = values.requires_grad
+    if grads is not requires_grad:
+        values = repair(values, requires_grad, crossing)
+        grads = values.requires_grad
     cache = {}
-    if p.min_seqlen is not None or p.max_seqlen is not None:
-        own = _input_cache(p.offsets, crossing)
-        for key, seqlen in (("min_seqlen", p.min_seqlen), ("max_seqlen", p.max_seqlen)):
-            if seqlen is not None:
-                mine = own.get(key)
-                cache[key] = mine if mine is not None and mine.shape[0] == seqlen.shape[0] else seqlen
-    if values.requires_grad:
-        return Join.apply(values, p.offsets, cache)
-    return wrap(values, p.offsets, cache)
+    if source is not None:
+        # the argument's structure (``Parts.source``): its offsets, and of its cached seqlens those its rebuilt NJT
+        # cached, which are those it cached as it crossed (its layout code), in the constructor's order
+        nt = crossing.leaves[source]
+        offsets = nt._offsets
+        own = nt._metadata_cache
+        code = crossing.layout[source]
+        if code[1] == "m":
+            cache["min_seqlen"] = own["min_seqlen"]
+        if code[2] == "x":
+            cache["max_seqlen"] = own["max_seqlen"]
+    elif low is not None or high is not None:
+        own = _input_cache(offsets, crossing)
+        if low is not None:  # min_seqlen first, then max_seqlen: the constructor's order of the cache's keys
+            mine = own.get("min_seqlen")
+            cache["min_seqlen"] = mine if mine is not None and mine.shape[0] == low.shape[0] else low
+        if high is not None:
+            mine = own.get("max_seqlen")
+            cache["max_seqlen"] = mine if mine is not None and mine.shape[0] == high.shape[0] else high
+    if grads:
+        return join(values, offsets, cache)
+    return wrap(values, offsets, cache)
 
 
 def _input_cache(offsets: torch.Tensor, crossing: Crossing) -> dict:

@@ -26,13 +26,20 @@ class Parts(NamedTuple):
             caches none.
         requires_grad: whether the NJT required grad while the region was traced: what eager mode gives.
             AOTAutograd can return an output that aliases an input without it (``joining.repair``).
+        source: None, or the index (among the flattened arguments) of the NJT argument whose offsets tensor the NJT
+            has, and whose very cached seqlens (or none where it caches none) it keeps, that argument being the first
+            over those offsets: then ``offsets``, ``min_seqlen`` and ``max_seqlen`` are None, and the compiled code
+            returns none of them (each tensor returned costs AOTAutograd's runtime on every call). Joining takes that
+            argument's offsets and cached seqlens, as it would from the returned ones (they are its own, or have their
+            sizes).
     """
 
     values: torch.Tensor
-    offsets: torch.Tensor
+    offsets: torch.Tensor | None
     min_seqlen: torch.Tensor | None
     max_seqlen: torch.Tensor | None
     requires_grad: bool
+    source: int | None = None
 
 
 class Dense(NamedTuple):

@@ -13,7 +13,9 @@ Invariants:
 - an argument crossing as ``"=k"`` is handed the NJT rebuilt for leaf ``k``: aliasing between NJT arguments is
   eager mode's;
 - an output that is one of the rebuilt input NJTs leaves as ``Same(index)``; every other plain jagged NJT as
-  ``Parts``, and every other tensor as ``Dense``, each with its ``requires_grad`` as traced; an NJT with holes or
+  ``Parts`` (with ``source``, and without its offsets and seqlens, where it has the offsets and the very cached seqlens
+  of the first rebuilt NJT over those offsets), and every other tensor as ``Dense``, each with its ``requires_grad``
+  as traced; an NJT with holes or
   another ragged dim leaves as the NJT itself (the compiled runtime returns it as a subclass, as torch.compile);
   an NJT met again in the output leaves as ``Again(place)``, its first place among the output's tensors;
 - ``fn`` modifying an NJT argument in place where autograd records it (the rebuilt NJT requires grad after ``fn``:
@@ -78,14 +80,14 @@ def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...], own
             raise RanEagerly(f"Dynamo ran {name} without a compiled graph")
         leaves, inputs = _rebuild(layout, flat, make, min_shift)
         grad_off = not torch.is_grad_enabled()  # a constant of the trace: Dynamo guards the grad mode
-        for _, nt in inputs:
+        for _, nt, _ in inputs:
             _note_version(nt)
         if spec is None:
             out = fn(*leaves)
         else:
             args, kwargs = pytree.tree_unflatten(leaves, spec)
             out = fn(*args, **kwargs)
-        for _, nt in inputs:
+        for _, nt, _ in inputs:
             _check_version(nt)
         if grad_off:
             _check_grad_off(out, flat)
@@ -98,7 +100,10 @@ def make_region(fn: Callable, name: str, spec: Any, layout: tuple[str, ...], own
 
 
 def _rebuild(layout: tuple[str, ...], flat: tuple, make: Callable, min_shift: int) -> tuple[list, list]:
-    """(the leaves ``fn``'s arguments are made of, [(leaf index, rebuilt NJT)])."""
+    """(the leaves ``fn``'s arguments are made of, [(leaf index, rebuilt NJT, (its offsets, whether it caches a
+    min_seqlen, its cached max_seqlen or None))]): what it crossed with, known without reading the rebuilt NJT (a read
+    would make its rebuild a used node of the graph: ``backend``); ``fn`` may cache a seqlen the argument did not on
+    the NJT it is handed (one computed in the graph, under the data-dependent settings)."""
     leaves: list = []
     inputs: list = []
     i = 0
@@ -119,7 +124,7 @@ def _rebuild(layout: tuple[str, ...], flat: tuple, make: Callable, min_shift: in
                 high = flat[i]
                 i += 1
             nt = make(values, offsets, low, high)
-            inputs.append((len(leaves), nt))
+            inputs.append((len(leaves), nt, (offsets, low is not None, high)))
             leaves.append(nt)
     return leaves, inputs
 
@@ -272,10 +277,20 @@ def _record(t: torch.Tensor, inputs: list, seen: list) -> Any:
     seen.append(t)
     if not isinstance(t, NestedTensor):
         return Dense(t, t.requires_grad)
-    for index, nt in inputs:
+    for index, nt, _ in inputs:
         if t is nt:
             return Same(index)
     if t._lengths is not None or t._ragged_idx != 1:
         return t
+    for index, nt, (offsets, has_min, high) in inputs:  # identities of the trace: constants of the compiled code
+        if t.offsets() is offsets:
+            # the rebuilt NJT's min_seqlen tensor (made in the graph, from the crossing's shifted size) is the one it
+            # was rebuilt with: a cached seqlen is never replaced
+            low = nt._min_seqlen_tensor if has_min else None
+            if t._min_seqlen_tensor is low and t._max_seqlen_tensor is high:
+                # the structure the argument at ``index`` crossed with (the first argument over these offsets, the
+                # one whose cached seqlens joining takes): its offsets and seqlens are not returned (``Parts.source``)
+                return Parts(t.values(), None, None, None, t.requires_grad, index)
+            break
     # the seqlens leave as the NJT's own (n, 0) tensors: Dynamo cannot return the ints read from them here
     return Parts(t.values(), t.offsets(), t._min_seqlen_tensor, t._max_seqlen_tensor, t.requires_grad)
