@@ -52,35 +52,47 @@ def main() -> int:
                     (0, 1, 2, 4), cfg.num_warps)
         print(f"expand {vdt} {odt} (i64 rows): ok")
         sig = {"values_ptr": f"*{vdt}", "offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "n_rows": "i32",
-               "n_cols": "i32", "n_segments": "i32", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr",
+               "N_COLS": "constexpr", "n_segments": "i32", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr",
                "GROUP": "constexpr", "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
         for max_seqlen in (64, 100, 500):
             seg = config.segments_config(M, max_seqlen, 65536, torch.device("cpu"))
             if seg is None:  # too long for whole segments at this width: the chunked kernels run
                 continue
-            k = compile_one(kernels._segments_kernel, sig, {"MEAN": True, "EMPTY_ZERO": True, "GROUP": seg.group,
-                                                           "BLOCK_L": seg.block_l, "BLOCK_M": seg.block_m},
-                            (0, 1, 2, 4), seg.num_warps)
+            k = compile_one(kernels._segments_kernel, sig, {"N_COLS": M, "MEAN": True, "EMPTY_ZERO": True,
+                                                           "GROUP": seg.group, "BLOCK_L": seg.block_l,
+                                                           "BLOCK_M": seg.block_m}, (0, 1, 2), seg.num_warps)
             vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
             print(f"segments {vdt} {odt} M={M} max_seqlen={max_seqlen} {seg}: 128-bit loads {vector}, "
                   f"local memory {'.local' in k.asm['ptx']}")
-            k = compile_one(kernels._segments_loop_kernel, sig, {"MEAN": True, "EMPTY_ZERO": False, "GROUP": seg.group,
-                                                                "BLOCK_L": seg.block_l, "BLOCK_M": seg.block_m},
-                            (0, 1, 2, 4), seg.num_warps)
+            k = compile_one(kernels._segments_loop_kernel, sig, {"N_COLS": M, "MEAN": True, "EMPTY_ZERO": False,
+                                                                "GROUP": seg.group, "BLOCK_L": seg.block_l,
+                                                                "BLOCK_M": seg.block_m}, (0, 1, 2), seg.num_warps)
             vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
             print(f"segments_loop {vdt} {odt} M={M} max_seqlen={max_seqlen}: 128-bit loads {vector}")
             if not vector:
                 return 2
             esig = {"grad_ptr": f"*{vdt}", "offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "n_rows": "i64",
-                    "n_cols": "i32", "n_segments": "i32", "n_tiles": "i32", "MEAN": "constexpr", "GROUP": "constexpr",
-                    "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
-            k = compile_one(kernels._segments_expand_kernel, esig, {"MEAN": True, "GROUP": seg.group,
+                    "N_COLS": "constexpr", "n_segments": "i32", "n_tiles": "i32", "MEAN": "constexpr",
+                    "GROUP": "constexpr", "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
+            k = compile_one(kernels._segments_expand_kernel, esig, {"N_COLS": M, "MEAN": True, "GROUP": seg.group,
                                                                    "BLOCK_L": seg.block_l, "BLOCK_M": seg.block_m},
-                            (0, 1, 2, 4), seg.num_warps)
+                            (0, 1, 2), seg.num_warps)
             vector = "st.global.v4" in k.asm["ptx"]
             print(f"segments_expand {vdt} {odt} M={M} max_seqlen={max_seqlen} (i64 rows): 128-bit stores {vector}")
             if not vector:
                 return 2
+    # Odd widths whose rows are 16-byte aligned (M a multiple of 4, not of 16): M is compiled into the whole-segments
+    # kernels, so their loads vectorise where a runtime M (no divisibility by 16) left them scalar
+    for M in (24, 40):
+        seg = config.segments_config(M, 256, 65536, torch.device("cpu"))
+        fp32 = sig | {"values_ptr": "*fp32", "out_ptr": "*fp32", "offsets_ptr": "*i64"}
+        k = compile_one(kernels._segments_kernel, fp32,
+                        {"N_COLS": M, "MEAN": False, "EMPTY_ZERO": False, "GROUP": seg.group, "BLOCK_L": seg.block_l,
+                         "BLOCK_M": seg.block_m}, (0, 1, 2), seg.num_warps)
+        vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
+        print(f"segments fp32 M={M} {seg}: 128-bit loads {vector}")
+        if not vector:
+            return 2
     # Inductor may pass an int argument equal to 1 as a constant: the kernels must compile that way too.
     sig = {"values_ptr": "*fp32", "offsets_ptr": "*i64", "out_ptr": "*fp32", "ws_ptr": "*fp32", "n_rows": "i32",
            "n_cols": "i32", "n_segments": "constexpr", "rows_per_chunk": "i32", "n_chunks": "constexpr",

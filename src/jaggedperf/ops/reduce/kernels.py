@@ -268,11 +268,11 @@ def _group_bounds(offsets_ptr, segs, seg_ok):
 # reads the rows of its GROUP segments once (+ 2·GROUP offsets), writes GROUP·M·s of output; no search, no workspace
 @triton.jit(do_not_specialize=["n_rows", "n_segments"])
 def _segments_kernel(
-    values_ptr,  # (n_rows, n_cols) contiguous, fp32/bf16/fp16
+    values_ptr,  # (n_rows, N_COLS) contiguous, fp32/bf16/fp16
     offsets_ptr,  # (n_segments + 1,) int32/int64
-    out_ptr,  # (n_segments, n_cols) in values' dtype: every row written by the program of its group
+    out_ptr,  # (n_segments, N_COLS) in values' dtype: every row written by the program of its group
     n_rows,  # N: rows outside [0, N) are never read, whatever the offsets say
-    n_cols,  # M (specialised)
+    N_COLS: tl.constexpr,  # M, compiled in: rows' alignment known, so the accesses vectorise
     n_segments,  # B
     MEAN: tl.constexpr,  # divide by the length
     EMPTY_ZERO: tl.constexpr,  # mean of an empty segment is 0 (else NaN)
@@ -283,10 +283,10 @@ def _segments_kernel(
     # Two dependent memory round trips when every segment fits a tile: the offsets, then all rows of
     # GROUP segments in one (GROUP, BLOCK_L, BLOCK_M) load.
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    col_mask = cols < n_cols
+    col_mask = cols < N_COLS
     segs, seg_ok = _group_segments(tl.program_id(0), n_segments, GROUP)
     start, end = _group_bounds(offsets_ptr, segs, seg_ok)
-    _reduce_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask,
+    _reduce_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, N_COLS, cols, col_mask,
                   MEAN, EMPTY_ZERO, GROUP, BLOCK_L, BLOCK_M)
 
 
@@ -294,11 +294,11 @@ def _segments_kernel(
 # grid of programs that each loop over groups
 @triton.jit(do_not_specialize=["n_rows", "n_segments"])
 def _segments_loop_kernel(
-    values_ptr,  # (n_rows, n_cols) contiguous, fp32/bf16/fp16
+    values_ptr,  # (n_rows, N_COLS) contiguous, fp32/bf16/fp16
     offsets_ptr,  # (n_segments + 1,) int32/int64
-    out_ptr,  # (n_segments, n_cols) in values' dtype
+    out_ptr,  # (n_segments, N_COLS) in values' dtype
     n_rows,  # N: rows outside [0, N) are never read
-    n_cols,  # M (specialised)
+    N_COLS: tl.constexpr,  # M, compiled in: rows' alignment known, so the accesses vectorise
     n_segments,  # B
     MEAN: tl.constexpr,  # divide by the length
     EMPTY_ZERO: tl.constexpr,  # mean of an empty segment is 0 (else NaN)
@@ -309,7 +309,7 @@ def _segments_loop_kernel(
     # Many small groups: a program's next group's offsets are loaded before this group's rows, so the
     # offsets -> rows round trip is paid once per program, not once per group.
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    col_mask = cols < n_cols
+    col_mask = cols < N_COLS
     n_groups = (n_segments + GROUP - 1) // GROUP
     g = tl.program_id(0)
     step = tl.num_programs(0)
@@ -318,7 +318,7 @@ def _segments_loop_kernel(
     while g < n_groups:
         next_segs, next_ok = _group_segments(g + step, n_segments, GROUP)
         next_start, next_end = _group_bounds(offsets_ptr, next_segs, next_ok)
-        _reduce_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, n_cols, cols, col_mask,
+        _reduce_group(values_ptr, out_ptr, segs, seg_ok, start, end, n_rows, N_COLS, cols, col_mask,
                       MEAN, EMPTY_ZERO, GROUP, BLOCK_L, BLOCK_M)
         g += step
         segs, seg_ok, start, end = next_segs, next_ok, next_start, next_end
@@ -366,11 +366,11 @@ def _expand_kernel(
 # reads GROUP·M·s bytes of grad (+ 2·GROUP offsets), writes its tile (axis 2) of its GROUP segments' rows once
 @triton.jit(do_not_specialize=["n_rows", "n_segments", "n_tiles"])
 def _segments_expand_kernel(
-    grad_ptr,  # (n_segments, n_cols) contiguous, fp32/bf16/fp16
+    grad_ptr,  # (n_segments, N_COLS) contiguous, fp32/bf16/fp16
     offsets_ptr,  # (n_segments + 1,) int32/int64
-    out_ptr,  # (n_rows, n_cols) in grad's dtype: row r gets grad[segment of r] (/ its length for mean)
+    out_ptr,  # (n_rows, N_COLS) in grad's dtype: row r gets grad[segment of r] (/ its length for mean)
     n_rows,  # N: rows outside [0, N) are never written, whatever the offsets say
-    n_cols,  # M (specialised)
+    N_COLS: tl.constexpr,  # M, compiled in: rows' alignment known, so the accesses vectorise
     n_segments,  # B
     n_tiles,  # grid axis 2: program t writes rows [t·BLOCK_L, (t+1)·BLOCK_L) of each segment; the last, all past
     MEAN: tl.constexpr,  # divide by the segment's length
@@ -380,14 +380,14 @@ def _segments_expand_kernel(
 ):
     # With max_seqlen known and short: no search, one (GROUP, BLOCK_L, BLOCK_M) store per tile.
     cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    col_mask = cols < n_cols
+    col_mask = cols < N_COLS
     segs, seg_ok = _group_segments(tl.program_id(0), n_segments, GROUP)
     # loaded here, not by _group_bounds: the rows written are addressed from them (Inductor's write
     # analysis: the note in the chunks' kernel)
     start = tl.load(offsets_ptr + segs, mask=seg_ok, other=0).to(tl.int64)
     end = tl.load(offsets_ptr + segs + 1, mask=seg_ok, other=0).to(tl.int64)
     length = end - start
-    g = tl.load(grad_ptr + segs[:, None] * n_cols + cols[None, :], mask=seg_ok[:, None] & col_mask[None, :],
+    g = tl.load(grad_ptr + segs[:, None] * N_COLS + cols[None, :], mask=seg_ok[:, None] & col_mask[None, :],
                 other=0.0).to(tl.float32)
     if MEAN:
         g = g / tl.maximum(length, 1).to(tl.float32)[:, None]  # (an empty segment owns no rows)
@@ -396,5 +396,5 @@ def _segments_expand_kernel(
     first = tl.program_id(2).to(tl.int64) * BLOCK_L
     stop = tl.where(tl.program_id(2) == n_tiles - 1, longest, tl.minimum(first + BLOCK_L, longest))
     for r in range(first, stop, BLOCK_L):  # one tile; the last program loops when max_seqlen understates
-        ptrs, mask = _group_tile(out_ptr, start, length, r, n_rows, n_cols, cols, col_mask, BLOCK_L)
+        ptrs, mask = _group_tile(out_ptr, start, length, r, n_rows, N_COLS, cols, col_mask, BLOCK_L)
         tl.store(ptrs, tile, mask=mask)

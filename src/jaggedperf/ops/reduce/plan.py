@@ -192,7 +192,8 @@ def plan_segments(values, offsets, mean: bool, empty_zero: bool, cfg: SegmentsCo
     grid = (programs, -(-int(n_cols) // cfg.block_m), 1)
     args = (values, offsets, out, n_rows, int(n_cols), n_segments, mean, empty_zero, cfg.group, cfg.block_l,
             cfg.block_m)
-    return Plan(out, (Launch(kernel, grid, args, cfg.num_warps, (out,), (name, *args[-5:]), SEGMENTS_NATIVE),), cfg)
+    return Plan(out, (Launch(kernel, grid, args, cfg.num_warps, (out,), (name, int(n_cols), *args[-5:]),
+                             SEGMENTS_NATIVE),), cfg)
 
 
 def _segments_for(n_cols, max_seqlen, n_segments, device) -> SegmentsConfig | None:
@@ -275,8 +276,8 @@ def expand_segments(grad, offsets, n_rows, mean: bool, cfg: SegmentsConfig, max_
     tiles, cfg = _expand_tiles(cfg, max_seqlen)
     grid = (sym_max(-(-n_segments // cfg.group), 1), -(-int(n_cols) // cfg.block_m), tiles)
     args = (grad, offsets, out, n_rows, int(n_cols), n_segments, tiles, mean, cfg.group, cfg.block_l, cfg.block_m)
-    launch = Launch(_segments_expand_kernel, grid, args, cfg.num_warps, (out,), ("segments_expand", *args[-4:]),
-                    SEGMENTS_EXPAND_NATIVE)
+    launch = Launch(_segments_expand_kernel, grid, args, cfg.num_warps, (out,),
+                    ("segments_expand", int(n_cols), *args[-4:]), SEGMENTS_EXPAND_NATIVE)
     # the config that sized the grid, as the native path replays it: one program per group, whatever cfg.programs
     return Plan(out, (launch,), dataclasses.replace(cfg, programs=0))
 
