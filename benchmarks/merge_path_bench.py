@@ -480,8 +480,8 @@ def warm_in_parallel(workers: int, only: str, seconds: float) -> dict:
     its errors."""
     env = {**os.environ, "JAGGEDPERF_NATIVE": "0", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, __file__, "--out", os.devnull, "--warm-only", "--shard",
-                               f"{i}/{workers}", "--only", only, "--skip", ",".join(sorted(SKIP))], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for i in range(workers)]
+                               f"{i}/{workers}", "--only", only, "--skip", ",".join(sorted(SKIP))], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for i in range(workers)]
     clock = harness.within(seconds)
     found = {}
     for i, proc in enumerate(procs):
