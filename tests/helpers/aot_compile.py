@@ -85,7 +85,9 @@ def main() -> int:
     # kernels, so their loads vectorise where a runtime M (no divisibility by 16) left them scalar
     for M in (24, 40):
         seg = config.segments_config(M, 256, 65536, torch.device("cpu"))
-        fp32 = sig | {"values_ptr": "*fp32", "out_ptr": "*fp32", "offsets_ptr": "*i64"}
+        fp32 = {"values_ptr": "*fp32", "offsets_ptr": "*i64", "out_ptr": "*fp32", "n_rows": "i32",
+                "N_COLS": "constexpr", "n_segments": "i32", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "GROUP": "constexpr",
+                "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}  # (its own: not the loop's last signature)
         k = compile_one(kernels._segments_kernel, fp32,
                         {"N_COLS": M, "MEAN": False, "EMPTY_ZERO": False, "GROUP": seg.group, "BLOCK_L": seg.block_l,
                          "BLOCK_M": seg.block_m}, (0, 1, 2), seg.num_warps)
