@@ -34,8 +34,9 @@ SEQLEN_READS = {
 }
 
 _LAYER_NORM = torch.nn.LayerNorm(3)
-# compare the ragged size with an int (layer_norm's normalized_shape, a mean over the last dim broadcast back): Dynamo
-# cannot build that guard on the symbolic ragged size of an NJT made in the graph (before torch 2.15)
+# compare the ragged size with a size (layer_norm's normalized_shape, a mean over the last dim broadcast back): Dynamo
+# cannot build that guard on the symbolic ragged size of an NJT made in the graph (with an int before torch 2.15; with a
+# symbolic feature width on 2.15 too)
 NORMS = {
     "layer_norm": lambda nt: F.layer_norm(nt, (3,)),
     "layer_norm_module": lambda nt: _LAYER_NORM(nt),

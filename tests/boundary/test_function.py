@@ -212,15 +212,16 @@ def test_no_recompile_across_b_total_and_max_seqlen_and_one_more_only_for_empty_
     compiled = jaggedperf.compile(mean_plus, backend=counter)
     shapes = set()
     for i in range(22):
-        # min_seqlen moves between 0, 1 and more, max_seqlen between 3 and 15: a graph for min_seqlen 0 and one
-        # for the rest (building the NJT inside guards on a seqlen of 0); torch.compile on the NJT takes more
+        # min_seqlen moves between 0, 1 and more, max_seqlen between 3 and 15: before torch 2.15 a graph for
+        # min_seqlen 0 and one for the rest (building the NJT inside guards on a seqlen of 0), one graph from 2.15;
+        # torch.compile on the NJT takes more (4 on 2.15)
         B, max_len = 3 + (i * 5) % 17, 3 + (i * 7) % 13
         nt, _ = make_njt(B, max_len, seed=i, min_len=i % 3)
         shapes.add((B, nt._values.shape[0], max_len))
         bias = torch.randn(3)
         assert_close(compiled(nt, bias), mean_plus(nt, bias))
     assert len(shapes) == 22
-    assert counter.frame_count == 2
+    assert counter.frame_count == (2 if torch.torch_version.TorchVersion(torch.__version__) < (2, 15) else 1)
 
 
 def test_torch_compile_on_the_njt_recompiles_where_the_boundary_does_not():

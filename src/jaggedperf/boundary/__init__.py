@@ -58,7 +58,7 @@ Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInf
   or ``TypeError`` the compiled code raises as it runs (a jagged op's check of its offsets) is the caller's: raised
   as eager mode raises it, with no fallback. Past Dynamo's recompile limit (a region recompiles where ``fn``'s frame
   does) a call runs ``fn`` as torch.compile then does, or raises as it does under ``fullgraph=True``; no more graphs;
-- before torch 2.15 the NJTs rebuilt inside have ragged sizes of the region's own (``region``): a symbol equal to
+- the NJTs rebuilt inside have ragged sizes of the region's own (``region``): a symbol equal to
   itself alone and at least 2, as a nested int compares, so ops that compare a ragged size with a size (layer_norm, a
   mean broadcast back) compile on the components with no guard on it, where Dynamo could not build that guard on the
   fake offsets' symbolic one; it multiplies by a symbolic row stride too, so a feature width that changed (automatic

@@ -49,9 +49,11 @@ _CALLERS_ERRORS = (ValueError, TypeError) + tuple(
 # (``backend``), or (a torch that runs the frame as it is there) the region's ``RanEagerly`` with its cache full.
 _RecompileLimitHit = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())
 _RECOMPILE_LIMIT = "Dynamo recompile limit exceeded"
-# Before torch 2.15 (pytorch#185016) the ragged size of an NJT made in the graph takes a guard Dynamo cannot build
-# whenever an op compares it with a size: the regions start with ragged sizes of their own there.
-_OWN_RAGGED = torch.torch_version.TorchVersion(torch.__version__) < (2, 15)
+# The ragged size of an NJT made in the graph takes a guard Dynamo cannot build whenever an op compares it with a size:
+# with an int before torch 2.15 (an IndexError; pytorch#185016 folds that since), with a symbolic size (a feature width
+# made dynamic: a guard naming an ephemeral source, a SyntaxError) on 2.15 too. The regions start with ragged sizes of
+# their own on every torch, so no compile fails on it first (a failed compile and its retry are one graph more).
+_OWN_RAGGED = True
 
 
 # The seqlens computed before crossing, in the order tried after data-dependent failures (``seqlens_first``)
@@ -85,9 +87,9 @@ class BoundaryFunction:
             while an NJT argument cached none, the next of ``SEQLENS_TRIED``: the max alone (what such ops read),
             the min alone, then both, so the NJTs cache what eager mode's would, as their outputs then do.
         own_ragged: the regions rebuild NJTs with ragged sizes of their own (``region.rebuild_own_ragged``), whose
-            equalities fold as a nested int's do: from the start before torch 2.15, where Dynamo cannot build a guard
-            on the ragged size of an NJT made in the graph (layer_norm compares it with the feature width), so no
-            compile fails on it first; after a compile failed so on a later torch; never with the data-dependent
+            equalities fold as a nested int's do: from the start, as Dynamo cannot build a guard on the ragged size
+            of an NJT made in the graph (layer_norm compares it with the feature width), so no compile fails on it
+            first; again after a compile failed so where a test started without them; never with the data-dependent
             settings, and not after a compile with them failed. Static and symbolic feature widths alike (a width
             that changed under automatic dynamic shapes, ``dynamic=True``): one graph over the widths where
             torch.compile on the NJT keeps one.
@@ -401,9 +403,9 @@ def _data_dependent(err: Exception) -> bool:
 
 
 def _unguardable_ragged_size(err: Exception) -> bool:
-    """Whether Dynamo failed to build a guard on a symbol it has no source for: before torch 2.15, the ragged size
-    of an NJT made in the graph, compared with an int (``region._own_ragged_size``): an IndexError, or (compared
-    with a symbolic size) a guard's source text naming the symbol's ephemeral source, which does not parse."""
+    """Whether Dynamo failed to build a guard on a symbol it has no source for: the ragged size of an NJT made in
+    the graph (``region._own_ragged_size``), compared with an int (before torch 2.15): an IndexError, or compared
+    with a symbolic size (2.15 too): a guard's source text naming the symbol's ephemeral source, which does not parse."""
     return _chain_says(err, "list index out of range", IndexError) or any(
         isinstance(e, SyntaxError) and "<ephemeral" in (e.text or "") for e in _chain(err))
 

@@ -150,13 +150,14 @@ def _own_ragged_size(offsets: torch.Tensor) -> None:
     An NJT's ragged size is a nested int: never equal to any int, equal only to the same offsets' nested int. Over
     offsets that are a graph input (not an NJT input), the fake tensor's symbolic one has no source Dynamo can guard,
     and an op that compares it with a size (layer_norm's ``ragged_size in normalized_shape``,
-    ``nt - nt.mean(-1, keepdim=True)``) adds a guard that Dynamo cannot build: an IndexError on every compile before
-    torch 2.15 (pytorch#185016 folds such comparisons since). This one is a symbol whose equality folds as the nested
-    int's does (``_RaggedSymbol``), so those comparisons add no guard, and it multiplies by a symbolic row stride (a
-    feature width that changed, ``dynamic=True``) as by an int: the NJT's stride over its ragged dim, the ragged size
-    times the row stride, is an expression of both. Each is drawn from torch's own nested-int counter, so no other
-    ragged size of the process equals it. ``BoundaryFunction`` uses it before torch 2.15 and after that IndexError;
-    never with unbacked symbols (the data-dependent retry).
+    ``nt - nt.mean(-1, keepdim=True)``) adds a guard that Dynamo cannot build: with an int, an IndexError on every
+    compile before torch 2.15 (pytorch#185016 folds those since); with a symbolic size (a feature width made dynamic),
+    a guard naming an ephemeral source that does not parse, on 2.15 too. This one is a symbol whose equality folds as
+    the nested int's does (``_RaggedSymbol``), so those comparisons add no guard, and it multiplies by a symbolic row
+    stride (a feature width that changed, ``dynamic=True``) as by an int: the NJT's stride over its ragged dim, the
+    ragged size times the row stride, is an expression of both. Each is drawn from torch's own nested-int counter, so no
+    other ragged size of the process equals it. ``BoundaryFunction`` uses it from the start on every torch; never with
+    unbacked symbols (the data-dependent retry).
     """
     inner = _unwrap_functional(offsets)
     if not isinstance(inner, _FakeTensor) or inner.fake_mode.shape_env is None:
