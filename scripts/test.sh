@@ -21,9 +21,9 @@ fi
 set +e
 summaries=$(mktemp "${TMPDIR:-/tmp}/jaggedperf-tests.XXXXXX")
 # pytest exits 5 when it collected no tests (e.g. `-m gpu` on a machine without one): not a failure. Each pass's
-# summary line is kept for the closing line.
+# summary line, and the lines above it that say why a pass stopped early, are kept for the closing line.
 run_pytest() {
-  python -m pytest -q "$@" | tee >(tail -n 1 >> "$summaries")
+  python -m pytest -q "$@" | tee >(tail -n 3 >> "$summaries")
   local rc=${PIPESTATUS[0]}; [ "$rc" -eq 5 ] && rc=0; return "$rc"
 }
 cores=$(nproc 2>/dev/null || echo 1)

@@ -1,8 +1,10 @@
 """The closing line of scripts/test.sh's two-pass run: the whole run's totals from each pass's pytest summary line.
 
-Usage: python scripts/test_totals.py SUMMARIES_FILE SECONDS. Each line of SUMMARIES_FILE is a pass's last line
-(``== 1981 passed, 126 skipped, 2239 deselected in 41.24s ==``); "deselected" is left out (each pass deselects the
-other's tests), the other counts are added.
+Usage: python scripts/test_totals.py SUMMARIES_FILE SECONDS. SUMMARIES_FILE holds each pass's last lines: its
+summary line (``== 1981 passed, 126 skipped, 2239 deselected in 41.24s ==``) and what pytest printed just before it;
+"deselected" is left out (each pass deselects the other's tests), the other counts are added. A pass that pytest
+stopped before its end (a session timeout, an interrupt, ``-x``) printed why just above its summary: the closing line
+says so, since its counts then leave out the tests never run.
 """
 
 from __future__ import annotations
@@ -12,12 +14,26 @@ import sys
 
 ORDER = ("failed", "passed", "skipped", "xfailed", "xpassed", "errors", "warnings")
 ALIASES = {"error": "errors", "warning": "warnings"}
+# a pass's summary line: counts (or "no tests ran"), then its time, "in 41.24s" (maybe "(0:00:41)"), inside "="
+SUMMARY = re.compile(r"^[= ]*(\d+ [a-z]+|no tests ran)\b.* in \d+(\.\d+)?s\b")
+# what pytest prints above the summary of a session it stopped early, between rows of "!"
+STOPPED = re.compile(r"session-timeout|Interrupted|stopping after|KeyboardInterrupt|Timeout")
+
+
+def summaries(lines: list[str]) -> list[str]:
+    """The passes' summary lines among ``lines``."""
+    return [line for line in lines if SUMMARY.search(line)]
+
+
+def stops(lines: list[str]) -> list[str]:
+    """Why pytest stopped a pass early, one entry a stop (its row of "!" stripped)."""
+    return [line.strip("! ") for line in lines if not SUMMARY.search(line) and STOPPED.search(line)]
 
 
 def totals(lines: list[str]) -> dict[str, int]:
     """The counts of every summary line in ``lines``, added up (deselected left out)."""
     out: dict[str, int] = {}
-    for line in lines:
+    for line in summaries(lines):
         for count, word in re.findall(r"(\d+) ([a-z]+)", line):
             word = ALIASES.get(word, word)
             if word in ORDER:
@@ -29,7 +45,11 @@ def closing_line(lines: list[str], seconds: int) -> str:
     counts = totals(lines)
     parts = [f"{counts[w]} {w}" for w in ORDER if counts.get(w)]
     minutes, secs = divmod(seconds, 60)
-    return (f"whole run ({len(lines)} passes): {', '.join(parts) or 'no tests'} in {minutes} min {secs} s")
+    line = (f"whole run ({len(summaries(lines))} passes): {', '.join(parts) or 'no tests'} in {minutes} min {secs} s")
+    stopped = stops(lines)
+    if stopped:
+        line += f"; NOT ALL RUN, stopped early: {'; '.join(stopped)}"
+    return line
 
 
 if __name__ == "__main__":
