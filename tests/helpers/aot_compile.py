@@ -17,6 +17,18 @@ TARGET = GPUTarget("cuda", 90, 32)
 ALIGNED = [["tt.divisibility", 16]]
 
 
+def vector_loads(k) -> bool:
+    """Whether the compiled kernel ``k`` has 128-bit global loads (cached or not)."""
+    return "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
+
+
+def segments_signature(vdt: str, odt: str) -> dict:
+    """The whole-segments forward kernels' signature for values of ``vdt`` and offsets of ``odt``."""
+    return {"values_ptr": f"*{vdt}", "offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "n_rows": "i32",
+            "N_COLS": "constexpr", "n_segments": "i32", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr",
+            "GROUP": "constexpr", "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
+
+
 def compile_one(fn, signature, constexprs, aligned, num_warps):
     attrs = {(i,): ALIGNED for i in aligned}
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
@@ -35,7 +47,7 @@ def main() -> int:
         k = compile_one(kernels._reduce_kernel, sig, {"MEAN": True, "EMPTY_ZERO": False,
                                                      "BLOCK_L": cfg.block_l, "BLOCK_M": cfg.block_m},
                         (0, 1, 2, 3, 5), cfg.num_warps)
-        vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
+        vector = vector_loads(k)
         print(f"reduce {vdt} {odt} M={M}: cubin {len(k.asm['cubin'])} B, 128-bit loads {vector}")
         if not vector:
             return 2
@@ -51,9 +63,7 @@ def main() -> int:
         compile_one(kernels._expand_kernel, sig, {"MEAN": False, "BLOCK_L": cfg.block_l, "BLOCK_M": cfg.block_m},
                     (0, 1, 2, 4), cfg.num_warps)
         print(f"expand {vdt} {odt} (i64 rows): ok")
-        sig = {"values_ptr": f"*{vdt}", "offsets_ptr": f"*{odt}", "out_ptr": f"*{vdt}", "n_rows": "i32",
-               "N_COLS": "constexpr", "n_segments": "i32", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr",
-               "GROUP": "constexpr", "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}
+        sig = segments_signature(vdt, odt)
         for max_seqlen in (64, 100, 500):
             seg = config.segments_config(M, max_seqlen, 65536, torch.device("cpu"))
             if seg is None:  # too long for whole segments at this width: the chunked kernels run
@@ -61,13 +71,13 @@ def main() -> int:
             k = compile_one(kernels._segments_kernel, sig, {"N_COLS": M, "MEAN": True, "EMPTY_ZERO": True,
                                                            "GROUP": seg.group, "BLOCK_L": seg.block_l,
                                                            "BLOCK_M": seg.block_m}, (0, 1, 2), seg.num_warps)
-            vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
+            vector = vector_loads(k)
             print(f"segments {vdt} {odt} M={M} max_seqlen={max_seqlen} {seg}: 128-bit loads {vector}, "
                   f"local memory {'.local' in k.asm['ptx']}")
             k = compile_one(kernels._segments_loop_kernel, sig, {"N_COLS": M, "MEAN": True, "EMPTY_ZERO": False,
                                                                 "GROUP": seg.group, "BLOCK_L": seg.block_l,
                                                                 "BLOCK_M": seg.block_m}, (0, 1, 2), seg.num_warps)
-            vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
+            vector = vector_loads(k)
             print(f"segments_loop {vdt} {odt} M={M} max_seqlen={max_seqlen}: 128-bit loads {vector}")
             if not vector:
                 return 2
@@ -85,13 +95,10 @@ def main() -> int:
     # kernels, so their loads vectorise where a runtime M (no divisibility by 16) left them scalar
     for M in (24, 40):
         seg = config.segments_config(M, 256, 65536, torch.device("cpu"))
-        fp32 = {"values_ptr": "*fp32", "offsets_ptr": "*i64", "out_ptr": "*fp32", "n_rows": "i32",
-                "N_COLS": "constexpr", "n_segments": "i32", "MEAN": "constexpr", "EMPTY_ZERO": "constexpr", "GROUP": "constexpr",
-                "BLOCK_L": "constexpr", "BLOCK_M": "constexpr"}  # (its own: not the loop's last signature)
-        k = compile_one(kernels._segments_kernel, fp32,
+        k = compile_one(kernels._segments_kernel, segments_signature("fp32", "i64"),
                         {"N_COLS": M, "MEAN": False, "EMPTY_ZERO": False, "GROUP": seg.group, "BLOCK_L": seg.block_l,
                          "BLOCK_M": seg.block_m}, (0, 1, 2), seg.num_warps)
-        vector = "ld.global.v4" in k.asm["ptx"] or "ld.global.nc.v4" in k.asm["ptx"]
+        vector = vector_loads(k)
         print(f"segments fp32 M={M} {seg}: 128-bit loads {vector}")
         if not vector:
             return 2
