@@ -9,7 +9,8 @@ of a fixed output gradient). Ratios are the median of within-round ratios; every
 
     python benchmarks/boundary_workloads.py --device cuda --out benchmarks/results/h200/boundary-workloads
 
-writes ``.json`` (every round) and ``.md`` (the table) under that stem. Runs under several torch versions (each
+writes ``.json`` (every round) and ``.md`` (the table) under that stem; ``--parts`` adds where a training step's time
+goes (the floor, + the arguments crossed, + the output rebuilt, the whole call). Runs under several torch versions (each
 in its own environment) become one table, each cell's ratio from its own run:
 
     python benchmarks/boundary_workloads.py --compare A.json B.json ... --out DIR/summary
@@ -21,6 +22,7 @@ import argparse
 import json
 import logging
 import platform
+import statistics
 import sys
 import time
 import warnings
@@ -60,6 +62,7 @@ def markdown(data: dict) -> str:
               "² The boundary's floor: its compiled region called on the NJT's parts split beforehand, the region's "
               "records taken as they come (no NJT crossing either way), in the same rounds; — where the calls went "
               "to torch.compile (a fallback or a pass-through).", f"³ {LIMIT_NOTE}", f"⁴ {VERDICT_NOTE}"]
+    lines += _parts_table(data["cells"])
     bad = [c for c in data["checks"] if c["errors"] or c["fell_back"]]
     if bad:
         lines += ["", "Not timed or fell back:", ""]
@@ -95,6 +98,34 @@ def step_verdict(cell: dict) -> str:
     if verdict.outcome == "at the limit":
         return f"at the limit ({verdict.limit_tc:.2f}×{spread})"
     return f"**fails**{f' ({spread[2:]})' if spread else ''}"
+
+
+PARTS = ("floor", "floor + Unwrap", "floor + Unwrap + Join", "jaggedperf.compile")
+
+
+def _parts_table(cells: list[dict]) -> list[str]:
+    """Where the boundary's training steps go (``--parts``: ``njt_workloads.crossing_steps``), µs a step, each the
+    median over the rounds of that round's wall (the increments: of the within-round differences); none where no cell
+    timed them."""
+    timed = [c for c in cells if PARTS[1] in c["walls_us"]]
+    if not timed:
+        return []
+    lines = ["", "Where a training step's time goes (µs, medians over the rounds; in brackets the median within-round "
+             "increment over the column before): the floor; + the arguments crossed (`flatten`: `Unwrap`, the NJT "
+             "gradient accumulated into the NJT); + the output rebuilt (`join_output`: `Join`, the NJT gradient at the "
+             "root); the whole call (+ the wrapper's checks and lookup); the limit ³; torch.compile.", "",
+             "| workload | case | floor | + Unwrap | + Join | jaggedperf.compile | limit | torch.compile |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for c in timed:
+        w = c["walls_us"]
+        cols = [f"{statistics.median(w[PARTS[0]]):.1f}"] + [
+            f"{statistics.median(w[b]):.1f} (+{statistics.median([y - x for x, y in zip(w[a], w[b])]):.1f})"
+            for a, b in zip(PARTS, PARTS[1:])]
+        limit = njt_workloads.limit_walls(w)
+        lines.append(f"| {c['workload']} | {c['case']} | {' | '.join(cols)} | "
+                     f"{'—' if limit is None else f'{statistics.median(limit):.1f}'} | "
+                     f"{statistics.median(w['torch.compile']):.1f} |")
+    return lines
 
 
 def _ratio(r: float | None) -> str:
@@ -158,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default="seed", help="'seed' or B,M,seqlen,sparsity[;...]")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch on the CPU (the lab's default: "
                         "host-bound calls timed, not a contest of thread pools on a shared machine)")
+    parser.add_argument("--parts", action="store_true", help="a training step whose input NJT trains also times the "
+                        "boundary's step built up from its floor (crossed in, then out), to say where its time goes")
     parser.add_argument("--out", required=True, type=Path, help="the output stem (.json and .md are written)")
     args = parser.parse_args(argv)
     if args.compare:
@@ -183,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             if result.errors:
                 continue
             for kind in ("forward", "step") if built.grad is not None else ("forward",):
-                cells.append(time_cell(workload, case, kind, ways, built, device, args.rounds))
+                cells.append(time_cell(workload, case, kind, ways, built, device, args.rounds, parts=args.parts))
                 _write(args, dtype, device, start, checks, cells)  # after each cell: a cut run keeps its cells
     sys.stdout.write(markdown(_write(args, dtype, device, start, checks, cells)))
     return 0

@@ -136,3 +136,30 @@ def _recording(backward, seen: list):
         return backward(self, *args, **kwargs)
 
     return record
+
+
+def test_the_steps_built_up_from_the_floor_cross_as_the_boundary_does_and_reach_the_njt(monkeypatch):
+    check, ways, built = njt_workloads.check(njt_workloads.get("ragged_softmax"), CASE, torch.device("cpu"),
+                                             torch.float32, "default")
+    assert not check.errors
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    steps = njt_workloads.crossing_steps(ways["jaggedperf.compile"], built)
+    assert list(steps) == ["floor + Unwrap", "floor + Unwrap + Join"]
+    # eager mode's gradient of the NJT for the output gradient
+    built.fn(built.x).backward(built.grad)
+    expected = built.x.grad._values.clone()
+    built.x.grad = None
+    seen = []
+    monkeypatch.setattr(torch.Tensor, "backward", _recording(torch.Tensor.backward, seen))
+    grads = []
+    hook = built.x.register_hook(lambda g: grads.append(g._values.clone()))
+    for name, run in steps.items():
+        run()
+        assert built.x.grad is None  # reset, as a step of the benchmark leaves it
+    hook.remove()
+    # the first backpropagates the region's plain output, the second the NJT the boundary returns (an NJT's backward
+    # passes through its __torch_function__ to Tensor.backward again); each gradient reached the NJT as an NJT, equal
+    # to eager mode's
+    assert not seen[0].is_nested and len(seen) > 1 and all(t.is_nested for t in seen[1:])
+    assert len(grads) == 2 and all(torch.allclose(g, expected, atol=1e-6) for g in grads)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # the region's graph served both

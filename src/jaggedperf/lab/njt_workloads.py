@@ -22,7 +22,7 @@ from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab.measure import rounds, stats
 
 __all__ = ["STEP_BAR", "WAYS", "WORKLOADS", "Built", "Cell", "Check", "StepVerdict", "Workload", "case_name", "check",
-           "engine_steps", "forward", "get", "limit_walls", "region_step", "step", "step_verdict", "time_cell"]
+           "crossing_steps", "engine_steps", "forward", "get", "limit_walls", "region_step", "step", "step_verdict", "time_cell"]
 
 WAYS = ("eager", "torch.compile", "jaggedperf.compile")
 
@@ -263,11 +263,12 @@ def _run_backward(call, built) -> None:
 
 
 def time_cell(workload: Workload, case: Case, kind: str, ways: dict[str, Callable], built: Built,
-              device: torch.device, n_rounds: int) -> Cell:
+              device: torch.device, n_rounds: int, parts: bool = False) -> Cell:
     """Wall per call of each way in ``n_rounds`` interleaved rounds: ``kind`` "forward" (under no_grad) or "step"
     (forward, backward of the fixed output gradient, gradients reset). ``ways`` needs torch.compile and
     jaggedperf.compile; eager mode is timed where it is among them (a bar that does not read it leaves it out: at the
-    seed's first shape its attention step takes 19 ms a call against torch.compile's 3)."""
+    seed's first shape its attention step takes 19 ms a call against torch.compile's 3). ``parts``: a step whose input
+    NJT trains also times the boundary's step built up from its floor (``crossing_steps``)."""
     make = forward if kind == "forward" else step
     fns = {name: make(call, built) for name, call in ways.items()}
     boundary = getattr(ways["jaggedperf.compile"], "boundary", ways["jaggedperf.compile"])
@@ -275,6 +276,8 @@ def time_cell(workload: Workload, case: Case, kind: str, ways: dict[str, Callabl
         fns["floor"] = region_step(ways["jaggedperf.compile"], built, kind)  # the boundary's own floor, beside
         if kind == "step" and built.x.requires_grad:
             fns.update(engine_steps(built))
+            if parts:
+                fns.update(crossing_steps(ways["jaggedperf.compile"], built))
     for fn in fns.values():  # compiled (and the backward graph) before the first round
         for _ in range(3):
             fn()
@@ -414,12 +417,12 @@ def region_step(compiled: Callable, built: Built, kind: str) -> Callable[[], obj
     compiled region on the NJT's parts, split once beforehand (a values leaf of their own where the NJT trains), with
     the region's own output taken as it comes (no NJT rebuilt): ``kind`` "forward" or "step" as ``time_cell``'s."""
     from jaggedperf.boundary.crossing import flatten
-    from jaggedperf.boundary.parts import Dense, Parts
 
     boundary = getattr(compiled, "boundary", compiled)
     with torch.no_grad():  # the parts as they are: no autograd node (``differentiable.Unwrap``) between them and x
         crossing = flatten((built.x,), {}, mark=True)
     region = boundary.regions[crossing.key]
+    tensor_of = _tensor_of()
     grad = built.grad._values if built.grad is not None and built.grad.is_nested else built.grad
     leaves = built.leaves
     if built.x.requires_grad:
@@ -436,10 +439,49 @@ def region_step(compiled: Callable, built: Built, kind: str) -> Callable[[], obj
             return region(*crossing.flat)
 
     def step():
-        out = region(*crossing.flat)
-        tensor = out.values if isinstance(out, Parts) else out.tensor if isinstance(out, Dense) else out
-        tensor.backward(grad)
+        tensor_of(region(*crossing.flat)).backward(grad)
         for leaf in leaves:
             leaf.grad = None
 
     return forward if kind == "forward" else step
+
+
+def crossing_steps(compiled: Callable, built: Built) -> dict[str, Callable[[], object]]:
+    """The boundary's training step built up from its floor (``region_step``), where ``built``'s input NJT trains:
+    "floor + Unwrap", the call's arguments crossed as the boundary crosses them (``flatten``: the values out of the NJT
+    through ``Unwrap``, whose gradient reaches the NJT as an NJT and accumulates into it) and the region's output
+    backpropagated as it comes; "floor + Unwrap + Join", its output also made what ``fn`` returns (``join_output``: an
+    NJT output rebuilt through ``Join``) and backpropagated with the NJT gradient. What is left to the whole step is
+    the wrapper's own: its checks and the region's lookup."""
+    from jaggedperf.boundary.crossing import flatten
+    from jaggedperf.boundary.joining import join_output
+
+    boundary = getattr(compiled, "boundary", compiled)
+    with torch.no_grad():
+        region = boundary.regions[flatten((built.x,), {}, True, boundary.min_shift).key]
+    args, grad, tensor_of = (built.x,), built.grad, _tensor_of()
+    plain_grad = grad._values if grad.is_nested else grad
+
+    def floor_unwrap():
+        tensor_of(region(*flatten(args, {}, True, boundary.min_shift).flat)).backward(plain_grad)
+        for leaf in built.leaves:
+            leaf.grad = None
+
+    def floor_unwrap_join():
+        crossing = flatten(args, {}, True, boundary.min_shift)
+        join_output(region(*crossing.flat), crossing).backward(grad)
+        for leaf in built.leaves:
+            leaf.grad = None
+
+    return {"floor + Unwrap": floor_unwrap, "floor + Unwrap + Join": floor_unwrap_join}
+
+
+def _tensor_of() -> Callable[[object], torch.Tensor]:
+    """What takes the tensor out of a region's record (an output NJT's values, a dense output's tensor), or returns
+    the output itself (made once a builder: the timed calls pay no import)."""
+    from jaggedperf.boundary.parts import Dense, Parts
+
+    def tensor_of(out: object) -> torch.Tensor:
+        return out.values if isinstance(out, Parts) else out.tensor if isinstance(out, Dense) else out
+
+    return tensor_of
