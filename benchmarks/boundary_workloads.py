@@ -119,7 +119,7 @@ def _parts_table(cells: list[dict]) -> list[str]:
     for c in timed:
         w = c["walls_us"]
         cols = [f"{statistics.median(w[PARTS[0]]):.1f}"] + [
-            f"{statistics.median(w[b]):.1f} (+{statistics.median([y - x for x, y in zip(w[a], w[b])]):.1f})"
+            f"{statistics.median(w[b]):.1f} ({statistics.median([y - x for x, y in zip(w[a], w[b])]):+.1f})"
             for a, b in zip(PARTS, PARTS[1:])]
         limit = njt_workloads.limit_walls(w)
         lines.append(f"| {c['workload']} | {c['case']} | {' | '.join(cols)} | "
