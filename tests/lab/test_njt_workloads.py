@@ -153,7 +153,7 @@ def test_the_steps_built_up_from_the_floor_cross_as_the_boundary_does_and_reach_
     monkeypatch.setattr(torch.Tensor, "backward", _recording(torch.Tensor.backward, seen))
     grads = []
     hook = built.x.register_hook(lambda g: grads.append(g._values.clone()))
-    for name, run in steps.items():
+    for run in steps.values():
         run()
         assert built.x.grad is None  # reset, as a step of the benchmark leaves it
     hook.remove()

@@ -22,7 +22,8 @@ from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab.measure import rounds, stats
 
 __all__ = ["STEP_BAR", "WAYS", "WORKLOADS", "Built", "Cell", "Check", "StepVerdict", "Workload", "case_name", "check",
-           "crossing_steps", "engine_steps", "forward", "get", "limit_walls", "region_step", "step", "step_verdict", "time_cell"]
+           "crossing_steps", "engine_steps", "forward", "get", "limit_walls", "region_step", "step", "step_verdict",
+           "time_cell"]
 
 WAYS = ("eager", "torch.compile", "jaggedperf.compile")
 
@@ -416,12 +417,8 @@ def region_step(compiled: Callable, built: Built, kind: str) -> Callable[[], obj
     """The floor of any boundary for ``compiled`` (a ``jaggedperf.compile`` of ``built.fn``, called once): its
     compiled region on the NJT's parts, split once beforehand (a values leaf of their own where the NJT trains), with
     the region's own output taken as it comes (no NJT rebuilt): ``kind`` "forward" or "step" as ``time_cell``'s."""
-    from jaggedperf.boundary.crossing import flatten
-
-    boundary = getattr(compiled, "boundary", compiled)
     with torch.no_grad():  # the parts as they are: no autograd node (``differentiable.Unwrap``) between them and x
-        crossing = flatten((built.x,), {}, mark=True)
-    region = boundary.regions[crossing.key]
+        boundary, crossing, region = _region_of(compiled, built)
     tensor_of = _tensor_of()
     grad = built.grad._values if built.grad is not None and built.grad.is_nested else built.grad
     leaves = built.leaves
@@ -456,9 +453,8 @@ def crossing_steps(compiled: Callable, built: Built) -> dict[str, Callable[[], o
     from jaggedperf.boundary.crossing import flatten
     from jaggedperf.boundary.joining import join_output
 
-    boundary = getattr(compiled, "boundary", compiled)
-    with torch.no_grad():
-        region = boundary.regions[flatten((built.x,), {}, True, boundary.min_shift).key]
+    with torch.no_grad():  # the lookup alone: no Unwrap node made for nothing
+        boundary, _, region = _region_of(compiled, built)
     args, grad, tensor_of = (built.x,), built.grad, _tensor_of()
     plain_grad = grad._values if grad.is_nested else grad
 
@@ -474,6 +470,17 @@ def crossing_steps(compiled: Callable, built: Built) -> dict[str, Callable[[], o
             leaf.grad = None
 
     return {"floor + Unwrap": floor_unwrap, "floor + Unwrap + Join": floor_unwrap_join}
+
+
+def _region_of(compiled: Callable, built: Built) -> tuple:
+    """(the boundary of ``compiled``, ``built``'s input crossed as its calls cross it, the region that call runs in):
+    crossed with the boundary's own min_seqlen shift, so a timed call feeds the region the inputs its graph was
+    compiled for."""
+    from jaggedperf.boundary.crossing import flatten
+
+    boundary = getattr(compiled, "boundary", compiled)
+    crossing = flatten((built.x,), {}, True, boundary.min_shift)
+    return boundary, crossing, boundary.regions[crossing.key]
 
 
 def _tensor_of() -> Callable[[object], torch.Tensor]:
