@@ -101,8 +101,9 @@ def test_readme_figures_render_every_block_from_the_committed_results():
                                   ("headline", "repro", "doctor")), readme.blocks(ROOT, record))
     assert re.search(r"^\| jaggedperf_njt \| [0-9.]+", empty, flags=re.M)
     assert re.search(r"^- `sum_padded`‡?: slower by", empty, flags=re.M)  # marked only while another table disagrees
-    assert "| B512-M64-L100-s0.1 | jaggedperf_njt | 0.020 | 0.289 (0.07×) | 0.091 (0.22×) | 0.065 |" in empty
-    assert "| unbind_mean | 6.104 | 7.352 (0.83×) | 6.074 | cut > 120 s |" in empty  # its own run, the same machine
+    assert "| B512-M64-L100-s0.1 | jaggedperf_njt | 0.020 | 0.288 (0.07×) | 0.090 (0.22×) | 0.065 |" in empty
+    # its own run, the same kind of machine; ‡: this run's doctor measured its eager call 38% slower
+    assert "| unbind_mean | 6.104‡ | 7.352 (0.83×) | 6.074 | cut > 120 s |" in empty
     with pytest.raises(ValueError, match="no <!-- headline:begin -->"):
         readme.render("no markers", readme.blocks(ROOT, record))
 
@@ -119,7 +120,7 @@ def test_readme_doctor_verdicts_are_what_todays_code_diagnoses_from_the_recorded
 
     monkeypatch.setattr(verdicts, "verdict", lambda e, delta, parts: f"reworded: {delta:+.0f} µs")
     block = readme.doctor_block(ROOT, readme.DOCTOR, set())
-    assert "- `sum_padded`: reworded: +161 µs" in block and "slower by" not in block
+    assert "- `sum_padded`: reworded: +163 µs" in block and "slower by" not in block
 
 
 def test_every_figure_the_readme_tables_show_is_stable_and_agreed_or_marked():
@@ -156,7 +157,7 @@ def test_two_figures_agree_unless_they_moved_by_the_labs_rule():
 
 
 def test_the_readme_figures_note_says_which_cells_are_unstable_and_which_were_cut():
-    """The figure's footer is honest about the committed run: its unstable cells are counted (hatched, no colour) and
+    """The figure's footer is honest about the committed run: its unstable cells, if any, are counted (hatched) and
     unbind_mean's compiled cell at the second shape, cut at its time budget, is named as timed out."""
     pytest.importorskip("matplotlib")
     from jaggedperf.lab.modes import SEED_COMPILED_MODE
@@ -165,10 +166,13 @@ def test_the_readme_figures_note_says_which_cells_are_unstable_and_which_were_cu
     record = readme.seed_record(ROOT)
     (heatmap,) = [h for h in figures.heatmap_data(record) if h.kind == "speedup" and h.mode == SEED_COMPILED_MODE]
     unstable = sum(r.status == "unstable" for r in record.results if r.mode == SEED_COMPILED_MODE)
-    assert heatmap.unstable >= unstable > 0 and heatmap.left_out["timed out"] == 1
+    assert heatmap.unstable >= unstable and heatmap.left_out["timed out"] == 1
     note = plot._heatmap_note(heatmap)
-    assert re.search(rf"\b{heatmap.unstable} cells? unstable", note) and "1 timed out" in note
-    assert "all cells ok" not in note
+    assert "1 timed out" in note and "all cells ok" not in note
+    if heatmap.unstable:  # (the committed run has none: every cell settled; tests/lab/test_plot.py hatches some)
+        assert re.search(rf"\b{heatmap.unstable} cells? unstable", note)
+    else:
+        assert "unstable" not in note
 
 
 def test_the_install_routes_name_extras_and_scripts_that_exist():
