@@ -10,7 +10,8 @@ SCRIPT = [sys.executable, "-m", "jaggedperf.lab.junit"]
 
 # what pytest's junit writer leaves after `timeout -s INT`: the tests that ran, then the interrupted one unnamed
 CUT_RUN = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" time="12.5">
-<testcase classname="tests.gpu.test_a" file="tests/gpu/test_a.py" name="test_one[x]" time="1.0" />
+<testcase classname="tests.gpu.test_a" file="tests/gpu/test_a.py" name="test_one[x]" time="1.0">
+<properties><property name="ours_us" value="23.92" /><property name="path" value="native" /></properties></testcase>
 <testcase classname="tests.gpu.test_a" file="tests/gpu/test_a.py" name="test_two" time="2.0">
 <skipped type="pytest.xfail" message="H200: 1.8x the floor" /></testcase>
 <testcase time="0.0"><error message="KeyboardInterrupt" /></testcase>
@@ -34,6 +35,8 @@ def test_names_the_collected_tests_a_cut_pass_left_without_a_result(tmp_path):
     saved = json.loads((tmp_path / "t.json").read_text())
     assert saved["not_run"] == ["tests/gpu/test_b.py::test_three"]
     assert [t["outcome"] for t in saved["tests"]] == ["passed", "xfailed"]
+    # what a test recorded travels with its outcome: a passed bar's numbers are kept too
+    assert [t["numbers"] for t in saved["tests"]] == [{"ours_us": 23.92, "path": "native"}, {}]
 
 
 def test_a_complete_run_of_passes_and_xfails_exits_0(tmp_path):

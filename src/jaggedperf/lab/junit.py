@@ -19,7 +19,7 @@ import json
 import re
 import sys
 import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 
@@ -31,6 +31,7 @@ class TestOutcome:
     outcome: str  # one of OUTCOMES
     message: str  # the first line of the failure, error or skip; "" when it passed
     time_s: float
+    numbers: dict = field(default_factory=dict)  # what the test recorded (``record_property``): name -> float or word
 
 
 def outcome_of(case: ET.Element) -> tuple[str, str]:
@@ -64,7 +65,9 @@ def read(paths: list[str]) -> tuple[list[TestOutcome], float]:
                     continue
                 outcome, message = outcome_of(case)
                 file = case.get("file") or case.get("classname") or ""  # xunit1 (pyproject's) names the file
-                tests.append(TestOutcome(file, case.get("name"), outcome, message, float(case.get("time", 0))))
+                numbers = {p.get("name"): _value(p.get("value")) for p in case.iter("property")}
+                tests.append(TestOutcome(file, case.get("name"), outcome, message, float(case.get("time", 0)),
+                                         numbers))
     return tests, seconds
 
 
