@@ -65,9 +65,8 @@ def read(paths: list[str]) -> tuple[list[TestOutcome], float]:
                     continue
                 outcome, message = outcome_of(case)
                 file = case.get("file") or case.get("classname") or ""  # xunit1 (pyproject's) names the file
-                numbers = {p.get("name"): _value(p.get("value")) for p in case.iter("property")}
                 tests.append(TestOutcome(file, case.get("name"), outcome, message, float(case.get("time", 0)),
-                                         numbers))
+                                         recorded(case)))
     return tests, seconds
 
 
@@ -150,10 +149,15 @@ def bars(path: str) -> dict:
             continue
         outcome, _ = outcome_of(case)
         rows.append({"test": name, "case": param.rstrip("]"), "outcome": outcome,
-                     "numbers": {p.get("name"): _value(p.get("value")) for p in case.iter("property")}})
+                     "numbers": recorded(case)})
     suite_props = suite.find("properties")
     meta = {p.get("name"): p.get("value") for p in suite_props.iter("property")} if suite_props is not None else {}
     return {"meta": meta, "time_s": float(suite.get("time", 0)), "rows": rows}
+
+
+def recorded(case: ET.Element) -> dict:
+    """What one junit <testcase> recorded (``record_property``): name -> float, or the word as written."""
+    return {p.get("name"): _value(p.get("value")) for p in case.iter("property")}
 
 
 def _value(text: str):
