@@ -100,7 +100,7 @@ def step_verdict(cell: dict) -> str:
     return f"**fails**{f' ({spread[2:]})' if spread else ''}"
 
 
-PARTS = ("floor", "floor + Unwrap", "floor + Unwrap + Join", "jaggedperf.compile")
+PARTS = ("floor", *njt_workloads.CROSSING_STEPS, "jaggedperf.compile")
 
 
 def _parts_table(cells: list[dict]) -> list[str]:

@@ -21,11 +21,13 @@ from jaggedperf.batch import JaggedBatch
 from jaggedperf.inputs import Case, make_batch
 from jaggedperf.lab.measure import rounds, stats
 
-__all__ = ["STEP_BAR", "WAYS", "WORKLOADS", "Built", "Cell", "Check", "StepVerdict", "Workload", "case_name", "check",
-           "crossing_steps", "engine_steps", "forward", "get", "limit_walls", "region_step", "step", "step_verdict",
-           "time_cell"]
+__all__ = ["CROSSING_STEPS", "STEP_BAR", "WAYS", "WORKLOADS", "Built", "Cell", "Check", "StepVerdict", "Workload",
+           "case_name", "check", "crossing_steps", "engine_steps", "forward", "get", "limit_walls", "region_step", "step",
+           "step_verdict", "time_cell"]
 
 WAYS = ("eager", "torch.compile", "jaggedperf.compile")
+# the names of ``crossing_steps``' steps, in the order they build up from the floor
+CROSSING_STEPS = ("floor + Unwrap", "floor + Unwrap + Join")
 
 
 class SelfAttention(torch.nn.Module):
@@ -469,7 +471,7 @@ def crossing_steps(compiled: Callable, built: Built) -> dict[str, Callable[[], o
         for leaf in built.leaves:
             leaf.grad = None
 
-    return {"floor + Unwrap": floor_unwrap, "floor + Unwrap + Join": floor_unwrap_join}
+    return dict(zip(CROSSING_STEPS, (floor_unwrap, floor_unwrap_join)))
 
 
 def _region_of(compiled: Callable, built: Built) -> tuple:
