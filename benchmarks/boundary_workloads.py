@@ -72,14 +72,16 @@ def markdown(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-LIMIT_NOTE = ("A training step's limit where the input NJT trains: the floor plus the autograd engine's own "
-              "cost of an NJT crossing autograd (a node with an NJT in and out, `clone`, stepped less called under "
-              "no_grad: the NJT output's metadata, its root gradient, the NJT gradient checked on its edge and "
-              "accumulated; less the same of a plain node) plus the copy accumulating an NJT gradient always makes "
-              "(a clone of its values; the floor's plain leaf takes its gradient as it is), in the same rounds: no "
-              "step on that NJT, torch.compile's included, takes less. Marked (crossing): a run before that "
-              "definition, without the copy, on a floor whose values crossed through `Unwrap` (NJT autograd "
-              "costs counted twice). Marked (leaf): earlier still, the NJT leaf's backward alone (no NJT output).")
+LIMIT_NOTE = ("A training step's limit where the input NJT trains: the floor with the copy accumulating an NJT "
+              "gradient always makes (a clone of its values, made within the floor's step, where its plain leaf takes "
+              "its gradient as it is) plus the autograd engine's own cost of an NJT crossing autograd (a node with an "
+              "NJT in and out, `clone`, stepped less called under no_grad: the NJT output's metadata, its root "
+              "gradient, the NJT gradient checked on its edge and accumulated; less the same of a plain node), in the "
+              "same rounds: no step on that NJT, torch.compile's included, takes less. Marked (apart): a run before "
+              "that definition, the copy timed apart and added (it left out what the copy does to the step around "
+              "it). Marked (crossing): earlier, without the copy, on a floor whose values crossed through `Unwrap` "
+              "(NJT autograd costs counted twice). Marked (leaf): earlier still, the NJT leaf's backward alone (no NJT "
+              "output).")
 VERDICT_NOTE = ("The bar, a training step ≤ 0.8× torch.compile's: holds; at the limit (the floor or the limit "
                 "is above 0.8×, and jaggedperf.compile not above it beyond the run's spread: the bootstrap interval "
                 "of its median over the limit's, in brackets, reaches 1; out of any boundary's reach); fails.")
@@ -133,10 +135,11 @@ def _ratio(r: float | None) -> str:
 
 
 def _limit(cell: dict) -> str:
-    """The cell's limit (``LIMIT_NOTE``), marked where its run measured an earlier definition (leaf, crossing)."""
+    """The cell's limit (``LIMIT_NOTE``), marked where its run measured an earlier definition (leaf, crossing,
+    apart)."""
     text = _ratio(cell.get("ratio_limit_tc"))
     kind = njt_workloads.limit_kind(cell["walls_us"])
-    if cell.get("ratio_limit_tc") is not None and kind in ("leaf", "crossing"):
+    if cell.get("ratio_limit_tc") is not None and kind in ("leaf", "crossing", "apart"):
         text += f" ({kind})"
     return text
 

@@ -5,7 +5,8 @@ interleaved rounds.
 Bars: attention (SDPA on NJTs) through the boundary at least as fast as torch.compile on the NJT, with no more
 graphs; a training step at most 0.8x torch.compile's, unless its limit measured in the same rounds is above 0.8x
 (the boundary's floor: its compiled region on pre-split parts, no NJT crossing either way; where the input NJT
-trains, that floor plus the autograd engine's own cost of an NJT crossing autograd): then an xfail whose threshold is
+trains, that floor with the copy autograd makes of an NJT leaf's gradient, within its step, plus the autograd engine's
+own cost of an NJT crossing autograd): then an xfail whose threshold is
 that limit, a failure where the step is above it beyond the run's spread (``njt_workloads.step_verdict``); the identity
 (the boundary's own cost) within 20 µs of torch.compile's.
 

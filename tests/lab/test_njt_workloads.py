@@ -13,7 +13,7 @@ CASE = Case(8, 8, 10, 0.5)
 def test_engine_steps_cross_an_njt_node_into_the_leaf_and_a_plain_one_and_reset_them():
     built = njt_workloads.get("ragged_softmax").build(make_batch(CASE, "cpu"), torch.float32)
     steps = njt_workloads.engine_steps(built)
-    assert set(steps) == {"engine", "engine fwd", "engine plain", "engine plain fwd", "gradient copy"}
+    assert set(steps) == {"engine", "engine fwd", "engine plain", "engine plain fwd"}
     seen = []
     hook = built.x.register_hook(lambda g: seen.append(g))
     steps["engine"]()
@@ -37,20 +37,21 @@ def test_a_training_step_whose_njt_trains_carries_its_limit_and_a_forward_none()
     forward = njt_workloads.time_cell(njt_workloads.get("ragged_softmax"), CASE, "forward", ways, built,
                                       torch.device("cpu"), n_rounds=1)
     assert step.ratio_floor_tc is not None and step.ratio_limit_tc is not None and step.ratio_limit_tc > 0
-    assert {"engine", "engine fwd", "engine plain", "engine plain fwd", "gradient copy", "floor"} <= set(step.walls_us)
+    assert {"engine", "engine fwd", "engine plain", "engine plain fwd", "floor", "floor + copy"} <= set(step.walls_us)
+    assert njt_workloads.limit_kind(step.walls_us) == "copied"
     assert forward.ratio_limit_tc is None and "engine" not in forward.walls_us
 
 
 def _step_cell(jp: list[float], tc: list[float], floor: list[float] | None, engine: tuple | None = None):
     # a step cell of these rounds' walls (µs); ``engine``: (engine, engine fwd, engine plain, engine plain fwd[,
-    # gradient copy]) a round
+    # floor + copy]) a round
     import statistics
 
     walls = {"torch.compile": tc, "jaggedperf.compile": jp}
     if floor is not None:
         walls["floor"] = floor
     if engine is not None:
-        for name, value in zip(("engine", "engine fwd", "engine plain", "engine plain fwd", "gradient copy"), engine):
+        for name, value in zip(("engine", "engine fwd", "engine plain", "engine plain fwd", "floor + copy"), engine):
             walls[name] = [value] * len(jp)
     ratio = statistics.median(j / t for j, t in zip(jp, tc))
     floor_tc = None if floor is None else statistics.median(f / t for f, t in zip(floor, tc))
@@ -83,8 +84,9 @@ def test_a_steps_limit_adds_the_engines_njt_crossing_to_the_floor():
     cell = _step_cell([85.0] * 5, tc, [50.0] * 5, engine=(40.0, 10.0, 12.0, 2.0))
     assert njt_workloads.limit_walls(cell.walls_us) == [70.0] * 5
     assert cell.ratio_limit_tc == 0.7
-    # and the copy of the NJT leaf's gradient (the floor's plain leaf takes its gradient as it is): 70 + 5
-    copied = _step_cell([85.0] * 5, tc, [50.0] * 5, engine=(40.0, 10.0, 12.0, 2.0, 5.0))
+    # the floor with the NJT leaf's gradient copied within its step (its plain leaf takes its gradient as it is)
+    # replaces the floor: 55 + 30 - 10 = 75
+    copied = _step_cell([85.0] * 5, tc, [50.0] * 5, engine=(40.0, 10.0, 12.0, 2.0, 55.0))
     assert njt_workloads.limit_walls(copied.walls_us) == [75.0] * 5
     verdict = njt_workloads.step_verdict(cell)
     assert verdict.limit_tc == 0.7 and verdict.outcome == "fails"  # the limit is below the bar: within reach
@@ -102,9 +104,12 @@ def test_the_limit_follows_the_definition_its_walls_measured():
     crossing = dict(leaf, **{"engine fwd": [5.0, 6.0], "engine plain fwd": [2.0, 2.0]})
     assert njt_workloads.limit_kind(crossing) == "crossing"
     assert njt_workloads.limit_walls(crossing) == [100.0 + 25.0 - 8.0, 110.0 + 25.0 - 8.0]
-    accumulated = dict(crossing, **{"gradient copy": [3.0, 4.0]})
-    assert njt_workloads.limit_kind(accumulated) == "accumulated"
-    assert njt_workloads.limit_walls(accumulated) == [100.0 + 25.0 - 8.0 + 3.0, 110.0 + 25.0 - 8.0 + 4.0]
+    apart = dict(crossing, **{"gradient copy": [3.0, 4.0]})
+    assert njt_workloads.limit_kind(apart) == "apart"
+    assert njt_workloads.limit_walls(apart) == [100.0 + 25.0 - 8.0 + 3.0, 110.0 + 25.0 - 8.0 + 4.0]
+    copied = dict(crossing, **{"floor + copy": [104.0, 115.0]})
+    assert njt_workloads.limit_kind(copied) == "copied"
+    assert njt_workloads.limit_walls(copied) == [104.0 + 25.0 - 8.0, 115.0 + 25.0 - 8.0]
 
 
 def test_the_floor_of_a_step_whose_njt_trains_crosses_no_njt_and_compiles_nothing_more(monkeypatch):
@@ -128,6 +133,12 @@ def test_the_floor_of_a_step_whose_njt_trains_crosses_no_njt_and_compiles_nothin
     assert len(seen) == 1 and not seen[0].is_nested
     assert built.x.grad is None
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # the region's graph served it
+    # the limit's floor copies its values leaf's gradient within the step, as autograd copies an NJT leaf's, once
+    copies = []
+    monkeypatch.setattr(torch.Tensor, "clone", _recording(torch.Tensor.clone, copies))
+    njt_workloads.region_step(ways["jaggedperf.compile"], built, "step", copied=True)()
+    assert len(copies) == 1 and copies[0].shape == built.x._values.shape and not copies[0].requires_grad
+    assert built.x.grad is None and torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
 
 
 def _recording(backward, seen: list):

@@ -165,9 +165,10 @@ class Cell:
     ratio_jp_tc_p80: float
     ratio_tc_eager: float | None  # median within-round torch.compile / eager; None: eager mode was not timed
     ratio_floor_tc: float | None  # the boundary's floor (its region on pre-split parts) / torch.compile; None: none
-    # That floor plus the autograd engine's own cost of an NJT crossing autograd where the input NJT trains (an NJT
-    # node's, less a plain node's, and the copy accumulating an NJT gradient always makes: ``engine_steps``): the
-    # least any step on that NJT can take, torch.compile's included; None: no NJT input trains (or no floor)
+    # That floor, with the copy autograd makes of an NJT leaf's gradient made within its step, plus the autograd
+    # engine's own cost of an NJT crossing autograd where the input NJT trains (an NJT node's, less a plain node's:
+    # ``engine_steps``): the least any step on that NJT can take, torch.compile's included; None: no NJT input
+    # trains (or no floor)
     ratio_limit_tc: float | None
     rounds: int
     quiet_rounds: int
@@ -278,6 +279,7 @@ def time_cell(workload: Workload, case: Case, kind: str, ways: dict[str, Callabl
     if not boundary.fallbacks and not boundary.pass_through and boundary.regions:
         fns["floor"] = region_step(ways["jaggedperf.compile"], built, kind)  # the boundary's own floor, beside
         if kind == "step" and built.x.requires_grad:
+            fns["floor + copy"] = region_step(ways["jaggedperf.compile"], built, kind, copied=True)
             fns.update(engine_steps(built))
             if parts:
                 fns.update(crossing_steps(ways["jaggedperf.compile"], built))
@@ -307,24 +309,17 @@ def engine_steps(built: Built) -> dict[str, Callable[[], object]]:
     whoever computes the rest: an NJT output's autograd metadata (its sizes and layout read through the NJT's
     dispatch), the NJT gradient handed to the root, the NJT gradient checked against the input's metadata on its
     edge and accumulated into the leaf (always a copy: autograd never takes an NJT gradient as it is).
-    torch.compile's step on the NJT pays each of them around its compiled function.
-
-    "gradient copy" (a clone of the NJT's values under no_grad): the copy the NJT leaf's gradient always costs where
-    a plain leaf takes the gradient the region's backward made as it is (the floor's leaf does; both engine nodes
-    above copy alike, their gradient being held by the caller)."""
+    torch.compile's step on the NJT pays each of them around its compiled function. The copy of the gradient's values
+    is not in it (both nodes copy alike, their gradient being held by the caller): the floor's step pays it itself
+    ("floor + copy", ``region_step``)."""
     x = built.x
     plain = x._values.detach().requires_grad_()
     grad = torch.nested.nested_tensor_from_jagged(torch.randn_like(x._values), x._offsets,
                                                   min_seqlen=x._maybe_min_seqlen, max_seqlen=x._maybe_max_seqlen)
     engine, engine_fwd = _clone_node(x, grad)
     engine_plain, engine_plain_fwd = _clone_node(plain, grad._values)
-
-    def gradient_copy():
-        with torch.no_grad():
-            return x._values.clone()
-
     return {"engine": engine, "engine fwd": engine_fwd, "engine plain": engine_plain,
-            "engine plain fwd": engine_plain_fwd, "gradient copy": gradient_copy}
+            "engine plain fwd": engine_plain_fwd}
 
 
 def _clone_node(leaf: torch.Tensor, grad: torch.Tensor) -> tuple[Callable[[], object], Callable[[], object]]:
@@ -360,15 +355,17 @@ class StepVerdict:
 
 
 def limit_kind(walls_us: dict[str, list[float]]) -> str | None:
-    """Which definition of a step's limit a cell's walls measured: "accumulated" (the floor plus the engine's cost of
-    an NJT crossing autograd and the copy of the NJT leaf's gradient, ``engine_steps``), "crossing" (an earlier run's:
-    without that copy, on a floor whose values crossed through ``Unwrap``), "leaf" (earlier still: the floor plus the
-    NJT leaf's backward alone, without the no-grad calls), "floor" (no engine measured), None (no floor: the calls
-    went to torch.compile)."""
+    """Which definition of a step's limit a cell's walls measured: "copied" (the floor with the NJT leaf's gradient
+    copied within its step, plus the engine's cost of an NJT crossing autograd, ``engine_steps``), "apart" (an
+    earlier run's: that copy timed apart and added), "crossing" (earlier: without the copy, on a floor whose values
+    crossed through ``Unwrap``), "leaf" (earlier still: the floor plus the NJT leaf's backward alone, without the
+    no-grad calls), "floor" (no engine measured), None (no floor: the calls went to torch.compile)."""
     if "floor" not in walls_us:
         return None
+    if "floor + copy" in walls_us:
+        return "copied"
     if "gradient copy" in walls_us:
-        return "accumulated"
+        return "apart"
     if "engine fwd" in walls_us:
         return "crossing"
     return "leaf" if "engine" in walls_us else "floor"
@@ -376,14 +373,15 @@ def limit_kind(walls_us: dict[str, list[float]]) -> str | None:
 
 def limit_walls(walls_us: dict[str, list[float]]) -> list[float] | None:
     """Each round's limit of a step in µs from its cell's walls, by the definition they measured (``limit_kind``):
-    the floor, plus the autograd engine's own cost of an NJT crossing autograd (the NJT node's less a plain node's;
-    "leaf": that leaf's backward less a plain one's) and, "accumulated", the gradient's copy; None: no floor was
-    measured."""
+    the floor ("copied": the floor with the gradient's copy), plus the autograd engine's own cost of an NJT crossing
+    autograd (the NJT node's less a plain node's; "leaf": that leaf's backward less a plain one's) and, "apart", the
+    gradient's copy timed alone; None: no floor was measured."""
     w, kind = walls_us, limit_kind(walls_us)
-    if kind in ("accumulated", "crossing"):
+    if kind in ("copied", "apart", "crossing"):
+        floor = w["floor + copy"] if kind == "copied" else w["floor"]
         limits = [f + (e - ef) - (p - pf) for f, e, ef, p, pf in
-                  zip(w["floor"], w["engine"], w["engine fwd"], w["engine plain"], w["engine plain fwd"])]
-        return [lim + c for lim, c in zip(limits, w["gradient copy"])] if kind == "accumulated" else limits
+                  zip(floor, w["engine"], w["engine fwd"], w["engine plain"], w["engine plain fwd"])]
+        return [lim + c for lim, c in zip(limits, w["gradient copy"])] if kind == "apart" else limits
     if kind == "leaf":
         return [f + e - p for f, e, p in zip(w["floor"], w["engine"], w["engine plain"])]
     return None if kind is None else list(w["floor"])
@@ -415,10 +413,16 @@ def case_name(case: Case) -> str:
     return f"B{case.B}-M{case.M}-L{case.seqlen}-s{case.sparsity}"
 
 
-def region_step(compiled: Callable, built: Built, kind: str) -> Callable[[], object]:
+def region_step(compiled: Callable, built: Built, kind: str, *, copied: bool = False) -> Callable[[], object]:
     """The floor of any boundary for ``compiled`` (a ``jaggedperf.compile`` of ``built.fn``, called once): its
     compiled region on the NJT's parts, split once beforehand (a values leaf of their own where the NJT trains), with
-    the region's own output taken as it comes (no NJT rebuilt): ``kind`` "forward" or "step" as ``time_cell``'s."""
+    the region's own output taken as it comes (no NJT rebuilt): ``kind`` "forward" or "step" as ``time_cell``'s.
+
+    ``copied`` (a step whose NJT trains): the values leaf's gradient is then copied within the step, as autograd
+    copies an NJT leaf's gradient on accumulating it (never taking it as it is, where the plain leaf takes it), and
+    freed with it at the step's end. Timed apart, that copy leaves out what it does to the step around it: at the
+    seed's first shape on a CPU the floor with it took 1.8 ms more than the floor, the copy alone 0.7 ms
+    (``docs/performance.md``, the model, 7b)."""
     with torch.no_grad():  # the parts as they are: no autograd node (``differentiable.Unwrap``) between them and x
         boundary, crossing, region = _region_of(compiled, built)
     tensor_of = _tensor_of()
@@ -439,9 +443,12 @@ def region_step(compiled: Callable, built: Built, kind: str) -> Callable[[], obj
 
     def step():
         tensor_of(region(*crossing.flat)).backward(grad)
+        if copy_of is not None:
+            copy_of.grad = copy_of.grad.clone()
         for leaf in leaves:
             leaf.grad = None
 
+    copy_of = leaves[0] if copied and built.x.requires_grad else None
     return forward if kind == "forward" else step
 
 
