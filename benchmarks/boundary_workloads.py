@@ -149,22 +149,25 @@ def compare(paths: list[Path], out: Path) -> str:
     jaggedperf.compile's wall, their within-round ratio with its spread, and the boundary's floor; writes ``out``'s
     .md and .json (the runs' cells, their environments and commands)."""
     runs = [json.loads(Path(p).read_text()) for p in paths]
+    cells = {}  # a cell measured in several runs of one torch version: the later run's (``paths`` in order)
+    for run in runs:
+        for c in run["cells"]:
+            cells[(run["environment"]["torch"], c["workload"], c["case"], c["kind"])] = c
     lines = ["# jaggedperf.compile against torch.compile on NJT workloads, by torch version", "",
-             "Each row from its own run (the file and command below): wall per call in µs by the seed's method, median "
+             "Each row from its own run (the file and command below; a cell that several runs measured, from the "
+             "last of them): wall per call in µs by the seed's method, median "
              "of interleaved rounds; `jp / tc` the median within-round ratio (p20–p80); `floor / tc` the boundary's "
              "compiled region called on pre-split parts (no crossing), the least its calls could take; — where the "
              "calls went to torch.compile (a fallback or a pass-through).", "",
              "| torch | workload | case | kind | torch.compile | jaggedperf.compile | jp / tc (p20–p80) | floor / tc | "
              "limit / tc | step ≤ 0.8× tc | quiet rounds |", "|---|---|---|---|---:|---:|---:|---:|---:|---|---:|"]
-    for run in runs:
-        version = run["environment"]["torch"]
-        for c in run["cells"]:
-            m = c["medians_us"]
-            lines.append(f"| {version} | {c['workload']} | {c['case']} | {c['kind']} | {m['torch.compile']:.1f} | "
-                         f"{m['jaggedperf.compile']:.1f} | **{c['ratio_jp_tc']:.2f}** ({c['ratio_jp_tc_p20']:.2f}–"
-                         f"{c['ratio_jp_tc_p80']:.2f}) | {_ratio(c['ratio_floor_tc'])} | "
-                         f"{_limit(c)} | {step_verdict(c)} | {c['quiet_rounds']} of "
-                         f"{len(c['walls_us']['eager'])} |")
+    for (version, *_), c in cells.items():
+        m = c["medians_us"]
+        lines.append(f"| {version} | {c['workload']} | {c['case']} | {c['kind']} | {m['torch.compile']:.1f} | "
+                     f"{m['jaggedperf.compile']:.1f} | **{c['ratio_jp_tc']:.2f}** ({c['ratio_jp_tc_p20']:.2f}–"
+                     f"{c['ratio_jp_tc_p80']:.2f}) | {_ratio(c['ratio_floor_tc'])} | "
+                     f"{_limit(c)} | {step_verdict(c)} | {c['quiet_rounds']} of "
+                     f"{len(c['walls_us']['eager'])} |")
     lines += ["", f"`limit / tc`: {LIMIT_NOTE}", f"`step ≤ 0.8× tc`: {VERDICT_NOTE}"]
     lines += ["", "Fell back to torch.compile:", ""]
     lines += [f"- torch {run['environment']['torch']}, {c['workload']} {c['case']}: {c['fell_back']}"
