@@ -95,7 +95,8 @@ def _us(stats, field: str) -> float | None:
 
 
 def _loop(impl: str, batch, device: torch.device) -> list[float]:
-    """The seed's loop without the lab, five times: each time's median µs a call."""
+    """The seed's loop written out here, not the lab's ``timing.wall_samples`` (a cross-check of the lab's timing that
+    shares none of its code; a sync after every warm-up call too), five times: each time's median µs a call."""
     implementation = get_implementation(OP, impl)
     args = implementation.prepare(batch)
     sync = timing.synchronizer(device)
