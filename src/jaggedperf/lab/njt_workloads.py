@@ -441,6 +441,8 @@ def region_step(compiled: Callable, built: Built, kind: str, *, copied: bool = F
         with torch.no_grad():
             return region(*crossing.flat)
 
+    copy_of = leaves[0] if copied and built.x.requires_grad else None  # the values leaf, whose gradient is copied
+
     def step():
         tensor_of(region(*crossing.flat)).backward(grad)
         if copy_of is not None:
@@ -448,7 +450,6 @@ def region_step(compiled: Callable, built: Built, kind: str, *, copied: bool = F
         for leaf in leaves:
             leaf.grad = None
 
-    copy_of = leaves[0] if copied and built.x.requires_grad else None
     return forward if kind == "forward" else step
 
 
