@@ -16,7 +16,8 @@ from jaggedperf.cli.doctor import compile_budget
 from jaggedperf.inputs import Case
 from jaggedperf.lab import runner
 from jaggedperf.lab.doctor import evidence, gather, saved, verdicts
-from jaggedperf.lab.result import SKIPPED
+from jaggedperf.lab.modes import EAGER
+from jaggedperf.lab.result import OK, SKIPPED
 from helpers.evidence import MODE, make_evidence
 
 CPU = torch.device("cpu")
@@ -58,7 +59,10 @@ def test_an_implementation_over_the_compile_budget_is_not_compiled_again_at_late
         assert ev.not_tried == evidence.NotTried(82.4, A.label, 30.0)
         reason = (f"not tried: at {A.label} its compiled call took 82.4 s to compile (> compile budget 30 s), so it is "
                   "not compiled again at a later case (--compile-budget 83 or more compiles it; none: no limit)")
-        assert ev.eager.status == ev.compiled.status == SKIPPED and ev.compiled.reason == reason
+        assert ev.compiled.status == SKIPPED and ev.compiled.reason == reason
+        # the eager cell compiles nothing: measured at every case, checked against float64 like any cell
+        assert ev.eager.status == OK and ev.eager.mode == EAGER and ev.eager.case == case
+        assert ev.eager.wall is not None and ev.eager.rel_error is not None
         assert ev.compiled.mode == MODE and ev.compiled.compile_s is None and ev.compiled.wall is None
         assert not ev.input_form.available and not ev.boundary.available and not ev.cudagraphs.available
         assert ev.notes == []
@@ -67,13 +71,22 @@ def test_an_implementation_over_the_compile_budget_is_not_compiled_again_at_late
         assert not d.available and d.reason == d.verdict == reason and not d.contributions and not d.findings
 
 
-def test_no_batch_is_made_for_a_case_whose_every_cell_is_not_tried(monkeypatch):
-    _fake_gather(monkeypatch, {"sum_padded": 82.0})
-    made = []
-    real = runner.prepare_case
-    monkeypatch.setattr(runner, "prepare_case", lambda op, case, options: made.append(case) or real(op, case, options))
+def test_a_case_whose_every_cell_is_not_tried_still_times_its_eager_cells(monkeypatch):
+    calls = _fake_gather(monkeypatch, {"sum_padded": 82.0})
     run = gather.gather_all("jagged_mean", [A, B], ["sum_padded"], MODE, OPTS, compile_budget_s=30.0)
-    assert made == [A] and run.evidence[1].not_tried is not None
+    later = run.evidence[1]
+    assert calls == [("sum_padded", A.label)] and later.not_tried is not None
+    assert later.eager.status == OK and later.compiled.status == SKIPPED
+
+
+def test_a_not_tried_cell_whose_input_cannot_be_made_skips_its_eager_cell_too(monkeypatch):
+    _fake_gather(monkeypatch, {"sum_padded": 82.0})
+    real = runner.prepare_case
+    monkeypatch.setattr(runner, "prepare_case", lambda op, case, options: (ValueError("too large"), None)
+                        if case == B else real(op, case, options))
+    run = gather.gather_all("jagged_mean", [A, B], ["sum_padded"], MODE, OPTS, compile_budget_s=30.0)
+    later = run.evidence[1]
+    assert later.not_tried is not None and later.eager.status == later.compiled.status == SKIPPED
 
 
 @pytest.mark.parametrize("budget", [100.0, None], ids=["larger than the compile", "no limit"])

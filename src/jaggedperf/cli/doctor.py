@@ -83,7 +83,7 @@ def register(sub) -> None:
                    help="when a compiled cell takes longer than S seconds to compile, skip its extra compiles "
                         "(plain twin, boundary, CUDA-graph counterpart), and across cases: do not compile that "
                         "implementation in that mode again at a later case (recorded as not tried, with the time "
-                        "and the case); none, inf or a negative S: no limit "
+                        "and the case; its eager cell is still timed); none, inf or a negative S: no limit "
                         f"(default: {DOCTOR_COMPILE_BUDGET_S:g})")
     add_stability_arguments(g)
     g = p.add_argument_group("output")
@@ -229,7 +229,7 @@ def rediagnose(args: argparse.Namespace, out: Console, err: Console) -> int:
 def print_record(out: Console, record: verdicts.DoctorRecord) -> None:
     """Each cell's measurements, attribution, verdict and findings, then the verdicts table and the footer."""
     for ev, diagnosis in zip(record.evidence, record.diagnoses):
-        if ev.not_tried is not None:  # nothing was measured: no tables, the verdict says why
+        if ev.not_tried is not None:  # no compiled call to explain: no tables, the verdict says why
             out.print(f"{ev.implementation} · {ev.mode} · {ev.case.label}", markup=False, highlight=False,
                       style="bold")
             out.print(f"verdict: {diagnosis.verdict}", markup=False, highlight=False, style="yellow")

@@ -165,8 +165,8 @@ class CompileCost:
 @dataclass
 class NotTried:
     """Why a cell was not gathered: its implementation's compiled call in the same mode passed the compile budget at
-    an earlier case, and a compile that slow is not paid again at a later one (``gather.gather_all``). Nothing of the
-    cell was run, eager included: there is no compiled call to explain against it."""
+    an earlier case, and a compile that slow is not paid again at a later one (``gather.gather_all``). Only its eager
+    cell was run (it compiles nothing): there is no compiled call to explain against it."""
 
     compile_s: float  # the compiled call's first call (compile + one run) where it was measured
     measured_at: str  # that case's label

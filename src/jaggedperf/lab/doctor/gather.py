@@ -374,16 +374,21 @@ def unavailable_evidence(op: str, implementation: str, mode: str, case: Case, de
 
 
 def not_tried_evidence(op: str, implementation: str, mode: str, case: Case, device: str,
-                       not_tried: NotTried) -> Evidence:
-    """An ``Evidence`` for a cell not gathered for the compile budget (``NotTried``): its eager and compiled results
-    are skipped and every section is unavailable, each with ``not_tried_reason``; no note repeats it (the verdict
-    says it).
+                       not_tried: NotTried, eager: Result | None = None) -> Evidence:
+    """An ``Evidence`` for a cell not gathered for the compile budget (``NotTried``): its compiled result is skipped
+    and every section is unavailable, each with ``not_tried_reason``; no note repeats it (the verdict says it).
+
+    Args:
+        eager: the case's eager cell, measured (it compiles nothing, so the budget does not skip it); None: skipped
+            with the same reason.
 
     Raises:
         KeyError: an unknown op or implementation.
     """
     ev = unavailable_evidence(op, implementation, mode, case, device, SKIPPED, not_tried_reason(not_tried))
     ev.notes, ev.not_tried = [], not_tried
+    if eager is not None:
+        ev.eager = eager
     return ev
 
 
@@ -425,18 +430,20 @@ def gather_all(op: str, cases: Iterable[Case], implementations: list[str], mode:
     out: list[Evidence] = []
     # implementation → the first measurement of its compiled call (in ``mode``) over the budget; once there, the
     # implementation is not compiled again in this run: a compile that passed the budget at one case costs about as
-    # much again at the next (the seed's unbind_mean unrolls one mean per sequence, B of them at every case)
+    # much again at the next (the seed's unbind_mean unrolls one mean per sequence, B of them at every case). Its
+    # eager cell is still measured at the later cases: it compiles nothing, and a table of the run shows it.
     slow: dict[str, NotTried] = {}
     with modes_mod.cold_compile() if options.cold_compile else contextlib.nullcontext():
         for case in cases:
-            # the batch only when a cell of this case will run
-            batch, reference = (runner.prepare_case(op, case, options) if any(n not in slow for n in implementations)
-                                else (None, None))
+            batch, reference = runner.prepare_case(op, case, options)
             for name in implementations:
                 if on_start:
                     on_start(name, case)
                 if name in slow:
-                    ev = not_tried_evidence(op, name, mode, case, options.device.type, slow[name])
+                    eager = (None if isinstance(batch, Exception) else
+                             runner.run_cell(runner.Cell(op, name, modes_mod.EAGER, case), batch, reference,
+                                             replace(options, host_timer=True), copy_gbps))
+                    ev = not_tried_evidence(op, name, mode, case, options.device.type, slow[name], eager)
                 elif isinstance(batch, Exception):
                     ev = unavailable_evidence(op, name, mode, case, options.device.type,
                                               input_size.input_status(batch), f"input: {batch}")
