@@ -12,13 +12,13 @@ from collections.abc import Callable
 from typing import Literal
 
 import torch
-from torch._functorch.utils import enable_single_level_autograd_function
 from torch.autograd import forward_ad
 
 from jaggedperf.checks import (CPU_OPERATOR_DTYPES, SUPPORTED_DTYPES, check_layout, check_max_seqlen,
                                check_offsets_span)
 from jaggedperf.njt import JAGGED_CLASS, cached_seqlen, wrap
 
+from jaggedperf.ops.autograd_kernel import below_autograd, function_apply, run
 from jaggedperf.ops.launch.body import fast_eager, run_in_operator
 from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
 from jaggedperf.ops.nested import checked_inputs, is_nested, transformed
@@ -281,15 +281,17 @@ def operator_dtypes(tensor) -> tuple:
 class _SelfAdjoint(torch.autograd.Function):
     """One row-wise operator call with its backward and jvp: both are the Jacobian applied to a vector, since the
     Jacobians of softmax (diag(y) − y yᵀ per column) and of the layer norm without affine (rstd · (I − 11ᵀ/n −
-    x̂x̂ᵀ/n) per segment) are symmetric. Inputs: (the family's ``Adjoint``, keyset, *the operator's args)."""
+    x̂x̂ᵀ/n) per segment) are symmetric. Inputs: (the family's ``Adjoint``, keyset, modes, *the operator's args)
+    (``autograd_kernel``).
+    Where that product is itself differentiated (``Adjoint.apply_jacobian``) it is built from differentiable ops."""
 
     @staticmethod
-    def forward(adjoint, keyset, *args):
-        return _below_autograd(adjoint.name, keyset, args)
+    def forward(adjoint, keyset, modes, *args):
+        return below_autograd(adjoint.name, keyset, args, modes)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        adjoint, _, *args = inputs
+        adjoint, _, _, *args = inputs
         saved = adjoint.saved(args, output)
         ctx.adjoint, ctx.rest = adjoint, tuple(args[2:])
         ctx.save_for_backward(*saved)
@@ -297,43 +299,50 @@ class _SelfAdjoint(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        back = ctx.adjoint.jacobian(ctx.saved_tensors, grad.contiguous(), ctx.rest)
-        return (None, None, back, None) + (None,) * len(ctx.rest)
+        back = ctx.adjoint.apply_jacobian(ctx.saved_tensors, grad.contiguous(), ctx.rest, in_backward=True)
+        return (None, None, None, back, None) + (None,) * len(ctx.rest)
 
     @staticmethod
-    def jvp(ctx, _adjoint, _keyset, tangent, *_):
+    def jvp(ctx, _adjoint, _keyset, _modes, tangent, *_):
         if tangent is None:
             return None
-        return ctx.adjoint.jacobian(ctx.saved_tensors, tangent.contiguous(), ctx.rest)
+        return ctx.adjoint.apply_jacobian(ctx.saved_tensors, tangent.contiguous(), ctx.rest, in_backward=False)
 
 
-# _SelfAdjoint's apply at this level, past Function.apply's functorch redirect (as jaggedperf.ops.reduce.autograd's
-# _Linear: the kernel runs inside the dispatcher's autograd key, where torch.func has already unwrapped its tensors)
-_APPLY = super(torch.autograd.Function, _SelfAdjoint).apply
-
-
-def _below_autograd(name: str, keyset, args):
-    with torch._C._AutoDispatchBelowAutograd():
-        return getattr(torch.ops.jaggedperf, name).default.redispatch(keyset & torch._C._after_autograd_keyset, *args)
+_APPLY = function_apply(_SelfAdjoint)
 
 
 class Adjoint:
     """A row-wise operator's autograd, reverse and forward mode, from its symmetric Jacobian.
 
-    Why not ``register_autograd`` alone: its generated kernel runs the op below autograd when no input requires
-    grad, which is the case for forward-mode AD's dual tensors (``torch.func.jvp``, ``forward_ad``): the tangent was
-    dropped, read as zeros (a silent wrong answer). The kernel registered here for the CPU and CUDA autograd keys
-    goes through ``_SelfAdjoint`` when an input requires grad or a forward-mode level is open; the generated one,
-    with the same backward, stays for other devices.
+    The kernel registered for the CPU and CUDA autograd keys (``jaggedperf.ops.autograd_kernel``: why) goes through
+    ``_SelfAdjoint`` when an input requires grad or a forward-mode level is open; the generated one, with the same
+    backward, stays for other devices.
+
+    Higher orders: the backward operator (``jacobian``'s fused kernel) has no derivative of its own. Where J · v is
+    itself differentiated (a backward with ``create_graph``: a gradient penalty, a Hessian-vector product;
+    ``torch.func.grad`` and its other transforms, which always build that graph; a forward-mode level open during
+    a backward), ``composite`` serves instead: the same product from ``jagged_sum`` / ``jagged_expand`` and
+    elementwise ops, whose own derivatives (reverse, forward, batched) exist. A plain backward, eager or compiled,
+    keeps the fused kernel.
 
     Args:
         name: the operator (``torch.ops.jaggedperf.<name>``).
         saved: ``saved(args, output)`` → the tensors the Jacobian needs.
-        jacobian: ``jacobian(saved tensors, (N, M) vector, args after (values, offsets))`` → J · vector.
+        jacobian: ``jacobian(saved tensors, (N, M) vector, args after (values, offsets))`` → J · vector, by the
+            backward operator.
+        composite: the same signature and product, from differentiable ops.
     """
 
-    def __init__(self, name: str, saved: Callable, jacobian: Callable):
-        self.name, self.saved, self.jacobian = name, saved, jacobian
+    def __init__(self, name: str, saved: Callable, jacobian: Callable, composite: Callable):
+        self.name, self.saved, self.jacobian, self.composite = name, saved, jacobian, composite
+
+    def apply_jacobian(self, saved: tuple, vector: torch.Tensor, rest: tuple, in_backward: bool) -> torch.Tensor:
+        """J · ``vector`` (a backward's, or ``in_backward`` False a jvp's): by ``composite`` where the product is
+        itself differentiated (the class docstring), else by the backward operator."""
+        if differentiated(saved, vector, in_backward):
+            return self.composite(saved, vector, rest)
+        return self.jacobian(saved, vector, rest)
 
     def register(self, operator, library: torch.library.Library) -> None:
         """Register the autograd kernels of ``operator`` (its ``triton_op``) in ``library`` (kept alive by the caller)."""
@@ -343,22 +352,31 @@ class Adjoint:
             ctx.rest = tuple(inputs[2:])
 
         def backward(ctx, grad):
-            return (self.jacobian(ctx.saved_tensors, grad.contiguous(), ctx.rest), None) + (None,) * len(ctx.rest)
+            back = self.apply_jacobian(ctx.saved_tensors, grad.contiguous(), ctx.rest, in_backward=True)
+            return (back, None) + (None,) * len(ctx.rest)
 
         operator.register_autograd(backward, setup_context=setup_context)
 
         def autograd_kernel(keyset, *args):
-            first = args[0]
-            if (first.requires_grad and torch.is_grad_enabled()) or forward_ad._current_level >= 0:
-                if torch._C._are_functorch_transforms_active():
-                    with enable_single_level_autograd_function():
-                        return _APPLY(self, keyset, *args)
-                return _APPLY(self, keyset, *args)
-            return _below_autograd(self.name, keyset, args)
+            return run(_APPLY, self, self.name, keyset, args)
 
         autograd_kernel.__name__ = f"{self.name}_autograd"
         for key in ("AutogradCPU", "AutogradCUDA"):
             library.impl(self.name, autograd_kernel, key, with_keyset=True)
+
+
+def differentiated(saved: tuple, vector: torch.Tensor, in_backward: bool) -> bool:
+    """Whether a Jacobian-vector product computed now may itself be differentiated: in grad mode with an operand
+    that requires grad (a backward with ``create_graph``, torch.func.grad's among them; a plain backward runs in
+    no-grad mode); under nested torch.func transforms (an outer level may differentiate it: ``jvp``, ``jacrev``,
+    ``vmap`` of a gradient; a single level's own product, a first-order ``jvp``'s, is not); or, ``in_backward``,
+    with a forward-mode level open (tangents through the backward: forward-over-reverse; a jvp's own level is open
+    by definition, its product not differentiated for that)."""
+    if in_backward and forward_ad._current_level >= 0:
+        return True
+    if torch.is_grad_enabled() and (vector.requires_grad or any(t.requires_grad for t in saved)):
+        return True
+    return torch._C._are_functorch_transforms_active() and torch._C._functorch.current_level() > 1
 
 
 def acc_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -6,7 +6,8 @@ As ``jaggedperf.ops.softmax.op``: a body checks its inputs' metadata, then CUDA 
 opaque to torch.compile (``jaggedperf::_layer_norm_torch``, ``_layer_norm_backward_torch``), which checks the
 offsets' values first, always (traced, the pure-torch kernel returned finite values for invalid offsets, and
 Inductor failed to generate its fp64 scatter under ``dynamic=True``). Outputs are allocated inside the op.
-The backward operator has no autograd of its own: no double backward.
+The backward operator has no autograd of its own: a higher-order gradient takes the same product from
+differentiable ops (``rowwise.Adjoint``).
 """
 
 from __future__ import annotations
@@ -50,9 +51,27 @@ def _jacobian(saved, vector, rest):
     return torch.ops.jaggedperf.jagged_layer_norm_backward(values, vector, offsets, *rest)
 
 
+def _composite_jacobian(saved, vector, rest):
+    # the same product from differentiable ops (a higher-order gradient's: ``Adjoint``), in fp32 (float64 stays)
+    values, offsets = saved
+    eps, seqlen = rest[0], tuple(rest[1:])  # rest: (eps,) or (eps, max_seqlen)
+    x, v = values.to(acc_dtype(values.dtype)), vector.to(acc_dtype(values.dtype))
+    n_rows, n_cols = x.shape
+
+    def segment_mean(t):  # (N, M) → (N, 1): the mean over each row's segment, its len × M elements
+        per_segment = torch.ops.jaggedperf.jagged_sum(t, offsets, *seqlen).sum(1, keepdim=True) / n_cols
+        return torch.ops.jaggedperf.jagged_expand(per_segment, offsets, n_rows, True, *seqlen)
+
+    centred = x - segment_mean(x)
+    rstd = torch.rsqrt(segment_mean(centred * centred) + eps)
+    normalised = centred * rstd
+    back = rstd * (v - segment_mean(v) - normalised * segment_mean(v * normalised))
+    return back.to(values.dtype)
+
+
 _LIB = torch.library.Library("jaggedperf", "FRAGMENT")  # kept alive: the registrations live as long as it does
-Adjoint("jagged_layer_norm", saved=lambda args, out: (args[0], args[1]), jacobian=_jacobian).register(
-    _jagged_layer_norm_op, _LIB)
+Adjoint("jagged_layer_norm", saved=lambda args, out: (args[0], args[1]), jacobian=_jacobian,
+        composite=_composite_jacobian).register(_jagged_layer_norm_op, _LIB)
 
 
 # CPU kernels (pure torch: eager CPU dispatch, and the opaque operators compiled CPU code calls)

@@ -7,7 +7,8 @@ CUDA launches the planned kernel (``wrap_triton`` when traced, the fast tiers ea
 (``jaggedperf::_softmax_torch``, ``_softmax_backward_torch``), which checks the offsets' values first, always:
 traced, the pure-torch kernel could not read them (compiled code returned a finite answer for invalid
 offsets), and Inductor's scatter loops for it are slower than the eager kernel. Outputs are allocated inside
-the op (by ``plan``), never passed in. The backward operator has no autograd of its own: no double backward.
+the op (by ``plan``), never passed in. The backward operator has no autograd of its own: a higher-order gradient
+takes the same product from differentiable ops (``rowwise.Adjoint``).
 """
 
 from __future__ import annotations
@@ -50,8 +51,18 @@ def _jacobian(saved, vector, rest):
     return torch.ops.jaggedperf.jagged_softmax_backward(out, vector, offsets, *rest)
 
 
+def _composite_jacobian(saved, vector, rest):
+    # the same product from differentiable ops (a higher-order gradient's: ``Adjoint``), in fp32 (float64 stays)
+    out, offsets = saved
+    y, v = out.to(acc_dtype(out.dtype)), vector.to(acc_dtype(out.dtype))
+    per_segment = torch.ops.jaggedperf.jagged_sum(v * y, offsets, *rest)  # rest: (max_seqlen,) or ()
+    back = y * (v - torch.ops.jaggedperf.jagged_expand(per_segment, offsets, y.shape[0], False, *rest))
+    return back.to(out.dtype)
+
+
 _LIB = torch.library.Library("jaggedperf", "FRAGMENT")  # kept alive: the registrations live as long as it does
-Adjoint("jagged_softmax", saved=lambda args, out: (out, args[1]), jacobian=_jacobian).register(_jagged_softmax_op, _LIB)
+Adjoint("jagged_softmax", saved=lambda args, out: (out, args[1]), jacobian=_jacobian,
+        composite=_composite_jacobian).register(_jagged_softmax_op, _LIB)
 
 
 # CPU kernels (pure torch: eager CPU dispatch, and the opaque operators compiled CPU code calls)
