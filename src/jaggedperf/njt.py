@@ -11,7 +11,7 @@ dimensionality (``_learn``: torch 2.11 marks the inner tensors that share the NJ
 (n, 0) cached seqlens get marks a 3-D one's do not) and used only where a build both ways compared equal in every
 attribute (the NJT's, its values', its cached seqlens'), sizes, strides and dispatch keys; else the constructor serves.
 ``wrap`` records no autograd edge: callers use it eagerly, where no gradient flows into the values, and in the
-boundary's autograd nodes (``boundary.differentiable``).
+autograd nodes of ``jaggedperf.njt_autograd``.
 """
 
 from __future__ import annotations

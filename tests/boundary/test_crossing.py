@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from jaggedperf.boundary.crossing import MIN_SEQLEN_SHIFT, flatten, seqlen_tensor
-from jaggedperf.boundary.differentiable import Join, Unwrap, join, unwrap
+from jaggedperf.njt_autograd import Join, Unwrap, join, unwrap
 from tests.boundary.njts import make_njt
 
 

@@ -1,6 +1,6 @@
 """``jaggedperf.njt.wrap`` on the GPU machine's torch: the NJT its constructor builds, at no more host cost.
 
-The boundary builds an NJT per output and per gradient (``boundary.differentiable``) through ``wrap``. Torch 2.11's
+The boundary builds an NJT per output and per gradient (``jaggedperf.njt_autograd``) through ``wrap``. Torch 2.11's
 constructor reads the new NJT's ``dim()`` through its Python dispatch (~95 µs of ~125 on the H200 machine's host),
 which ``wrap`` skips; on torch 2.13+ the two are level. The bar: ``wrap`` no dearer than the constructor (a 10% band
 for the host's noise), both timed by the seed's method in the same interleaved rounds

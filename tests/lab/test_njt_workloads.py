@@ -113,7 +113,7 @@ def test_the_limit_follows_the_definition_its_walls_measured():
 
 
 def test_the_floor_of_a_step_whose_njt_trains_crosses_no_njt_and_compiles_nothing_more(monkeypatch):
-    from jaggedperf.boundary import differentiable
+    from jaggedperf import njt_autograd
 
     check, ways, built = njt_workloads.check(njt_workloads.get("ragged_softmax"), CASE, torch.device("cpu"),
                                              torch.float32, "default")
@@ -123,8 +123,8 @@ def test_the_floor_of_a_step_whose_njt_trains_crosses_no_njt_and_compiles_nothin
     def crossed(*args):  # an NJT crossing autograd would be the boundary's cost, not the floor's
         raise AssertionError("the floor crossed an NJT through Unwrap")
 
-    monkeypatch.setattr(differentiable.Unwrap, "apply", crossed)
-    monkeypatch.setattr(differentiable.Unwrap, "backward", staticmethod(crossed))
+    monkeypatch.setattr(njt_autograd.Unwrap, "apply", crossed)
+    monkeypatch.setattr(njt_autograd.Unwrap, "backward", staticmethod(crossed))
     floor = njt_workloads.region_step(ways["jaggedperf.compile"], built, "step")
     seen = []
     monkeypatch.setattr(torch.Tensor, "backward", _recording(torch.Tensor.backward, seen))

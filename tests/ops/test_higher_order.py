@@ -57,3 +57,21 @@ def test_a_plain_backward_keeps_the_fused_backward_operator(op):
     with _Operators() as operators:
         out.backward(torch.randn_like(out))
     assert operators.seen == [f"jaggedperf.jagged_{op}_backward"]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_an_njt_input_takes_a_gradient_penalty(op):
+    # NJT in (and out for softmax / layer norm): the values cross autograd by one node each way, differentiable twice
+    # (the NJT's own values() / nested_tensor_from_jagged raise on a double backward)
+    offsets, x, weight, tangent = case(op)
+    public = {"sum": jaggedperf.jagged_sum, "mean": jaggedperf.jagged_mean, "softmax": jaggedperf.jagged_softmax,
+              "layer_norm": jaggedperf.jagged_layer_norm}[op]
+    nt = torch.nested.nested_tensor_from_jagged(x.float(), offsets, max_seqlen=4).requires_grad_()
+    out = public(nt)
+    assert out.requires_grad and out.is_nested == (op in ("softmax", "layer_norm"))
+    values = out.values() if out.is_nested else out
+    (grad,) = torch.autograd.grad((weight.float() * torch.tanh(values)).sum(), nt, create_graph=True)
+    assert grad.is_nested and grad._offsets is nt._offsets and grad._metadata_cache == nt._metadata_cache
+    grad.values().pow(2).sum().backward()
+    expected = transform("gradient penalty", reference(op, offsets), x, weight, tangent)
+    torch.testing.assert_close(nt.grad.values().double(), expected, rtol=1e-4, atol=1e-5)

@@ -17,7 +17,7 @@ dense compiled call costs. ``compile`` makes that the default for any function o
 Invariants (what the tests in ``tests/boundary`` hold it to, PyTorch's NJT OpInfo samples among them):
 - results, gradients, ``requires_grad``, ``grad_fn`` presence and output NJTs' cached seqlens are eager mode's
   (and torch.compile's). Where autograd must flow, an NJT crosses in and out through one autograd node each
-  (``differentiable``); an output that AOTAutograd returns detached although it aliases an input through an NJT's
+  (``jaggedperf.njt_autograd``); an output that AOTAutograd returns detached although it aliases an input through an NJT's
   view ops is given back its edge (``joining.repair``);
 - aliasing between NJT arguments is eager mode's (``q is k`` inside ``fn`` when the caller passed one NJT twice),
   an output that is an argument is that argument's object, and one NJT in several places of the output is one

@@ -31,7 +31,7 @@ Invariants:
   seqlens still cross marked, as torch.compile on the NJT sees them (the NJT constructor marks its cached seqlens
   dynamic whatever ``dynamic`` says: one graph for every max_seqlen above 1, where static sizes took one per
   (min, max) pair and, in a training loop's batches, reached Dynamo's recompile limit), and the values keep the NJT
-  constructor's unguarded mark on their ragged dim, in training too (``differentiable.Unwrap``);
+  constructor's unguarded mark on their ragged dim, in training too (``njt_autograd.Unwrap``);
 - ``flatten`` runs on every call: the positional path is attribute reads and type checks; a pytree walk only where
   an argument is a container or a keyword.
 """
@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.utils._pytree as pytree
 
-from jaggedperf.boundary.differentiable import unwrap
+from jaggedperf.njt_autograd import unwrap
 from jaggedperf.njt import JAGGED_CLASS as NestedTensor
 
 __all__ = ["ANY", "Crossing", "LEAF_TYPES", "MIN_SEQLEN_SHIFT", "fallback_reason", "flatten", "njt_code",

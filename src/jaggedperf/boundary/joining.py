@@ -20,7 +20,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from jaggedperf.boundary.crossing import LEAF_TYPES, Crossing
-from jaggedperf.boundary.differentiable import join
+from jaggedperf.njt_autograd import join
 from jaggedperf.boundary.parts import Again, Dense, Parts, Same
 from jaggedperf.njt import wrap
 

@@ -20,7 +20,7 @@ Invariants:
   an NJT met again in the output leaves as ``Again(place)``, its first place among the output's tensors;
 - ``fn`` modifying an NJT argument in place where autograd records it (the rebuilt NJT requires grad after ``fn``:
   it did before, or the new values do) fails the trace (``InPlaceOnTrainingNJT``), before any data changed: such an
-  NJT's values cross as a detached alias (``differentiable.Unwrap``) or as the NJT's own inner tensor, so the
+  NJT's values cross as a detached alias (``njt_autograd.Unwrap``) or as the NJT's own inner tensor, so the
   compiled runtime would write the change into them with the autograd history of the alias, never of the caller's
   NJT (its later uses would miss the change's gradient: silently wrong gradients). The call signature then goes to
   ``torch.compile(fn)``, which records it on the NJT as eager mode does. Modifications autograd does not record

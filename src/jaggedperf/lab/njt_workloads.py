@@ -423,7 +423,7 @@ def region_step(compiled: Callable, built: Built, kind: str, *, copied: bool = F
     freed with it at the step's end. Timed apart, that copy leaves out what it does to the step around it: at the
     seed's first shape on a CPU the floor with it took 1.8 ms more than the floor, the copy alone 0.7 ms
     (``docs/performance.md``, the model, 7b)."""
-    with torch.no_grad():  # the parts as they are: no autograd node (``differentiable.Unwrap``) between them and x
+    with torch.no_grad():  # the parts as they are: no autograd node (``njt_autograd.Unwrap``) between them and x
         boundary, crossing, region = _region_of(compiled, built)
     tensor_of = _tensor_of()
     grad = built.grad._values if built.grad is not None and built.grad.is_nested else built.grad

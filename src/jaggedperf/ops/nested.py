@@ -14,6 +14,7 @@ from torch.autograd import forward_ad
 from jaggedperf.checks import assert_offsets_async, check_layout, check_max_seqlen, check_offsets, validation_requested
 from jaggedperf.njt import JAGGED_CLASS  # () without it: the public is_nested check alone
 from jaggedperf.njt import cached_seqlen
+from jaggedperf.njt_autograd import unwrap
 
 __all__ = ["cached_max_seqlen", "checked_inputs", "from_nested", "functorch_active", "is_nested", "transformed"]
 
@@ -76,8 +77,8 @@ def from_nested(nt: torch.Tensor, name: str) -> tuple:
     """A jagged NestedTensor's (values, offsets), or a ValueError naming ``name`` where it is not (B, j, M)."""
     # A NestedTensor's own attributes go through its __torch_function__ / __torch_dispatch__ (each costlier
     # than the reduction's host time); eagerly they are read with those off, and its dims from its values.
-    # nt._values / nt._offsets are plain attributes; nt.values() / nt.offsets() are dispatched ops. The
-    # accessors are still needed where autograd must flow into nt, and under torch.compile.
+    # nt._values / nt._offsets are plain attributes; nt.values() / nt.offsets() are dispatched ops, needed under
+    # torch.compile and torch.func; eagerly, where autograd must flow into nt, the values cross ``Unwrap``.
     compiling = torch.compiler.is_compiling()
     if compiling:
         requires_grad = nt.requires_grad
@@ -89,13 +90,20 @@ def from_nested(nt: torch.Tensor, name: str) -> tuple:
     if layout != torch.jagged:
         raise ValueError(f"{name}: a NestedTensor argument must have layout=torch.jagged; got {layout}")
     values, offsets = getattr(nt, "_values", None), getattr(nt, "_offsets", None)
-    direct = (not compiling and not (requires_grad and torch.is_grad_enabled())
-              and isinstance(values, torch.Tensor) and isinstance(offsets, torch.Tensor))
-    dims = values.dim() + 1 if direct else nt.dim()
+    held = not compiling and isinstance(values, torch.Tensor) and isinstance(offsets, torch.Tensor)
+    dims = values.dim() + 1 if held else nt.dim()
     if dims != 3:
         raise ValueError(f"{name}: a NestedTensor argument must be (B, j, M); got {dims} dims")
     if getattr(nt, "_ragged_idx", 1) != 1:
         raise ValueError(f"{name}: the NestedTensor's ragged dimension must be 1; got {nt._ragged_idx}")
     if getattr(nt, "_lengths", None) is not None:
         raise ValueError(f"{name}: a NestedTensor with lengths (holes between sequences) is not supported")
-    return (values, offsets) if direct else (nt.values(), nt.offsets())
+    if not held:
+        return nt.values(), nt.offsets()
+    if not (requires_grad and torch.is_grad_enabled()):
+        return values, offsets
+    if type(nt) is JAGGED_CLASS and not transformed():
+        # through ``Unwrap``: the gradient an NJT of nt's, as ``nt.values()``'s, built by attribute access (and
+        # differentiable twice, which the NJT's own accessor is not)
+        return unwrap(nt), offsets
+    return nt.values(), nt.offsets()

@@ -17,6 +17,7 @@ from torch.autograd import forward_ad
 from jaggedperf.checks import (CPU_OPERATOR_DTYPES, SUPPORTED_DTYPES, check_layout, check_max_seqlen,
                                check_offsets_span)
 from jaggedperf.njt import JAGGED_CLASS, cached_seqlen, wrap
+from jaggedperf.njt_autograd import join
 
 from jaggedperf.ops.autograd_kernel import below_autograd, function_apply, run
 from jaggedperf.ops.launch.body import fast_eager, run_in_operator
@@ -65,13 +66,17 @@ def _jagged_like(nested, out: torch.Tensor, offsets: torch.Tensor):
     """``out`` (N, M) as a jagged NestedTensor over ``offsets`` with ``nested``'s cached seqlens: over ``nested``'s own
     offsets tensor it has ``nested``'s ragged structure (``out + nested`` works).
 
-    Eagerly, where no gradient flows into ``out``, ``jaggedperf.njt.wrap`` (the constructor without dispatch: a
-    fraction of ``nested_tensor_from_jagged``'s host time, which an eager call spent more on than on its kernel).
-    Traced, or where autograd must record the view, the public op.
+    Eagerly, ``jaggedperf.njt.wrap`` (the constructor without dispatch: a fraction of ``nested_tensor_from_jagged``'s
+    host time, which an eager call spent more on than on its kernel), through ``Join`` where a gradient flows into
+    ``out`` (one autograd node, differentiable twice, which the NJT's own view op is not). Traced, or under a
+    torch.func transform, the public op.
     """
-    if (not torch.compiler.is_compiling() and type(nested) is JAGGED_CLASS
-            and not (out.requires_grad and torch.is_grad_enabled())):
-        return wrap(out, offsets, dict(getattr(nested, "_metadata_cache", None) or {}))
+    if not torch.compiler.is_compiling() and type(nested) is JAGGED_CLASS:
+        cache = dict(getattr(nested, "_metadata_cache", None) or {})
+        if not (out.requires_grad and torch.is_grad_enabled()):
+            return wrap(out, offsets, cache)
+        if not transformed():
+            return join(out, offsets, cache)
     return torch.nested.nested_tensor_from_jagged(out, offsets, min_seqlen=cached_seqlen(nested, "min"),
                                                   max_seqlen=cached_seqlen(nested, "max"))
 

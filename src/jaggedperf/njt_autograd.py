@@ -1,10 +1,12 @@
-"""The differentiable crossings: an NJT's values out of it, and values back into an NJT, as autograd nodes.
+"""An NJT's values out of it, and values back into an NJT, as autograd nodes: the differentiable crossings of
+``jaggedperf.compile``'s boundary and of the public ops' NJT path where autograd records.
 
 Where autograd must flow (grad mode on and the tensor requires grad), an NJT input crosses as the output of
 ``Unwrap`` and an NJT output is rebuilt by ``Join``. Both are one node each with a backward that builds or reads
 the gradient by attribute access, where the NJT's own differentiable accessors (``nt.values()``,
 ``torch._nested_view_from_jagged``) go through its ``__torch_dispatch__`` on the way there and back (several times
-the host cost: ``docs/performance.md``, the model, 7).
+the host cost: ``docs/performance.md``, the model, 7) and raise on being differentiated twice (their double
+backward reads ``_nested_tensor_storage_offsets``, which a jagged NJT does not serve).
 
 Invariants:
 - ``Unwrap``'s output aliases the NJT's values (a ``detach``: same storage, no copy) and is not the NJT's own
