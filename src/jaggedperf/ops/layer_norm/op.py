@@ -17,6 +17,7 @@ from typing import Optional
 import torch
 from torch.library import triton_op
 
+from jaggedperf.ops.batching import register_vmap
 from jaggedperf.ops.launch.body import run_in_operator
 from jaggedperf.ops.layer_norm.plan import plan_layer_norm, plan_layer_norm_backward
 from jaggedperf.ops.rowwise import Adjoint, acc_dtype, check_operator, segment_ids
@@ -72,6 +73,9 @@ def _composite_jacobian(saved, vector, rest):
 _LIB = torch.library.Library("jaggedperf", "FRAGMENT")  # kept alive: the registrations live as long as it does
 Adjoint("jagged_layer_norm", saved=lambda args, out: (args[0], args[1]), jacobian=_jacobian,
         composite=_composite_jacobian).register(_jagged_layer_norm_op, _LIB)
+# vmap: a segment's elements are normalised together, so samples become copies of the segments (``ops.batching``)
+register_vmap(_jagged_layer_norm_op, "jagged_layer_norm", tensors=1, fold="segments")
+register_vmap(_jagged_layer_norm_backward_op, "jagged_layer_norm_backward", tensors=2, fold="segments")
 
 
 # CPU kernels (pure torch: eager CPU dispatch, and the opaque operators compiled CPU code calls)

@@ -20,6 +20,7 @@ from torch.library import triton_op, wrap_triton
 
 from jaggedperf.checks import (CPU_OPERATOR_DTYPES, SUPPORTED_DTYPES, check_expand_layout, check_layout,
                                check_max_seqlen)
+from jaggedperf.ops.batching import register_vmap
 from jaggedperf.ops.launch import eager_key, launch_all, plain_eager
 from jaggedperf.ops.reduce.cpu import expand_checked, reduce_checked
 from jaggedperf.ops.reduce.plan import plan_expand, plan_reduce
@@ -135,3 +136,9 @@ def _jagged_mean_cpu(values, offsets, empty_zero, max_seqlen=None):
 def _jagged_expand_cpu(grad, offsets, n_rows, mean, max_seqlen=None):
     _check_expand(grad, offsets, n_rows, max_seqlen)
     return expand_checked(grad, offsets, n_rows, mean)
+
+
+# vmap: every column is its own reduction (``jaggedperf.ops.batching``)
+for _name, _op in (("jagged_sum", _jagged_sum_op), ("jagged_mean", _jagged_mean_op),
+                   ("jagged_expand", _jagged_expand_op)):
+    register_vmap(_op, _name, tensors=1, fold="columns")

@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 from torch.library import triton_op
 
+from jaggedperf.ops.batching import register_vmap
 from jaggedperf.ops.launch.body import run_in_operator
 from jaggedperf.ops.rowwise import Adjoint, acc_dtype, check_operator, segment_ids
 from jaggedperf.ops.softmax.plan import plan_softmax, plan_softmax_backward
@@ -63,6 +64,9 @@ def _composite_jacobian(saved, vector, rest):
 _LIB = torch.library.Library("jaggedperf", "FRAGMENT")  # kept alive: the registrations live as long as it does
 Adjoint("jagged_softmax", saved=lambda args, out: (out, args[1]), jacobian=_jacobian,
         composite=_composite_jacobian).register(_jagged_softmax_op, _LIB)
+# vmap: every column is its own softmax (``jaggedperf.ops.batching``)
+register_vmap(_jagged_softmax_op, "jagged_softmax", tensors=1, fold="columns")
+register_vmap(_jagged_softmax_backward_op, "jagged_softmax_backward", tensors=2, fold="columns")
 
 
 # CPU kernels (pure torch: eager CPU dispatch, and the opaque operators compiled CPU code calls)
