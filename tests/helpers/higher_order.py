@@ -47,25 +47,33 @@ def case(op: str, seed: int = 0):
             torch.randn(n_rows, M, generator=gen, dtype=torch.float64))
 
 
-def transform(name: str, f, x, weight, tangent) -> torch.Tensor:
-    """``name`` (one of ``TRANSFORMS``) of the loss Σ weight · tanh(f(x)) (nonlinear after the op: every op has a
-    Hessian) at ``x``; ``tangent`` the vector of the products."""
+FUNC_TRANSFORMS = ("grad", "grad of grad", "jacrev of grad", "jvp of grad", "hessian", "vmap of grad")
+
+
+def func_transform(name: str, f, weight, tangent):
+    """``name`` (one of ``FUNC_TRANSFORMS``: torch.func's) of the loss Σ weight · tanh(f(x)) as a function of x (one
+    torch.compile can trace whole)."""
     def loss(x):
         return (weight * torch.tanh(f(x))).sum()
 
     grad = torch.func.grad(loss)
-    if name == "grad":
-        return grad(x)
-    if name == "grad of grad":
-        return torch.func.grad(lambda x: (grad(x) * tangent).sum())(x)
-    if name == "jacrev of grad":
-        return torch.func.jacrev(grad)(x)
-    if name == "jvp of grad":
-        return torch.func.jvp(grad, (x,), (tangent,))[1]
-    if name == "hessian":
-        return torch.func.hessian(loss)(x)
-    if name == "vmap of grad":
-        return torch.func.vmap(grad)(torch.stack([x, 2 * x, -x]))
+    return {"grad": grad,
+            "grad of grad": torch.func.grad(lambda x: (grad(x) * tangent).sum()),
+            "jacrev of grad": torch.func.jacrev(grad),
+            "jvp of grad": lambda x: torch.func.jvp(grad, (x,), (tangent,))[1],
+            "hessian": torch.func.hessian(loss),
+            "vmap of grad": lambda x: torch.func.vmap(grad)(torch.stack([x, 2 * x, -x]))}[name]
+
+
+def transform(name: str, f, x, weight, tangent) -> torch.Tensor:
+    """``name`` (one of ``TRANSFORMS``) of the loss Σ weight · tanh(f(x)) (nonlinear after the op: every op has a
+    Hessian) at ``x``; ``tangent`` the vector of the products."""
+    if name in FUNC_TRANSFORMS:
+        return func_transform(name, f, weight, tangent)(x)
+
+    def loss(x):
+        return (weight * torch.tanh(f(x))).sum()
+
     if name == "forward-over-reverse":  # torch.autograd.forward_ad's tangent through autograd's backward
         with fwAD.dual_level():
             dual = fwAD.make_dual(x.clone().requires_grad_(), tangent)

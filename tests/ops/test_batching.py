@@ -97,3 +97,13 @@ def test_per_sample_gradients_take_the_rules():
 
     got = no_fallback(lambda: torch.func.vmap(torch.func.grad(loss))(x))
     torch.testing.assert_close(got, torch.stack([torch.func.grad(loss)(x[k]) for k in range(5)]))
+
+
+@pytest.mark.parametrize("name", CALLS)
+def test_samples_past_the_cpu_fold_are_called_one_by_one(name, monkeypatch):
+    from jaggedperf.ops import batching
+
+    monkeypatch.setattr(batching, "CPU_FOLD_ELEMENTS", 0)
+    call, tensors, offsets = operands(name, samples=3)
+    got = no_fallback(lambda: torch.vmap(call, in_dims=(0,) * len(tensors) + (None,))(*tensors, offsets))
+    torch.testing.assert_close(got, looped(call, tensors, offsets))

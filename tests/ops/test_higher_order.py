@@ -7,7 +7,7 @@ keeps the fused kernels."""
 
 import pytest
 import torch
-from helpers.higher_order import OPS, TRANSFORMS, case, operator, reference, transform
+from helpers.higher_order import OPS, TRANSFORMS, case, func_transform, operator, reference, transform
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import jaggedperf
@@ -27,6 +27,18 @@ def test_transforms_match_the_reference(op, name):
     expected = transform(name, reference(op, offsets), x, weight, tangent)
     torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-10)
     assert got.abs().max() > 0
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", ["grad of grad", "jacrev of grad", "jvp of grad", "hessian"])
+def test_compiled_second_order_transforms_match_the_reference(op, name):
+    # torch.compile traces the transforms whole (aot_eager: AOTAutograd's functorch tracing is where the outer levels
+    # lost our ops; before, sum's came back wrong and softmax / layer norm raised)
+    torch._dynamo.reset()
+    offsets, x, weight, tangent = case(op)
+    got = torch.compile(func_transform(name, operator(op, offsets), weight, tangent), backend="aot_eager")(x)
+    expected = transform(name, reference(op, offsets), x, weight, tangent)
+    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-10)
 
 
 @pytest.mark.parametrize("op", OPS)

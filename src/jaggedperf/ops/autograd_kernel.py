@@ -16,6 +16,10 @@ Invariants:
   ``jacfwd(grad)``). Under transforms the forward therefore runs its redispatch in the modes the call came with
   (``Modes``): without that, the outer levels recorded nothing, and second-order gradients came back as zeros,
   silently.
+- Under any torch.func transform the Function serves, whatever ``requires_grad`` says at this level: torch.compile's
+  tracing of the transforms (``torch.compile(torch.func.hessian(f))``) opens its forward-mode levels without the
+  eager counter the other test reads, and the operator below autograd there dropped the tangents (Hessians came
+  back wrong, silently, or the trace failed).
 - The Function's inputs are ``(head, keyset, modes, *the operator's args)``: ``head`` what its forward needs to name
   the operator, ``modes`` a ``Modes`` under transforms, else None.
 """
@@ -56,12 +60,13 @@ def below_autograd(name: str, keyset, args: tuple, modes: Modes | None = None) -
 
 
 def run(apply: Callable, head: Any, name: str, keyset, args: tuple) -> Any:
-    """One operator call through its autograd key: ``apply(head, keyset, modes, *args)`` (the Function) where its
-    first argument requires grad in grad mode or a forward-mode level is open, else ``name`` below autograd."""
+    """One operator call through its autograd key: ``apply(head, keyset, modes, *args)`` (the Function) under a
+    torch.func transform, where its first argument requires grad in grad mode, or where a forward-mode level is open;
+    else ``name`` below autograd."""
+    if torch._C._are_functorch_transforms_active():
+        modes = Modes(torch.is_grad_enabled(), torch._C._is_fwd_grad_enabled())
+        with enable_single_level_autograd_function():
+            return apply(head, keyset, modes, *args)
     if (args[0].requires_grad and torch.is_grad_enabled()) or forward_ad._current_level >= 0:
-        if torch._C._are_functorch_transforms_active():
-            modes = Modes(torch.is_grad_enabled(), torch._C._is_fwd_grad_enabled())
-            with enable_single_level_autograd_function():
-                return apply(head, keyset, modes, *args)
         return apply(head, keyset, None, *args)
     return below_autograd(name, keyset, args)
