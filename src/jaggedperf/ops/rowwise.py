@@ -324,10 +324,10 @@ class Adjoint:
     ``_SelfAdjoint`` when an input requires grad or a forward-mode level is open; the generated one, with the same
     backward, stays for other devices.
 
-    Higher orders: the backward operator (``jacobian``'s fused kernel) has no derivative of its own. Where J · v is
-    itself differentiated (a backward with ``create_graph``: a gradient penalty, a Hessian-vector product;
-    ``torch.func.grad`` and its other transforms, which always build that graph; a forward-mode level open during
-    a backward), ``composite`` serves instead: the same product from ``jagged_sum`` / ``jagged_expand`` and
+    Higher orders: the backward operator (``jacobian``'s fused kernel) has no derivative of its own. Where J · v may
+    itself be differentiated (``differentiated``: a backward with ``create_graph``, as for a gradient penalty, a
+    Hessian-vector product or ``torch.func.grad``; nested torch.func transforms; a forward-mode level open during a
+    backward), ``composite`` serves instead: the same product from ``jagged_sum`` / ``jagged_expand`` and
     elementwise ops, whose own derivatives (reverse, forward, batched) exist. A plain backward, eager or compiled,
     keeps the fused kernel.
 
