@@ -15,7 +15,9 @@ Invariants:
   reaches the outer torch.func levels, whose autograd kernels must record the operator there (a Hessian, a
   ``jacfwd(grad)``). Under transforms the forward therefore runs its redispatch in the modes the call came with
   (``Modes``): without that, the outer levels recorded nothing, and second-order gradients came back as zeros,
-  silently.
+  silently. A Function whose jvp rule computes with ops (not only the operator on the tangent) runs it in those
+  modes too: autograd runs a jvp rule in no-forward-grad mode, and forward-over-forward (``jacfwd(jacfwd)``) lost
+  the outer tangent of the rule's own ops.
 - Under any torch.func transform the Function serves, whatever ``requires_grad`` says at this level: torch.compile's
   tracing of the transforms (``torch.compile(torch.func.hessian(f))``) opens its forward-mode levels without the
   eager counter the other test reads, and the operator below autograd there dropped the tangents (Hessians came
@@ -26,13 +28,14 @@ Invariants:
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Any, Callable, NamedTuple
 
 import torch
 from torch._functorch.utils import enable_single_level_autograd_function
 from torch.autograd import forward_ad
 
-__all__ = ["Modes", "below_autograd", "function_apply", "run"]
+__all__ = ["Modes", "below_autograd", "function_apply", "in_modes", "run"]
 
 
 class Modes(NamedTuple):
@@ -47,6 +50,13 @@ def function_apply(function: type[torch.autograd.Function]) -> Callable:
     return super(torch.autograd.Function, function).apply
 
 
+@contextmanager
+def in_modes(modes: Modes):
+    """Grad and forward-grad mode set to ``modes`` inside (the outer torch.func levels' view of the call)."""
+    with torch.set_grad_enabled(modes.grad), forward_ad._set_fwd_grad_enabled(modes.forward_grad):
+        yield
+
+
 def below_autograd(name: str, keyset, args: tuple, modes: Modes | None = None) -> Any:
     """``torch.ops.jaggedperf.<name>`` on ``args`` below autograd; ``modes``: run in those modes (the module's
     docstring)."""
@@ -55,7 +65,7 @@ def below_autograd(name: str, keyset, args: tuple, modes: Modes | None = None) -
     with torch._C._AutoDispatchBelowAutograd():
         if modes is None:
             return operator.redispatch(below, *args)
-        with torch.set_grad_enabled(modes.grad), forward_ad._set_fwd_grad_enabled(modes.forward_grad):
+        with in_modes(modes):
             return operator.redispatch(below, *args)
 
 

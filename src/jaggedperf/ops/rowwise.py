@@ -19,7 +19,7 @@ from jaggedperf.checks import (CPU_OPERATOR_DTYPES, SUPPORTED_DTYPES, check_layo
 from jaggedperf.njt import JAGGED_CLASS, cached_seqlen, wrap
 from jaggedperf.njt_autograd import join
 
-from jaggedperf.ops.autograd_kernel import below_autograd, function_apply, run
+from jaggedperf.ops.autograd_kernel import below_autograd, function_apply, in_modes, run
 from jaggedperf.ops.launch.body import fast_eager, run_in_operator
 from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
 from jaggedperf.ops.nested import checked_inputs, is_nested, transformed
@@ -296,9 +296,9 @@ class _SelfAdjoint(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        adjoint, _, _, *args = inputs
+        adjoint, _, modes, *args = inputs
         saved = adjoint.saved(args, output)
-        ctx.adjoint, ctx.rest = adjoint, tuple(args[2:])
+        ctx.adjoint, ctx.rest, ctx.modes = adjoint, tuple(args[2:]), modes
         ctx.save_for_backward(*saved)
         ctx.save_for_forward(*saved)
 
@@ -311,10 +311,33 @@ class _SelfAdjoint(torch.autograd.Function):
     def jvp(ctx, _adjoint, _keyset, _modes, tangent, *_):
         if tangent is None:
             return None
-        return ctx.adjoint.apply_jacobian(ctx.saved_tensors, tangent.contiguous(), ctx.rest, in_backward=False)
+        if ctx.modes is None:
+            return ctx.adjoint.apply_jacobian(ctx.saved_tensors, tangent.contiguous(), ctx.rest, in_backward=False)
+        if torch.compiler.is_compiling():
+            # traced, AOTAutograd's levels keep the saved values' tangents through ``unpack_dual`` (the result then
+            # raises), so the rule runs as a first-order one, which an outer forward-mode level would read wrong
+            if _outer_forward_level():
+                raise NotImplementedError(
+                    f"{ctx.adjoint.name}: forward-over-forward derivatives (jacfwd of jacfwd, jvp of jvp) under "
+                    "torch.compile are not supported; call the transform eagerly, or use jacfwd of jacrev")
+            return ctx.adjoint.apply_jacobian(ctx.saved_tensors, tangent.contiguous(), ctx.rest, in_backward=False)
+        # eagerly under torch.func, the rule's ops reach the outer levels in the call's modes (``autograd_kernel``),
+        # on operands stripped of this level's own tangents (a rule's result carries none)
+        saved = tuple(forward_ad.unpack_dual(t).primal for t in ctx.saved_tensors)
+        with in_modes(ctx.modes):
+            return ctx.adjoint.apply_jacobian(saved, tangent.contiguous(), ctx.rest, in_backward=False)
 
 
 _APPLY = function_apply(_SelfAdjoint)
+
+
+def _outer_forward_level() -> bool:
+    """Whether a torch.func forward-mode transform (jvp, jacfwd) runs outside the current level."""
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+    current = torch._C._functorch.current_level()
+    return any(i.key() == torch._C._functorch.TransformType.Jvp and i.level() < current
+               for i in retrieve_all_functorch_interpreters())
 
 
 class Adjoint:
