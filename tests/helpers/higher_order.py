@@ -50,12 +50,15 @@ def case(op: str, seed: int = 0):
 FUNC_TRANSFORMS = ("grad", "grad of grad", "jacrev of grad", "jvp of grad", "hessian", "vmap of grad")
 
 
-def func_transform(name: str, f, weight, tangent):
-    """``name`` (one of ``FUNC_TRANSFORMS``: torch.func's) of the loss Σ weight · tanh(f(x)) as a function of x (one
-    torch.compile can trace whole)."""
-    def loss(x):
-        return (weight * torch.tanh(f(x))).sum()
+def loss_of(f, weight):
+    """The loss Σ weight · tanh(f(x)) as a function of x: nonlinear after the op, so every op has a Hessian."""
+    return lambda x: (weight * torch.tanh(f(x))).sum()
 
+
+def func_transform(name: str, f, weight, tangent):
+    """``name`` (one of ``FUNC_TRANSFORMS``: torch.func's) of ``loss_of(f, weight)`` as a function of x (one
+    torch.compile can trace whole)."""
+    loss = loss_of(f, weight)
     grad = torch.func.grad(loss)
     return {"grad": grad,
             "grad of grad": torch.func.grad(lambda x: (grad(x) * tangent).sum()),
@@ -66,13 +69,10 @@ def func_transform(name: str, f, weight, tangent):
 
 
 def transform(name: str, f, x, weight, tangent) -> torch.Tensor:
-    """``name`` (one of ``TRANSFORMS``) of the loss Σ weight · tanh(f(x)) (nonlinear after the op: every op has a
-    Hessian) at ``x``; ``tangent`` the vector of the products."""
+    """``name`` (one of ``TRANSFORMS``) of ``loss_of(f, weight)`` at ``x``; ``tangent`` the vector of the products."""
     if name in FUNC_TRANSFORMS:
         return func_transform(name, f, weight, tangent)(x)
-
-    def loss(x):
-        return (weight * torch.tanh(f(x))).sum()
+    loss = loss_of(f, weight)
 
     if name == "forward-over-reverse":  # torch.autograd.forward_ad's tangent through autograd's backward
         with fwAD.dual_level():

@@ -5,24 +5,10 @@ its warning) is never taken: the tests switch it off."""
 
 import pytest
 import torch
+from helpers.batching import CALLS, no_fallback
 from helpers.reference import lengths_to_offsets
 
-import jaggedperf.ops  # noqa: F401 (registers the operators)
-
-OPS = torch.ops.jaggedperf
 LENGTHS = [3, 0, 1, 4, 2]
-EPS = 1e-5
-
-# name → (the call on (tensors..., offsets), how many (rows, M) tensors lead, the leading tensors' rows: N or B)
-CALLS = {
-    "jagged_sum": (lambda v, o: OPS.jagged_sum(v, o), 1, "N"),
-    "jagged_mean": (lambda v, o: OPS.jagged_mean(v, o, True), 1, "N"),
-    "jagged_expand": (lambda g, o: OPS.jagged_expand(g, o, int(o[-1]), True), 1, "B"),
-    "jagged_softmax": (lambda v, o: OPS.jagged_softmax(v, o), 1, "N"),
-    "jagged_softmax_backward": (lambda y, g, o: OPS.jagged_softmax_backward(y, g, o), 2, "N"),
-    "jagged_layer_norm": (lambda v, o: OPS.jagged_layer_norm(v, o, EPS), 1, "N"),
-    "jagged_layer_norm_backward": (lambda v, g, o: OPS.jagged_layer_norm_backward(v, g, o, EPS), 2, "N"),
-}
 
 
 def operands(name: str, samples: int, width: int = 3, lengths=LENGTHS, seed: int = 0):
@@ -35,16 +21,6 @@ def operands(name: str, samples: int, width: int = 3, lengths=LENGTHS, seed: int
 
 def looped(call, tensors, offsets):
     return torch.stack([call(*(t[k] for t in tensors), offsets) for k in range(tensors[0].shape[0])])
-
-
-def no_fallback(fn):
-    """``fn()`` with torch's per-sample vmap fallback switched off: an operator without a rule then raises."""
-    enabled = torch._C._functorch._is_vmap_fallback_enabled()
-    torch._C._functorch._set_vmap_fallback_enabled(False)
-    try:
-        return fn()
-    finally:
-        torch._C._functorch._set_vmap_fallback_enabled(enabled)
 
 
 @pytest.mark.parametrize("name", CALLS)
@@ -91,9 +67,10 @@ def test_invalid_offsets_raise_under_vmap(name, bad):
 def test_per_sample_gradients_take_the_rules():
     offsets = lengths_to_offsets(LENGTHS)
     x = torch.randn(5, int(offsets[-1]), 3, dtype=torch.float64)
+    ops = torch.ops.jaggedperf
 
     def loss(v):
-        return OPS.jagged_layer_norm(OPS.jagged_softmax(v, offsets), offsets, EPS).pow(3).sum()
+        return ops.jagged_layer_norm(ops.jagged_softmax(v, offsets), offsets, 1e-5).pow(3).sum()
 
     got = no_fallback(lambda: torch.func.vmap(torch.func.grad(loss))(x))
     torch.testing.assert_close(got, torch.stack([torch.func.grad(loss)(x[k]) for k in range(5)]))

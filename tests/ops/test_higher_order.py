@@ -7,10 +7,13 @@ keeps the fused kernels."""
 
 import pytest
 import torch
-from helpers.higher_order import OPS, TRANSFORMS, case, func_transform, operator, reference, transform
+from helpers.higher_order import OPS, TRANSFORMS, case, func_transform, loss_of, operator, reference, transform
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import jaggedperf
+
+PUBLIC = {"sum": jaggedperf.jagged_sum, "mean": jaggedperf.jagged_mean, "softmax": jaggedperf.jagged_softmax,
+          "layer_norm": jaggedperf.jagged_layer_norm}
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -50,21 +53,16 @@ def test_forward_over_forward_matches_the_reference_s_reverse_over_reverse(op, c
     # reverse-over-reverse)
     torch._dynamo.reset()
     offsets, x, weight, _ = case(op)
-
-    def loss(f):
-        return lambda x: (weight * torch.tanh(f(x))).sum()
-
-    transform = torch.func.jacfwd(torch.func.jacfwd(loss(operator(op, offsets))))
-    got = (torch.compile(transform, backend="aot_eager") if compiled else transform)(x)
-    expected = torch.func.jacrev(torch.func.jacrev(loss(reference(op, offsets))))(x)
+    forward_over_forward = torch.func.jacfwd(torch.func.jacfwd(loss_of(operator(op, offsets), weight)))
+    got = (torch.compile(forward_over_forward, backend="aot_eager") if compiled else forward_over_forward)(x)
+    expected = torch.func.jacrev(torch.func.jacrev(loss_of(reference(op, offsets), weight)))(x)
     torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-10)
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_a_gradient_penalty_through_the_public_function_in_fp32(op):
     offsets, x, weight, tangent = case(op)
-    public = {"sum": jaggedperf.jagged_sum, "mean": jaggedperf.jagged_mean, "softmax": jaggedperf.jagged_softmax,
-              "layer_norm": jaggedperf.jagged_layer_norm}[op]
+    public = PUBLIC[op]
     got = transform("gradient penalty", lambda v: public(v, offsets), x.float(), weight.float(), tangent.float())
     expected = transform("gradient penalty", reference(op, offsets), x, weight, tangent)
     torch.testing.assert_close(got.double(), expected, rtol=1e-4, atol=1e-5)
@@ -95,10 +93,8 @@ def test_an_njt_input_takes_a_gradient_penalty(op):
     # NJT in (and out for softmax / layer norm): the values cross autograd by one node each way, differentiable twice
     # (the NJT's own values() / nested_tensor_from_jagged raise on a double backward)
     offsets, x, weight, tangent = case(op)
-    public = {"sum": jaggedperf.jagged_sum, "mean": jaggedperf.jagged_mean, "softmax": jaggedperf.jagged_softmax,
-              "layer_norm": jaggedperf.jagged_layer_norm}[op]
     nt = torch.nested.nested_tensor_from_jagged(x.float(), offsets, max_seqlen=4).requires_grad_()
-    out = public(nt)
+    out = PUBLIC[op](nt)
     assert out.requires_grad and out.is_nested == (op in ("softmax", "layer_norm"))
     values = out.values() if out.is_nested else out
     (grad,) = torch.autograd.grad((weight.float() * torch.tanh(values)).sum(), nt, create_graph=True)

@@ -35,7 +35,7 @@ import torch
 from torch._functorch.utils import enable_single_level_autograd_function
 from torch.autograd import forward_ad
 
-__all__ = ["Modes", "below_autograd", "function_apply", "in_modes", "run"]
+__all__ = ["Modes", "below_autograd", "function_apply", "in_modes", "outer_forward_level", "run"]
 
 
 class Modes(NamedTuple):
@@ -55,6 +55,15 @@ def in_modes(modes: Modes):
     """Grad and forward-grad mode set to ``modes`` inside (the outer torch.func levels' view of the call)."""
     with torch.set_grad_enabled(modes.grad), forward_ad._set_fwd_grad_enabled(modes.forward_grad):
         yield
+
+
+def outer_forward_level() -> bool:
+    """Whether a torch.func forward-mode transform (jvp, jacfwd) runs outside the current level."""
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+    current = torch._C._functorch.current_level()
+    return any(i.key() == torch._C._functorch.TransformType.Jvp and i.level() < current
+               for i in retrieve_all_functorch_interpreters())
 
 
 def below_autograd(name: str, keyset, args: tuple, modes: Modes | None = None) -> Any:

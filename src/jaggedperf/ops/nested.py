@@ -98,11 +98,9 @@ def from_nested(nt: torch.Tensor, name: str) -> tuple:
         raise ValueError(f"{name}: the NestedTensor's ragged dimension must be 1; got {nt._ragged_idx}")
     if getattr(nt, "_lengths", None) is not None:
         raise ValueError(f"{name}: a NestedTensor with lengths (holes between sequences) is not supported")
-    if not held:
-        return nt.values(), nt.offsets()
-    if not (requires_grad and torch.is_grad_enabled()):
+    if held and not (requires_grad and torch.is_grad_enabled()):
         return values, offsets
-    if type(nt) is JAGGED_CLASS and not transformed():
+    if held and type(nt) is JAGGED_CLASS and not transformed():
         # through ``Unwrap``: the gradient an NJT of nt's, as ``nt.values()``'s, built by attribute access (and
         # differentiable twice, which the NJT's own accessor is not)
         return unwrap(nt), offsets

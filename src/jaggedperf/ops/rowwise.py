@@ -8,6 +8,7 @@ Their output is jagged like their input, ``(N, M)``. The inputs are checked exac
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Literal
 
@@ -19,7 +20,7 @@ from jaggedperf.checks import (CPU_OPERATOR_DTYPES, SUPPORTED_DTYPES, check_layo
 from jaggedperf.njt import JAGGED_CLASS, cached_seqlen, wrap
 from jaggedperf.njt_autograd import join
 
-from jaggedperf.ops.autograd_kernel import below_autograd, function_apply, in_modes, run
+from jaggedperf.ops.autograd_kernel import below_autograd, function_apply, in_modes, outer_forward_level, run
 from jaggedperf.ops.launch.body import fast_eager, run_in_operator
 from jaggedperf.ops.launch.plan import Launch, Plan, sym_max
 from jaggedperf.ops.nested import checked_inputs, is_nested, transformed
@@ -311,41 +312,31 @@ class _SelfAdjoint(torch.autograd.Function):
     def jvp(ctx, _adjoint, _keyset, _modes, tangent, *_):
         if tangent is None:
             return None
-        if ctx.modes is None:
-            return ctx.adjoint.apply_jacobian(ctx.saved_tensors, tangent.contiguous(), ctx.rest, in_backward=False)
-        if torch.compiler.is_compiling():
+        saved, modes = ctx.saved_tensors, contextlib.nullcontext()
+        if ctx.modes is not None and torch.compiler.is_compiling():
             # traced, AOTAutograd's levels keep the saved values' tangents through ``unpack_dual`` (the result then
             # raises), so the rule runs as a first-order one, which an outer forward-mode level would read wrong
-            if _outer_forward_level():
+            if outer_forward_level():
                 raise NotImplementedError(
                     f"{ctx.adjoint.name}: forward-over-forward derivatives (jacfwd of jacfwd, jvp of jvp) under "
                     "torch.compile are not supported; call the transform eagerly, or use jacfwd of jacrev")
-            return ctx.adjoint.apply_jacobian(ctx.saved_tensors, tangent.contiguous(), ctx.rest, in_backward=False)
-        # eagerly under torch.func, the rule's ops reach the outer levels in the call's modes (``autograd_kernel``),
-        # on operands stripped of this level's own tangents (a rule's result carries none)
-        saved = tuple(forward_ad.unpack_dual(t).primal for t in ctx.saved_tensors)
-        with in_modes(ctx.modes):
+        elif ctx.modes is not None:
+            # eagerly under torch.func, the rule's ops reach the outer levels in the call's modes
+            # (``autograd_kernel``), on operands stripped of this level's own tangents (a rule's result carries none)
+            saved, modes = tuple(forward_ad.unpack_dual(t).primal for t in saved), in_modes(ctx.modes)
+        with modes:
             return ctx.adjoint.apply_jacobian(saved, tangent.contiguous(), ctx.rest, in_backward=False)
 
 
 _APPLY = function_apply(_SelfAdjoint)
 
 
-def _outer_forward_level() -> bool:
-    """Whether a torch.func forward-mode transform (jvp, jacfwd) runs outside the current level."""
-    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
-
-    current = torch._C._functorch.current_level()
-    return any(i.key() == torch._C._functorch.TransformType.Jvp and i.level() < current
-               for i in retrieve_all_functorch_interpreters())
-
-
 class Adjoint:
     """A row-wise operator's autograd, reverse and forward mode, from its symmetric Jacobian.
 
-    The kernel registered for the CPU and CUDA autograd keys (``jaggedperf.ops.autograd_kernel``: why) goes through
-    ``_SelfAdjoint`` when an input requires grad or a forward-mode level is open; the generated one, with the same
-    backward, stays for other devices.
+    The kernel registered for the CPU and CUDA autograd keys (``jaggedperf.ops.autograd_kernel.run``: why and when)
+    goes through ``_SelfAdjoint`` where autograd records, else below it; the generated one, with the same backward,
+    stays for other devices.
 
     Higher orders: the backward operator (``jacobian``'s fused kernel) has no derivative of its own. Where J · v may
     itself be differentiated (``differentiated``: a backward with ``create_graph``, as for a gradient penalty, a
