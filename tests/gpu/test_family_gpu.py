@@ -12,7 +12,7 @@ Run on the GPU machine: ``PYTHONPATH=src python -m pytest -q -m gpu tests/gpu/te
 
 import pytest
 import torch
-from helpers.gpu import FAMILY_SHAPES
+from helpers.gpu import FAMILY_SHAPES, shape_params
 from helpers.family import EPS, FAMILIES, RTOL, assert_close, make, run_backward
 
 import jaggedperf
@@ -63,7 +63,7 @@ def test_forward_matches_float64_with_and_without_max_seqlen(family, dtype, case
     assert torch.equal(PUBLIC[family](values, offsets, max_seqlen=longest).view(torch.uint8), fast.view(torch.uint8))
 
 
-@pytest.mark.parametrize("case", SHAPES[:5], ids=lambda c: c.label)
+@pytest.mark.parametrize("case", shape_params(SHAPES[:5]), ids=lambda c: c.label)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_backward_matches_float64(family, dtype, case):

@@ -2,6 +2,7 @@
 how the tests hand their measured numbers to the junit XML."""
 
 
+import pytest
 import torch
 
 from jaggedperf.inputs import Case
@@ -21,6 +22,15 @@ FAMILY_SHAPES = [
     Case(65536, 16, 64, 0.2),
     Case(2, 1, 100000, 0.0, "fixed"),
 ]
+# Past this many elements (B × M × seqlen) a case's backward against float64 (values, gradient, their float64 copies
+# and reference: GBs) runs alone, after the parallel pass (the `memory` mark): on an 80 GB card eight workers' cached
+# memory beside the bf16 backward at 1024 × 256 × <= 1000 left too little (out of memory in parallel; alone it passes).
+MEMORY_ELEMENTS = 10**8
+
+
+def shape_params(shapes):
+    """``shapes`` as pytest params, those past ``MEMORY_ELEMENTS`` marked `memory`."""
+    return [pytest.param(c, marks=pytest.mark.memory) if c.B * c.M * c.seqlen > MEMORY_ELEMENTS else c for c in shapes]
 
 
 def gpu_reference(values, offsets, *, mean, empty_zero=False, absolute=False):
