@@ -30,6 +30,14 @@ def make_njt(B: int, max_len: int, M: int = 3, *, seed: int = 0, min_len: int = 
     return nt, values
 
 
+def softmax_by_sequence(nt: torch.Tensor) -> torch.Tensor:
+    """``torch.softmax(nt, dim=1)`` sequence by sequence on dense tensors, differentiable in ``nt``'s values: the
+    reference where torch's NJT softmax backward over the ragged dim is wrong (``test_lowering.py``)."""
+    bounds, values = nt.offsets().tolist(), nt.values()
+    pieces = [values[a:b].softmax(dim=0) for a, b in zip(bounds, bounds[1:])]
+    return torch.nested.nested_tensor_from_jagged(torch.cat(pieces), nt.offsets())
+
+
 def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
     if isinstance(expected, NJT):
         assert isinstance(actual, NJT)

@@ -15,7 +15,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import jaggedperf
 from jaggedperf.boundary import BoundaryFallbackWarning
-from tests.boundary.njts import assert_close, make_njt, seqlens
+from tests.boundary.njts import assert_close, make_njt, seqlens, softmax_by_sequence
 
 
 
@@ -26,6 +26,12 @@ FUNCTIONS = {
     "padded_sum": lambda nt: nt.to_padded_tensor(0.0).sum(dim=1),
     "scale_by_max_seqlen": lambda nt: nt * nt._get_max_seqlen(),
 }
+
+
+# The same function sequence by sequence on dense tensors, where torch's NJT gradient is wrong (its softmax backward
+# over the ragged dim reduces over the columns: test_lowering.py): the boundary's gradient is held to it, eager mode's
+# and torch.compile's to each other.
+BY_SEQUENCE = {FUNCTIONS["ragged_softmax"]: lambda nt: softmax_by_sequence(nt.relu())}
 # read by the NJT's methods (PyTorch's test_compile_with_dynamic_max_seq_len), each a method call in Dynamo's graph
 SEQLEN_READS = {
     "add_ones_times_max_seqlen": lambda nt: nt + torch.ones_like(nt) * nt._get_max_seqlen(),
@@ -49,7 +55,7 @@ def _run_all(fn, dynamic, batches, trains: bool, min_len: int = 1, live: bool = 
     """Calls ``fn`` eagerly, through the boundary and through torch.compile (both with ``kwargs``) on each
     (B, max_len, M) or (B, max_len, M, min_len) of ``batches`` (``min_len`` where a batch gives none), with any
     fallback an error; checks values, cached seqlens and (``trains``) the input
-    NJT's gradient against eager mode's. Returns (the boundary's graphs, torch.compile's graphs): those compiled, or
+    NJT's gradient against eager mode's (the boundary's against ``BY_SEQUENCE``'s where torch's is wrong). Returns (the boundary's graphs, torch.compile's graphs): those compiled, or
     with ``live`` those Dynamo keeps (a compile whose guards could not be built, retried, is compiled but not kept)."""
     ours, theirs = CompileCounterWithBackend("aot_eager"), CompileCounterWithBackend("aot_eager")
     a = jaggedperf.compile(fn, backend=ours, dynamic=dynamic, **kwargs)
@@ -70,6 +76,12 @@ def _run_all(fn, dynamic, batches, trains: bool, min_len: int = 1, live: bool = 
                 else:
                     assert_close(out, expected)
                     assert not out.is_nested or seqlens(out) == seqlens(expected)
+            if trains and fn in BY_SEQUENCE:
+                x = nt.detach().requires_grad_()
+                (BY_SEQUENCE[fn](x).values() ** 2).sum().backward()
+                assert_close(grads[1], x.grad.values())
+                assert_close(grads[2], grads[0])
+                continue
             for got in grads[1:]:
                 assert_close(got, grads[0])
     assert a.last_fallback is None and not a.fallbacks

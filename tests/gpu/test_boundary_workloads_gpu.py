@@ -46,7 +46,7 @@ def _checked(name: str):
     if check.fell_back is not None:  # e.g. layer_norm's guard on an NJT built inside the graph (fixed in torch 2.15)
         pytest.xfail(f"this torch cannot compile it on the components: {check.fell_back}")
     tolerance = 2e-2 if name == "attention" else 2e-3  # fp16 (SDPA's flash kernel against eager's)
-    assert max(check.max_rel_error.values()) < tolerance, check.max_rel_error
+    assert max(check.held().values()) < tolerance, check.max_rel_error  # torch's own wrong gradients not held
     return check, ways, built
 
 

@@ -31,7 +31,9 @@ def test_a_training_step_whose_njt_trains_carries_its_limit_and_a_forward_none()
     check, ways, built = njt_workloads.check(njt_workloads.get("ragged_softmax"), CASE, torch.device("cpu"),
                                              torch.float32, "default")
     assert not check.errors and check.fell_back is None
-    assert max(check.max_rel_error.values()) < 1e-5
+    # against the float64 reference sequence by sequence: the boundary's gradient is right; eager mode's and
+    # torch.compile's are measured, not held (torch's NJT softmax backward over the ragged dim: test_lowering.py)
+    assert set(check.held()) == {"jaggedperf.compile"} and check.held()["jaggedperf.compile"] < 1e-5
     step = njt_workloads.time_cell(njt_workloads.get("ragged_softmax"), CASE, "step", ways, built,
                                    torch.device("cpu"), n_rounds=1)
     forward = njt_workloads.time_cell(njt_workloads.get("ragged_softmax"), CASE, "forward", ways, built,
@@ -156,10 +158,11 @@ def test_the_steps_built_up_from_the_floor_cross_as_the_boundary_does_and_reach_
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     steps = njt_workloads.crossing_steps(ways["jaggedperf.compile"], built)
     assert list(steps) == ["floor + Unwrap", "floor + Unwrap + Join"]
-    # eager mode's gradient of the NJT for the output gradient
-    built.fn(built.x).backward(built.grad)
-    expected = built.x.grad._values.clone()
-    built.x.grad = None
+    # the NJT's gradient for the output gradient, sequence by sequence in float64 (eager mode's NJT softmax gets it
+    # wrong over the ragged dim: test_lowering.py)
+    x = built.x.detach().double().requires_grad_()
+    njt_workloads.ragged_softmax_reference(x).backward(built.grad.double())
+    expected = x.grad._values.float()
     seen = []
     monkeypatch.setattr(torch.Tensor, "backward", _recording(torch.Tensor.backward, seen))
     grads = []
@@ -170,7 +173,7 @@ def test_the_steps_built_up_from_the_floor_cross_as_the_boundary_does_and_reach_
     hook.remove()
     # the first backpropagates the region's plain output, the second the NJT the boundary returns (an NJT's backward
     # passes through its __torch_function__ to Tensor.backward again); each gradient reached the NJT as an NJT, equal
-    # to eager mode's
+    # to the reference
     assert not seen[0].is_nested and len(seen) > 1 and all(t.is_nested for t in seen[1:])
     assert len(grads) == 2 and all(torch.allclose(g, expected, atol=1e-6) for g in grads)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # the region's graph served both

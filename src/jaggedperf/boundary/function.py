@@ -16,6 +16,7 @@ import torch
 import torch.utils._pytree as pytree
 import torch.utils.checkpoint
 
+from jaggedperf.boundary import lowering
 from jaggedperf.boundary.backend import compile_region
 from jaggedperf.boundary.crossing import MIN_SEQLEN_SHIFT, Crossing, fallback_reason, flatten
 from jaggedperf.boundary.joining import join_output
@@ -112,6 +113,7 @@ class BoundaryFunction:
     def __init__(self, fn: Callable, compile_kwargs: dict[str, Any]) -> None:
         self.fn = fn
         self.compile_kwargs = dict(compile_kwargs)
+        lowering.install()
         # the values' and offsets' first dims cross marked dynamic unless dynamic=False (the values then keep the NJT
         # constructor's unguarded mark on their ragged dim, and the seqlens cross marked whatever dynamic says: what
         # torch.compile on the NJT sees)
@@ -165,7 +167,7 @@ class BoundaryFunction:
                 return self.fallback()(*args, **kwargs)
             region = self._region(crossing)
         try:
-            out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
+            out = self._call(region, crossing)
             result = out if type(out) is _Tensor else join_output(out, crossing)
         except Exception as err:  # noqa: BLE001 (whatever fails on the components is torch.compile(fn)'s to answer)
             failure = err
@@ -221,10 +223,14 @@ class BoundaryFunction:
             skip(code)
             self.skips_fn = True
 
-    def _call_patched(self, region: Callable, crossing: Crossing) -> Any:
-        # only functions that needed the data-dependent settings come here (a context manager per call)
-        with torch._dynamo.config.patch(**self.dynamo_config):
-            return region(*crossing.flat)
+    def _call(self, region: Callable, crossing: Crossing) -> Any:
+        # Where this call traces (a first call, a recompile), NJT ops with a kernel of ours are lowered (``lowering``).
+        with lowering.tracing():
+            if not self.dynamo_config:
+                return region(*crossing.flat)
+            # only functions that needed the data-dependent settings come here (a context manager per call)
+            with torch._dynamo.config.patch(**self.dynamo_config):
+                return region(*crossing.flat)
 
     def _after_error(self, err: Exception, crossing: Crossing, args: tuple, kwargs: dict) -> Any:
         """A compile or call on the components failed: retry once under each setting that answers the failure (the
@@ -260,7 +266,7 @@ class BoundaryFunction:
             crossing = flatten(args, kwargs, self._mark, self.min_shift)
             try:
                 region = self._region(crossing)
-                out = region(*crossing.flat) if not self.dynamo_config else self._call_patched(region, crossing)
+                out = self._call(region, crossing)
                 result = join_output(out, crossing)
             except Exception as again:  # noqa: BLE001
                 err = again

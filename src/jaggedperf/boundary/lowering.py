@@ -1,0 +1,181 @@
+"""NJT operators that a region's compile computes another way: a softmax over the ragged dim and its backward.
+
+Inside a region ``fn`` runs on NJTs, and torch computes their ops through the NJT's table of jagged implementations
+(``torch.nested._internal.ops``) while Dynamo and AOTAutograd trace. Two of those are wrong or slow on the ragged dim:
+
+- ``aten._softmax_backward_data`` hands the NJTs' values and the op's ``dim`` to the dense op unchanged, so over the
+  ragged dim (dim 1 of a (B, j, M) NJT) it reduces over the values' dim 1, the columns: the gradient of
+  ``torch.softmax(nt, dim=1)`` is silently wrong, eagerly and under torch.compile (measured on torch 2.13:
+  ``tests/boundary/test_lowering.py`` holds it against a float64 reference, a strict xfail that passes once a torch
+  fixes it);
+- ``aten._softmax`` over the ragged dim pads the values to (B, max_seqlen, M) with −inf, runs a dense softmax and cuts
+  the padding off again: two more passes over a padded buffer.
+
+While a region is traced (``tracing``: the boundary enters it around each region call, where Dynamo and AOTAutograd
+trace on a first call or a recompile) the table's entries for those two ops compute the ragged-dim case otherwise:
+
+- on CUDA with ``jaggedperf::jagged_softmax`` and ``jagged_softmax_backward`` on the values viewed as (N, columns):
+  one kernel each, no padding; the forward reads the max_seqlen as torch's does (so the NJTs cache what they cache
+  under torch.compile), the backward passes the cached one where there is one;
+- elsewhere (the CPU) the backward as y · (g − Σ_segment g·y) from torch ops the compiler fuses (a segment index by
+  ``bucketize`` of the offsets, ``index_add``), and the forward as torch computes it: on the CPU Inductor's code for
+  the padded softmax is faster than the CPU operator's (an opaque op that checks its offsets on every call: a step at
+  16 × 32 × ≤ 20 took 1.3 ms with it against 0.56 without).
+
+Every other case, and every call outside a region's trace (the user's eager code, ``torch.compile`` on the NJT), goes to
+torch's own implementation: ``install`` wraps the table's entries, it does not change what they do there.
+
+Invariants:
+- lowered only where the result is the same function (and for the backward, the right one): an NJT without holes
+  whose ragged dim is 1, the reduced dim that ragged dim, a floating dtype the computation takes on that device, no
+  ``half_to_float``; the output NJT has its input's offsets, lengths, ragged index and metadata cache (torch's
+  ``extract_kwargs``), as torch's implementation builds it;
+- the compiled graph holds plain-tensor ops: a compiled call never reaches this module (a lookup in torch's table
+  outside a trace costs one thread-local read);
+- where this torch's NJT internals differ (its table or ``extract_kwargs`` missing), nothing is installed and regions
+  compile torch's implementations.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import torch
+
+from jaggedperf.njt import JAGGED_CLASS, cached_seqlen
+
+__all__ = ["LOWERED", "active", "install", "installed", "tracing"]
+
+_aten = torch.ops.aten
+# the NJT ops whose ragged-dim case is lowered (their names, for the tests and the docs)
+LOWERED = ("aten._softmax.default", "aten._softmax_backward_data.default")
+
+_state = threading.local()
+
+
+class tracing:
+    """Lower the ragged-dim cases while the block runs (a region's call: traced on its first call or a recompile).
+
+    A class with slots rather than a generator context: the boundary enters it on every region call, where a
+    ``contextlib`` frame costs more than the two attribute writes."""
+
+    __slots__ = ("_before",)
+
+    def __enter__(self) -> None:
+        self._before = getattr(_state, "on", False)
+        _state.on = True
+
+    def __exit__(self, *exc: Any) -> None:
+        _state.on = self._before
+
+
+def active() -> bool:
+    """Whether a region is being traced on this thread (``tracing``)."""
+    return getattr(_state, "on", False)
+
+
+def _columns(values: torch.Tensor) -> torch.Tensor:
+    """(N, ...) values as (N, columns), contiguous: a softmax over the rows treats every column alike."""
+    flat = values.reshape(values.shape[0], -1) if values.dim() != 2 else values
+    return flat if flat.is_contiguous() else flat.contiguous()
+
+
+def _ragged_dim(nt: torch.Tensor, dim: int) -> bool:
+    """Whether ``dim`` of the NJT ``nt`` is its ragged dim 1 and ``nt`` has no holes."""
+    if not isinstance(nt, JAGGED_CLASS) or nt._lengths is not None or nt._ragged_idx != 1:
+        return False
+    ndim = nt.dim()
+    return isinstance(dim, int) and -ndim <= dim < ndim and dim % ndim == 1
+
+
+def _on_cuda(values: torch.Tensor) -> bool:
+    """Whether the operators take ``values``: on CUDA, a dtype of theirs, rows to compute, Triton there."""
+    from jaggedperf.ops import has_triton
+    from jaggedperf.ops.rowwise import operator_dtypes
+
+    return values.device.type == "cuda" and values.dtype in operator_dtypes(values) and has_triton()
+
+
+def _segment_backward(y: torch.Tensor, grad: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """y · (grad − Σ_segment grad·y) for (N, C) ``y`` and ``grad`` (softmax's backward over each segment's rows),
+    from torch ops (traced into the graph), accumulated in fp32 for 16-bit dtypes."""
+    acc = torch.float32 if y.element_size() < 4 else y.dtype
+    rows = torch.arange(y.shape[0], device=y.device, dtype=offsets.dtype)
+    segment = torch.bucketize(rows, offsets[1:], right=True)  # row r lies in segment b: offsets[b] <= r < offsets[b+1]
+    yf, gf = y.to(acc), grad.to(acc)
+    dots = torch.zeros(offsets.shape[0] - 1, y.shape[1], dtype=acc, device=y.device).index_add_(0, segment, gf * yf)
+    return (yf * (gf - dots.index_select(0, segment))).to(y.dtype)
+
+
+def _softmax(original: Callable, extract: Callable) -> Callable:
+    def softmax(*args: Any, **kwargs: Any) -> torch.Tensor:
+        if active():
+            nt, dim, half_to_float = _bind(args, kwargs, ("self", "dim", "half_to_float"))
+            if not half_to_float and _ragged_dim(nt, dim) and _on_cuda(nt._values):
+                values = nt._values
+                # the max_seqlen read as torch's implementation reads it (a host read where the NJT caches none, which
+                # the boundary then makes before crossing, as eager mode caches it on the NJT): the same metadata as
+                # torch's on the input and the output, and the kernels' one-tile path
+                out = torch.ops.jaggedperf.jagged_softmax(_columns(values), nt._offsets, nt._max_seqlen)
+                return JAGGED_CLASS(out.view(values.shape), **extract(nt))
+        return original(*args, **kwargs)
+
+    return softmax
+
+
+def _softmax_backward(original: Callable, extract: Callable) -> Callable:
+    def softmax_backward(*args: Any, **kwargs: Any) -> torch.Tensor:
+        if active():
+            grad, out, dim, input_dtype = _bind(args, kwargs, ("grad_output", "output", "dim", "input_dtype"))
+            if (isinstance(grad, JAGGED_CLASS) and _ragged_dim(out, dim) and grad._lengths is None
+                    and grad._ragged_idx == 1 and input_dtype == out.dtype and grad.dtype == out.dtype
+                    and grad._values.shape == out._values.shape and out.dtype.is_floating_point):
+                y, g = _columns(out._values), _columns(grad._values)
+                if _on_cuda(y):
+                    back = torch.ops.jaggedperf.jagged_softmax_backward(y, g, out._offsets, cached_seqlen(out, "max"))
+                else:
+                    back = _segment_backward(y, g, out._offsets)
+                return JAGGED_CLASS(back.view(out._values.shape), **extract(grad))
+        return original(*args, **kwargs)
+
+    return softmax_backward
+
+
+def _bind(args: tuple, kwargs: dict, names: tuple[str, ...]) -> tuple:
+    """The named arguments of a call, positional or keyword (the table's entries are called both ways)."""
+    if not kwargs and len(args) >= len(names):
+        return args[:len(names)]
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    return tuple(bound.get(n) for n in names)
+
+
+_installed = False
+
+
+def install() -> bool:
+    """Wrap torch's NJT entries of ``LOWERED`` (once a process); whether they are wrapped."""
+    global _installed
+    if _installed:
+        return True
+    try:
+        from torch.nested._internal import ops as njt_ops
+
+        from jaggedperf.ops.softmax import op as _softmax_op  # noqa: F401 (registers torch.ops.jaggedperf.jagged_softmax*)
+
+        table, extract = njt_ops.JAGGED_OPS_TABLE, njt_ops.extract_kwargs
+        entries = {_aten._softmax.default: _softmax, _aten._softmax_backward_data.default: _softmax_backward}
+        if JAGGED_CLASS == () or any(op not in table for op in entries):
+            return False
+    except (ImportError, AttributeError):  # pragma: no cover (another torch's NJT internals)
+        return False
+    for op, make in entries.items():
+        table[op] = make(table[op], extract)
+    _installed = True
+    return True
+
+
+def installed() -> bool:
+    """Whether ``install`` wrapped the entries."""
+    return _installed
