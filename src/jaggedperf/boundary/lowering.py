@@ -15,12 +15,15 @@ While a region is traced (``tracing``: the boundary enters it around each region
 trace on a first call or a recompile) the table's entries for those two ops compute the ragged-dim case otherwise:
 
 - on CUDA with ``jaggedperf::jagged_softmax`` and ``jagged_softmax_backward`` on the values viewed as (N, columns):
-  one kernel each, no padding; the forward reads the max_seqlen as torch's does (so the NJTs cache what they cache
-  under torch.compile), the backward passes the cached one where there is one;
-- elsewhere (the CPU) the backward as y · (g − Σ_segment g·y) from torch ops the compiler fuses (a segment index by
-  ``bucketize`` of the offsets, ``index_add``), and the forward as torch computes it: on the CPU Inductor's code for
-  the padded softmax is faster than the CPU operator's (an opaque op that checks its offsets on every call: a step at
-  16 × 32 × ≤ 20 took 1.3 ms with it against 0.56 without).
+  one kernel each, no padded buffer;
+- elsewhere (the CPU; float64 on CUDA) from torch ops traced into the graph, which Inductor fuses: a segment index (``bucketize`` of
+  the offsets), the segments' column maxima (``scatter_reduce``), exponentials and their sums (``index_add``), and the
+  backward y · (g − Σ_segment g·y). (The CPU operator, opaque to the compiler and checking its offsets on every call,
+  made a step at 16 × 32 × ≤ 20 take 1.3 ms against 0.56; torch's padded forward runs the padding ops' eager loops.)
+
+The forward reads the max_seqlen as torch's implementation reads it (a host read where the NJT caches none, which the
+boundary then makes before crossing, as eager mode caches it on the NJT): input and output NJTs cache what they cache
+under torch.compile, and the CUDA kernels take their one-tile path.
 
 Every other case, and every call outside a region's trace (the user's eager code, ``torch.compile`` on the NJT), goes to
 torch's own implementation: ``install`` wraps the table's entries, it does not change what they do there.
@@ -97,12 +100,29 @@ def _on_cuda(values: torch.Tensor) -> bool:
     return values.device.type == "cuda" and values.dtype in operator_dtypes(values) and has_triton()
 
 
+def _segments(rows: int, offsets: torch.Tensor) -> torch.Tensor:
+    """The segment of each of ``rows`` rows: b where offsets[b] <= r < offsets[b+1] (traced: a compiled search)."""
+    return torch.bucketize(torch.arange(rows, device=offsets.device, dtype=offsets.dtype), offsets[1:], right=True)
+
+
+def _segment_softmax(x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """The softmax of each segment's rows per column of (N, C) ``x``, from torch ops (traced into the graph, which the
+    compiler fuses into a few passes), in fp32 for 16-bit dtypes; a column of −inf gives NaN, as torch.softmax."""
+    acc = torch.float32 if x.element_size() < 4 else x.dtype
+    segment = _segments(x.shape[0], offsets)
+    xf = x.to(acc)
+    top = torch.full((offsets.shape[0] - 1, x.shape[1]), float("-inf"), dtype=acc, device=x.device)
+    top = top.scatter_reduce(0, segment.unsqueeze(1).expand(x.shape), xf, "amax", include_self=True)
+    e = torch.exp(xf - top.index_select(0, segment))
+    sums = torch.zeros_like(top).index_add(0, segment, e)
+    return (e / sums.index_select(0, segment)).to(x.dtype)
+
+
 def _segment_backward(y: torch.Tensor, grad: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """y · (grad − Σ_segment grad·y) for (N, C) ``y`` and ``grad`` (softmax's backward over each segment's rows),
     from torch ops (traced into the graph), accumulated in fp32 for 16-bit dtypes."""
     acc = torch.float32 if y.element_size() < 4 else y.dtype
-    rows = torch.arange(y.shape[0], device=y.device, dtype=offsets.dtype)
-    segment = torch.bucketize(rows, offsets[1:], right=True)  # row r lies in segment b: offsets[b] <= r < offsets[b+1]
+    segment = _segments(y.shape[0], offsets)
     yf, gf = y.to(acc), grad.to(acc)
     dots = torch.zeros(offsets.shape[0] - 1, y.shape[1], dtype=acc, device=y.device).index_add_(0, segment, gf * yf)
     return (yf * (gf - dots.index_select(0, segment))).to(y.dtype)
@@ -112,12 +132,14 @@ def _softmax(original: Callable, extract: Callable) -> Callable:
     def softmax(*args: Any, **kwargs: Any) -> torch.Tensor:
         if active():
             nt, dim, half_to_float = _bind(args, kwargs, ("self", "dim", "half_to_float"))
-            if not half_to_float and _ragged_dim(nt, dim) and _on_cuda(nt._values):
+            if not half_to_float and _ragged_dim(nt, dim) and nt.dtype.is_floating_point:
                 values = nt._values
-                # the max_seqlen read as torch's implementation reads it (a host read where the NJT caches none, which
-                # the boundary then makes before crossing, as eager mode caches it on the NJT): the same metadata as
-                # torch's on the input and the output, and the kernels' one-tile path
-                out = torch.ops.jaggedperf.jagged_softmax(_columns(values), nt._offsets, nt._max_seqlen)
+                longest = nt._max_seqlen  # read as torch's implementation reads it (the module's docstring)
+                x = _columns(values)
+                if _on_cuda(x):
+                    out = torch.ops.jaggedperf.jagged_softmax(x, nt._offsets, longest)
+                else:
+                    out = _segment_softmax(x, nt._offsets)
                 return JAGGED_CLASS(out.view(values.shape), **extract(nt))
         return original(*args, **kwargs)
 
