@@ -154,3 +154,23 @@ def test_tracing_restores_the_state_it_found():
             assert lowering.active()
         assert lowering.active()
     assert not lowering.active()
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["default", "dynamic"])
+def test_the_operators_branch_traces_and_gives_the_reference(monkeypatch, dynamic):
+    # The branch CUDA takes (jaggedperf's softmax operators inside the NJT's dispatch, traced by AOTAutograd, the
+    # max_seqlen a symbolic size), run here on the CPU, where the operators call their CPU kernels
+    monkeypatch.setattr(lowering, "_on_cuda", lambda values: True)
+    backend = AotEagerAndRecordGraphs()
+    compiled = jaggedperf.compile(f, backend=backend, dynamic=dynamic)
+    for lengths in (LENGTHS, (3, 1, 6, 2)):
+        x = njt(lengths=lengths)
+        out, grad = run(compiled, x)
+        expected_out, expected_grad = reference(x, output_grad(x))
+        torch.testing.assert_close(out.double(), expected_out, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(grad.double(), expected_grad, rtol=1e-5, atol=1e-5)
+    assert compiled.last_fallback is None
+    # traced into the operators' bodies (triton_op): on the CPU their opaque kernels, on CUDA their Triton launches
+    ops = targets(backend.fw_graphs + backend.bw_graphs)
+    assert {"jaggedperf._softmax_torch", "jaggedperf._softmax_backward_torch"} <= ops
+    assert not {"aten._jagged_to_padded_dense_forward", "aten._softmax_backward_data"} & ops
