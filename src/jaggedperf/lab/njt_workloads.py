@@ -522,9 +522,19 @@ def _region_of(compiled: Callable, built: Built) -> tuple:
     compiled for."""
     from jaggedperf.boundary.crossing import flatten
 
+    from jaggedperf.boundary import lowering
+
     boundary = getattr(compiled, "boundary", compiled)
     crossing = flatten((built.x,), {}, True, boundary.min_shift)
-    return boundary, crossing, boundary.regions[crossing.key]
+    region = boundary.regions[crossing.key]
+
+    def call(*flat):
+        # as the boundary calls it: a graph compiled here (a grad mode the check did not run) lowers what the
+        # boundary's compiles lower (``lowering``), so the floor runs the boundary's code
+        with lowering.tracing():
+            return region(*flat)
+
+    return boundary, crossing, call
 
 
 def _tensor_of() -> Callable[[object], torch.Tensor]:
