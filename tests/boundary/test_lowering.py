@@ -10,6 +10,7 @@ from torch._dynamo.testing import AotEagerAndRecordGraphs
 
 import jaggedperf
 from jaggedperf.boundary import lowering
+from tests.helpers.reference import ragged_softmax_and_grad as reference
 
 LENGTHS = (2, 5, 4, 1, 7, 3)
 
@@ -29,15 +30,6 @@ def output_grad(x: torch.Tensor) -> torch.Tensor:
     # with x's cached seqlens: torch.compile's backward takes a tangent with the output's metadata only
     return torch.nested.nested_tensor_from_jagged(values, x._offsets, min_seqlen=x._maybe_min_seqlen,
                                                   max_seqlen=x._maybe_max_seqlen)
-
-
-def reference(x: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(x, dim=1) * 2 and its gradient of x's values, sequence by sequence on dense float64 tensors."""
-    values = x._values.detach().double().requires_grad_()
-    bounds = x._offsets.tolist()
-    out = torch.cat([torch.softmax(values[a:b], dim=0) for a, b in zip(bounds, bounds[1:])]) * 2
-    out.backward(grad._values.double())
-    return out.detach(), values.grad
 
 
 def f(x: torch.Tensor, dim: int = 1) -> torch.Tensor:

@@ -8,6 +8,8 @@ import pytest
 import torch
 from torch._dynamo.testing import AotEagerAndRecordGraphs
 
+from helpers.reference import ragged_softmax_and_grad as reference
+
 import jaggedperf
 from jaggedperf.inputs import Case, make_batch
 
@@ -31,14 +33,6 @@ def output_grad(x: torch.Tensor) -> torch.Tensor:
 
 def f(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x, dim=1) * 2
-
-
-def reference(x: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    values = x._values.detach().double().requires_grad_()
-    bounds = x._offsets.tolist()
-    out = torch.cat([torch.softmax(values[a:b], dim=0) for a, b in zip(bounds, bounds[1:])]) * 2
-    out.backward(grad._values.double())
-    return out.detach(), values.grad
 
 
 @pytest.mark.parametrize("max_seqlen", [False, True], ids=["no-max", "max"])

@@ -122,3 +122,15 @@ def case_id(lengths, M, dtype, offsets_dtype=torch.int64, empty="nan", extra="")
     if extra:
         parts.append(extra)
     return "-".join(parts)
+
+
+def ragged_softmax_and_grad(x: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(x, dim=1) * 2 of the NJT ``x`` and its gradient of ``x``'s values for the output gradient ``grad`` (an
+    NJT), sequence by sequence on dense float64 tensors (``njt_workloads.ragged_softmax_reference``): the values of
+    both."""
+    from jaggedperf.lab.njt_workloads import ragged_softmax_reference
+
+    x64 = x.detach().double().requires_grad_()
+    out = ragged_softmax_reference(x64)
+    out.backward(grad.double())
+    return out._values.detach(), x64.grad._values
