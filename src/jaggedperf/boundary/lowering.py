@@ -16,10 +16,12 @@ trace on a first call or a recompile) the table's entries for those two ops comp
 
 - on CUDA with ``jaggedperf::jagged_softmax`` and ``jagged_softmax_backward`` on the values viewed as (N, columns):
   one kernel each, no padded buffer;
-- elsewhere (the CPU; float64 on CUDA) from torch ops traced into the graph, which Inductor fuses: a segment index (``bucketize`` of
-  the offsets), the segments' column maxima (``scatter_reduce``), exponentials and their sums (``index_add``), and the
-  backward y · (g − Σ_segment g·y). (The CPU operator, opaque to the compiler and checking its offsets on every call,
-  made a step at 16 × 32 × ≤ 20 take 1.3 ms against 0.56; torch's padded forward runs the padding ops' eager loops.)
+- elsewhere (the CPU; float64 on CUDA) from torch ops traced into the graph, which Inductor fuses: a segment index
+  (``bucketize`` of the offsets), the segments' column maxima (``scatter_reduce``), exponentials and their sums
+  (``index_add``), and the backward y · (g − Σ_segment g·y): the CPU operator's math (``ops.softmax.op``) without its
+  host check of the offsets, which a region's NJT has valid (the operator itself, opaque to the compiler and checking
+  them on every call, made a step at 16 × 32 × ≤ 20 take 1.3 ms against 0.56; torch's padded forward runs the
+  padding ops' eager loops).
 
 The forward reads the max_seqlen as torch's implementation reads it (a host read where the NJT caches none, which the
 boundary then makes before crossing, as eager mode caches it on the NJT): input and output NJTs cache what they cache
@@ -48,11 +50,9 @@ import torch
 
 from jaggedperf.njt import JAGGED_CLASS, cached_seqlen
 
-__all__ = ["LOWERED", "active", "install", "installed", "tracing"]
+__all__ = ["active", "install", "installed", "tracing"]
 
 _aten = torch.ops.aten
-# the NJT ops whose ragged-dim case is lowered (their names, for the tests and the docs)
-LOWERED = ("aten._softmax.default", "aten._softmax_backward_data.default")
 
 _state = threading.local()
 
@@ -93,7 +93,7 @@ def _ragged_dim(nt: torch.Tensor, dim: int) -> bool:
 
 
 def _on_cuda(values: torch.Tensor) -> bool:
-    """Whether the operators take ``values``: on CUDA, a dtype of theirs, rows to compute, Triton there."""
+    """Whether jaggedperf's softmax operators take ``values``: on CUDA, a dtype of theirs, Triton there."""
     from jaggedperf.ops import has_triton
     from jaggedperf.ops.rowwise import operator_dtypes
 
@@ -177,7 +177,8 @@ _installed = False
 
 
 def install() -> bool:
-    """Wrap torch's NJT entries of ``LOWERED`` (once a process); whether they are wrapped."""
+    """Wrap torch's NJT table entries of ``_softmax`` and ``_softmax_backward_data`` (once a process); whether they
+    are wrapped."""
     global _installed
     if _installed:
         return True
