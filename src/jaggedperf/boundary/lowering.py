@@ -108,7 +108,9 @@ def _segments(rows: int, offsets: torch.Tensor) -> torch.Tensor:
 def _segment_softmax(x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """The softmax of each segment's rows per column of (N, C) ``x``, from torch ops (traced into the graph, which the
     compiler fuses into a few passes), in fp32 for 16-bit dtypes; a column of −inf gives NaN, as torch.softmax."""
-    acc = torch.float32 if x.element_size() < 4 else x.dtype
+    from jaggedperf.ops.rowwise import acc_dtype
+
+    acc = acc_dtype(x.dtype)
     segment = _segments(x.shape[0], offsets)
     xf = x.to(acc)
     top = torch.full((offsets.shape[0] - 1, x.shape[1]), float("-inf"), dtype=acc, device=x.device)
@@ -121,7 +123,9 @@ def _segment_softmax(x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
 def _segment_backward(y: torch.Tensor, grad: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """y · (grad − Σ_segment grad·y) for (N, C) ``y`` and ``grad`` (softmax's backward over each segment's rows),
     from torch ops (traced into the graph), accumulated in fp32 for 16-bit dtypes."""
-    acc = torch.float32 if y.element_size() < 4 else y.dtype
+    from jaggedperf.ops.rowwise import acc_dtype
+
+    acc = acc_dtype(y.dtype)
     segment = _segments(y.shape[0], offsets)
     yf, gf = y.to(acc), grad.to(acc)
     dots = torch.zeros(offsets.shape[0] - 1, y.shape[1], dtype=acc, device=y.device).index_add_(0, segment, gf * yf)

@@ -520,9 +520,8 @@ def _region_of(compiled: Callable, built: Built) -> tuple:
     """(the boundary of ``compiled``, ``built``'s input crossed as its calls cross it, the region that call runs in):
     crossed with the boundary's own min_seqlen shift, so a timed call feeds the region the inputs its graph was
     compiled for."""
-    from jaggedperf.boundary.crossing import flatten
-
     from jaggedperf.boundary import lowering
+    from jaggedperf.boundary.crossing import flatten
 
     boundary = getattr(compiled, "boundary", compiled)
     crossing = flatten((built.x,), {}, True, boundary.min_shift)
