@@ -58,3 +58,27 @@ def test_the_graphs_call_the_operators_and_pad_nothing():
     # the operators are traced into their bodies (triton_op): their Triton launches, no padding, no dense backward
     assert "triton_kernel_wrapper_functional" in ops, ops
     assert not {"aten._jagged_to_padded_dense_forward", "aten._softmax_backward_data", "aten.index_add"} & ops
+
+
+@pytest.mark.parametrize("max_seqlen", [False, True], ids=["no-max", "max"])
+@pytest.mark.parametrize("mean", [False, True], ids=["sum", "mean"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_compiled_ragged_reduction_is_the_reference(dtype, mean, max_seqlen):
+    # nt.sum / nt.mean over the ragged dim, which torch cannot differentiate: jaggedperf's operators in the graph
+    x = batch(dtype, max_seqlen)
+    backend = AotEagerAndRecordGraphs()
+    out = jaggedperf.compile(lambda t: t.mean(dim=1) if mean else t.sum(dim=1), backend=backend)(x)
+    weight = torch.randn(out.shape, generator=torch.Generator(device="cuda").manual_seed(2), device="cuda")
+    (out * weight.to(dtype)).sum().backward()
+    values = x.detach().values().double().requires_grad_()
+    lengths = x.offsets().diff().unsqueeze(1).double()
+    rows = torch.repeat_interleave(torch.arange(lengths.shape[0], device="cuda"), x.offsets().diff())
+    expected = torch.zeros(lengths.shape[0], values.shape[1], dtype=torch.float64, device="cuda").index_add(
+        0, rows, values) / (lengths if mean else 1)
+    (expected * weight.double()).sum().backward()
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.double(), expected.detach(), rtol=tol, atol=tol)
+    torch.testing.assert_close(x.grad.values().double(), values.grad, rtol=tol, atol=tol)
+    ops = {str(getattr(n.target, "overloadpacket", n.target)) for g in backend.fw_graphs + backend.bw_graphs
+           for n in g.graph.nodes if n.op == "call_function"}
+    assert "triton_kernel_wrapper_functional" in ops and "aten._jagged_to_padded_dense_forward" not in ops, ops

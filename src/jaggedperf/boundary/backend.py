@@ -42,6 +42,7 @@ from typing import Any, Callable
 import torch
 import torch._functorch.config
 
+from jaggedperf.boundary import lowering
 from jaggedperf.boundary.region import rebuild, rebuild_own_ragged
 
 __all__ = ["SkipEmpty", "compile_region"]
@@ -96,6 +97,7 @@ class SkipEmpty:
                 self.on_empty()
             return gm.forward
         self.compiled += 1
+        lowering.lower_graph(gm)  # a sum or mean over an NJT's ragged dim: jaggedperf's operators, differentiable
         if not _EAGER_BACKWARD:
             return self.inner(gm, example_inputs, **kwargs)
         # A backward that cannot be compiled fails this compile, where the call can still go to torch.compile(fn):

@@ -27,6 +27,16 @@ The forward reads the max_seqlen as torch's implementation reads it (a host read
 boundary then makes before crossing, as eager mode caches it on the NJT): input and output NJTs cache what they cache
 under torch.compile, and the CUDA kernels take their one-tile path.
 
+A third case is above the table, in the region's graph: a sum or mean over the ragged dim (``nt.sum(dim=1)``,
+``nt.mean(1, keepdim=True)``, ``torch.mean(nt, dim=1)``). torch pads the values to (B, max_seqlen, M) and reduces
+the padded tensor, and it cannot differentiate either: the sum's NJT backward (``aten._nested_sum_backward``) is not
+implemented and the mean's dense backward expands to the NJT's symbolic sizes (both raise, eagerly and under
+torch.compile, measured on torch 2.13), so a model that trains on a pooled NJT fails in ``backward()``.
+``lower_graph`` (called by the regions' backend on each Dynamo graph, before AOTAutograd traces it) replaces such a
+call with ``ragged_reduce``: jaggedperf's ``jagged_sum`` / ``jagged_mean`` operators on the NJT's values and offsets
+(the cached max_seqlen passed where there is one), whose autograd is theirs: one kernel forward, one backward, no
+padded buffer. An empty segment's mean is NaN, as torch's 0 / 0.
+
 Every other case, and every call outside a region's trace (the user's eager code, ``torch.compile`` on the NJT), goes to
 torch's own implementation: ``install`` wraps the table's entries, it does not change what they do there.
 
@@ -50,7 +60,7 @@ import torch
 
 from jaggedperf.njt import JAGGED_CLASS, cached_seqlen
 
-__all__ = ["active", "install", "installed", "tracing"]
+__all__ = ["active", "install", "installed", "lower_graph", "ragged_reduce", "tracing"]
 
 _aten = torch.ops.aten
 
@@ -175,6 +185,79 @@ def _bind(args: tuple, kwargs: dict, names: tuple[str, ...]) -> tuple:
     bound = dict(zip(names, args))
     bound.update(kwargs)
     return tuple(bound.get(n) for n in names)
+
+
+# The graph's spellings of a sum or mean: Tensor methods (call_method) and torch functions (call_function); the bool
+# says which is a mean.
+_REDUCTION_METHODS = {"sum": False, "mean": True}
+_REDUCTION_FUNCTIONS = {torch.sum: False, torch.mean: True, torch.Tensor.sum: False, torch.Tensor.mean: True}
+
+
+def ragged_reduce(nt: torch.Tensor, mean: bool, keepdim: bool) -> torch.Tensor:
+    """The sum (or mean) of the NJT ``nt`` over its ragged dim by jaggedperf's operators, as torch's ``nt.sum(dim=1,
+    keepdim=keepdim)`` gives it: a dense (B, ...) tensor, (B, 1, ...) with ``keepdim``; differentiable through the
+    operators' autograd and the NJT's ``values()``."""
+    values = nt.values()
+    offsets = nt.offsets()
+    x = _columns(values)
+    longest = cached_seqlen(nt, "max")
+    if mean:
+        out = torch.ops.jaggedperf.jagged_mean(x, offsets, False, longest)  # empty_zero=False: NaN, as 0 / 0
+    else:
+        out = torch.ops.jaggedperf.jagged_sum(x, offsets, longest)
+    out = out.view(offsets.shape[0] - 1, *values.shape[1:])
+    return out.unsqueeze(1) if keepdim else out
+
+
+def _reduction(node: torch.fx.Node) -> tuple[torch.fx.Node, bool, bool] | None:
+    """(the NJT node, mean, keepdim) where ``node`` is a sum or mean over an NJT's ragged dim that ``ragged_reduce``
+    computes (an NJT without holes, ragged dim 1, reduced alone, a floating dtype the operators take, no ``dtype``
+    argument); else None."""
+    if node.op == "call_method" and node.target in _REDUCTION_METHODS:
+        mean = _REDUCTION_METHODS[node.target]
+    elif node.op == "call_function" and node.target in _REDUCTION_FUNCTIONS:
+        mean = _REDUCTION_FUNCTIONS[node.target]
+    else:
+        return None
+    if not node.args or len(node.args) > 3 or set(node.kwargs) - {"dim", "keepdim"}:
+        return None
+    nt, dim, keepdim = (list(node.args) + [None, None])[:3]
+    dim = node.kwargs.get("dim", dim)
+    keepdim = node.kwargs.get("keepdim", keepdim if keepdim is not None else False)
+    if isinstance(dim, (list, tuple)) and len(dim) == 1:
+        dim = dim[0]
+    example = nt.meta.get("example_value") if isinstance(nt, torch.fx.Node) else None
+    if type(keepdim) is not bool or type(dim) is not int or not _ragged_dim(example, dim):
+        return None
+    from jaggedperf.ops import has_triton
+    from jaggedperf.ops.rowwise import operator_dtypes
+
+    values = example._values
+    if values.dtype not in operator_dtypes(values) or (values.device.type == "cuda" and not has_triton()):
+        return None
+    return nt, mean, keepdim
+
+
+def lower_graph(gm: torch.fx.GraphModule) -> int:
+    """Replace every sum or mean over an NJT's ragged dim in the Dynamo graph ``gm`` with ``ragged_reduce`` (the
+    module's docstring); the number replaced (``gm`` recompiled where any)."""
+    from jaggedperf.ops.reduce import op as _reduce_op  # noqa: F401 (registers torch.ops.jaggedperf.jagged_sum/mean)
+
+    replaced = 0
+    for node in list(gm.graph.nodes):
+        found = _reduction(node)
+        if found is None:
+            continue
+        nt, mean, keepdim = found
+        with gm.graph.inserting_before(node):
+            lowered = gm.graph.call_function(ragged_reduce, (nt, mean, keepdim))
+        lowered.meta.update(node.meta)
+        node.replace_all_uses_with(lowered)
+        gm.graph.erase_node(node)
+        replaced += 1
+    if replaced:
+        gm.recompile()
+    return replaced
 
 
 _installed = False
