@@ -1,4 +1,5 @@
-"""NJT operators that a region's compile computes another way: a softmax over the ragged dim and its backward.
+"""NJT operators that a region's compile computes another way: a softmax over the ragged dim and its backward, and a
+sum or mean over it (which torch cannot differentiate).
 
 Inside a region ``fn`` runs on NJTs, and torch computes their ops through the NJT's table of jagged implementations
 (``torch.nested._internal.ops``) while Dynamo and AOTAutograd trace. Two of those are wrong or slow on the ragged dim:
