@@ -30,6 +30,17 @@ def make_njt(B: int, max_len: int, M: int = 3, *, seed: int = 0, min_len: int = 
     return nt, values
 
 
+def leaf_of_lengths(lengths: tuple[int, ...], tail: tuple[int, ...] = (3,), dtype=torch.float32, *,
+                    max_seqlen: bool = False) -> torch.Tensor:
+    """An NJT leaf that requires grad, of these sequence lengths and trailing dims: float64 normal values (seed 0) cast
+    to ``dtype``; its max_seqlen cached or not."""
+    gen = torch.Generator().manual_seed(0)
+    values = torch.randn(sum(lengths), *tail, generator=gen, dtype=torch.float64).to(dtype)
+    offsets = torch.tensor((0, *lengths)).cumsum(0)
+    nt = torch.nested.nested_tensor_from_jagged(values, offsets, max_seqlen=max(lengths) if max_seqlen else None)
+    return nt.detach().requires_grad_()
+
+
 def softmax_by_sequence(nt: torch.Tensor) -> torch.Tensor:
     """``torch.softmax(nt, dim=1)`` sequence by sequence on dense tensors, differentiable in ``nt``'s values: the
     reference where torch's NJT softmax backward over the ragged dim is wrong (``test_lowering.py``)."""

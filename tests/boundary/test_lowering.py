@@ -10,6 +10,7 @@ from torch._dynamo.testing import AotEagerAndRecordGraphs
 
 import jaggedperf
 from jaggedperf.boundary import lowering
+from tests.boundary.njts import leaf_of_lengths
 from tests.helpers.reference import ragged_softmax_and_grad as reference
 
 LENGTHS = (2, 5, 4, 1, 7, 3)
@@ -17,11 +18,7 @@ LENGTHS = (2, 5, 4, 1, 7, 3)
 
 def njt(tail: tuple[int, ...] = (3,), dtype=torch.float32, *, max_seqlen: bool = False,
         lengths=LENGTHS) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(0)
-    values = torch.randn(sum(lengths), *tail, generator=gen, dtype=torch.float64).to(dtype)
-    offsets = torch.tensor((0, *lengths)).cumsum(0)
-    nt = torch.nested.nested_tensor_from_jagged(values, offsets, max_seqlen=max(lengths) if max_seqlen else None)
-    return nt.detach().requires_grad_()
+    return leaf_of_lengths(lengths, tail, dtype, max_seqlen=max_seqlen)
 
 
 def output_grad(x: torch.Tensor) -> torch.Tensor:

@@ -10,17 +10,14 @@ from torch._dynamo.testing import AotEagerAndRecordGraphs
 
 import jaggedperf
 from jaggedperf.boundary import lowering
+from tests.boundary.njts import leaf_of_lengths
 
 LENGTHS = (2, 5, 0, 4, 1, 7, 3)  # an empty segment: a mean's NaN, a sum's zero, no rows to take a gradient
 
 
 def njt(tail: tuple[int, ...] = (3,), dtype=torch.float32, *, max_seqlen: bool = False,
         lengths=LENGTHS) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(0)
-    values = torch.randn(sum(lengths), *tail, generator=gen, dtype=torch.float64).to(dtype)
-    offsets = torch.tensor((0, *lengths)).cumsum(0)
-    nt = torch.nested.nested_tensor_from_jagged(values, offsets, max_seqlen=max(lengths) if max_seqlen else None)
-    return nt.detach().requires_grad_()
+    return leaf_of_lengths(lengths, tail, dtype, max_seqlen=max_seqlen)
 
 
 def reference(x: torch.Tensor, mean: bool, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
