@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch._dynamo.testing import AotEagerAndRecordGraphs
+from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend
 
 import jaggedperf
 from jaggedperf.boundary import lowering
-from tests.boundary.njts import leaf_of_lengths
+from tests.boundary.njts import leaf_of_lengths, make_njt
 
 LENGTHS = (2, 5, 0, 4, 1, 7, 3)  # an empty segment: a mean's NaN, a sum's zero, no rows to take a gradient
 
@@ -136,3 +136,20 @@ def test_outside_a_region_torch_compile_is_torch_own():
     x = njt()
     with pytest.raises(Exception):
         torch.compile(lambda t: t.sum(dim=1), backend="aot_eager")(x).sum().backward()
+
+
+@pytest.mark.parametrize("cache", ["", "max", "minmax"], ids=["none", "max", "minmax"])
+def test_one_graph_over_batches_of_other_sizes(cache):
+    # B, total length and the cached seqlens change: the lowered graph is compiled once, and trains every time
+    counter = CompileCounterWithBackend("inductor")
+    compiled = jaggedperf.compile(lambda t: t.mean(dim=1) * 2, backend=counter)
+    for i in range(4):
+        nt, values = make_njt(4 + 3 * i, 5 + 2 * i, seed=i, min_len=1, cache=cache, requires_grad=True)
+        out = compiled(nt)
+        out.sum().backward()
+        lengths = nt.offsets().diff()
+        expected = torch.stack([v.mean(0) for v in values.split(lengths.tolist())]) * 2
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(nt.grad.values(), (2 / lengths.float()).repeat_interleave(lengths)[:, None].expand(
+            values.shape))
+    assert counter.frame_count == 1 and compiled.last_fallback is None
