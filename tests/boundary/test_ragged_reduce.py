@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend
 
 import jaggedperf
@@ -153,3 +155,27 @@ def test_one_graph_over_batches_of_other_sizes(cache):
         torch.testing.assert_close(nt.grad.values(), (2 / lengths.float()).repeat_interleave(lengths)[:, None].expand(
             values.shape))
     assert counter.frame_count == 1 and compiled.last_fallback is None
+
+
+# One compiled function a spelling, shared by every drawn example: the property is that of the graph they share
+# (B, lengths and trailing width change; one graph serves them, as the test above holds).
+_PROPERTY_CALLS: dict[str, object] = {}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lengths=st.lists(st.integers(0, 6), min_size=1, max_size=7), width=st.sampled_from([1, 3, 5]),
+       spelling=st.sampled_from(list(SPELLINGS)), max_seqlen=st.booleans())
+def test_any_lengths_give_the_reference(lengths, width, spelling, max_seqlen):
+    # empty and one-row sequences, odd widths, a batch of one: values and gradients of the per-sequence float64 sums
+    if sum(lengths) == 0 or (max_seqlen and max(lengths) == 0):
+        lengths = [*lengths[:-1], 1]
+    fn, mean = SPELLINGS[spelling]
+    call = _PROPERTY_CALLS.setdefault(spelling, jaggedperf.compile(fn, backend="aot_eager"))
+    x = njt((width,), max_seqlen=max_seqlen, lengths=tuple(lengths))
+    weight = torch.randn(len(lengths), width, generator=torch.Generator().manual_seed(len(lengths)))
+    out = call(x)
+    loss(out, weight).backward()
+    expected_out, expected_grad = reference(x, mean, weight)
+    torch.testing.assert_close(out.double(), expected_out, rtol=1e-5, atol=1e-5, equal_nan=True)
+    torch.testing.assert_close(x.grad.values().double(), expected_grad, rtol=1e-5, atol=1e-5)
+    assert call.last_fallback is None
