@@ -6,7 +6,7 @@ Inside a region ``fn`` runs on NJTs, and torch computes their ops through the NJ
 
 - ``aten._softmax_backward_data`` hands the NJTs' values and the op's ``dim`` to the dense op unchanged, so over the
   ragged dim (dim 1 of a (B, j, M) NJT) it reduces over the values' dim 1, the columns: the gradient of
-  ``torch.softmax(nt, dim=1)`` is silently wrong, eagerly and under torch.compile (measured on torch 2.13:
+  ``torch.softmax(nt, dim=1)`` is silently wrong, eagerly and under torch.compile (measured on torch 2.11, 2.13 and 2.15:
   ``tests/boundary/test_lowering.py`` holds it against a float64 reference, a strict xfail that passes once a torch
   fixes it);
 - ``aten._softmax`` over the ragged dim pads the values to (B, max_seqlen, M) with −inf, runs a dense softmax and cuts
@@ -32,7 +32,7 @@ A third case is above the table, in the region's graph: a sum or mean over the r
 ``nt.mean(1, keepdim=True)``, ``torch.mean(nt, dim=1)``). torch pads the values to (B, max_seqlen, M) and reduces
 the padded tensor, and it cannot differentiate either: the sum's NJT backward (``aten._nested_sum_backward``) is not
 implemented and the mean's dense backward expands to the NJT's symbolic sizes (both raise, eagerly and under
-torch.compile, measured on torch 2.13), so a model that trains on a pooled NJT fails in ``backward()``.
+torch.compile, measured on torch 2.11, 2.13 and 2.15), so a model that trains on a pooled NJT fails in ``backward()``.
 ``lower_graph`` (called by the regions' backend on each Dynamo graph, before AOTAutograd traces it) replaces such a
 call with ``ragged_reduce``: jaggedperf's ``jagged_sum`` / ``jagged_mean`` operators on the NJT's values and offsets
 (the cached max_seqlen passed where there is one), whose autograd is theirs: one kernel forward, one backward, no
