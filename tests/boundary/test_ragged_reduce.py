@@ -47,6 +47,16 @@ def loss(out: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return (torch.nan_to_num(out) * weight).sum()  # an empty segment's NaN mean carries no gradient
 
 
+def assert_reference(call, x: torch.Tensor, mean: bool, weight: torch.Tensor, tol: float = 1e-5) -> torch.Tensor:
+    """``call(x)`` and its gradient of x's values (loss ``loss``) against ``reference``; the output."""
+    out = call(x)
+    loss(out, weight).backward()
+    expected_out, expected_grad = reference(x, mean, weight)
+    torch.testing.assert_close(out.double(), expected_out, rtol=tol, atol=tol, equal_nan=True)
+    torch.testing.assert_close(x.grad.values().double(), expected_grad, rtol=tol, atol=tol)
+    return out
+
+
 TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 2e-2}
 
 
@@ -58,11 +68,7 @@ def test_the_reduction_and_its_gradient_are_the_reference(backend, spelling, max
     x = njt(max_seqlen=max_seqlen)
     weight = torch.randn(len(LENGTHS), 3, generator=torch.Generator().manual_seed(1))
     compiled = jaggedperf.compile(fn, backend=backend)
-    out = compiled(x)
-    loss(out, weight).backward()
-    expected_out, expected_grad = reference(x, mean, weight)
-    torch.testing.assert_close(out.double(), expected_out, rtol=1e-5, atol=1e-5, equal_nan=True)
-    torch.testing.assert_close(x.grad.values().double(), expected_grad, rtol=1e-5, atol=1e-5)
+    assert_reference(compiled, x, mean, weight)
     assert compiled.last_fallback is None
 
 
@@ -71,13 +77,9 @@ def test_the_reduction_and_its_gradient_are_the_reference(backend, spelling, max
 def test_every_values_shape_and_dtype(tail, dtype):
     x = njt(tail, dtype)
     weight = torch.randn(len(LENGTHS), *tail, generator=torch.Generator().manual_seed(1)).to(dtype)
-    out = jaggedperf.compile(lambda t: t.mean(dim=1), backend="aot_eager")(x)
-    loss(out, weight).backward()
-    expected_out, expected_grad = reference(x, True, weight)
-    tol = TOLERANCE[dtype]
-    assert out.shape == expected_out.shape and out.dtype == dtype
-    torch.testing.assert_close(out.double(), expected_out, rtol=tol, atol=tol, equal_nan=True)
-    torch.testing.assert_close(x.grad.values().double(), expected_grad, rtol=tol, atol=tol)
+    out = assert_reference(jaggedperf.compile(lambda t: t.mean(dim=1), backend="aot_eager"), x, True, weight,
+                           TOLERANCE[dtype])
+    assert out.shape == (len(LENGTHS), *tail) and out.dtype == dtype
 
 
 @pytest.mark.xfail(strict=True, reason="torch cannot differentiate an NJT's sum or mean over the ragged dim (its "
@@ -173,9 +175,5 @@ def test_any_lengths_give_the_reference(lengths, width, spelling, max_seqlen):
     call = _PROPERTY_CALLS.setdefault(spelling, jaggedperf.compile(fn, backend="aot_eager"))
     x = njt((width,), max_seqlen=max_seqlen, lengths=tuple(lengths))
     weight = torch.randn(len(lengths), width, generator=torch.Generator().manual_seed(len(lengths)))
-    out = call(x)
-    loss(out, weight).backward()
-    expected_out, expected_grad = reference(x, mean, weight)
-    torch.testing.assert_close(out.double(), expected_out, rtol=1e-5, atol=1e-5, equal_nan=True)
-    torch.testing.assert_close(x.grad.values().double(), expected_grad, rtol=1e-5, atol=1e-5)
+    assert_reference(call, x, mean, weight)
     assert call.last_fallback is None
