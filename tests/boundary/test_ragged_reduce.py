@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend
 
 import jaggedperf
-from jaggedperf.boundary import lowering
 from tests.boundary.njts import leaf_of_lengths, make_njt
+from tests.helpers.reference import reference_expand, reference_reduce
 
 LENGTHS = (2, 5, 0, 4, 1, 7, 3)  # an empty segment: a mean's NaN, a sum's zero, no rows to take a gradient
 
@@ -23,13 +23,12 @@ def njt(tail: tuple[int, ...] = (3,), dtype=torch.float32, *, max_seqlen: bool =
 
 
 def reference(x: torch.Tensor, mean: bool, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each sequence's float64 sum (or mean) over its rows, and the gradient of (out · weight).sum() for x's values."""
-    values = x.detach().values().double().requires_grad_()
-    offsets = x.offsets().tolist()
-    pieces = [values[a:b].sum(0) / ((b - a) if mean else 1) for a, b in zip(offsets, offsets[1:])]
-    out = torch.stack(pieces)
-    (torch.nan_to_num(out) * weight.double()).sum().backward()
-    return out.detach(), values.grad
+    """Each sequence's float64 sum (or mean) over its rows, and the gradient of (out · weight).sum() for x's values
+    (the ops' references on the values as (N, columns))."""
+    values, offsets = x.detach().values(), x.offsets()
+    out = reference_reduce(values.reshape(values.shape[0], -1), offsets, mean=mean)
+    grad = reference_expand(weight.reshape(out.shape), offsets, values.shape[0], mean=mean)
+    return out.view(-1, *values.shape[1:]), grad.view(values.shape)
 
 
 SPELLINGS = {
@@ -118,13 +117,14 @@ def test_the_graphs_call_the_operators_and_pad_nothing():
 def test_other_reductions_are_torch_own(fn):
     # over the columns (an NJT out) or with a dtype: torch's implementation, the graph unchanged
     x = njt()
-    gm = torch.fx.symbolic_trace(lambda t: t)  # a graph with no reduction: nothing lowered
-    assert lowering.lower_graph(gm) == 0
-    compiled = jaggedperf.compile(fn, backend="aot_eager")
+    backend = AotEagerAndRecordGraphs()
+    compiled = jaggedperf.compile(fn, backend=backend)
     with torch.no_grad():
         out, expected = compiled(x), fn(x)
     actual = out.values() if out.is_nested else out
     torch.testing.assert_close(actual, expected.values() if expected.is_nested else expected)
+    lowered = {t for t in targets(backend.fw_graphs) if t.startswith("jaggedperf.")}
+    assert not lowered and compiled.last_fallback is None, (lowered, compiled.last_fallback)
 
 
 def test_an_integer_njt_is_torch_own():

@@ -9,6 +9,7 @@ import torch
 from torch._dynamo.testing import AotEagerAndRecordGraphs
 
 from helpers.reference import ragged_softmax_and_grad as reference
+from helpers.reference import reference_expand, reference_reduce
 
 import jaggedperf
 from jaggedperf.inputs import Case, make_batch
@@ -70,15 +71,11 @@ def test_compiled_ragged_reduction_is_the_reference(dtype, mean, max_seqlen):
     out = jaggedperf.compile(lambda t: t.mean(dim=1) if mean else t.sum(dim=1), backend=backend)(x)
     weight = torch.randn(out.shape, generator=torch.Generator(device="cuda").manual_seed(2), device="cuda")
     (out * weight.to(dtype)).sum().backward()
-    values = x.detach().values().double().requires_grad_()
-    lengths = x.offsets().diff().unsqueeze(1).double()
-    rows = torch.repeat_interleave(torch.arange(lengths.shape[0], device="cuda"), x.offsets().diff())
-    expected = torch.zeros(lengths.shape[0], values.shape[1], dtype=torch.float64, device="cuda").index_add(
-        0, rows, values) / (lengths if mean else 1)
-    (expected * weight.double()).sum().backward()
+    expected = reference_reduce(x.detach().values(), x.offsets(), mean=mean)
+    expected_grad = reference_expand(weight.to(dtype), x.offsets(), x.values().shape[0], mean=mean)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
-    torch.testing.assert_close(out.double(), expected.detach(), rtol=tol, atol=tol)
-    torch.testing.assert_close(x.grad.values().double(), values.grad, rtol=tol, atol=tol)
+    torch.testing.assert_close(out.double().cpu(), expected, rtol=tol, atol=tol)
+    torch.testing.assert_close(x.grad.values().double().cpu(), expected_grad, rtol=tol, atol=tol)
     ops = {str(getattr(n.target, "overloadpacket", n.target)) for g in backend.fw_graphs + backend.bw_graphs
            for n in g.graph.nodes if n.op == "call_function"}
     assert "triton_kernel_wrapper_functional" in ops and "aten._jagged_to_padded_dense_forward" not in ops, ops

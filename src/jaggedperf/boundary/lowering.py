@@ -103,12 +103,17 @@ def _ragged_dim(nt: torch.Tensor, dim: int) -> bool:
     return isinstance(dim, int) and -ndim <= dim < ndim and dim % ndim == 1
 
 
-def _on_cuda(values: torch.Tensor) -> bool:
-    """Whether jaggedperf's softmax operators take ``values``: on CUDA, a dtype of theirs, Triton there."""
+def _operators_take(values: torch.Tensor) -> bool:
+    """Whether jaggedperf's operators take ``values``: a dtype of theirs on its device, and Triton there on CUDA."""
     from jaggedperf.ops import has_triton
     from jaggedperf.ops.rowwise import operator_dtypes
 
-    return values.device.type == "cuda" and values.dtype in operator_dtypes(values) and has_triton()
+    return values.dtype in operator_dtypes(values) and (values.device.type != "cuda" or has_triton())
+
+
+def _on_cuda(values: torch.Tensor) -> bool:
+    """Whether jaggedperf's softmax operators take ``values`` on CUDA (elsewhere the softmax is traced torch ops)."""
+    return values.device.type == "cuda" and _operators_take(values)
 
 
 def _segments(rows: int, offsets: torch.Tensor) -> torch.Tensor:
@@ -222,21 +227,14 @@ def _reduction(node: torch.fx.Node) -> tuple[torch.fx.Node, bool, bool] | None:
         return None
     if not node.args or len(node.args) > 3 or set(node.kwargs) - {"dim", "keepdim"}:
         return None
-    nt, dim, keepdim = (list(node.args) + [None, None])[:3]
-    dim = node.kwargs.get("dim", dim)
-    keepdim = node.kwargs.get("keepdim", keepdim if keepdim is not None else False)
+    nt, dim, keepdim = _bind(node.args, node.kwargs, ("input", "dim", "keepdim"))
+    keepdim = False if keepdim is None else keepdim
     if isinstance(dim, (list, tuple)) and len(dim) == 1:
         dim = dim[0]
     example = nt.meta.get("example_value") if isinstance(nt, torch.fx.Node) else None
     if type(keepdim) is not bool or type(dim) is not int or not _ragged_dim(example, dim):
         return None
-    from jaggedperf.ops import has_triton
-    from jaggedperf.ops.rowwise import operator_dtypes
-
-    values = example._values
-    if values.dtype not in operator_dtypes(values) or (values.device.type == "cuda" and not has_triton()):
-        return None
-    return nt, mean, keepdim
+    return (nt, mean, keepdim) if _operators_take(example._values) else None
 
 
 def lower_graph(gm: torch.fx.GraphModule) -> int:
