@@ -6,9 +6,9 @@ Inside a region ``fn`` runs on NJTs, and torch computes their ops through the NJ
 
 - ``aten._softmax_backward_data`` hands the NJTs' values and the op's ``dim`` to the dense op unchanged, so over the
   ragged dim (dim 1 of a (B, j, M) NJT) it reduces over the values' dim 1, the columns: the gradient of
-  ``torch.softmax(nt, dim=1)`` is silently wrong, eagerly and under torch.compile (measured on torch 2.11, 2.13 and 2.15:
-  ``tests/boundary/test_lowering.py`` holds it against a float64 reference, a strict xfail that passes once a torch
-  fixes it);
+  ``torch.softmax(nt, dim=1)`` is silently wrong, eagerly and under torch.compile (measured on torch 2.11, 2.13 and 2.15
+  on the CPU, and on 2.11 on CUDA: ``tests/boundary/test_lowering.py`` holds it against a float64 reference, a strict
+  xfail that passes once a torch fixes it);
 - ``aten._softmax`` over the ragged dim pads the values to (B, max_seqlen, M) with −inf, runs a dense softmax and cuts
   the padding off again: two more passes over a padded buffer.
 
